@@ -1,0 +1,33 @@
+"""Convert a squeezebert_jax MODEL_DIR into a transformers PyTorch checkpoint directory.
+
+    python convert/to_pytorch.py --src MODEL_DIR --out HF_DIR [--model_type bert]
+
+Writes config.json (with `architectures`) and model.safetensors that `transformers.AutoModel.from_pretrained`
+and the matching SqueezeBertFor... class load with no missing or unexpected keys (a pretraining model keeps
+its SOP head as `cls.seq_relationship.*`, as the released squeezebert-uncased does). --model_type bert
+writes BERT keys (only for models whose group counts are all 1).
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from squeezebert_jax import export_torch, load_pretrained  # noqa: E402
+from squeezebert_jax.convert import torch_architecture  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", required=True, help="MODEL_DIR")
+    p.add_argument("--out", required=True, help="transformers checkpoint directory to write")
+    p.add_argument("--model_type", default="squeezebert", choices=["squeezebert", "bert"])
+    args = p.parse_args(argv)
+    model = load_pretrained(args.src)
+    export_torch(model, args.out, style=args.model_type, tokenizer_dir=args.src)
+    print(f"wrote {args.out}: {torch_architecture(model, args.model_type)} (model_type {args.model_type})")
+
+
+if __name__ == "__main__":
+    main()

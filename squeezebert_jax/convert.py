@@ -1,0 +1,326 @@
+"""Exact weight conversion between transformers' PyTorch SqueezeBERT / BERT and our Flax NNX model.
+
+The mapping is an explicit name table (``_table``) plus a per-tensor reshape (``_TO_FLAX`` / ``_TO_TORCH``).
+Every target parameter must be found, every source tensor consumed, every shape right; otherwise the error
+names the tensor. Known non-parameter buffers (``embeddings.position_ids``) and the tied MLM decoder
+(``cls.predictions.decoder.*``, which must equal the word embeddings / MLM bias) are recognised and skipped.
+
+Layouts: torch Conv1d weight ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``; torch Linear ``[out, in]``
+(BERT's dense layers are the G=1 case) <-> ``[in, out]``; LayerNorm ``weight`` <-> ``scale``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Mapping
+
+import numpy as np
+from flax import nnx
+
+from squeezebert_jax.model import HEADS, SqueezeBertConfig
+
+log = logging.getLogger(__name__)
+
+SKIPPED_BUFFERS = ("embeddings.position_ids",)
+
+# What each head class adds on top of the encoder (+ pooler), as (torch key, flax path, kind).
+_HEAD_TABLE = {
+    "mlm": [("cls.predictions.transform.dense.weight", "cls/predictions/transform/dense/kernel", "linear"),
+            ("cls.predictions.transform.dense.bias", "cls/predictions/transform/dense/bias", "copy"),
+            ("cls.predictions.transform.LayerNorm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
+            ("cls.predictions.transform.LayerNorm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
+            ("cls.predictions.bias", "cls/predictions/bias", "copy")],
+    "sop": [("cls.seq_relationship.weight", "cls/seq_relationship/kernel", "linear"),
+            ("cls.seq_relationship.bias", "cls/seq_relationship/bias", "copy")],
+    "classifier": [("classifier.weight", "classifier/kernel", "linear"),
+                   ("classifier.bias", "classifier/bias", "copy")],
+    "qa": [("qa_outputs.weight", "qa_outputs/kernel", "linear"), ("qa_outputs.bias", "qa_outputs/bias", "copy")],
+}
+_HEAD_PARTS = {
+    "SqueezeBertModel": (),
+    "SqueezeBertForMaskedLM": ("mlm",),
+    "SqueezeBertForPreTraining": ("mlm", "sop"),
+    "SqueezeBertForSequenceClassification": ("classifier",),
+    "SqueezeBertForTokenClassification": ("classifier",),
+    "SqueezeBertForMultipleChoice": ("classifier",),
+    "SqueezeBertForQuestionAnswering": ("qa",),
+}
+# transformers class names (per model_type) for each of our heads; PreTraining is BERT's, or SqueezeBERT's MLM
+# class carrying the SOP head under BERT's name (as the released squeezebert-uncased checkpoint does).
+_TORCH_ARCH = {
+    "squeezebert": {h: h for h in HEADS} | {"SqueezeBertForPreTraining": "SqueezeBertForMaskedLM"},
+    "bert": {h: h.replace("SqueezeBert", "Bert") for h in HEADS},
+}
+
+
+def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str, str]]:
+    """(torch key without the base-model prefix, flax path under ``transformer/``, kind)."""
+    t = [("embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", "copy"),
+         ("embeddings.position_embeddings.weight", "embeddings/position_embeddings/embedding", "copy"),
+         ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings/embedding", "copy"),
+         ("embeddings.LayerNorm.weight", "embeddings/LayerNorm/scale", "copy"),
+         ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/bias", "copy")]
+    if style == "squeezebert":
+        names = {"attention/query": "attention.query", "attention/key": "attention.key",
+                 "attention/value": "attention.value", "post_attention/conv1d": "post_attention.conv1d",
+                 "intermediate/conv1d": "intermediate.conv1d", "output/conv1d": "output.conv1d"}
+        norms = {"post_attention/layernorm": "post_attention.layernorm", "output/layernorm": "output.layernorm"}
+        layer, kind = "encoder.layers", "conv"
+    else:  # BERT: the same layers as nn.Linear, G = 1
+        names = {"attention/query": "attention.self.query", "attention/key": "attention.self.key",
+                 "attention/value": "attention.self.value", "post_attention/conv1d": "attention.output.dense",
+                 "intermediate/conv1d": "intermediate.dense", "output/conv1d": "output.dense"}
+        norms = {"post_attention/layernorm": "attention.output.LayerNorm", "output/layernorm": "output.LayerNorm"}
+        layer, kind = "encoder.layer", "linear_as_conv"
+    for i in range(config.num_hidden_layers):
+        for ours, theirs in names.items():
+            t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/kernel", kind))
+            t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
+        for ours, theirs in norms.items():
+            t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/scale", "copy"))
+            t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
+    t.append(("pooler.dense.weight", "pooler/dense/kernel", "linear"))
+    t.append(("pooler.dense.bias", "pooler/dense/bias", "copy"))
+    return t
+
+
+def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, str, str]]:
+    """Full (torch key, flax path, kind) table for ``head``; torch keys carry the head-class prefix."""
+    prefix = "" if head == "SqueezeBertModel" else ("transformer." if style == "squeezebert" else "bert.")
+    fprefix = "" if head == "SqueezeBertModel" else "transformer/"
+    rows = [(prefix + k, fprefix + p, kind) for k, p, kind in _encoder_table(config, style)]
+    for part in _HEAD_PARTS[head]:
+        rows += _HEAD_TABLE[part]
+    return rows
+
+
+def _groups_of(path: str, config: SqueezeBertConfig) -> int:
+    for ours, field in (("attention/query", "q_groups"), ("attention/key", "k_groups"),
+                        ("attention/value", "v_groups"), ("post_attention", "post_attention_groups"),
+                        ("intermediate", "intermediate_groups"), ("output/conv1d", "output_groups")):
+        if f"/{ours}" in "/" + path:
+            return getattr(config, field)
+    raise KeyError(path)
+
+
+def _to_flax(x: np.ndarray, kind: str, groups: int) -> np.ndarray:
+    if kind == "copy":
+        return x
+    if kind == "linear":
+        return x.T
+    if kind == "linear_as_conv":
+        x = x[..., None]
+    cout, cin_g, _ = x.shape  # [Cout, Cin/G, 1] -> [G, Cout/G, Cin/G] -> [G, Cin/G, Cout/G]
+    return x[..., 0].reshape(groups, cout // groups, cin_g).transpose(0, 2, 1)
+
+
+def _to_torch(x: np.ndarray, kind: str, groups: int) -> np.ndarray:
+    if kind == "copy":
+        return x
+    if kind == "linear":
+        return x.T
+    g, cin_g, cout_g = x.shape
+    w = x.transpose(0, 2, 1).reshape(g * cout_g, cin_g)
+    return w if kind == "linear_as_conv" else w[..., None]
+
+
+def _expected_torch_shape(flax_shape, kind, groups):
+    if kind == "copy":
+        return tuple(flax_shape)
+    if kind == "linear":
+        return tuple(flax_shape[::-1])
+    g, cin_g, cout_g = flax_shape
+    return (g * cout_g, cin_g) if kind == "linear_as_conv" else (g * cout_g, cin_g, 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Detect what a torch state_dict holds
+# --------------------------------------------------------------------------------------------------
+
+def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
+    """"squeezebert" or "bert" from the key names."""
+    if any(".attention.self.query." in k for k in state_dict):
+        return "bert"
+    if any("encoder.layers." in k for k in state_dict):
+        return "squeezebert"
+    raise ValueError("state_dict has neither SqueezeBERT (encoder.layers.*) nor BERT (encoder.layer.*) keys")
+
+
+def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
+    """Our head class for what the checkpoint holds (``architectures`` disambiguates classifier heads)."""
+    arch = (architectures or [""])[0]
+    for suffix in ("ForTokenClassification", "ForMultipleChoice", "ForQuestionAnswering"):
+        if arch.endswith(suffix) and any(k.split(".")[0] in ("classifier", "qa_outputs") for k in state_dict):
+            return "SqueezeBert" + suffix
+    if "qa_outputs.weight" in state_dict:
+        return "SqueezeBertForQuestionAnswering"
+    if "classifier.weight" in state_dict:
+        return "SqueezeBertForSequenceClassification"
+    has_mlm = "cls.predictions.transform.dense.weight" in state_dict
+    has_sop = "cls.seq_relationship.weight" in state_dict
+    if has_mlm and has_sop:
+        return "SqueezeBertForPreTraining"
+    if has_mlm:
+        return "SqueezeBertForMaskedLM"
+    return "SqueezeBertModel"
+
+
+def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -> dict[str, np.ndarray]:
+    """Bring keys to the head class's layout: a bare base model's keys gain the prefix, and vice versa."""
+    prefix = "transformer." if style == "squeezebert" else "bert."
+    out = {}
+    for k, v in state_dict.items():
+        base = k[len(prefix):] if k.startswith(prefix) else k
+        is_head_key = base.split(".")[0] in ("cls", "classifier", "qa_outputs")
+        out[base if (head == "SqueezeBertModel" or is_head_key) else prefix + base] = v
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# torch state_dict -> Flax model
+# --------------------------------------------------------------------------------------------------
+
+def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str | None = None,
+                          *, architectures: list[str] | None = None, num_labels: int | None = None, seed: int = 0,
+                          allow_new_heads: bool = False, source: str = "state_dict") -> nnx.Module:
+    """Build our ``head`` model from a transformers state_dict (numpy arrays; SqueezeBERT or BERT keys).
+
+    ``head`` defaults to what the checkpoint holds. Parameters the checkpoint lacks (e.g. a classifier on a
+    headless checkpoint, or the pooler of a BertForMaskedLM) are an error unless ``allow_new_heads``, in which
+    case they keep their random initialisation and are *reported* (logged, and listed in
+    ``model.newly_initialized``).
+    """
+    sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
+    style = detect_style(sd)
+    if style == "bert" and not config.is_bert:
+        raise ValueError(f"{source}: BERT-layout weights but the config has groups != 1")
+    head = head or infer_head(sd, architectures)
+    sd = _strip_prefix(sd, style, head)
+    word_key = ("" if head == "SqueezeBertModel" else ("transformer." if style == "squeezebert" else "bert.")) \
+        + "embeddings.word_embeddings.weight"
+    _check_tied(sd, word_key, source)
+
+    kwargs = {"num_labels": num_labels or _classifier_size(sd)} if "Classification" in head else {}
+    model = HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
+    params = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    flat = {"/".join(str(p) for p in path): var for path, var in params}
+
+    missing, used = [], set()
+    for tkey, fpath, kind in _table(config, head, style):
+        if fpath not in flat:
+            raise AssertionError(f"name table names {fpath}, which {head} does not have")
+        var = flat[fpath]
+        groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
+        if tkey not in sd:
+            missing.append(tkey)
+            continue
+        x = sd[tkey]
+        want = _expected_torch_shape(var.get_value().shape, kind, groups)
+        if tuple(x.shape) != want:
+            raise ValueError(f"{source}: tensor {tkey} has shape {tuple(x.shape)}, but the config implies {want} "
+                             "(does config.json match the weights?)")
+        var.set_value(np.ascontiguousarray(_to_flax(x, kind, groups)).astype(np.float32))
+        used.add(tkey)
+    unexpected = sorted(set(sd) - used)
+    if unexpected:
+        raise ValueError(f"{source}: unexpected tensors not used by {head}: {', '.join(unexpected)}")
+    if missing:
+        if not allow_new_heads:
+            raise ValueError(f"{source}: tensors missing for {head}: {', '.join(missing)}")
+        log.warning("%s: %d tensors not in the checkpoint were randomly initialised: %s", source, len(missing),
+                    ", ".join(missing))
+    nnx.update(model, nnx.from_flat_state(params))
+    model.newly_initialized = tuple(missing)
+    return model
+
+
+def _classifier_size(sd) -> int | None:
+    w = sd.get("classifier.weight")
+    return None if w is None else int(w.shape[0])
+
+
+def _check_tied(sd: dict, word_key: str, source: str) -> None:
+    """Drop the tied decoder after checking it really equals the embeddings / MLM bias."""
+    for key, ref in (("cls.predictions.decoder.weight", word_key), ("cls.predictions.decoder.bias",
+                                                                      "cls.predictions.bias")):
+        if key in sd:
+            if ref in sd and not np.array_equal(sd[key], sd[ref]):
+                raise ValueError(f"{source}: {key} differs from {ref}; untied MLM decoders are not supported")
+            del sd[key]
+
+
+# --------------------------------------------------------------------------------------------------
+# Flax model -> torch state_dict
+# --------------------------------------------------------------------------------------------------
+
+def head_name(model: nnx.Module) -> str:
+    for name, cls in HEADS.items():
+        if type(model) is cls:
+            return name
+    raise TypeError(f"not a SqueezeBERT model: {type(model).__name__}")
+
+
+def to_torch_state_dict(model: nnx.Module, style: str = "squeezebert") -> dict[str, np.ndarray]:
+    """transformers state_dict (numpy float32) of ``model`` in SqueezeBERT or (if all groups are 1) BERT keys."""
+    config, head = model.config, head_name(model)
+    if style == "bert" and not config.is_bert:
+        raise ValueError("only a model with every group count = 1 can be written as BERT")
+    flat = {"/".join(str(p) for p in path): np.asarray(v.get_value())
+            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    out = {}
+    for tkey, fpath, kind in _table(config, head, style):
+        groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
+        out[tkey] = np.ascontiguousarray(_to_torch(flat.pop(fpath), kind, groups))
+    if flat:
+        raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
+    if style == "bert" and head == "SqueezeBertForMaskedLM":  # BertForMaskedLM has no pooler
+        out = {k: v for k, v in out.items() if not k.startswith("bert.pooler.")}
+    return out
+
+
+def torch_architecture(model: nnx.Module, style: str = "squeezebert") -> str:
+    return _TORCH_ARCH[style][head_name(model)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading a transformers checkpoint directory
+# --------------------------------------------------------------------------------------------------
+
+def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Tensors of a transformers checkpoint (dir, .safetensors or .bin) as float32 numpy.
+
+    ``.bin`` files are read with ``torch.load(weights_only=True)``, never as arbitrary pickles.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        for name in ("model.safetensors", "pytorch_model.bin"):
+            if os.path.exists(os.path.join(path, name)):
+                path = os.path.join(path, name)
+                break
+        else:
+            raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin")
+    if path.endswith(".safetensors"):
+        from safetensors import safe_open
+
+        out = {}
+        try:
+            with safe_open(path, framework="np") as f:
+                for k in f.keys():
+                    out[k] = f.get_tensor(k)
+        except Exception as e:  # bfloat16 has no numpy dtype: fall back to torch
+            if "bf16" not in str(e).lower() and "bfloat16" not in str(e).lower():
+                raise ValueError(f"{path}: cannot read safetensors file ({e})") from e
+            from safetensors.torch import load_file
+
+            out = {k: v.float().numpy() for k, v in load_file(path).items()}
+        return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in out.items()}
+    import torch
+
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path}: not a weights-only PyTorch checkpoint ({e})") from e
+    if not isinstance(sd, dict):
+        raise ValueError(f"{path}: expected a state_dict, got {type(sd).__name__}")
+    return {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in sd.items()}

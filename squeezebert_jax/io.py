@@ -1,0 +1,225 @@
+"""MODEL_DIR: the project's own saved model, and export to a transformers (PyTorch) directory.
+
+A MODEL_DIR holds ``config.json`` (transformers field names; ``architectures`` names our head class),
+``params.safetensors`` (our parameter paths, e.g. ``transformer/encoder/layers/0/attention/query/kernel``,
+float32) and the tokenizer file(s) of the source (``vocab.txt`` or a SentencePiece model).
+``load_pretrained`` also accepts a transformers directory (``model.safetensors`` / ``pytorch_model.bin``)
+and converts it on the fly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from squeezebert_jax import convert
+from squeezebert_jax.model import HEADS, SqueezeBertConfig
+
+log = logging.getLogger(__name__)
+
+PARAMS_FILE = "params.safetensors"
+TOKENIZER_FILES = ("vocab.txt", "spiece.model", "sentencepiece.model", "tokenizer.model", "tokenizer.json",
+                   "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _atomic_write(path: str, write) -> None:
+    """Write through a temp file in the same directory, then rename: never a half-written file."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _write_json(path: str, d: dict) -> None:
+    def w(tmp):
+        with open(tmp, "w") as f:
+            json.dump(d, f, indent=2, sort_keys=True)
+            f.write("\n")
+    _atomic_write(path, w)
+
+
+def copy_tokenizer_files(src_dir: str | None, dst_dir: str) -> list[str]:
+    """Copy whichever tokenizer files ``src_dir`` has; returns their names."""
+    copied = []
+    if src_dir and os.path.isdir(src_dir):
+        for name in TOKENIZER_FILES:
+            src = os.path.join(src_dir, name)
+            if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(dst_dir, name)):
+                shutil.copyfile(src, os.path.join(dst_dir, name))
+                copied.append(name)
+            elif os.path.isfile(src):
+                copied.append(name)
+    return copied
+
+
+def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
+    return {"/".join(str(p) for p in path): np.asarray(v.get_value(), np.float32)
+            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None) -> str:
+    """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``)."""
+    from safetensors.numpy import save_file
+
+    model_dir = os.fspath(model_dir)
+    os.makedirs(model_dir, exist_ok=True)
+    head = convert.head_name(model)
+    d = model.config.to_dict()
+    d["architectures"] = [head]
+    if hasattr(model, "num_labels"):
+        d["num_labels"] = model.num_labels
+    d["library"] = "squeezebert_jax"
+    _atomic_write(os.path.join(model_dir, PARAMS_FILE),
+                  lambda tmp: save_file(flat_params(model), tmp, metadata={"head": head}))
+    _write_json(os.path.join(model_dir, "config.json"), d)
+    copy_tokenizer_files(tokenizer_dir, model_dir)
+    return model_dir
+
+
+def _read_config(model_dir: str) -> tuple[SqueezeBertConfig, dict]:
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{model_dir}: no config.json")
+    with open(path) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+    return SqueezeBertConfig.from_dict(raw, source=path), raw
+
+
+def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None, *, num_labels: int | None = None,
+                    dtype=jnp.float32, seed: int = 0, config_overrides: dict | None = None) -> nnx.Module:
+    """Load a MODEL_DIR (or a transformers checkpoint directory) as our model.
+
+    ``head``: a class or class name from ``squeezebert_jax.HEADS``; by default the class that was saved.
+    When a different head is asked for (e.g. a classifier on a pretraining checkpoint), the encoder is
+    loaded, the saved head is dropped and the new head's parameters keep their random initialisation;
+    both are reported in the log and ``model.newly_initialized`` lists the new ones.
+    """
+    model_dir = os.fspath(model_dir)
+    config, raw = _read_config(model_dir)
+    if config_overrides:
+        config = config.replace(**config_overrides)
+    if isinstance(head, type):
+        head = head.__name__
+    native = os.path.isfile(os.path.join(model_dir, PARAMS_FILE))
+    if native:
+        from safetensors.numpy import load_file
+
+        path = os.path.join(model_dir, PARAMS_FILE)
+        try:
+            flat = load_file(path)
+        except Exception as e:
+            raise ValueError(f"{path}: cannot read ({e})") from e
+        saved = (raw.get("architectures") or ["SqueezeBertModel"])[0]
+        if saved not in HEADS:
+            raise ValueError(f"{model_dir}/config.json: unknown architecture {saved!r}")
+        model = _from_flat(flat, config, saved, head or saved, num_labels, seed, path)
+    else:
+        sd = convert.read_torch_checkpoint(model_dir)
+        arch = raw.get("architectures")
+        saved = convert.infer_head(convert._strip_prefix(sd, convert.detect_style(sd), "SqueezeBertModel"), arch)
+        model = convert.from_torch_state_dict(sd, config, saved, architectures=arch, num_labels=None, seed=seed,
+                                              source=model_dir, allow_new_heads=True)
+        if head and head != saved:
+            model = _from_flat(flat_params(model), config, saved, head, num_labels, seed, model_dir)
+    if dtype != jnp.float32:
+        model = cast_compute_dtype(model, dtype)
+    return model
+
+
+def _from_flat(flat: dict[str, np.ndarray], config, saved: str, head: str, num_labels, seed, source) -> nnx.Module:
+    if head not in HEADS:
+        raise ValueError(f"unknown head {head!r}; one of {sorted(HEADS)}")
+    kwargs = {}
+    if "Classification" in head:
+        n = num_labels
+        if n is None and head == saved and "classifier/kernel" in flat:
+            n = int(flat["classifier/kernel"].shape[-1])
+        kwargs["num_labels"] = n
+    model = HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
+    target = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    # Match on paths without the head classes' "transformer/" prefix (a bare SqueezeBertModel has none).
+    src = {k.removeprefix("transformer/"): v for k, v in flat.items()}
+    missing, used = [], set()
+    for path, var in target:
+        key = "/".join(str(p) for p in path).removeprefix("transformer/")
+        if key not in src:
+            missing.append(key)
+            continue
+        if tuple(src[key].shape) != tuple(var.get_value().shape):
+            raise ValueError(f"{source}: tensor {key} has shape {tuple(src[key].shape)}, the config implies "
+                             f"{tuple(var.get_value().shape)} (does config.json match the weights?)")
+        var.set_value(jnp.asarray(src[key], jnp.float32))
+        used.add(key)
+    unused = sorted(set(src) - used)
+    if head == saved and (missing or unused):
+        raise ValueError(f"{source}: weights do not match {head}: missing {missing}, unexpected {unused}")
+    if missing:
+        log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
+                    ", ".join(missing))
+    if unused:
+        log.info("%s: %s drops the saved %s parameters: %s", source, head, saved, ", ".join(unused))
+    model.newly_initialized = tuple(missing)
+    return model
+
+
+def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
+    """Same parameters (float32), compute in ``dtype`` (e.g. jnp.bfloat16)."""
+    for _, m in nnx.iter_graph(model):
+        if isinstance(m, nnx.Module) and hasattr(m, "dtype"):
+            m.dtype = dtype
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# transformers export
+# --------------------------------------------------------------------------------------------------
+
+def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str = "squeezebert",
+                 tokenizer_dir: str | None = None) -> str:
+    """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors)."""
+    from safetensors.numpy import save_file
+
+    hf_dir = os.fspath(hf_dir)
+    os.makedirs(hf_dir, exist_ok=True)
+    sd = convert.to_torch_state_dict(model, style=style)
+    d = model.config.to_dict(model_type=style)
+    d["architectures"] = [convert.torch_architecture(model, style)]
+    d["tie_word_embeddings"] = True
+    if hasattr(model, "num_labels"):
+        d["num_labels"] = model.num_labels
+        if model.config.id2label is None:
+            d["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
+            d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
+    _atomic_write(os.path.join(hf_dir, "model.safetensors"), lambda tmp: save_file(sd, tmp, metadata={"format": "pt"}))
+    _write_json(os.path.join(hf_dir, "config.json"), d)
+    copy_tokenizer_files(tokenizer_dir, hf_dir)
+    return hf_dir
+
+
+def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None) -> nnx.Module:
+    """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model."""
+    hf_dir = os.fspath(hf_dir)
+    config, raw = _read_config(hf_dir)
+    sd = convert.read_torch_checkpoint(hf_dir)
+    model = convert.from_torch_state_dict(sd, config, head, architectures=raw.get("architectures"),
+                                          source=hf_dir, allow_new_heads=True)
+    if model.newly_initialized:
+        log.warning("%s lacks %d tensors of %s (randomly initialised): %s", hf_dir, len(model.newly_initialized),
+                    convert.head_name(model), ", ".join(model.newly_initialized))
+    save_pretrained(model, model_dir, tokenizer_dir=hf_dir)
+    return model

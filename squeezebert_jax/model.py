@@ -1,0 +1,571 @@
+"""SqueezeBERT (Iandola et al., 2020) in Flax NNX: config, modules and task heads.
+
+Numerically this is transformers' PyTorch ``SqueezeBertModel`` family (max |diff| <= 1e-5 in float32, see
+tests/test_parity.py). Activations are channels-last ``[batch, seq, channels]`` throughout; the paper's
+grouped 1x1 convolutions are block-diagonal einsums (``GroupedConv1x1``), never a conv op. With every group
+count = 1 the model *is* BERT, so BERT checkpoints load as the same architecture.
+
+Parameter names mirror the PyTorch state_dict (``encoder.layers.{i}.attention.query`` ...), so the
+converter in ``convert.py`` is a plain name table. Parameters are float32; ``dtype`` is the compute dtype
+(float32 or bfloat16); softmax and LayerNorm statistics are always computed in float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from flax import struct
+
+# --------------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------------
+
+_GROUP_FIELDS = ("q_groups", "k_groups", "v_groups", "post_attention_groups", "intermediate_groups",
+                 "output_groups")
+_MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
+                      "bert-small": "bert-L4-H512", "bert-medium": "bert-L8-H512"}
+
+
+@dataclasses.dataclass
+class SqueezeBertConfig:
+    """Architecture hyper-parameters, with transformers' ``SqueezeBertConfig`` field names and defaults.
+
+    ``id2label`` is kept only so that classifier label names survive a round trip through config.json.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    embedding_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    q_groups: int = 4
+    k_groups: int = 4
+    v_groups: int = 4
+    post_attention_groups: int = 1
+    intermediate_groups: int = 4
+    output_groups: int = 4
+    id2label: dict[int, str] | None = None
+
+    def __post_init__(self):
+        if self.embedding_size != self.hidden_size:
+            raise ValueError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
+                             " as in the reference encoder")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                             f"{self.num_attention_heads}")
+        if self.hidden_act not in _ACTIVATIONS:
+            raise ValueError(f"hidden_act {self.hidden_act!r} not supported; one of {sorted(_ACTIVATIONS)}")
+        for name, cin, cout in (("q_groups", self.hidden_size, self.hidden_size),
+                                ("k_groups", self.hidden_size, self.hidden_size),
+                                ("v_groups", self.hidden_size, self.hidden_size),
+                                ("post_attention_groups", self.hidden_size, self.hidden_size),
+                                ("intermediate_groups", self.hidden_size, self.intermediate_size),
+                                ("output_groups", self.intermediate_size, self.hidden_size)):
+            g = getattr(self, name)
+            if g < 1 or cin % g or cout % g:
+                raise ValueError(f"{name}={g} must divide both {cin} input and {cout} output channels")
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+
+    @property
+    def is_bert(self) -> bool:
+        """True when every group count is 1, i.e. the architecture is exactly BERT."""
+        return all(getattr(self, f) == 1 for f in _GROUP_FIELDS)
+
+    def replace(self, **changes) -> "SqueezeBertConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ---- presets -------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "SqueezeBertConfig":
+        """Named architectures.
+
+        "squeezebert-uncased" (as released: vocab 30528, groups q/k/v 4, post-attention 1, FFN 4/4),
+        "bert-base-uncased" (all groups 1) and the 24 BERT miniatures of Turc et al. (2019) as
+        "bert-L{2,4,6,8,10,12}-H{128,256,512,768}" (heads H/64, intermediate 4H), with the aliases
+        bert-tiny, bert-mini, bert-small, bert-medium.
+        """
+        key = _MINIATURE_ALIASES.get(name, name)
+        bert = dict.fromkeys(_GROUP_FIELDS, 1)
+        if key == "squeezebert-uncased":
+            cfg = dict(vocab_size=30528)
+        elif key in ("bert-base-uncased", "bert-base"):
+            cfg = dict(bert)
+        elif m := re.fullmatch(r"bert-L(\d+)-H(\d+)", key):
+            layers, hidden = int(m[1]), int(m[2])
+            if layers not in (2, 4, 6, 8, 10, 12) or hidden not in (128, 256, 512, 768):
+                raise ValueError(f"unknown BERT miniature {name!r}: L in 2..12 (even), H in 128/256/512/768")
+            cfg = dict(bert, num_hidden_layers=layers, hidden_size=hidden, embedding_size=hidden,
+                       num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
+        else:
+            raise ValueError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
+                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}")
+        cfg.update(overrides)
+        return cls(**cfg)
+
+    # ---- transformers config.json --------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> "SqueezeBertConfig":
+        """From a transformers config dict: model_type "squeezebert", or "bert" (all groups = 1)."""
+        model_type = d.get("model_type", "squeezebert")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        if model_type == "bert":
+            if d.get("position_embedding_type", "absolute") != "absolute":
+                raise ValueError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
+                                 "is not supported (only absolute)")
+            kw.update(dict.fromkeys(_GROUP_FIELDS, 1))
+            kw["embedding_size"] = kw.get("hidden_size", 768)
+        elif model_type != "squeezebert":
+            raise ValueError(f"{source}: model_type {model_type!r} is not 'squeezebert' or 'bert'")
+        if kw.get("pad_token_id") is None:
+            kw.pop("pad_token_id", None)
+        try:
+            return cls(**kw)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{source}: {e}") from e
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> "SqueezeBertConfig":
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+        return cls.from_dict(d, source=path)
+
+    def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
+        """transformers-style config dict (``model_type`` "squeezebert", or "bert" when is_bert)."""
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "id2label"}
+        if model_type == "bert":
+            if not self.is_bert:
+                raise ValueError("a grouped SqueezeBERT config cannot be written as model_type 'bert'")
+            for f in (*_GROUP_FIELDS, "embedding_size"):
+                d.pop(f)
+            d["position_embedding_type"] = "absolute"
+        d["model_type"] = model_type
+        if self.id2label is not None:
+            d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            d["label2id"] = {v: k for k, v in self.id2label.items()}
+        return d
+
+    def to_json(self, path: str | os.PathLike, **extra) -> None:
+        d = self.to_dict(model_type=extra.pop("model_type", "squeezebert"))
+        d.update(extra)
+        with open(path, "w") as f:
+            json.dump(d, f, indent=2, sort_keys=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------------
+
+_ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # exact erf GELU, as torch / transformers
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "tanh": jnp.tanh,
+}
+
+
+def _normal(std: float):
+    return jax.nn.initializers.normal(stddev=std)
+
+
+class GroupedConv1x1(nnx.Module):
+    """A grouped 1x1 Conv1d over channels-last input: a block-diagonal einsum, never a conv op.
+
+    kernel ``[G, Cin/G, Cout/G]``: group g maps input channels ``[g*Cin/G, (g+1)*Cin/G)`` to output channels
+    ``[g*Cout/G, (g+1)*Cout/G)``, exactly torch.nn.Conv1d(Cin, Cout, kernel_size=1, groups=G).
+    """
+
+    def __init__(self, cin: int, cout: int, groups: int, *, init_std: float, dtype=jnp.float32,
+                 rngs: nnx.Rngs):
+        if cin % groups or cout % groups:
+            raise ValueError(f"groups={groups} must divide cin={cin} and cout={cout}")
+        self.groups, self.cin, self.cout, self.dtype = groups, cin, cout, dtype
+        self.kernel = nnx.Param(_normal(init_std)(rngs.params(), (groups, cin // groups, cout // groups)))
+        self.bias = nnx.Param(jnp.zeros((cout,)))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        g = self.groups
+        kernel = self.kernel[...].astype(self.dtype)
+        x = x.astype(self.dtype)
+        if g == 1:
+            y = x @ kernel[0]
+        else:
+            y = jnp.einsum("...gi,gio->...go", x.reshape(*x.shape[:-1], g, self.cin // g), kernel)
+            y = y.reshape(*x.shape[:-1], self.cout)
+        return y + self.bias[...].astype(self.dtype)
+
+
+class Dense(nnx.Module):
+    """y = x @ kernel + bias, kernel ``[in, out]`` (torch Linear weight transposed)."""
+
+    def __init__(self, din: int, dout: int, *, init_std: float, dtype=jnp.float32, rngs: nnx.Rngs):
+        self.dtype = dtype
+        self.kernel = nnx.Param(_normal(init_std)(rngs.params(), (din, dout)))
+        self.bias = nnx.Param(jnp.zeros((dout,)))
+
+    def __call__(self, x):
+        return x.astype(self.dtype) @ self.kernel[...].astype(self.dtype) + self.bias[...].astype(self.dtype)
+
+
+class LayerNorm(nnx.Module):
+    """LayerNorm over the last axis with float32 statistics (exact two-pass variance)."""
+
+    def __init__(self, features: int, eps: float, dtype=jnp.float32):
+        self.eps, self.dtype = eps, dtype
+        self.scale = nnx.Param(jnp.ones((features,)))
+        self.bias = nnx.Param(jnp.zeros((features,)))
+
+    def __call__(self, x):
+        x = x.astype(jnp.float32)
+        mean = x.mean(-1, keepdims=True)
+        var = jnp.square(x - mean).mean(-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...] + self.bias[...]
+        return y.astype(self.dtype)
+
+
+class Embeddings(nnx.Module):
+    def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        c, init = config, _normal(config.initializer_range)
+        self.dtype = dtype
+        word = init(rngs.params(), (c.vocab_size, c.embedding_size))
+        if 0 <= c.pad_token_id < c.vocab_size:
+            word = word.at[c.pad_token_id].set(0.0)  # torch nn.Embedding(padding_idx=...) init
+        self.word_embeddings = nnx.Embed(c.vocab_size, c.embedding_size, rngs=rngs)
+        self.word_embeddings.embedding.set_value(word)
+        self.position_embeddings = nnx.Embed(c.max_position_embeddings, c.embedding_size,
+                                             embedding_init=init, rngs=rngs)
+        self.token_type_embeddings = nnx.Embed(c.type_vocab_size, c.embedding_size, embedding_init=init,
+                                               rngs=rngs)
+        self.LayerNorm = LayerNorm(c.hidden_size, c.layer_norm_eps, dtype)  # config eps here (reference)
+        self.dropout = nnx.Dropout(c.hidden_dropout_prob, rngs=rngs)
+
+    def __call__(self, input_ids, token_type_ids, position_ids):
+        x = (self.word_embeddings.embedding[...][input_ids]
+             + self.position_embeddings.embedding[...][position_ids]
+             + self.token_type_embeddings.embedding[...][token_type_ids])
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nnx.Module):
+    """softmax(q kᵀ / sqrt(d) + mask) v over contiguous 64-channel heads; q/k/v are grouped 1x1 convs."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        c, h, std = config, config.hidden_size, config.initializer_range
+        self.num_heads, self.head_dim, self.dtype = c.num_attention_heads, h // c.num_attention_heads, dtype
+        self.query = GroupedConv1x1(h, h, c.q_groups, init_std=std, dtype=dtype, rngs=rngs)
+        self.key = GroupedConv1x1(h, h, c.k_groups, init_std=std, dtype=dtype, rngs=rngs)
+        self.value = GroupedConv1x1(h, h, c.v_groups, init_std=std, dtype=dtype, rngs=rngs)
+        self.dropout = nnx.Dropout(c.attention_probs_dropout_prob, rngs=rngs)
+
+    def __call__(self, x, mask_bias):
+        split = lambda t: t.reshape(*t.shape[:-1], self.num_heads, self.head_dim)  # noqa: E731
+        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+        scores = scores / math.sqrt(self.head_dim) + mask_bias
+        probs = self.dropout(jax.nn.softmax(scores, axis=-1)).astype(self.dtype)
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        return ctx.reshape(*ctx.shape[:-2], self.num_heads * self.head_dim)
+
+
+class SqueezeBertLayer(nnx.Module):
+    """attention -> post-attention conv + dropout + residual + LN -> conv + GELU -> conv + dropout + residual + LN."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        c, std = config, config.initializer_range
+        h, i = c.hidden_size, c.intermediate_size
+        self.act = _ACTIVATIONS[c.hidden_act]
+        self.attention = SelfAttention(c, dtype=dtype, rngs=rngs)
+        self.post_attention = ConvDropoutLayerNorm(h, h, c.post_attention_groups, c, dtype=dtype, rngs=rngs)
+        self.intermediate = nnx.Dict(conv1d=GroupedConv1x1(h, i, c.intermediate_groups, init_std=std,
+                                                           dtype=dtype, rngs=rngs))
+        self.output = ConvDropoutLayerNorm(i, h, c.output_groups, c, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x, mask_bias):
+        a = self.post_attention(self.attention(x, mask_bias), x)
+        return self.output(self.act(self.intermediate["conv1d"](a)), a)
+
+
+class ConvDropoutLayerNorm(nnx.Module):
+    def __init__(self, cin, cout, groups, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        self.conv1d = GroupedConv1x1(cin, cout, groups, init_std=config.initializer_range, dtype=dtype,
+                                     rngs=rngs)
+        self.layernorm = LayerNorm(cout, 1e-12, dtype)  # reference: eps 1e-12 whatever the config says
+        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+
+    def __call__(self, x, residual):
+        return self.layernorm(self.dropout(self.conv1d(x)) + residual)
+
+
+class Encoder(nnx.Module):
+    def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        self.layers = nnx.List([SqueezeBertLayer(config, dtype=dtype, rngs=rngs)
+                                for _ in range(config.num_hidden_layers)])
+
+    def __call__(self, x, mask_bias):
+        for layer in self.layers:
+            x = layer(x, mask_bias)
+        return x
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------
+
+@struct.dataclass
+class ModelOutput:
+    last_hidden_state: jax.Array
+    pooler_output: jax.Array
+
+
+@struct.dataclass
+class LogitsOutput:
+    logits: jax.Array
+    last_hidden_state: jax.Array
+    pooler_output: jax.Array
+
+
+@struct.dataclass
+class PreTrainingOutput:
+    mlm_logits: jax.Array  # [B, S, V], or [B, P, V] at masked_positions
+    sop_logits: jax.Array  # [B, 2]; 0 = in order, 1 = swapped
+    last_hidden_state: jax.Array
+    pooler_output: jax.Array
+
+
+@struct.dataclass
+class QuestionAnsweringOutput:
+    start_logits: jax.Array
+    end_logits: jax.Array
+    last_hidden_state: jax.Array
+    pooler_output: jax.Array
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+class SqueezeBertModel(nnx.Module):
+    """Embeddings -> encoder -> pooler. ``model(input_ids, attention_mask, token_type_ids, position_ids)``."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        self.config, self.dtype = config, dtype
+        self.embeddings = Embeddings(config, dtype=dtype, rngs=rngs)
+        self.encoder = Encoder(config, dtype=dtype, rngs=rngs)
+        self.pooler = nnx.Dict(dense=Dense(config.hidden_size, config.hidden_size,
+                                           init_std=config.initializer_range, dtype=dtype, rngs=rngs))
+
+    def _check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids):
+        c = self.config
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+        if not jnp.issubdtype(input_ids.dtype, jnp.integer):
+            raise TypeError(f"input_ids must be integers, got {input_ids.dtype}")
+        seq = input_ids.shape[1]
+        if seq > c.max_position_embeddings:
+            raise ValueError(f"sequence length {seq} > max_position_embeddings {c.max_position_embeddings}")
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                        ("position_ids", position_ids)):
+            if t is not None and tuple(t.shape) != tuple(input_ids.shape):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
+        # Value checks need concrete inputs (eager calls); under jit they are the caller's contract.
+        for name, t, hi in (("input_ids", input_ids, c.vocab_size),
+                            ("token_type_ids", token_type_ids, c.type_vocab_size),
+                            ("position_ids", position_ids, c.max_position_embeddings)):
+            if t is not None and _is_concrete(t) and t.size:
+                lo_v, hi_v = int(np.min(t)), int(np.max(t))
+                if lo_v < 0 or hi_v >= hi:
+                    raise ValueError(f"{name} values must be in [0, {hi}); got min {lo_v}, max {hi_v}")
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> ModelOutput:
+        self._check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+        if attention_mask is None:
+            mask_bias = jnp.zeros((), jnp.float32)
+        else:  # [B, 1, 1, S] additive bias, as the reference: (1 - mask) * finfo.min
+            m = jnp.asarray(attention_mask, jnp.float32)[:, None, None, :]
+            mask_bias = (1.0 - m) * jnp.finfo(jnp.float32).min
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        x = self.encoder(x, mask_bias)
+        pooled = jnp.tanh(self.pooler["dense"](x[:, 0]))
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled)
+
+
+class MLMHead(nnx.Module):
+    """transform (dense + act + LayerNorm) -> decoder tied to the word embeddings + own bias."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        c = config
+        self.act, self.dtype = _ACTIVATIONS[c.hidden_act], dtype
+        self.transform = nnx.Dict(dense=Dense(c.hidden_size, c.hidden_size, init_std=c.initializer_range,
+                                              dtype=dtype, rngs=rngs),
+                                  LayerNorm=LayerNorm(c.hidden_size, c.layer_norm_eps, dtype))
+        self.bias = nnx.Param(jnp.zeros((c.vocab_size,)))
+
+    def __call__(self, h, word_embeddings):
+        h = self.transform["LayerNorm"](self.act(self.transform["dense"](h)))
+        logits = jnp.einsum("...h,vh->...v", h, word_embeddings.astype(self.dtype),
+                            preferred_element_type=jnp.float32)
+        return logits + self.bias[...]
+
+
+def _gather_positions(x, positions):
+    """x [B, S, H], positions [B, P] -> [B, P, H]."""
+    return jnp.take_along_axis(x, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class _Head(nnx.Module):
+    """Shared constructor: ``self.transformer`` is the encoder, named as the PyTorch prefix."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        self.config, self.dtype = config, dtype
+        self.transformer = SqueezeBertModel(config, dtype=dtype, rngs=rngs)
+
+    def _dense(self, dout, rngs):
+        c = self.config
+        return Dense(c.hidden_size, dout, init_std=c.initializer_range, dtype=self.dtype, rngs=rngs)
+
+
+class SqueezeBertForMaskedLM(_Head):
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.cls = nnx.Dict(predictions=MLMHead(config, dtype=dtype, rngs=rngs))
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                 masked_positions=None) -> LogitsOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+        h = out.last_hidden_state if masked_positions is None else _gather_positions(out.last_hidden_state,
+                                                                                     masked_positions)
+        logits = self.cls["predictions"](h, self.transformer.embeddings.word_embeddings.embedding[...])
+        return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
+
+
+class SqueezeBertForPreTraining(_Head):
+    """MLM logits + 2-way sentence-order (SOP) logits from the pooled output (``cls.seq_relationship``)."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.cls = nnx.Dict(predictions=MLMHead(config, dtype=dtype, rngs=rngs),
+                            seq_relationship=self._dense(2, rngs))
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                 masked_positions=None) -> PreTrainingOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+        h = out.last_hidden_state if masked_positions is None else _gather_positions(out.last_hidden_state,
+                                                                                     masked_positions)
+        mlm = self.cls["predictions"](h, self.transformer.embeddings.word_embeddings.embedding[...])
+        sop = self.cls["seq_relationship"](out.pooler_output).astype(jnp.float32)
+        return PreTrainingOutput(mlm, sop, out.last_hidden_state, out.pooler_output)
+
+
+class SqueezeBertForSequenceClassification(_Head):
+    """Classifier on the pooled output; num_labels = 1 is regression."""
+
+    def __init__(self, config: SqueezeBertConfig, num_labels: int | None = None, *, dtype=jnp.float32,
+                 rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.num_labels = num_labels or (len(config.id2label) if config.id2label else 2)
+        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        self.classifier = self._dense(self.num_labels, rngs)
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.classifier(self.dropout(out.pooler_output)).astype(jnp.float32)
+        return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
+
+
+class SqueezeBertForTokenClassification(_Head):
+    def __init__(self, config: SqueezeBertConfig, num_labels: int | None = None, *, dtype=jnp.float32,
+                 rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.num_labels = num_labels or (len(config.id2label) if config.id2label else 2)
+        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        self.classifier = self._dense(self.num_labels, rngs)
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.classifier(self.dropout(out.last_hidden_state)).astype(jnp.float32)
+        return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
+
+
+class SqueezeBertForQuestionAnswering(_Head):
+    """Span start/end logits from ``qa_outputs`` ([H, 2]) on every token."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.qa_outputs = self._dense(2, rngs)
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None,
+                 position_ids=None) -> QuestionAnsweringOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.qa_outputs(out.last_hidden_state).astype(jnp.float32)
+        return QuestionAnsweringOutput(logits[..., 0], logits[..., 1], out.last_hidden_state, out.pooler_output)
+
+
+class SqueezeBertForMultipleChoice(_Head):
+    """Inputs ``[B, C, S]`` -> one score per choice ``[B, C]`` (classifier [H, 1] on the pooled output)."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        self.classifier = self._dense(1, rngs)
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
+        if input_ids.ndim != 3:
+            raise ValueError(f"multiple choice input_ids must be [batch, choices, seq], got {input_ids.shape}")
+        b, n, s = input_ids.shape
+        flat = lambda t: None if t is None else t.reshape(b * n, s)  # noqa: E731
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                        ("position_ids", position_ids)):
+            if t is not None and tuple(t.shape) != (b, n, s):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {(b, n, s)}")
+        out = self.transformer(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids))
+        logits = self.classifier(self.dropout(out.pooler_output)).astype(jnp.float32).reshape(b, n)
+        return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
+
+
+HEADS = {
+    "SqueezeBertModel": SqueezeBertModel,
+    "SqueezeBertForMaskedLM": SqueezeBertForMaskedLM,
+    "SqueezeBertForPreTraining": SqueezeBertForPreTraining,
+    "SqueezeBertForSequenceClassification": SqueezeBertForSequenceClassification,
+    "SqueezeBertForTokenClassification": SqueezeBertForTokenClassification,
+    "SqueezeBertForQuestionAnswering": SqueezeBertForQuestionAnswering,
+    "SqueezeBertForMultipleChoice": SqueezeBertForMultipleChoice,
+}
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of parameters (tied decoder counted once, as the reference's ``num_parameters()``)."""
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

@@ -1,0 +1,200 @@
+"""Checkpoint conversion: round trips through transformers, the convert/ scripts, and bad checkpoints."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import jax.numpy as jnp  # noqa: E402
+from safetensors.numpy import load_file, save_file  # noqa: E402
+
+import squeezebert_jax as sj  # noqa: E402
+from squeezebert_jax import convert  # noqa: E402
+
+from test_parity import TINY, inputs, randomize, torch_sd  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def save_hf(tm, d, vocab=True):
+    tm.save_pretrained(d)
+    if vocab:
+        with open(os.path.join(d, "vocab.txt"), "w") as f:
+            f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(94)]) + "\n")
+    return d
+
+
+def run_script(name, *args, subprocess_=False):
+    """Run a convert/ script: in-process (fast) or as a real command line."""
+    if not subprocess_:
+        spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, "convert", name))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.main(list(args))
+        return ""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "convert", name), *args], capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@pytest.mark.parametrize("cls", ["SqueezeBertForMaskedLM", "SqueezeBertForSequenceClassification", "SqueezeBertModel"])
+def test_round_trip_bit_identical_via_scripts(tmp_path, cls):
+    """transformers save_pretrained -> from_pytorch.py -> to_pytorch.py -> identical tensors, clean load."""
+    tm = randomize(getattr(transformers, cls)(transformers.SqueezeBertConfig(**TINY, num_labels=3)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    as_cli = cls == "SqueezeBertForMaskedLM"  # one real command line; the others in-process
+    run_script("from_pytorch.py", "--src", src, "--out", str(tmp_path / "model"), subprocess_=as_cli)
+    assert sorted(os.listdir(tmp_path / "model")) == ["config.json", "params.safetensors", "vocab.txt"]
+    run_script("to_pytorch.py", "--src", str(tmp_path / "model"), "--out", str(tmp_path / "back"), subprocess_=as_cli)
+    a, b = load_file(os.path.join(src, "model.safetensors")), load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+    back, info = getattr(transformers, cls).from_pretrained(str(tmp_path / "back"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    auto, info = transformers.AutoModel.from_pretrained(str(tmp_path / "back"), output_loading_info=True)
+    assert type(auto).__name__ == "SqueezeBertModel"
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    ids, mask, tt = inputs(sj.SqueezeBertConfig(**TINY))
+    with torch.no_grad():
+        x = tm(torch.tensor(ids), torch.tensor(mask), torch.tensor(tt))[0]
+        y = back.eval()(torch.tensor(ids), torch.tensor(mask), torch.tensor(tt))[0]
+    assert torch.equal(x, y)
+
+
+def test_pytorch_bin_and_position_ids_buffer(tmp_path):
+    """Older transformers saved pytorch_model.bin with the embeddings.position_ids buffer: read and skipped."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY)))
+    d = tmp_path / "old"
+    d.mkdir()
+    tm.config.to_json_file(str(d / "config.json"))
+    sd = dict(tm.state_dict())
+    sd["transformer.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
+    torch.save(sd, d / "pytorch_model.bin")
+    model = sj.load_pretrained(str(d))
+    assert type(model) is sj.SqueezeBertForSequenceClassification and model.num_labels == 2
+    model.eval()
+    ids, mask, tt = inputs(model.config)
+    with torch.no_grad():
+        ref = tm(torch.tensor(ids), torch.tensor(mask), torch.tensor(tt)).logits.numpy()
+    assert np.max(np.abs(np.asarray(model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt)).logits) - ref)) <= 1e-5
+
+
+def test_pretraining_round_trip_keeps_sop(tmp_path):
+    model = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(3))
+    sj.save_pretrained(model, tmp_path / "m")
+    sj.export_torch(sj.load_pretrained(tmp_path / "m"), tmp_path / "hf")
+    cfg = json.load(open(tmp_path / "hf" / "config.json"))
+    assert cfg["architectures"] == ["SqueezeBertForMaskedLM"] and cfg["model_type"] == "squeezebert"
+    tm, info = transformers.SqueezeBertForMaskedLM.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert not info["missing_keys"]
+    assert set(info["unexpected_keys"]) <= {"cls.seq_relationship.weight", "cls.seq_relationship.bias"}
+    again = sj.load_pretrained(tmp_path / "hf")  # a transformers dir loads directly too
+    assert type(again) is sj.SqueezeBertForPreTraining
+    a, b = sj.io.flat_params(model), sj.io.flat_params(again)
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
+
+
+def test_bert_export_loads_in_bert_classes(tmp_path):
+    cfg = sj.SqueezeBertConfig.preset("bert-tiny", vocab_size=99, max_position_embeddings=40)
+    model = sj.SqueezeBertForMaskedLM(cfg, rngs=sj.model.nnx.Rngs(0))
+    sj.export_torch(model, tmp_path / "bert", style="bert")
+    tm, info = transformers.BertForMaskedLM.from_pretrained(str(tmp_path / "bert"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ids, mask, tt = inputs(cfg)
+    with torch.no_grad():
+        ref = tm.eval()(torch.tensor(ids), torch.tensor(mask), torch.tensor(tt)).logits.numpy()
+    model.eval()
+    assert np.max(np.abs(np.asarray(model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt)).logits) - ref)) <= 1e-5
+
+
+def test_new_head_on_headless_checkpoint_is_reported(tmp_path, caplog):
+    tm = randomize(transformers.SqueezeBertModel(transformers.SqueezeBertConfig(**TINY)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    with caplog.at_level("WARNING"):
+        m = sj.load_pretrained(src, head="SqueezeBertForSequenceClassification", num_labels=3)
+    assert set(m.newly_initialized) == {"classifier/kernel", "classifier/bias"}
+    assert "classifier/kernel" in caplog.text
+    with pytest.raises(ValueError, match="classifier.weight"):
+        convert.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
+                                      "SqueezeBertForSequenceClassification")
+
+
+# ---- bad checkpoints ------------------------------------------------------------------------------
+
+def _sd():
+    tm = randomize(transformers.SqueezeBertForMaskedLM(transformers.SqueezeBertConfig(**TINY)))
+    return torch_sd(tm)
+
+
+def test_unexpected_tensor_is_named():
+    sd = _sd() | {"transformer.encoder.layers.0.attention.extra.weight": np.zeros(3, np.float32)}
+    with pytest.raises(ValueError, match="attention.extra.weight"):
+        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+
+
+def test_missing_tensor_is_named():
+    sd = _sd()
+    del sd["transformer.encoder.layers.1.output.layernorm.bias"]
+    with pytest.raises(ValueError, match=r"layers\.1\.output\.layernorm\.bias"):
+        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+
+
+def test_misshapen_tensor_and_wrong_config_are_named():
+    sd = _sd()
+    sd["transformer.encoder.layers.0.attention.query.weight"] = np.zeros((32, 32, 1), np.float32)
+    with pytest.raises(ValueError, match=r"attention\.query\.weight has shape \(32, 32, 1\)"):
+        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+    with pytest.raises(ValueError, match="does config.json match"):  # right weights, wrong groups
+        convert.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
+
+
+def test_untied_decoder_rejected():
+    sd = _sd() | {"cls.predictions.decoder.weight": np.zeros((99, 32), np.float32)}
+    with pytest.raises(ValueError, match="decoder.weight differs"):
+        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+
+
+def test_native_model_dir_errors(tmp_path):
+    model = sj.SqueezeBertForMaskedLM(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    sj.save_pretrained(model, tmp_path / "m")
+    cfg = json.load(open(tmp_path / "m" / "config.json"))
+    json.dump(cfg | {"intermediate_size": 128}, open(tmp_path / "m" / "config.json", "w"))
+    with pytest.raises(ValueError, match="intermediate/conv1d/(kernel|bias) has shape"):
+        sj.load_pretrained(tmp_path / "m")
+    json.dump(cfg, open(tmp_path / "m" / "config.json", "w"))
+    flat = load_file(str(tmp_path / "m" / "params.safetensors"))
+    flat["transformer/encoder/layers/0/attention/bogus"] = np.zeros(2, np.float32)
+    save_file(flat, str(tmp_path / "m" / "params.safetensors"))
+    with pytest.raises(ValueError, match="attention/bogus"):
+        sj.load_pretrained(tmp_path / "m")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        sj.load_pretrained(tmp_path / "empty")
+    (tmp_path / "m" / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        sj.load_pretrained(tmp_path / "m")
+
+
+def test_pickle_checkpoint_refused(tmp_path):
+    """A .bin that needs arbitrary unpickling is refused (weights_only=True)."""
+    d = tmp_path / "evil"
+    d.mkdir()
+    transformers.SqueezeBertConfig(**TINY).to_json_file(str(d / "config.json"))
+    torch.save({"x": object.__new__(Evil)}, d / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="weights-only"):
+        sj.load_pretrained(str(d))
+
+
+class Evil:
+    pass

@@ -1,0 +1,154 @@
+"""Config, FLOPs, dtypes, dropout and input validation of the Flax model (no torch needed)."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import squeezebert_jax as sj
+from squeezebert_jax.flops import PAPER_GFLOPS
+
+TINY = dict(vocab_size=99, hidden_size=32, embedding_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=40)
+
+
+def test_presets():
+    sq = sj.SqueezeBertConfig.preset("squeezebert-uncased")
+    assert (sq.vocab_size, sq.q_groups, sq.k_groups, sq.v_groups, sq.post_attention_groups,
+            sq.intermediate_groups, sq.output_groups) == (30528, 4, 4, 4, 1, 4, 4)
+    assert sj.SqueezeBertConfig.preset("bert-base-uncased").is_bert
+    names = [f"bert-L{l}-H{h}" for l in (2, 4, 6, 8, 10, 12) for h in (128, 256, 512, 768)]
+    assert len(names) == 24
+    for n in names:
+        c = sj.SqueezeBertConfig.preset(n)
+        assert c.is_bert and c.num_attention_heads == c.hidden_size // 64
+        assert c.intermediate_size == 4 * c.hidden_size
+    assert sj.SqueezeBertConfig.preset("bert-medium") == sj.SqueezeBertConfig.preset("bert-L8-H512")
+    assert sj.SqueezeBertConfig.preset("bert-tiny").num_hidden_layers == 2
+    with pytest.raises(ValueError, match="unknown preset"):
+        sj.SqueezeBertConfig.preset("bert-huge")
+    with pytest.raises(ValueError, match="unknown BERT miniature"):
+        sj.SqueezeBertConfig.preset("bert-L3-H128")
+
+
+def test_config_json_round_trip_and_bert_config(tmp_path):
+    c = sj.SqueezeBertConfig(**TINY, id2label={0: "neg", 1: "pos"})
+    c.to_json(tmp_path / "config.json")
+    assert sj.SqueezeBertConfig.from_json(tmp_path) == c
+    bert = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2,
+            "intermediate_size": 256, "vocab_size": 50, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
+            "position_embedding_type": "absolute", "architectures": ["BertForMaskedLM"]}
+    (tmp_path / "bert.json").write_text(json.dumps(bert))
+    b = sj.SqueezeBertConfig.from_json(tmp_path / "bert.json")
+    assert b.is_bert and b.embedding_size == 64 and b.num_hidden_layers == 3
+    with pytest.raises(ValueError, match="model_type 'roberta'"):
+        sj.SqueezeBertConfig.from_dict({"model_type": "roberta"})
+    with pytest.raises(ValueError, match="q_groups=5 must divide"):
+        sj.SqueezeBertConfig(**TINY, q_groups=5)
+
+
+@pytest.mark.parametrize("name", ["squeezebert-uncased", "bert-base-uncased"])
+def test_flops_match_paper_table2(name):
+    got = sj.flops(sj.SqueezeBertConfig.preset(name), 128) / 1e9
+    assert abs(got - PAPER_GFLOPS[name]) / PAPER_GFLOPS[name] < 0.01, got
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_flops_agree_with_xla_cost_analysis(groups):
+    """XLA counts the same matmuls plus element-wise work (bias, softmax, LayerNorm, GELU) on top."""
+    cfg = sj.SqueezeBertConfig.preset("squeezebert-uncased", num_hidden_layers=2, vocab_size=1000,
+                                      q_groups=groups, k_groups=groups, v_groups=groups,
+                                      intermediate_groups=groups, output_groups=groups)
+    model = sj.SqueezeBertModel(cfg, rngs=nnx.Rngs(0))
+    model.eval()
+    graphdef, state = nnx.split(model)
+    fwd = jax.jit(lambda s, ids: nnx.merge(graphdef, s)(ids).pooler_output)
+    cost = fwd.lower(state, jnp.ones((1, 128), jnp.int32)).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    ours = sj.flops(cfg, 128)
+    assert ours <= cost["flops"] <= 1.08 * ours, (ours, cost["flops"])
+
+
+def _tiny_inputs(batch=2, seq=10):
+    rng = np.random.default_rng(0)
+    ids = jnp.asarray(rng.integers(1, TINY["vocab_size"], (batch, seq)), jnp.int32)
+    mask = jnp.ones((batch, seq), jnp.int32).at[1, 6:].set(0)
+    return ids, mask
+
+
+def test_bf16_compute_close_to_float32():
+    """bfloat16 compute (float32 params, softmax and LayerNorm stats): |diff| <= 0.05 on O(1) hidden states."""
+    cfg = sj.SqueezeBertConfig(**TINY)
+    m32 = sj.SqueezeBertForSequenceClassification(cfg, num_labels=3, rngs=nnx.Rngs(0))
+    m16 = sj.SqueezeBertForSequenceClassification(cfg, num_labels=3, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    m32.eval(), m16.eval()
+    ids, mask = _tiny_inputs()
+    a, b = m32(ids, mask), m16(ids, mask)
+    assert b.last_hidden_state.dtype == jnp.bfloat16 and b.logits.dtype == jnp.float32
+    assert jax.tree.leaves(nnx.state(m16, nnx.Param))[0].dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(a.last_hidden_state - b.last_hidden_state.astype(jnp.float32)))) <= 0.05
+    assert float(jnp.max(jnp.abs(a.logits - b.logits))) <= 0.02
+
+
+def test_dropout_only_in_train_mode():
+    cfg = sj.SqueezeBertConfig(**TINY, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
+    m = sj.SqueezeBertModel(cfg, rngs=nnx.Rngs(params=0, dropout=1))
+    ids, mask = _tiny_inputs()
+    m.eval()
+    e1, e2 = m(ids, mask).last_hidden_state, m(ids, mask).last_hidden_state
+    assert np.array_equal(e1, e2)
+    m.train()
+    t1, t2 = m(ids, mask).last_hidden_state, m(ids, mask).last_hidden_state
+    assert not np.allclose(t1, t2) and not np.allclose(t1, e1)
+
+
+def test_padding_does_not_change_real_tokens():
+    """Extra right padding leaves the non-pad outputs unchanged (the additive mask really masks)."""
+    m = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    m.eval()
+    ids, _ = _tiny_inputs(batch=1, seq=6)
+    padded = jnp.concatenate([ids, jnp.zeros((1, 4), jnp.int32)], 1)
+    mask = jnp.concatenate([jnp.ones((1, 6), jnp.int32), jnp.zeros((1, 4), jnp.int32)], 1)
+    a = m(ids).last_hidden_state
+    b = m(padded, mask).last_hidden_state[:, :6]
+    assert float(jnp.max(jnp.abs(a - b))) <= 1e-5
+
+
+def test_bad_inputs_give_clear_errors():
+    m = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    ids, mask = _tiny_inputs()
+    with pytest.raises(ValueError, match=r"input_ids values must be in \[0, 99\); got min \d+, max 99"):
+        m(ids.at[0, 0].set(99))
+    with pytest.raises(ValueError, match="input_ids values"):
+        m(ids.at[0, 0].set(-1))
+    with pytest.raises(ValueError, match=r"token_type_ids values must be in \[0, 2\)"):
+        m(ids, mask, token_type_ids=jnp.full(ids.shape, 2))
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 9\)"):
+        m(ids, mask[:, :9])
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, seq\]"):
+        m(ids[0])
+    with pytest.raises(ValueError, match="max_position_embeddings 40"):
+        m(jnp.ones((1, 41), jnp.int32))
+    with pytest.raises(TypeError, match="integers"):
+        m(ids.astype(jnp.float32))
+    mc = sj.SqueezeBertForMultipleChoice(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"\[batch, choices, seq\]"):
+        mc(ids)
+
+
+def test_jit_of_pure_function_matches_eager():
+    m = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    m.eval()
+    ids, mask = _tiny_inputs()
+    graphdef, state = nnx.split(m)
+
+    @jax.jit
+    def fwd(state, ids, mask):
+        return nnx.merge(graphdef, state)(ids, mask).sop_logits
+
+    assert float(jnp.max(jnp.abs(fwd(state, ids, mask) - m(ids, mask).sop_logits))) <= 1e-6
