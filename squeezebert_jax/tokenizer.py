@@ -1,0 +1,443 @@
+"""Tokenizers: uncased BERT WordPiece (``vocab.txt``) and SentencePiece (``*.model``) behind one interface.
+
+``Tokenizer.from_file("vocab.txt")`` builds the uncased BERT WordPiece pipeline with the ``tokenizers``
+library — BertNormalizer (clean text, CJK split, lowercase, strip accents), BertPreTokenizer, WordPiece
+(unk ``[UNK]``, words over 100 characters -> ``[UNK]``), the five specials matched verbatim in raw text —
+so ids equal ``transformers.BertTokenizerFast(vocab_file, do_lower_case=True)`` on any text.
+
+``Tokenizer.from_file("spiece.model")`` wraps a ``sentencepiece`` model. It must hold BERT-style specials:
+``[CLS]`` (or ``<cls>``), ``[SEP]`` (or ``<sep>``), ``[MASK]`` (or ``<mask>``), a pad piece (the model's
+``pad_id``, else ``[PAD]`` or ``<pad>``); the unknown id is the model's own ``unk_id`` (``[UNK]``/``<unk>``).
+ALBERT's ``spiece.model`` qualifies, as does every model ``train_tokenizer(..., kind="sentencepiece")``
+writes. A SentencePiece model applies its own normalization (``train_tokenizer`` builds lowercasing in).
+
+``encode``/``encode_batch`` lay out ``[CLS] a [SEP] (b [SEP])`` the same way for both kinds, truncating with
+the ``tokenizers`` library's longest-first rule (reimplemented here, so SentencePiece gets it too) and
+padding to ``max_length``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
+MAX_INPUT_CHARS_PER_WORD = 100
+# Names ``from_dir`` looks for, in this order.
+TOKENIZER_FILE_NAMES = ("vocab.txt", "spiece.model", "sentencepiece.model", "tokenizer.model")
+# Accepted SentencePiece piece names for each special (first found wins).
+SP_SPECIAL_NAMES = {"pad": (PAD, "<pad>"), "unk": (UNK, "<unk>"), "cls": (CLS, "<cls>"),
+                    "sep": (SEP, "<sep>"), "mask": (MASK, "<mask>")}
+# Rust's `char::is_whitespace` (what `tokenizers` strips from the end of each vocab.txt line).
+_RUST_WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading vocab.txt
+# --------------------------------------------------------------------------------------------------
+
+def read_vocab(path: str, data: bytes | None = None) -> list[str]:
+    """The tokens of a BERT ``vocab.txt``, one per line, id = line index (as ``tokenizers`` reads it).
+
+    Trailing whitespace (and ``\\r``) is stripped from each line; a final newline ends the last line.
+    Raises ``ValueError`` naming the file and both line numbers for a duplicate token, the file and byte
+    offset for invalid UTF-8, and the file and the missing names if a BERT special is absent.
+    """
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}): {e.reason}") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    tokens = [line.rstrip(_RUST_WHITESPACE) for line in lines]
+    first_line: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        if tok in first_line:
+            raise ValueError(f"{path}: line {i + 1} repeats token {tok!r} of line {first_line[tok] + 1}; "
+                             "every vocab.txt line must be a distinct token")
+        first_line[tok] = i
+    missing = [s for s in BERT_SPECIALS if s not in first_line]
+    if missing:
+        raise ValueError(f"{path}: vocab.txt lacks the special token(s) {', '.join(missing)} "
+                         f"(a BERT vocab needs all of {', '.join(BERT_SPECIALS)}, one per line)")
+    return tokens
+
+
+def _wordpiece_backend(tokens: Sequence[str]):
+    """The ``tokenizers.Tokenizer`` that ``BertTokenizerFast(vocab_file, do_lower_case=True)`` builds."""
+    from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers.models import WordPiece
+
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tok = RustTokenizer(WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    # As in transformers: the specials are matched verbatim in raw text ("[MASK]" -> mask id).
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in BERT_SPECIALS])
+    return tok
+
+
+def _check_texts(texts, name: str) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError(f"{name} must be a list of strings, not one string")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] is {type(t).__name__}, expected str")
+    return texts
+
+
+def truncated_lengths(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
+    """How many tokens of ``a`` and ``b`` survive longest-first truncation to ``budget`` tokens in all.
+
+    The ``tokenizers`` library's rule (``truncate_encodings``, LongestFirst), which
+    ``BertTokenizerFast(..., truncation="longest_first")`` uses: the shorter side keeps all its tokens if the
+    longer one can take the rest; otherwise both are cut to ``budget // 2`` (the first sequence) and
+    ``budget // 2 + budget % 2`` (the second), the longer side taking the odd token.
+    """
+    if n_b is None:
+        return min(n_a, budget), 0
+    if n_a + n_b <= budget:
+        return n_a, n_b
+    n1, n2 = n_a, n_b
+    swap = n1 > n2
+    if swap:
+        n1, n2 = n2, n1
+    n2 = n1 if n1 > budget else max(n1, budget - n1)
+    if n1 + n2 > budget:
+        n1 = budget // 2
+        n2 = n1 + budget % 2
+    if swap:
+        n1, n2 = n2, n1
+    return min(n_a, n1), min(n_b, n2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------------------
+
+class Tokenizer:
+    """A WordPiece or SentencePiece tokenizer with BERT specials; build it with ``from_file``/``from_dir``."""
+
+    kind: str
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    special_ids: frozenset[int]
+
+    def __init__(self, path: str | os.PathLike):
+        """Load ``path``: a ``*.txt`` vocabulary (uncased BERT WordPiece) or a ``*.model`` (SentencePiece)."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path} is a directory; use Tokenizer.from_dir to find the tokenizer file in it")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"tokenizer file not found: {path}")
+        self.path = path
+        with open(path, "rb") as f:
+            self._blob = f.read()
+        if path.endswith(".txt"):
+            self._init_wordpiece()
+        elif path.endswith(".model"):
+            self._init_sentencepiece()
+        else:
+            raise ValueError(f"{path}: unknown tokenizer file extension; expected a WordPiece vocab.txt (*.txt) "
+                             "or a SentencePiece model (*.model)")
+        self.vocab_size = len(self._tokens)
+        self.special_ids = frozenset({self.pad_id, self.cls_id, self.sep_id, self.mask_id})
+        word_start = np.array([self._starts_word(t) for t in self._tokens], dtype=bool)
+        for i in (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id):
+            word_start[i] = self.kind == "wordpiece" or i != self.unk_id  # SP: [UNK] continues a word
+        self._word_start = word_start
+
+    def _init_wordpiece(self) -> None:
+        self.kind = "wordpiece"
+        self._tokens = read_vocab(self.path, self._blob)
+        self._backend = _wordpiece_backend(self._tokens)
+        self._sp = None
+        index = {t: i for i, t in enumerate(self._tokens)}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[s] for s in BERT_SPECIALS)
+
+    def _init_sentencepiece(self) -> None:
+        import sentencepiece as spm
+
+        self.kind = "sentencepiece"
+        self._backend = None
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=self._blob)
+        except (RuntimeError, OSError) as e:
+            raise ValueError(f"{self.path}: not a readable SentencePiece model ({e})") from None
+        sp = self._sp
+        self._tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        index = {t: i for i, t in enumerate(self._tokens)}
+        found: dict[str, int] = {}
+        if sp.unk_id() >= 0:
+            found["unk"] = sp.unk_id()
+        if sp.pad_id() >= 0:
+            found["pad"] = sp.pad_id()
+        for role, names in SP_SPECIAL_NAMES.items():
+            if role not in found:
+                hit = next((index[n] for n in names if n in index), None)
+                if hit is not None:
+                    found[role] = hit
+        missing = [" or ".join(SP_SPECIAL_NAMES[r]) for r in SP_SPECIAL_NAMES if r not in found]
+        if missing:
+            raise ValueError(f"{self.path}: the SentencePiece model lacks the special piece(s) {'; '.join(missing)} "
+                             "(train it with user_defined_symbols=[CLS],[SEP],[MASK] and a pad_id, as "
+                             "squeezebert_jax.tokenizer.train_tokenizer does)")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            found[r] for r in ("pad", "unk", "cls", "sep", "mask"))
+
+    def _starts_word(self, token: str) -> bool:
+        if self.kind == "wordpiece":
+            return not token.startswith("##")
+        return token.startswith("\u2581")
+
+    # -- construction / saving --------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> Tokenizer:
+        """``vocab.txt`` (any ``*.txt``) -> uncased BERT WordPiece; ``*.model`` -> SentencePiece."""
+        return cls(path)
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike) -> Tokenizer | None:
+        """The tokenizer in ``directory`` (the first of ``TOKENIZER_FILE_NAMES`` present), or None if none is."""
+        for name in TOKENIZER_FILE_NAMES:
+            path = os.path.join(os.fspath(directory), name)
+            if os.path.isfile(path):
+                return cls(path)
+        return None
+
+    @property
+    def file_name(self) -> str:
+        """The name ``save`` writes: ``vocab.txt`` or ``spiece.model``."""
+        return "vocab.txt" if self.kind == "wordpiece" else "spiece.model"
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Write the tokenizer file (the bytes it was loaded from) into ``directory``; returns its file name."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        dst = os.path.join(directory, self.file_name)
+        tmp = f"{dst}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(self._blob)
+        os.replace(tmp, dst)
+        return self.file_name
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, path={self.path!r})"
+
+    # -- tokens <-> ids ---------------------------------------------------------------------------
+
+    def id_to_token(self, i: int) -> str:
+        """The vocabulary entry (WordPiece token or SentencePiece piece) of id ``i``."""
+        return self._tokens[i]
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of vocabulary entry ``token``, or None if it is not in the vocabulary."""
+        if self.kind == "wordpiece":
+            return self._backend.token_to_id(token)
+        i = self._sp.piece_to_id(token)
+        return i if self._tokens[i] == token else None
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``: no special tokens added, no truncation."""
+        if not isinstance(text, str):
+            raise TypeError(f"text is {type(text).__name__}, expected str")
+        if self.kind == "wordpiece":
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return self._sp.encode(text, out_type=int)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``[tokenize(t) for t in texts]``, computed in the native library's (multi-threaded) batch call."""
+        texts = _check_texts(texts, "texts")
+        if not texts:
+            return []
+        if self.kind == "wordpiece":
+            return [e.ids for e in self._backend.encode_batch_fast(texts, add_special_tokens=False)]
+        return self._sp.encode(texts, out_type=int)
+
+    def _check_ids(self, ids: np.ndarray) -> None:
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range "
+                             f"[{ids.min()}, {ids.max()}]")
+
+    def is_word_start(self, ids) -> np.ndarray:
+        """Bool array shaped like ``ids``: True where a token begins a word.
+
+        WordPiece: every token but ``##`` continuations. SentencePiece: pieces that begin with U+2581.
+        The specials count as word starts, except SentencePiece's ``[UNK]`` (it stands for characters inside
+        a word). Used for whole-word masking.
+        """
+        ids = np.asarray(ids)
+        self._check_ids(ids)
+        return self._word_start[ids.astype(np.int64, copy=False)] if ids.size else np.zeros(ids.shape, bool)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``. ``skip_special_tokens`` drops [PAD] [CLS] [SEP] [MASK] first ([UNK] is kept).
+
+        WordPiece output is what ``BertTokenizerFast.decode`` gives (lowercased, accents stripped, ``##``
+        pieces joined); SentencePiece output is ``SentencePieceProcessor.decode``.
+        """
+        arr = np.asarray(ids)
+        if arr.ndim != 1:
+            raise ValueError(f"decode takes one sequence of ids, got an array of shape {arr.shape}")
+        self._check_ids(arr)
+        seq = [int(i) for i in arr.tolist()]
+        if skip_special_tokens:
+            seq = [i for i in seq if i not in self.special_ids]
+        if self.kind == "wordpiece":
+            return self._backend.decode(seq, skip_special_tokens=False)
+        return self._sp.decode(seq)
+
+    # -- model inputs -----------------------------------------------------------------------------
+
+    def encode(self, text: str, text_pair: str | None = None, max_length: int = 128) -> dict[str, np.ndarray]:
+        """``[CLS] text [SEP] (text_pair [SEP])``, longest-first truncated and padded to ``max_length``.
+
+        Returns int32 arrays of shape [max_length]: ``input_ids``, ``token_type_ids`` (0 for the first
+        segment and its specials, 1 for the second), ``attention_mask`` (1 on real tokens).
+        """
+        out = self.encode_batch([text], None if text_pair is None else [text_pair], max_length=max_length)
+        return {k: v[0] for k, v in out.items()}
+
+    def encode_batch(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
+                     max_length: int = 128) -> dict[str, np.ndarray]:
+        """``encode`` for each text (and pair): int32 arrays of shape [len(texts), max_length]."""
+        texts = _check_texts(texts, "texts")
+        pairs = None if text_pairs is None else _check_texts(text_pairs, "text_pairs")
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} text_pairs")
+        n_special = 2 if pairs is None else 3
+        if not isinstance(max_length, (int, np.integer)) or max_length < n_special:
+            raise ValueError(f"max_length={max_length} cannot hold the {n_special} special tokens of a "
+                             f"{'single text' if pairs is None else 'text pair'}")
+        a_ids = self.tokenize_batch(texts)
+        b_ids = self.tokenize_batch(pairs) if pairs is not None else None
+        return self._layout(a_ids, b_ids, int(max_length))
+
+    def _layout(self, a_ids: list[list[int]], b_ids: list[list[int]] | None, max_length: int
+                ) -> dict[str, np.ndarray]:
+        n = len(a_ids)
+        input_ids = np.full((n, max_length), self.pad_id, np.int32)
+        token_type_ids = np.zeros((n, max_length), np.int32)
+        attention_mask = np.zeros((n, max_length), np.int32)
+        budget = max_length - (2 if b_ids is None else 3)
+        cls, sep = self.cls_id, self.sep_id
+        for r in range(n):
+            a = a_ids[r]
+            b = None if b_ids is None else b_ids[r]
+            na, nb = truncated_lengths(len(a), None if b is None else len(b), budget)
+            row = input_ids[r]
+            row[0] = cls
+            row[1:1 + na] = a[:na]
+            row[1 + na] = sep
+            end = 2 + na
+            if b is not None:
+                row[end:end + nb] = b[:nb]
+                row[end + nb] = sep
+                token_type_ids[r, end:end + nb + 1] = 1
+                end += nb + 1
+            attention_mask[r, :end] = 1
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+
+# --------------------------------------------------------------------------------------------------
+# Training a vocabulary
+# --------------------------------------------------------------------------------------------------
+
+def _train_wordpiece(files: list[str], out_dir: str, vocab_size: int) -> str:
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import normalizers, pre_tokenizers, trainers
+    from tokenizers.models import WordPiece
+
+    tok = RustTokenizer(WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIALS),
+                                        continuing_subword_prefix="##", show_progress=False)
+    tok.train(files, trainer)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))) or tuple(tokens[:len(BERT_SPECIALS)]) != BERT_SPECIALS:
+        raise RuntimeError("the WordPiece trainer returned ids that are not 0..N-1 with the specials first")
+    bad = [t for t in tokens if not t or "\n" in t or t != t.rstrip(_RUST_WHITESPACE)]
+    if bad:
+        raise RuntimeError(f"the WordPiece trainer produced tokens that vocab.txt cannot hold: {bad[:5]!r}")
+    path = os.path.join(out_dir, "vocab.txt")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    os.replace(tmp, path)
+    return path
+
+
+def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbose: bool) -> str:
+    import sentencepiece as spm
+
+    prefix = os.path.join(out_dir, "spiece")
+    try:
+        spm.SentencePieceTrainer.train(
+            input=files, model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
+            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece=PAD, unk_piece=UNK,
+            user_defined_symbols=[CLS, SEP, MASK],  # ids 2, 3, 4
+            normalization_rule_name="nmt_nfkc_cf",  # NFKC + case folding: an uncased model
+            input_sentence_size=10_000_000, shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1, minloglevel=0 if verbose else 1)  # 1: warnings and errors only
+    except RuntimeError as e:
+        raise ValueError(f"SentencePiece training on {', '.join(files)} failed: {e}") from None
+    return prefix + ".model"
+
+
+def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLike, vocab_size: int,
+                    kind: str = "wordpiece", *, verbose: bool = False) -> Tokenizer:
+    """Train a vocabulary of ``vocab_size`` entries on text ``files`` and write it into ``out_dir``.
+
+    ``wordpiece``: the ``tokenizers`` WordPiece trainer behind uncased BERT normalization and
+    pre-tokenization; writes ``out_dir/vocab.txt`` with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
+    ``sentencepiece``: a unigram ``SentencePieceTrainer`` model with NFKC + lowercase normalization,
+    [PAD]=0, [UNK]=1 and user-defined [CLS] [SEP] [MASK] at 2-4 (no BOS/EOS); writes
+    ``out_dir/spiece.model`` (and the readable ``spiece.vocab``). Training reads lines; at most 10M lines
+    (a random sample) feed SentencePiece. Returns the trained tokenizer, loaded from the written file; a
+    WordPiece vocabulary comes out smaller than ``vocab_size`` (with a warning) when the corpus runs out of
+    merges.
+    """
+    files = [os.fspath(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    if not files:
+        raise ValueError("train_tokenizer needs at least one input file")
+    for f in files:
+        if not os.path.isfile(f):
+            raise FileNotFoundError(f"training text not found: {f}")
+    if kind not in ("wordpiece", "sentencepiece"):
+        raise ValueError(f"kind={kind!r}; expected 'wordpiece' or 'sentencepiece'")
+    if vocab_size <= len(BERT_SPECIALS):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the {len(BERT_SPECIALS)} special tokens")
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    if kind == "wordpiece":
+        path = _train_wordpiece(files, out_dir, vocab_size)
+    else:
+        path = _train_sentencepiece(files, out_dir, vocab_size, verbose)
+    tok = Tokenizer.from_file(path)
+    if tok.vocab_size < vocab_size:
+        logging.warning("%s: the corpus supports only %d of the %d vocabulary entries asked for",
+                        path, tok.vocab_size, vocab_size)
+    return tok

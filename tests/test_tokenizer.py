@@ -1,0 +1,311 @@
+"""Tokenizer: ids equal transformers' BertTokenizerFast; SentencePiece round trips; clear errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from squeezebert_jax.tokenizer import (BERT_SPECIALS, Tokenizer, read_vocab, train_tokenizer,
+                                       truncated_lengths)
+
+transformers = pytest.importorskip("transformers")
+spm = pytest.importorskip("sentencepiece")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A hand-made vocab: specials, [unused], ASCII words, ## pieces, accent-stripped words, CJK, punctuation.
+HAND_VOCAB = (
+    ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+    + list("0123456789abcdefghijklmnopqrstuvwxyz")
+    + ["##" + c for c in "0123456789abcdefghijklmnopqrstuvwxyz"]
+    + "the an quick brown fox jumps over lazy dog hello world un cafe naive resume strasse is of and to in".split()
+    + ["##aff", "##able", "##ing", "##ed", "##ly", "##er", "##est"]
+    + list("中国人日本語我是的")
+    + ["12", "##34", "100"]
+)
+
+TEXTS = [
+    "Hello, World!",
+    "The quick brown fox jumps over the lazy dog.",
+    "unaffable unaffably jumping jumped",
+    "Café NAÏVE résumé Straße",
+    "e\u0301cole cafe\u0301 ﬁne Ǆ İstanbul",  # combining accent, ligature, titlecase digraph, dotted I
+    "我是中国人，日本語もある。hello中国world",
+    "ＨＥＬＬＯ ｗｏｒｌｄ ①②",  # fullwidth / circled
+    "\x00hel\x07lo\ufffd wor\x1fld\u200b zero\u200dwidth",  # control and format characters
+    "emoji 😀👍🏽 and flags 🇫🇷 and symbols ∑ ≤ ♥",
+    "\t\n  leading and\u3000ideographic\xa0nbsp\r\ntrailing \u2028 ",
+    "",
+    "   ",
+    "a" * 100,  # exactly max_input_chars_per_word: WordPiece splits it
+    "a" * 101 + " ok",  # one longer -> [UNK]
+    "literal [MASK] and [SEP][CLS] but [mask] [Pad] is text",
+    "1234 12.34 100% $5 #tag @user e-mail isn't don't",
+    "<html>tags</html> path/to/file.txt C++ a_b",
+    "ﾊﾝｶｸ カタカナ ひらがな 한국어 Ελληνικά русский عربى",
+    "x" * 30 + "##" + "y" * 5,
+]
+
+
+def _hf(vocab_path: str):
+    # Positional: transformers 5 builds the WordPiece model from a vocab path passed as `vocab`.
+    return transformers.BertTokenizerFast(str(vocab_path), do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def hand_vocab(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("hand") / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in HAND_VOCAB), encoding="utf-8")
+    return str(path)
+
+
+def _corpus_lines(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    words = ("the of and to in is was for on with as by at from that this which squeeze bert grouped "
+             "convolution attention layer token model pretraining mobile latency café naïve résumé "
+             "über straße 中国 日本 東京 😀 hello world unbelievable").split()
+    punct = [",", ".", "!", "?", ";", "(", ")", "'s", "-"]
+    syllables = "ka ri to ma ne su lo vi de ran tor pel quin str ght ough ing ed ly".split()
+    words += ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(150)]
+    lines = []
+    for _ in range(n):
+        ws = [rng.choice(words) for _ in range(rng.randint(4, 16))]
+        ws = [w.capitalize() if rng.random() < 0.2 else w for w in ws]
+        ws = [w + rng.choice(punct) if rng.random() < 0.15 else w for w in ws]
+        lines.append(" ".join(ws))
+    return lines
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(_corpus_lines(600, 0)) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained_vocab(corpus_file, tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("wp")
+    train_tokenizer([corpus_file], out, vocab_size=300, kind="wordpiece")
+    return str(out / "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def sp_tok(corpus_file, tmp_path_factory) -> Tokenizer:
+    return train_tokenizer([corpus_file], tmp_path_factory.mktemp("sp"), vocab_size=120, kind="sentencepiece")
+
+
+# --------------------------------------------------------------------------------------------------
+# WordPiece == BertTokenizerFast
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vocab_name", ["hand_vocab", "trained_vocab"])
+def test_tokenize_matches_bert_tokenizer_fast(vocab_name, request):
+    path = request.getfixturevalue(vocab_name)
+    tok, hf = Tokenizer.from_file(path), _hf(path)
+    texts = TEXTS + _corpus_lines(20, 1)
+    assert tok.kind == "wordpiece" and tok.vocab_size == len(hf)
+    for t in texts:
+        assert tok.tokenize(t) == hf(t, add_special_tokens=False)["input_ids"], t
+    assert tok.tokenize_batch(texts) == [tok.tokenize(t) for t in texts]
+    assert tok.tokenize("a" * 101) == [tok.unk_id]
+    assert tok.tokenize("literal [MASK]")[-1] == tok.mask_id
+    for t in texts:  # decoding agrees too
+        ids = hf(t)["input_ids"]
+        assert tok.decode(ids) == hf.decode(ids), t
+
+
+@pytest.mark.parametrize("vocab_name", ["hand_vocab", "trained_vocab"])
+def test_encode_single_and_pairs_match_bert_tokenizer_fast(vocab_name, request):
+    path = request.getfixturevalue(vocab_name)
+    tok, hf = Tokenizer.from_file(path), _hf(path)
+    rng = random.Random(3)
+    texts = TEXTS + _corpus_lines(10, 2)
+    for max_length in (2, 3, 5, 8, 16, 64):
+        for t in texts:
+            ref = hf(t, truncation=True, max_length=max_length, padding="max_length")
+            got = tok.encode(t, max_length=max_length)
+            for k in ("input_ids", "token_type_ids", "attention_mask"):
+                assert got[k].dtype == np.int32 and got[k].shape == (max_length,)
+                np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{k} {t!r} {max_length}")
+    pairs = [(rng.choice(texts), rng.choice(texts)) for _ in range(60)]
+    pairs += [("hello world", ""), ("", "hello world"), ("", "")]
+    for max_length in (3, 4, 7, 10, 13, 32):
+        # The batched call: for one pair, transformers drops an empty second text (its quirk), while its
+        # batched call and the tokenizers library keep the layout [CLS] a [SEP] [SEP], as we do.
+        ref = hf([a for a, _ in pairs], [b for _, b in pairs], truncation="longest_first", max_length=max_length,
+                 padding="max_length")
+        for i, (a, b) in enumerate(pairs):
+            got = tok.encode(a, b, max_length=max_length)
+            for k in ("input_ids", "token_type_ids", "attention_mask"):
+                np.testing.assert_array_equal(got[k], ref[k][i], err_msg=f"{k} {a!r} {b!r} {max_length}")
+        batch = tok.encode_batch([a for a, _ in pairs], [b for _, b in pairs], max_length=max_length)
+        for k in ("input_ids", "token_type_ids", "attention_mask"):
+            assert batch[k].dtype == np.int32 and batch[k].shape == (len(pairs), max_length)
+            np.testing.assert_array_equal(batch[k], np.stack([tok.encode(a, b, max_length)[k] for a, b in pairs]))
+    single = tok.encode_batch(texts, max_length=12)
+    np.testing.assert_array_equal(single["input_ids"], np.stack([tok.encode(t, max_length=12)["input_ids"]
+                                                                 for t in texts]))
+
+
+def test_truncated_lengths_rule():
+    # The cases of the tokenizers library's own unit test (max_length 7; lengths 0, 2, 4, 8).
+    expect = {(0, 0): (0, 0), (0, 2): (0, 2), (0, 4): (0, 4), (0, 8): (0, 7), (2, 0): (2, 0), (2, 2): (2, 2),
+              (2, 4): (2, 4), (2, 8): (2, 5), (4, 0): (4, 0), (4, 2): (4, 2), (4, 4): (3, 4), (4, 8): (3, 4),
+              (8, 0): (7, 0), (8, 2): (5, 2), (8, 4): (4, 3), (8, 8): (3, 4)}
+    for (n1, n2), want in expect.items():
+        assert truncated_lengths(n1, n2, 7) == want, (n1, n2)
+    assert truncated_lengths(9, None, 7) == (7, 0)
+
+
+def test_word_starts(hand_vocab, sp_tok):
+    tok, hf = Tokenizer.from_file(hand_vocab), _hf(hand_vocab)
+    ids = np.array(tok.tokenize("unaffable hello, jumping cafés 中国"))
+    want = [not t.startswith("##") for t in hf.convert_ids_to_tokens(ids.tolist())]
+    assert want.count(False) >= 3
+    np.testing.assert_array_equal(tok.is_word_start(ids), want)
+    np.testing.assert_array_equal(tok.is_word_start(ids.reshape(1, -1).astype(np.int32)), [want])
+    assert tok.is_word_start(np.array([tok.cls_id, tok.sep_id, tok.pad_id, tok.mask_id])).all()
+    sp_ids = np.array(sp_tok.tokenize("squeeze bert unbelievable grouped convolutions, hello"))
+    want = [sp_tok.id_to_token(i).startswith("\u2581") for i in sp_ids.tolist()]
+    assert True in want and False in want
+    np.testing.assert_array_equal(sp_tok.is_word_start(sp_ids), want)
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        tok.is_word_start(np.array([tok.vocab_size]))
+
+
+def test_specials_and_save_load(hand_vocab, tmp_path):
+    tok = Tokenizer.from_file(hand_vocab)
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 3, 4, 5, 6)
+    assert tok.special_ids == frozenset({0, 4, 5, 6})
+    assert tok.save(tmp_path / "m") == "vocab.txt"
+    again = Tokenizer.from_dir(tmp_path / "m")
+    assert again.kind == "wordpiece" and again.tokenize_batch(TEXTS) == tok.tokenize_batch(TEXTS)
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone.tokenize_batch(TEXTS) == tok.tokenize_batch(TEXTS)
+    assert Tokenizer.from_dir(tmp_path) is None
+    assert tok.decode(tok.encode("hello world", max_length=6)["input_ids"], skip_special_tokens=True) == "hello world"
+
+
+def test_trained_wordpiece_vocab(trained_vocab):
+    tokens = read_vocab(trained_vocab)
+    assert tuple(tokens[:5]) == BERT_SPECIALS and len(tokens) == 300 and len(set(tokens)) == 300
+    assert any(t.startswith("##") for t in tokens) and "café" not in tokens  # accents stripped
+    tok = Tokenizer.from_file(trained_vocab)
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+
+
+# --------------------------------------------------------------------------------------------------
+# SentencePiece
+# --------------------------------------------------------------------------------------------------
+
+def test_sentencepiece_round_trip_and_layout(sp_tok, tmp_path):
+    tok = sp_tok
+    assert tok.kind == "sentencepiece" and tok.vocab_size == 120
+    assert [tok.id_to_token(i) for i in range(5)] == list(BERT_SPECIALS)
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    ref = spm.SentencePieceProcessor(model_file=tok.path)
+    lines = _corpus_lines(30, 7)
+    for t in lines:
+        ids = tok.tokenize(t)
+        assert ids == ref.encode(t, out_type=int)
+        assert tok.decode(ids) == t.lower()  # the model case-folds
+    assert tok.tokenize_batch(lines) == [tok.tokenize(t) for t in lines]
+    assert tok.mask_id in tok.tokenize("the [MASK] of")
+    # Layout [CLS] a [SEP] b [SEP], pad after; longest-first truncation as for WordPiece.
+    a, b = "squeeze bert is a mobile model", "hello world"
+    ta, tb = tok.tokenize(a), tok.tokenize(b)
+    enc = tok.encode(a, b, max_length=len(ta) + len(tb) + 5)
+    want = [2] + ta + [3] + tb + [3, 0, 0]
+    np.testing.assert_array_equal(enc["input_ids"], want)
+    np.testing.assert_array_equal(enc["token_type_ids"], [0] * (len(ta) + 2) + [1] * (len(tb) + 1) + [0, 0])
+    np.testing.assert_array_equal(enc["attention_mask"], [1] * (len(want) - 2) + [0, 0])
+    assert tok.decode(enc["input_ids"], skip_special_tokens=True) == f"{a} {b}"
+    a3, b3 = f"{a} {a} {a}", f"{b} {b} {b}"
+    keep = len(tb) + 1  # budget 2 * len(tb) + 1: b, the shorter side, keeps all of its tokens
+    short = tok.encode(a3, b, max_length=len(tb) + keep + 3)
+    assert len(tok.tokenize(a3)) > keep and short["attention_mask"].all()
+    np.testing.assert_array_equal(short["input_ids"], [2] + tok.tokenize(a3)[:keep] + [3] + tb + [3])
+    both = tok.encode(a3, b3, max_length=13)  # both longer than half the budget: 5 + 5 tokens
+    np.testing.assert_array_equal(both["input_ids"], [2] + tok.tokenize(a3)[:5] + [3] + tok.tokenize(b3)[:5] + [3])
+    batch = tok.encode_batch(lines[:5], lines[5:10], max_length=9)
+    np.testing.assert_array_equal(batch["input_ids"], np.stack([tok.encode(x, y, 9)["input_ids"]
+                                                                for x, y in zip(lines[:5], lines[5:10])]))
+    assert tok.save(tmp_path) == "spiece.model"
+    again = Tokenizer.from_dir(tmp_path)
+    assert again.kind == "sentencepiece" and again.tokenize_batch(lines) == tok.tokenize_batch(lines)
+    assert pickle.loads(pickle.dumps(tok)).tokenize(lines[0]) == tok.tokenize(lines[0])
+
+
+def test_sentencepiece_missing_specials(corpus_file, tmp_path):
+    spm.SentencePieceTrainer.train(input=corpus_file, model_prefix=str(tmp_path / "plain"), vocab_size=80,
+                                   user_defined_symbols=["[CLS]", "[SEP]"], minloglevel=2)
+    with pytest.raises(ValueError, match=r"plain\.model.*\[MASK\] or <mask>"):
+        Tokenizer.from_file(tmp_path / "plain.model")
+    (tmp_path / "junk.model").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="junk.model: not a readable SentencePiece model"):
+        Tokenizer.from_file(tmp_path / "junk.model")
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors and the CLI
+# --------------------------------------------------------------------------------------------------
+
+def test_errors(tmp_path, hand_vocab):
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        Tokenizer.from_file(tmp_path / "nope.txt")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ValueError, match="unknown tokenizer file extension"):
+        Tokenizer.from_file(tmp_path / "tokenizer.json")
+    with pytest.raises(IsADirectoryError, match="from_dir"):
+        Tokenizer.from_file(tmp_path)
+    no_mask = tmp_path / "nomask" / "vocab.txt"
+    no_mask.parent.mkdir()
+    no_mask.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
+    with pytest.raises(ValueError, match=r"nomask/vocab.txt.*lacks the special token\(s\) \[MASK\]"):
+        Tokenizer.from_dir(no_mask.parent)
+    dup = tmp_path / "dup.txt"
+    dup.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\nhello \n")
+    with pytest.raises(ValueError, match=r"dup.txt: line 8 repeats token 'hello' of line 6"):
+        Tokenizer.from_file(dup)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"[PAD]\n\xff\n")
+    with pytest.raises(ValueError, match="bad.txt: not UTF-8"):
+        Tokenizer.from_file(bad)
+    tok = Tokenizer.from_file(hand_vocab)
+    with pytest.raises(ValueError, match="2 texts but 1 text_pairs"):
+        tok.encode_batch(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="max_length=2 cannot hold the 3 special tokens"):
+        tok.encode("a", "b", max_length=2)
+    with pytest.raises(TypeError, match=r"texts\[1\] is NoneType"):
+        tok.tokenize_batch(["a", None])
+    with pytest.raises(ValueError, match="kind='bpe'"):
+        train_tokenizer([hand_vocab], tmp_path / "t", 100, kind="bpe")
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        train_tokenizer([tmp_path / "missing.txt"], tmp_path / "t", 100)
+
+
+def test_crlf_vocab_matches_hf(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("\r\n".join(HAND_VOCAB).encode())  # CRLF lines, no final newline
+    tok, hf = Tokenizer.from_file(path), _hf(path)
+    assert tok.vocab_size == len(HAND_VOCAB) == len(hf)
+    for t in TEXTS:
+        assert tok.tokenize(t) == hf(t, add_special_tokens=False)["input_ids"]
+
+
+def test_cli_trains_both_kinds(corpus_file, tmp_path):
+    spec = importlib.util.spec_from_file_location("train_tokenizer_cli", os.path.join(ROOT, "train", "tokenizer.py"))
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    cli.main(["--input", corpus_file, "--out", str(tmp_path / "wp"), "--vocab_size", "200", "--kind", "wordpiece"])
+    cli.main(["--input", corpus_file, corpus_file, "--out", str(tmp_path / "sp"), "--vocab_size", "100",
+              "--kind", "sentencepiece"])
+    wp, sp = Tokenizer.from_dir(tmp_path / "wp"), Tokenizer.from_dir(tmp_path / "sp")
+    assert (wp.kind, wp.vocab_size, sp.kind, sp.vocab_size) == ("wordpiece", 200, "sentencepiece", 100)
