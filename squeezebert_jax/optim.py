@@ -1,0 +1,92 @@
+"""Optimizers: LAMB for pretraining (the paper's recipe), AdamW for fine-tuning, gradient accumulation.
+
+LAMB as the BERT/LAMB reference implementations: global-norm clip -> Adam moments -> decoupled weight
+decay -> layer-wise trust ratio ||w|| / ||update|| -> -lr, where LayerNorm parameters and biases get
+neither the weight decay nor the trust ratio. Built from optax primitives.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def _key_name(k) -> str:
+    return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
+
+
+def decay_mask(params) -> Any:
+    """True for weights that get weight decay and the trust ratio; False for LayerNorm params and biases."""
+
+    def keep(path, _):
+        names = [_key_name(k).lower() for k in path]
+        if any("layernorm" in n or "layer_norm" in n for n in names):
+            return False
+        return names[-1] not in ("bias", "scale")
+
+    return jax.tree_util.tree_map_with_path(keep, params)
+
+
+def warmup_polynomial_decay(peak_lr: float, total_steps: int, warmup_fraction: float = 0.28, power: float = 1.0,
+                            end_lr: float = 0.0) -> optax.Schedule:
+    """Linear warmup from 0 over ``warmup_fraction * total_steps`` steps, then polynomial decay to ``end_lr``."""
+    warmup = int(round(warmup_fraction * total_steps))
+    decay = optax.polynomial_schedule(peak_lr, end_lr, power, max(total_steps - warmup, 1))
+    if warmup == 0:
+        return decay
+    return optax.join_schedules([optax.linear_schedule(0.0, peak_lr, warmup), decay], [warmup])
+
+
+def lamb(learning_rate: float | optax.Schedule, weight_decay: float = 0.01, b1: float = 0.9, b2: float = 0.999,
+         eps: float = 1e-6, clip_norm: float | None = 1.0,
+         mask_fn: Callable[[Any], Any] = decay_mask) -> optax.GradientTransformation:
+    """LAMB with LayerNorm/bias excluded from weight decay and from the trust ratio."""
+    parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm else []
+    parts += [optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+              optax.add_decayed_weights(weight_decay, mask=mask_fn),
+              optax.masked(optax.scale_by_trust_ratio(), mask_fn),
+              optax.scale_by_learning_rate(learning_rate)]
+    return optax.chain(*parts)
+
+
+def adamw_finetune(peak_lr: float, total_steps: int, warmup_fraction: float = 0.1, b1: float = 0.9,
+                   b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0) -> optax.GradientTransformation:
+    """The paper's fine-tuning optimizer: AdamW (no weight decay by default), warmup + linear decay to 0."""
+    schedule = warmup_polynomial_decay(peak_lr, total_steps, warmup_fraction, power=1.0)
+    return optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
+
+
+def accumulate_gradients(loss_fn: Callable, params, batch: dict[str, jax.Array], num_microbatches: int,
+                         rng: jax.Array) -> tuple[jax.Array, Any, Any]:
+    """``(loss, aux, grads)`` of ``loss_fn(params, microbatch, rng_i) -> (loss, aux)`` summed over microbatches.
+
+    The batch's leading axis is split into ``num_microbatches`` equal parts (rng_i = fold_in(rng, i)) and the
+    losses, aux pytrees and gradients are *summed*: write ``loss_fn`` so that the per-microbatch values add up
+    to the big batch's (e.g. a weighted sum divided by the global weight), and the result equals the big
+    batch's to float error. ``num_microbatches == 1`` is a plain ``value_and_grad``.
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if num_microbatches == 1:
+        (loss, aux), grads = grad_fn(params, batch, rng)
+        return loss, aux, grads
+    for k, v in batch.items():
+        if v.shape[0] % num_microbatches:
+            raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, not divisible into {num_microbatches} microbatches")
+    # Strided split (row r goes to microbatch r % k): with the batch sharded over devices, every
+    # microbatch keeps rows on every device.
+    micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // num_microbatches, num_microbatches, *x.shape[1:]), batch)
+
+    def body(carry, i):
+        mb = jax.tree.map(lambda x: x[:, i], micro)
+        (loss, aux), grads = grad_fn(params, mb, jax.random.fold_in(rng, i))
+        return jax.tree.map(jnp.add, carry, (loss, aux, grads)), None
+
+    mb0 = jax.tree.map(lambda x: x[:, 0], micro)
+    shapes = jax.eval_shape(lambda: grad_fn(params, mb0, rng))
+    (loss_s, aux_s), grads_s = shapes
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (loss_s, aux_s, grads_s))
+    (loss, aux, grads), _ = jax.lax.scan(body, zeros, jnp.arange(num_microbatches))
+    return loss, aux, grads

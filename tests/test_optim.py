@@ -1,0 +1,145 @@
+"""LAMB against a hand-written numpy reference, masks, schedule, AdamW vs torch, gradient accumulation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from squeezebert_jax import optim
+
+
+def tree():
+    rng = np.random.default_rng(0)
+    return {"transformer": {"encoder": {"layers": {0: {"attention": {"query": {
+        "kernel": rng.normal(size=(2, 3, 4)).astype(np.float32), "bias": rng.normal(size=8).astype(np.float32)}},
+        "output": {"layernorm": {"scale": (1 + 0.1 * rng.normal(size=8)).astype(np.float32),
+                                 "bias": rng.normal(size=8).astype(np.float32)}}}}},
+        "embeddings": {"LayerNorm": {"scale": np.ones(8, np.float32), "bias": np.zeros(8, np.float32)},
+                       "word_embeddings": {"embedding": rng.normal(size=(5, 8)).astype(np.float32)}}},
+        "cls": {"predictions": {"bias": rng.normal(size=5).astype(np.float32)}}}
+
+
+def test_decay_mask_excludes_layernorm_and_biases():
+    flat = {"/".join(str(getattr(k, "key", k)) for k in path): v
+            for path, v in jax.tree_util.tree_leaves_with_path(optim.decay_mask(tree()))}
+    assert flat == {
+        "transformer/encoder/layers/0/attention/query/kernel": True,
+        "transformer/encoder/layers/0/attention/query/bias": False,
+        "transformer/encoder/layers/0/output/layernorm/scale": False,
+        "transformer/encoder/layers/0/output/layernorm/bias": False,
+        "transformer/embeddings/LayerNorm/scale": False,
+        "transformer/embeddings/LayerNorm/bias": False,
+        "transformer/embeddings/word_embeddings/embedding": True,
+        "cls/predictions/bias": False,
+    }
+    shapes = jax.tree.map(np.shape, tree())
+    for (_, m), (_, s) in zip(jax.tree_util.tree_leaves_with_path(optim.decay_mask(tree())),
+                              jax.tree_util.tree_leaves_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))):
+        if not m:
+            assert len(s) == 1
+
+
+def reference_lamb(params, grads_seq, lr, wd, b1=0.9, b2=0.999, eps=1e-6, clip=1.0):
+    """LAMB as in the BERT/LAMB reference code, in numpy float64, on flat {name: array} dicts."""
+    p = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(x) for k, x in p.items()}
+    for t, g in enumerate(grads_seq, start=1):
+        g = {k: x.astype(np.float64) for k, x in g.items()}
+        norm = np.sqrt(sum(np.sum(x * x) for x in g.values()))
+        scale = min(1.0, clip / norm)
+        for k in p:
+            gk = g[k] * scale
+            m[k] = b1 * m[k] + (1 - b1) * gk
+            v[k] = b2 * v[k] + (1 - b2) * gk * gk
+            mhat, vhat = m[k] / (1 - b1 ** t), v[k] / (1 - b2 ** t)
+            u = mhat / (np.sqrt(vhat) + eps)
+            decayed = not (k.endswith("bias") or k.endswith("scale") or "layernorm" in k.lower())
+            if decayed:
+                u = u + wd * p[k]
+                wn, un = np.linalg.norm(p[k]), np.linalg.norm(u)
+                u = u * (wn / un if wn > 0 and un > 0 else 1.0)
+            p[k] = p[k] - lr * u
+    return p
+
+
+def _flat(t):
+    return {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(v)
+            for path, v in jax.tree_util.tree_leaves_with_path(t)}
+
+
+def test_lamb_matches_numpy_reference_with_clipping():
+    params = jax.tree.map(jnp.asarray, tree())
+    rng = np.random.default_rng(1)
+    grads_seq = [jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape) * s, jnp.float32), params)
+                 for s in (0.01, 3.0, 0.5)]  # the second step's norm is > 1: clipping kicks in
+    tx = optim.lamb(1e-2, weight_decay=0.01)
+    state, p = tx.init(params), params
+    for g in grads_seq:
+        u, state = tx.update(g, state, p)
+        p = jax.tree.map(lambda a, b: a + b, p, u)
+    ref = reference_lamb(_flat(params), [_flat(g) for g in grads_seq], 1e-2, 0.01)
+    got = _flat(p)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=2e-5, atol=1e-6, err_msg=k)
+
+
+def test_schedule_warmup_then_polynomial_decay():
+    s = optim.warmup_polynomial_decay(2.5e-3, 1000, 0.28, power=1.0)
+    assert float(s(0)) == 0.0
+    assert abs(float(s(140)) - 1.25e-3) < 1e-9
+    assert abs(float(s(280)) - 2.5e-3) < 1e-9
+    assert abs(float(s(640)) - 1.25e-3) < 1e-8
+    assert abs(float(s(1000))) < 1e-9
+    s2 = optim.warmup_polynomial_decay(1.0, 100, 0.0, power=2.0)
+    assert abs(float(s2(50)) - 0.25) < 1e-6
+
+
+def test_adamw_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    w0 = rng.normal(size=(4, 3)).astype(np.float32)
+    grads = [rng.normal(size=(4, 3)).astype(np.float32) for _ in range(3)]
+    tx = optax_tx = optim.adamw_finetune(1e-2, 1000, warmup_fraction=0.0, eps=1e-6, weight_decay=0.01)
+    del optax_tx
+    params, state = {"w": jnp.asarray(w0)}, tx.init({"w": jnp.asarray(w0)})
+    tw = torch.nn.Parameter(torch.tensor(w0))
+    opt = torch.optim.AdamW([tw], lr=1e-2, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / 1000)
+    for g in grads:
+        u, state = tx.update({"w": jnp.asarray(g)}, state, params)
+        params = {"w": params["w"] + u["w"]}
+        tw.grad = torch.tensor(g)
+        opt.step()
+        sched.step()
+    np.testing.assert_allclose(np.asarray(params["w"]), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_accumulation_equals_big_batch_for_masked_weighted_mean(k):
+    """A weighted mean over predictions whose count differs per microbatch: sums accumulate exactly."""
+    rng = np.random.default_rng(3)
+    batch = {"x": jnp.asarray(rng.normal(size=(8, 5)), jnp.float32),
+             "y": jnp.asarray(rng.normal(size=(8,)), jnp.float32),
+             "w": jnp.asarray([1, 1, 1, 0, 1, 0, 0, 1], jnp.float32)}
+    params = {"a": jnp.asarray(rng.normal(size=5), jnp.float32), "b": jnp.zeros(())}
+    total_w = jnp.sum(batch["w"])
+
+    def loss_fn(p, mb, rng):
+        err = jnp.square(mb["x"] @ p["a"] + p["b"] - mb["y"])
+        return jnp.sum(err * mb["w"]) / total_w, {"count": jnp.sum(mb["w"])}
+
+    big_loss, big_grads = jax.value_and_grad(lambda p: loss_fn(p, batch, None)[0])(params)
+    loss, aux, grads = optim.accumulate_gradients(loss_fn, params, batch, k, jax.random.key(0))
+    assert abs(float(loss) - float(big_loss)) < 1e-6 and float(aux["count"]) == 5.0
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(big_grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_accumulation_indivisible_batch_is_an_error():
+    batch = {"x": jnp.ones((6, 2))}
+    with pytest.raises(ValueError, match=r"batch\['x'\] has 6 rows, not divisible into 4"):
+        optim.accumulate_gradients(lambda p, mb, r: (jnp.sum(mb["x"] * p), {}), jnp.ones(()), batch, 4,
+                                   jax.random.key(0))
