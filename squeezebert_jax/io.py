@@ -154,6 +154,11 @@ def _from_flat(flat: dict[str, np.ndarray], config, saved: str, head: str, num_l
     target = nnx.to_flat_state(nnx.state(model, nnx.Param))
     # Match on paths without the head classes' "transformer/" prefix (a bare SqueezeBertModel has none).
     src = {k.removeprefix("transformer/"): v for k, v in flat.items()}
+    saved_labels = src["classifier/kernel"].shape[-1] if "classifier/kernel" in src else None
+    if head == saved and num_labels and saved_labels not in (None, num_labels):
+        # e.g. MNLI (3 labels) -> RTE (2): the encoder transfers, the classifier is new.
+        src = {k: v for k, v in src.items() if not k.startswith("classifier/")}
+        saved = f"{saved} with {saved_labels} labels"
     missing, used = [], set()
     for path, var in target:
         key = "/".join(str(p) for p in path).removeprefix("transformer/")

@@ -401,7 +401,8 @@ class SqueezeBertModel(nnx.Module):
                             ("token_type_ids", token_type_ids, c.type_vocab_size),
                             ("position_ids", position_ids, c.max_position_embeddings)):
             if t is not None and _is_concrete(t) and t.size:
-                lo_v, hi_v = int(np.min(t)), int(np.max(t))
+                a = np.asarray(t)  # host copy: jnp reductions would be traced inside jit
+                lo_v, hi_v = int(a.min()), int(a.max())
                 if lo_v < 0 or hi_v >= hi:
                     raise ValueError(f"{name} values must be in [0, {hi}); got min {lo_v}, max {hi_v}")
 

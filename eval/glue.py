@@ -1,0 +1,53 @@
+"""GLUE evaluation: dev metrics, GLUE-server test files, and the paper's Table 2 over all tasks.
+
+    python eval/glue.py --model MODEL_DIR --task rte --data_dir GLUE_DIR
+    python eval/glue.py --model MODEL_DIR --task rte --data_dir GLUE_DIR --predict test --out submission/
+    # all tasks: --model is a runs directory holding <task>/model (as train/glue_recipe.py writes)
+    python eval/glue.py --model RUNS_DIR --task all --data_dir GLUE_DIR [--predict test --out submission/]
+Without --data_dir the TFDS glue/<task> datasets are read.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from squeezebert_jax import glue  # noqa: E402
+from squeezebert_jax.finetune import evaluate, predict_test, table_results  # noqa: E402
+
+ALL = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="MODEL_DIR (one task) or RUNS_DIR with <task>/model (all)")
+    p.add_argument("--task", required=True, help="a TFDS task name, or 'all'")
+    p.add_argument("--data_dir", default=None, help="GLUE_DIR (glue_data/); default: TFDS")
+    p.add_argument("--predict", choices=["test"], default=None, help="also write GLUE-server test files")
+    p.add_argument("--out", default="glue_predictions", help="where --predict writes")
+    p.add_argument("--max_length", type=int, default=128)
+    args = p.parse_args(argv)
+    tasks = ALL if args.task == "all" else (args.task,)
+    per_task = {}
+    for task in tasks:
+        model_dir = args.model
+        if args.task == "all" and os.path.isdir(os.path.join(args.model, task, "model")):
+            model_dir = os.path.join(args.model, task, "model")
+        elif args.task == "all" and not os.path.exists(os.path.join(args.model, "config.json")):
+            print(f"{task}: no {os.path.join(args.model, task, 'model')}, skipped")
+            continue
+        per_task[task] = evaluate(model_dir, task, args.data_dir, max_length=args.max_length)
+        print(task, json.dumps(per_task[task]))
+        if args.predict:
+            for path in predict_test(model_dir, task, args.data_dir, args.out, args.max_length):
+                print("wrote", path)
+            if task == "mnli":  # AX is predicted by the MNLI model
+                for path in predict_test(model_dir, "ax", args.data_dir, args.out, args.max_length):
+                    print("wrote", path)
+    print(glue.table(table_results(per_task), name=os.path.basename(os.path.normpath(args.model))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""GLUE fine-tuning (the paper's protocol) with optional final-layer distillation and MNLI -> task transfer.
+
+AdamW (batch 16, b1 0.9, b2 0.999, no weight decay), linear warmup + linear decay, evaluation after every
+epoch, the best epoch exported as WORKDIR/model (a MODEL_DIR with its tokenizer), dev metrics in
+WORKDIR/eval_results.json and per-epoch lines in WORKDIR/metrics.jsonl.
+
+Distillation (paper §4.2.2, final layer only): the target is ``w * teacher + (1 - w) * label`` — soft
+cross-entropy against the mix of the teacher's softmax and the one-hot label for classification, mean squared
+error against the mixed score for STS-B. ``w`` = ``distill.teacher_weight`` (the paper's 1 - alpha). Teacher
+logits are computed once from any teacher MODEL_DIR and cached on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+from tqdm.auto import tqdm
+
+from squeezebert_jax import glue, optim, trainer
+from squeezebert_jax.io import load_pretrained, save_pretrained
+from squeezebert_jax.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------------------
+
+def task_loss(logits, labels, weights, teacher=None, teacher_weight: float = 0.0, regression: bool = False):
+    """Weighted mean loss over real examples (weights 0 on padding). See the module docstring."""
+    w = weights.astype(jnp.float32)
+    if regression:
+        pred = logits[..., 0]
+        target = labels.astype(jnp.float32)
+        if teacher is not None:
+            target = teacher_weight * teacher[..., 0] + (1.0 - teacher_weight) * target
+        per = jnp.square(pred - target)
+    else:
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+        target = jax.nn.one_hot(labels, logits.shape[-1])
+        if teacher is not None:
+            target = teacher_weight * jax.nn.softmax(teacher.astype(jnp.float32), -1) + (1.0 - teacher_weight) * target
+        per = -jnp.sum(target * logp, -1)
+    return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batching
+# --------------------------------------------------------------------------------------------------
+
+def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | None = None):
+    """Fixed-shape batches; the last one is padded and carries ``weights`` 0 on the padding."""
+    n = len(arrays["input_ids"])
+    order = np.arange(n) if order is None else order
+    for i in range(0, n, batch_size):
+        idx = order[i:i + batch_size]
+        pad = batch_size - len(idx)
+        b = {k: np.concatenate([v[idx], np.repeat(v[idx[:1]], pad, 0)]) if pad else v[idx] for k, v in arrays.items()}
+        b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
+        yield b
+
+
+def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None) -> np.ndarray:
+    """Logits for every row of ``arrays`` with a jitted eval forward (dropout off)."""
+    model.eval()
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def fwd(state, b):
+        return nnx.merge(graphdef, state)(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
+
+    out = []
+    for b in batches({k: arrays[k] for k in INPUT_KEYS}, batch_size):
+        n = int(b.pop("weights").sum())
+        out.append(np.asarray(fwd(state, b))[:n])
+    return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+
+
+def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str) -> np.ndarray:
+    """The teacher's logits on ``examples``, computed once and cached (keyed by teacher, task, split, length)."""
+    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task}|{split}|{max_length}|{len(examples)}".encode())
+    path = os.path.join(cache_dir, f"teacher_{task}_{split}_{key.hexdigest()[:12]}.npy")
+    if os.path.exists(path):
+        return np.load(path)
+    teacher = load_pretrained(teacher_dir)
+    tok = Tokenizer.from_dir(teacher_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{teacher_dir}: the teacher has no tokenizer file")
+    logits = predict_logits(teacher, glue.encode_examples(examples, tok, max_length, task=task))
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = path + ".tmp.npy"
+    np.save(tmp, logits)
+    os.replace(tmp, path)
+    return logits
+
+
+# --------------------------------------------------------------------------------------------------
+# The fine-tuning run
+# --------------------------------------------------------------------------------------------------
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict."""
+    os.makedirs(workdir, exist_ok=True)
+    spec = glue.get_task(config.task)
+    regression, num_labels = spec.is_regression, spec.num_labels
+
+    # -- Data --------------------------------------------------------------------------------------
+    tok = Tokenizer.from_dir(config.init_from)
+    if tok is None:
+        raise FileNotFoundError(f"{config.init_from}: no tokenizer file (vocab.txt or SentencePiece model)")
+    load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
+                                            skip_malformed=config.skip_malformed)
+    train_ex = load("train")
+    if config.max_train_examples:
+        train_ex = train_ex[:config.max_train_examples]
+    train = glue.encode_examples(train_ex, tok, config.max_seq_length, task=config.task)
+    evals = {s: (ex, glue.encode_examples(ex, tok, config.max_seq_length, task=config.task))
+             for s in spec.eval_splits for ex in [load(s)]}
+    if config.distill.teacher:
+        cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
+        train["teacher"] = teacher_logits(config.distill.teacher, config.task, "train", train_ex,
+                                          config.max_seq_length, cache).astype(np.float32)
+
+    # -- Model + optimizer -------------------------------------------------------------------------
+    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
+                                   ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}
+    model = load_pretrained(config.init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
+                            dtype=dtype, seed=config.seed, config_overrides=overrides)
+    model.config.id2label = None if regression else dict(enumerate(spec.labels))
+    graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
+    params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
+    steps_per_epoch = math.ceil(len(train["input_ids"]) / config.batch_size)
+    total = steps_per_epoch * config.num_epochs
+    tx = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
+                              weight_decay=config.weight_decay)
+    opt_state = tx.init(params)
+    w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
+
+    def loss_fn(params, b, rng):
+        m = nnx.merge(graphdef, params, rest)
+        nnx.reseed(m, dropout=rng, default=rng)
+        m.train()
+        logits = m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
+        return task_loss(logits, b["labels"], b["weights"], b.get("teacher"), w_teacher, regression)
+
+    @jax.jit
+    def train_step(params, opt_state, b, rng):
+        loss, grads = jax.value_and_grad(loss_fn)(params, b, rng)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    # -- Loop: train an epoch, evaluate, keep the best ----------------------------------------------
+    writer = trainer.MetricsWriter(workdir)
+    rng = jax.random.key(config.seed)
+    history, best, step = [], None, 0
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher") if k in train]
+    bar = tqdm(total=total, desc=f"{config.task}", disable=not config.progress, dynamic_ncols=True)
+    for epoch in range(config.num_epochs):
+        order = np.random.default_rng(config.seed + epoch).permutation(len(train["input_ids"]))
+        losses = []
+        for b in batches({k: train[k] for k in keys}, config.batch_size, order):
+            params, opt_state, loss = train_step(params, opt_state, b, jax.random.fold_in(rng, step))
+            losses.append(loss)
+            step += 1
+            bar.update(1)
+        train_loss = float(np.mean(jax.device_get(losses)))
+        if not math.isfinite(train_loss):
+            raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
+        nnx.replace_by_pure_dict(params_state, params)
+        nnx.update(model, params_state)
+        result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
+        for split, (ex, arr) in evals.items():
+            logits = predict_logits(model, arr)
+            preds = logits[:, 0] if regression else logits.argmax(-1)
+            for name, value in glue.compute_metrics(config.task, preds, arr["labels"]).items():
+                result[f"{split}/{name}"] = value
+        result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
+        history.append(result)
+        writer.write(step, {k: v for k, v in result.items() if k not in ("epoch", "step")})
+        bar.set_postfix(score=f"{result['score']:.4f}", loss=f"{train_loss:.4f}")
+        if best is None or result["score"] > best["score"]:
+            best = result
+            save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=config.init_from)
+    bar.close()
+    writer.close()
+    results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
+               "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task)}
+    with open(os.path.join(workdir, "eval_results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    return results
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation, test predictions and the whole-table recipe
+# --------------------------------------------------------------------------------------------------
+
+def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None = None,
+             max_length: int = 128) -> dict[str, dict[str, float]]:
+    """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
+    spec = glue.get_task(task)
+    model, tok = load_pretrained(model_dir), Tokenizer.from_dir(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{model_dir}: no tokenizer file")
+    max_length = min(max_length, model.config.max_position_embeddings)
+    out = {}
+    for s in ([split] if split else spec.eval_splits):
+        arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
+        logits = predict_logits(model, arr)
+        out[s] = glue.compute_metrics(task, logits[:, 0] if spec.is_regression else logits.argmax(-1), arr["labels"])
+    return out
+
+
+def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, max_length: int = 128) -> list[str]:
+    """GLUE-server files for the task's test splits (AX: pass task="ax" with the MNLI model)."""
+    spec = glue.get_task(task)
+    model, tok = load_pretrained(model_dir), Tokenizer.from_dir(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{model_dir}: no tokenizer file")
+    max_length = min(max_length, model.config.max_position_embeddings)
+    paths = []
+    for s in spec.test_splits:
+        arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
+        logits = predict_logits(model, arr)
+        paths.append(glue.write_predictions(task, arr["idx"], logits[:, 0] if spec.is_regression else logits,
+                                            out_dir, split_name=s))
+    return paths
+
+
+def table_results(per_task: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """{task: {split: metrics}} -> the keys glue.table expects (mnli_matched, mnli_mismatched, qqp, ...)."""
+    flat = {}
+    for task, splits in per_task.items():
+        for split, metrics in splits.items():
+            key = task if task != "mnli" else ("mnli_matched" if split.endswith("_matched") else "mnli_mismatched")
+            flat[key] = metrics
+    return flat
+
+
+def run_recipe(make_config, init_from: str, workdir: str, tasks=None, transfer: bool = False,
+               teacher_root: str = "", predict: bool = False) -> str:
+    """Fine-tune every task (MNLI first), optionally with MNLI -> task transfer (not CoLA, as the paper) and
+    distillation from ``teacher_root/<task>`` MODEL_DIRs; return the paper's Table 2 form.
+
+    ``make_config(task)`` gives each task's fine-tuning config (train/configs/glue.py plus overrides)."""
+    tasks = list(tasks or ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli"))
+    if transfer and "mnli" in tasks:
+        tasks.remove("mnli")
+        tasks.insert(0, "mnli")
+    per_task = {}
+    for task in tasks:
+        c = make_config(task)
+        mnli_model = os.path.join(workdir, "mnli", "model")
+        c.init_from = mnli_model if (transfer and task not in ("mnli", "cola") and os.path.isdir(mnli_model)) \
+            else init_from
+        teacher = os.path.join(teacher_root, task) if teacher_root else ""
+        c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
+        c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
+        res = finetune(c, os.path.join(workdir, task))
+        per_task[task] = {k.split("/")[0]: {} for k in res["best"] if "/" in k}
+        for k, v in res["best"].items():
+            if "/" in k:
+                split, name = k.split("/")
+                per_task[task][split][name] = v
+        if predict and glue.get_task(task).test_splits:
+            out = os.path.join(workdir, "predictions")
+            try:
+                for t in (task, "ax") if task == "mnli" else (task,):
+                    predict_test(os.path.join(workdir, task, "model"), t, c.data_dir or None, out, c.max_seq_length)
+            except FileNotFoundError as e:
+                log.warning("no test predictions for %s: %s", task, e)
+    label = "this run" + (" (D)" if teacher_root else "") + (" (S)" if transfer else "")
+    text = glue.table(table_results(per_task), name=label)
+    with open(os.path.join(workdir, "table.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(workdir, "results.json"), "w") as f:
+        json.dump(per_task, f, indent=2)
+    return text
+

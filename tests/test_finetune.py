@@ -1,0 +1,188 @@
+"""GLUE fine-tuning: distillation loss limits, a tiny separable task to 100%, STS-B regression, MNLI transfer."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import squeezebert_jax as sj
+from squeezebert_jax import finetune as ft
+
+WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "a", "plot", "very", "truly"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+
+
+def test_distillation_teacher_weight_0_is_hard_label_loss():
+    rng = np.random.default_rng(0)
+    logits, teacher = jnp.asarray(rng.normal(size=(6, 3))), jnp.asarray(rng.normal(size=(6, 3)))
+    labels, w = jnp.asarray([0, 1, 2, 1, 0, 2]), jnp.asarray([1, 1, 1, 1, 1, 0.0])
+    hard = ft.task_loss(logits, labels, w)
+    ref = -np.sum(np.asarray(jax.nn.log_softmax(logits))[np.arange(6), labels] * np.asarray(w)) / 5
+    assert abs(float(hard) - ref) < 1e-6
+    assert abs(float(ft.task_loss(logits, labels, w, teacher, 0.0)) - float(hard)) < 1e-7
+    # weight 1: the soft cross-entropy is minimised exactly at the teacher's distribution
+    soft = ft.task_loss(teacher, labels, w, teacher, 1.0)
+    assert float(soft) < float(ft.task_loss(teacher + 0.3 * jnp.asarray(rng.normal(size=(6, 3))), labels, w,
+                                            teacher, 1.0))
+    # regression: MSE against the mixed target
+    y = jnp.asarray([1.0, 2.0, 3.0, 4.0, 0.5, 2.5])
+    pred = jnp.asarray(rng.normal(size=(6, 1)))
+    t = jnp.asarray(rng.normal(size=(6, 1)))
+    got = ft.task_loss(pred, y, w, t, 0.25, regression=True)
+    target = 0.25 * t[:, 0] + 0.75 * y
+    assert abs(float(got) - float(jnp.sum(jnp.square(pred[:, 0] - target) * w) / 5)) < 1e-6
+
+
+def test_student_matches_fixed_teacher_with_weight_1():
+    """Gradient descent on the teacher_weight=1 loss drives a linear student to the teacher's probabilities."""
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(32, 4)))
+    teacher = x @ jnp.asarray(rng.normal(size=(4, 3)))
+    labels = jnp.asarray(rng.integers(0, 3, 32))
+    w = jnp.ones(32)
+    W = jnp.zeros((4, 3))
+    g = jax.jit(jax.grad(lambda W: ft.task_loss(x @ W, labels, w, teacher, 1.0)))
+    for _ in range(3000):
+        W = W - 0.5 * g(W)
+    diff = jnp.abs(jax.nn.softmax(x @ W) - jax.nn.softmax(teacher))
+    assert float(diff.max()) < 0.02
+
+
+def test_batches_pad_with_zero_weight():
+    arrays = {"input_ids": np.arange(10).reshape(5, 2), "labels": np.arange(5)}
+    out = list(ft.batches(arrays, 2))
+    assert len(out) == 3 and out[-1]["weights"].tolist() == [1.0, 0.0]
+    assert out[-1]["input_ids"].shape == (2, 2)
+
+
+# ---- end to end on GLUE-format files ------------------------------------------------------------------
+
+def _write_sst2(d, n_train=384, n_dev=32, seed=0):
+    rng = np.random.default_rng(seed)
+    os.makedirs(d / "SST-2", exist_ok=True)
+
+    def rows(n):
+        out = []
+        for _ in range(n):
+            y = int(rng.integers(0, 2))
+            word = rng.choice(WORDS[:3] if y else WORDS[3:6])
+            filler = " ".join(rng.choice(WORDS[6:], 3))
+            out.append(f"{filler} {word} {filler}\t{y}")
+        return out
+
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        (d / "SST-2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows(n)) + "\n")
+    (d / "SST-2" / "test.tsv").write_text("index\tsentence\n" + "\n".join(
+        f"{i}\t{r.split(chr(9))[0]}" for i, r in enumerate(rows(8))) + "\n")
+
+
+def _tiny_model_dir(path, head="SqueezeBertForPreTraining", seed=0):
+    cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    model = sj.HEADS[head](cfg, rngs=nnx.Rngs(seed))
+    sj.save_pretrained(model, path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return path
+
+
+def _config(task, init_from, data_dir, **kw):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "glue_cfg", os.path.join(os.path.dirname(__file__), "..", "train", "configs", "glue.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config(task)
+    c.init_from, c.data_dir, c.progress, c.max_seq_length = str(init_from), str(data_dir), False, 16
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return c
+
+
+def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path):
+    _write_sst2(tmp_path / "glue")
+    init = _tiny_model_dir(tmp_path / "init")
+    c = _config("sst2", init, tmp_path / "glue", learning_rate=3e-3, num_epochs=4, dropout=0.0)
+    res = ft.finetune(c, str(tmp_path / "run"))
+    assert res["best"]["score"] == 1.0
+    saved = json.load(open(tmp_path / "run" / "eval_results.json"))
+    assert saved["best"]["score"] == 1.0 and len(saved["history"]) == 4
+    model = sj.load_pretrained(tmp_path / "run" / "model")
+    assert type(model) is sj.SqueezeBertForSequenceClassification and model.num_labels == 2
+    assert os.path.exists(tmp_path / "run" / "model" / "vocab.txt")
+
+
+def _write_pair_task(d, glue_dir, labels, n, seed, mnli=False):
+    """RTE-style (index, sentence1, sentence2, label) or MNLI-style (12 columns, gold_label last) files."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(d / glue_dir, exist_ok=True)
+
+    def row(i, with_label):
+        y = int(rng.integers(0, len(labels)))
+        a = " ".join(rng.choice(WORDS[6:], 3)) + " " + WORDS[y]
+        b = " ".join(rng.choice(WORDS[6:], 2))
+        if mnli:
+            cols = [str(i), "1", "2", "fiction", "(", "(", "(", "(", a, b] + ([labels[y], labels[y]] if with_label else [])
+        else:
+            cols = [str(i), a, b] + ([labels[y]] if with_label else [])
+        return "\t".join(cols)
+
+    if mnli:
+        head = "index\tpromptID\tpairID\tgenre\ts1b\ts2b\ts1p\ts2p\tsentence1\tsentence2"
+        files = {"train.tsv": True, "dev_matched.tsv": True, "dev_mismatched.tsv": True,
+                 "test_matched.tsv": False, "test_mismatched.tsv": False}
+        for name, lab in files.items():
+            h = head + ("\tlabel1\tgold_label" if lab else "")
+            (d / glue_dir / name).write_text(h + "\n" + "\n".join(row(i, lab) for i in range(n)) + "\n")
+    else:
+        for name, lab in {"train.tsv": True, "dev.tsv": True, "test.tsv": False}.items():
+            h = "index\tsentence1\tsentence2" + ("\tlabel" if lab else "")
+            (d / glue_dir / name).write_text(h + "\n" + "\n".join(row(i, lab) for i in range(n)) + "\n")
+
+
+@pytest.mark.slow
+def test_recipe_with_transfer_distillation_and_predictions(tmp_path):
+    """The whole-table command end to end: MNLI first, RTE from the MNLI student with a cached teacher,
+    test files for the GLUE server (AX by the MNLI model), and eval/glue.py over the runs."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from squeezebert_jax import glue
+
+    data = tmp_path / "glue"
+    _write_pair_task(data, "MNLI", ("entailment", "neutral", "contradiction"), 24, 0, mnli=True)
+    _write_pair_task(data, "RTE", ("entailment", "not_entailment"), 24, 1)
+    os.makedirs(data / "diagnostic")
+    (data / "diagnostic" / "diagnostic.tsv").write_text(
+        "index\tsentence1\tsentence2\n0\tthe movie\tgood plot\n1\ta plot\tbad movie\n")
+    init = _tiny_model_dir(tmp_path / "init")
+    teachers = tmp_path / "teachers"
+    _tiny_model_dir(teachers / "rte", head="SqueezeBertForSequenceClassification", seed=5)
+    root = os.path.join(os.path.dirname(__file__), "..")
+    spec = importlib.util.spec_from_file_location("recipe", os.path.join(root, "train", "glue_recipe.py"))
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    runs = tmp_path / "runs"
+    recipe.main(["--init_from", str(init), "--data_dir", str(data), "--workdir", str(runs), "--tasks", "rte", "mnli",
+                 "--transfer", "--teacher_root", str(teachers), "--epochs", "1", "--max_seq_length", "16", "--predict"])
+    table = (runs / "table.md").read_text()
+    assert "MNLI-m" in table and "RTE" in table and "82.3" in table  # ours, with the paper's row
+    res = json.load(open(runs / "rte" / "eval_results.json"))
+    assert res["init_from"] == str(runs / "mnli" / "model") and res["distill"]["teacher"] == str(teachers / "rte")
+    assert any(f.startswith("teacher_rte_train") for f in os.listdir(runs / "teacher_cache"))
+    preds = sorted(os.listdir(runs / "predictions"))
+    assert preds == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "RTE.tsv"]
+    back = glue.read_predictions(str(runs / "predictions" / "RTE.tsv"), expected_rows=24)
+    assert len(back.idx) == 24
+    r = subprocess.run([sys.executable, os.path.join(root, "eval", "glue.py"), "--model", str(runs), "--task", "all",
+                        "--data_dir", str(data)], capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "MNLI-mm" in r.stdout and "sst2: no" in r.stdout

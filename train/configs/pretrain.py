@@ -1,0 +1,78 @@
+"""Pretraining configs (ml_collections). Variants: demo, paper, bert-base, smoke.
+
+    python train/pretrain.py --config train/configs/pretrain.py:demo --workdir /tmp/sqb_demo
+    python train/pretrain.py --config train/configs/pretrain.py:paper --workdir gs://bucket/sqb \
+        --config.data.path /data/wiki_books_prepared
+    python train/pretrain.py --config train/configs/pretrain.py:bert-base --workdir ... --config.data.path ...
+
+Override anything with --config.x=... (e.g. --config.num_microbatches=8 when 8192 sequences do not fit).
+"""
+
+import ml_collections
+
+
+def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.model = ml_collections.ConfigDict({"preset": "squeezebert-uncased", "overrides": {},
+                                         "vocab_from_tokenizer": False})
+    c.init_from = ""  # a MODEL_DIR to start from (e.g. a converted checkpoint)
+    c.compute_dtype = "bfloat16"
+    # The paper (via LAMB, You et al.): global batch 8192, lr 2.5e-3, warmup 28%, then polynomial decay.
+    c.global_batch_size = 8192
+    c.num_microbatches = 1  # gradient accumulation: equal (up to float error) to the large batch
+    c.learning_rate = 2.5e-3
+    c.warmup_fraction = 0.28
+    c.decay_power = 1.0
+    c.weight_decay = 0.01
+    c.clip_norm = 1.0
+    c.phases = [dict(name="phase1", num_steps=56_000, seq_len=128, max_predictions_per_seq=20),
+                dict(name="phase2", num_steps=6_000, seq_len=512, max_predictions_per_seq=77)]
+    c.fsdp = False
+    c.num_devices = 0  # 0: all devices
+    c.data = ml_collections.ConfigDict({"source": "prepared", "path": "", "whole_word_masking": False,
+                                        "num_workers": 0, "num_shards": 4, "demo_num_docs": 4000,
+                                        "demo_seed": 0})
+    c.log_every = 100
+    c.checkpoint_every = 1000
+    c.keep_checkpoints = 3
+    c.async_checkpoints = True
+    c.progress = True
+    c.stop_at_step = 0  # >0: save and exit at this global step, as a preemption would (resume later)
+    c.peak_flops_per_device = 0.0  # 0: look up by device kind (MFU is left out on CPU)
+    c.coordinator_address = ""  # multi-host: host:port of process 0 (or SQUEEZEBERT_AUTO_DISTRIBUTED=1)
+    c.num_processes = 0
+    c.process_id = -1
+
+    if variant == "paper":
+        pass
+    elif variant == "bert-base":  # the paper's baseline: the same protocol on BERT-base
+        c.model.preset = "bert-base-uncased"
+    elif variant in ("demo", "smoke"):
+        # A tiny SqueezeBERT on the embedded generated corpus: minutes on 2 CPU cores.
+        c.model.preset = "squeezebert-uncased"
+        c.model.overrides = dict(hidden_size=128, embedding_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=512, max_position_embeddings=128)
+        c.model.vocab_from_tokenizer = True
+        c.compute_dtype = "float32"
+        c.data.source = "demo"
+        c.global_batch_size = 32
+        c.learning_rate = 2e-3
+        c.warmup_fraction = 0.1
+        c.phases = [dict(name="phase1", num_steps=600, seq_len=64, max_predictions_per_seq=10),
+                    dict(name="phase2", num_steps=60, seq_len=128, max_predictions_per_seq=20)]
+        c.log_every = 20
+        c.checkpoint_every = 200
+        if variant == "smoke":  # for tests: seconds
+            c.model.overrides = dict(c.model.overrides, hidden_size=32, embedding_size=32, intermediate_size=64)
+            c.data.demo_num_docs = 200
+            c.global_batch_size = 16
+            c.phases = [dict(name="phase1", num_steps=6, seq_len=32, max_predictions_per_seq=5),
+                        dict(name="phase2", num_steps=2, seq_len=64, max_predictions_per_seq=8)]
+            c.log_every = 2
+            c.checkpoint_every = 2
+            c.async_checkpoints = False
+            c.progress = False
+    else:
+        raise ValueError(f"unknown variant {variant!r}: demo, smoke, paper, bert-base")
+    return c

@@ -1,0 +1,35 @@
+"""Fine-tune on a GLUE task — see train/configs/glue.py for the launch commands.
+
+    python train/finetune.py --config train/configs/glue.py:rte --config.init_from MODEL_DIR \
+        --config.data_dir GLUE_DIR --workdir DIR
+"""
+
+import json
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from squeezebert_jax.finetune import finetune  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "run directory: metrics.jsonl, eval_results.json, model/")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    del argv
+    logging.getLogger().setLevel(logging.INFO)
+    if not _CONFIG.value.init_from:
+        raise app.UsageError("--config.init_from MODEL_DIR is required")
+    results = finetune(_CONFIG.value, _WORKDIR.value)
+    print(json.dumps(results["best"], indent=2))
+    print(f"best model: {os.path.join(_WORKDIR.value, 'model')}")
+
+
+if __name__ == "__main__":
+    app.run(main)
