@@ -273,14 +273,32 @@ def example_maker(tokenizer, seq_len: int, max_predictions_per_seq: int, whole_w
                         tokenizer.pad_id, tokenizer.vocab_size, tuple(sorted(tokenizer.special_ids)), word_start)
 
 
+@dataclasses.dataclass(frozen=True)
+class _HostExamples:
+    """Example ``i`` of host ``h`` is global example ``p = (i // L) * G + h * L + i % L`` (L = G / hosts):
+    record ``shuffled[p]``, masked with a Generator seeded by (seed, p). So the global batch of a step is the
+    same whatever the number of hosts, and hosts read disjoint examples."""
+
+    shuffled: object
+    maker: ExampleMaker
+    seed: int
+    per_host: int
+    global_batch: int
+    shard_index: int
+
+    def __call__(self, i: int) -> dict[str, np.ndarray]:
+        p = (i // self.per_host) * self.global_batch + self.shard_index * self.per_host + i % self.per_host
+        return self.maker(self.shuffled[p], np.random.default_rng([self.seed, p]))
+
+
 def make_pretrain_loader(data_dir: str, seq_len: int, global_batch_size: int, seed: int,
                          max_predictions_per_seq: int, whole_word_masking: bool = False,
                          shard_index: int | None = None, shard_count: int | None = None, num_workers: int = 0):
     """An endless, checkpointable grain dataset of per-host batches (``global_batch_size / shard_count`` rows).
 
-    Host ``shard_index`` reads records ``shard_index::shard_count`` (disjoint across hosts), shuffled with
-    ``seed`` (reshuffled every epoch); each example is made by ``ExampleMaker`` with a Generator that grain
-    derives from (seed, example index), so the same (seed, step) always gives the same batch.
+    The records are shuffled with ``seed`` (reshuffled every epoch); each example is made by ``ExampleMaker``
+    from (seed, global example index), so the same (seed, step) gives the same global batch on any number of
+    hosts, and host ``shard_index`` makes only its own disjoint rows of it.
     """
     import grain
     import jax
@@ -296,8 +314,10 @@ def make_pretrain_loader(data_dir: str, seq_len: int, global_batch_size: int, se
         raise FileNotFoundError(f"{data_dir}: no tokenizer file; prepare() saves one next to the shards")
     maker = example_maker(tokenizer, seq_len, max_predictions_per_seq, whole_word_masking)
     source = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(shard_paths(data_dir)))
-    ds = source[shard_index::shard_count].shuffle(seed=seed).repeat(None)
-    ds = ds.random_map(maker, seed=seed + 7919).batch(global_batch_size // shard_count, drop_remainder=True)
+    per_host = global_batch_size // shard_count
+    make = _HostExamples(source.shuffle(seed=seed).repeat(None), maker, seed, per_host, global_batch_size,
+                         shard_index)
+    ds = grain.MapDataset.range(2 ** 62).map(make).batch(per_host, drop_remainder=True)
     it = ds.to_iter_dataset()
     if num_workers:
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))

@@ -31,8 +31,9 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
                                  process_id: int | None = None) -> None:
     """``jax.distributed.initialize`` for multi-host runs (explicit, or auto-detected on TPU/SLURM)."""
     if coordinator_address:
-        if jax.config.jax_platforms in (None, "", "cpu") and jax.default_backend() == "cpu":
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # Cross-process collectives for CPU devices (only the CPU backend reads this; it must be set before
+        # the backend starts, so no jax.devices() call here).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address, num_processes, process_id)
     elif os.environ.get("SQUEEZEBERT_AUTO_DISTRIBUTED") == "1":
         jax.distributed.initialize()
