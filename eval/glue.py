@@ -12,7 +12,11 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The repo root replaces this script's folder on sys.path: eval/profile.py would shadow the stdlib `profile`.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
+    sys.path.pop(0)
+sys.path.insert(0, os.path.dirname(_HERE))
 
 from squeezebert_jax import glue  # noqa: E402
 from squeezebert_jax.finetune import evaluate, predict_test, table_results  # noqa: E402

@@ -1,0 +1,47 @@
+"""Export a MODEL_DIR to a TorchScript lite-interpreter file (.ptl), the paper's mobile latency path.
+
+    python convert/to_torchscript.py --src MODEL_DIR --out model.ptl [--seq-len 128] [--batch 1]
+
+Loads our model, converts it to the transformers PyTorch class of its head (SqueezeBert*, or Bert* when all
+group counts are 1; a ForPreTraining model exports its MLM logits through the ...ForMaskedLM class), traces
+it on (input_ids, attention_mask, token_type_ids), freezes it, applies optimize_for_mobile when PyTorch has
+XNNPACK, saves it with _save_for_lite_interpreter, then reloads it with the lite interpreter and checks its
+outputs against the Flax model on padded inputs (max |diff| <= --tol). Exit status 1 when the check fails.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from squeezebert_jax import load_pretrained  # noqa: E402
+from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", required=True, help="MODEL_DIR (or a transformers checkpoint directory)")
+    p.add_argument("--out", required=True, help=".ptl file to write")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--num-choices", type=int, default=2, help="choices per example (multiple-choice heads only)")
+    p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="max |lite - Flax| allowed")
+    p.add_argument("--no-optimize", action="store_true", help="skip optimize_for_mobile even with XNNPACK")
+    args = p.parse_args(argv)
+    model = load_pretrained(args.src)
+    if type(model).__name__ == "SqueezeBertForPreTraining":
+        print("note: ForPreTraining model: exporting the MLM logits (transformers' MaskedLM class); "
+              "the SOP head is not exported")
+    try:
+        result = export_lite(model, args.out, batch=args.batch, seq_len=args.seq_len, num_choices=args.num_choices,
+                             tol=args.tol, optimize=not args.no_optimize)
+    except ParityError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        return 1
+    print(f"OK {result.summary()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

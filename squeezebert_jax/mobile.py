@@ -1,0 +1,376 @@
+"""The paper's mobile latency path: our model -> transformers (PyTorch) -> TorchScript lite-interpreter file.
+
+The paper (Sec. 5 / appendix) exports with ``torch.jit.trace`` and times the result on a Pixel 3 with
+PyTorch's mobile runtime, batch 1, sequence length 128. Here:
+
+1. ``to_transformers``: our Flax model -> the matching transformers PyTorch class, through ``export_torch``
+   (SqueezeBERT keys, or BERT keys when every group count is 1, so BERT-base runs as ``BertFor...``).
+   A pretraining model exports its MLM logits (transformers' ``...ForMaskedLM`` class; the SOP head is
+   dropped). Attention is the eager implementation, as in the 2020 paper.
+2. ``trace_frozen``: ``torch.jit.trace`` on ``(input_ids, attention_mask, token_type_ids)`` -> a tuple of
+   tensors, then ``torch.jit.freeze``; ``optimize_for_mobile`` when this PyTorch build has XNNPACK
+   (the x86 CPU wheels usually do not: the frozen trace is kept and the reason is reported).
+3. ``export_lite``: save with ``_save_for_lite_interpreter``, reload with
+   ``torch.jit.mobile._load_for_lite_interpreter`` and check its outputs against the Flax model on inputs
+   with padding (max |diff| <= ``tol``) before declaring success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import tempfile
+import warnings
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from squeezebert_jax import convert
+from squeezebert_jax.io import export_torch
+from squeezebert_jax.flops import PAPER_GFLOPS, flops
+from squeezebert_jax.model import SqueezeBertConfig, count_params
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOL = 1e-4
+
+# What each head exports, in order (the traced module returns this tuple).
+OUTPUT_NAMES = {
+    "SqueezeBertModel": ("last_hidden_state", "pooler_output"),
+    "SqueezeBertForMaskedLM": ("logits",),
+    "SqueezeBertForPreTraining": ("mlm_logits",),
+    "SqueezeBertForSequenceClassification": ("logits",),
+    "SqueezeBertForTokenClassification": ("logits",),
+    "SqueezeBertForMultipleChoice": ("logits",),
+    "SqueezeBertForQuestionAnswering": ("start_logits", "end_logits"),
+}
+
+# Small dimensions with the preset's group structure (4 divides 64 and 128), for --tiny runs and tests.
+TINY_DIMS = dict(vocab_size=128, hidden_size=64, embedding_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, max_position_embeddings=128)
+
+
+def tiny_config(name: str = "squeezebert-uncased", **overrides) -> SqueezeBertConfig:
+    """The preset ``name`` (its group counts) at tiny dimensions: seconds to build, trace and time."""
+    base = SqueezeBertConfig.preset(name)
+    groups = {f: getattr(base, f) for f in ("q_groups", "k_groups", "v_groups", "post_attention_groups",
+                                            "intermediate_groups", "output_groups")}
+    return SqueezeBertConfig(**(TINY_DIMS | groups | overrides))
+
+
+def example_inputs(config: SqueezeBertConfig, batch: int = 1, seq_len: int = 128, seed: int = 0,
+                   num_choices: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random (input_ids, attention_mask, token_type_ids), int64, with right padding.
+
+    The first sequence has its last quarter padded, the others a random number of padding tokens (seeded),
+    so a trace or a parity check always exercises the attention mask; token types switch to 1 half way.
+    ``num_choices`` gives ``[B, C, S]``.
+    """
+    if seq_len > config.max_position_embeddings:
+        raise ValueError(f"seq_len {seq_len} > max_position_embeddings {config.max_position_embeddings}")
+    shape = (batch, seq_len) if num_choices is None else (batch, num_choices, seq_len)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, config.vocab_size, shape).astype(np.int64)
+    n_pad = rng.integers(0, seq_len // 2 + 1, shape[:-1])
+    n_pad.flat[0] = seq_len // 4
+    mask = (np.arange(seq_len) < (seq_len - n_pad)[..., None]).astype(np.int64)
+    ids[mask == 0] = config.pad_token_id
+    tt = np.zeros(shape, np.int64)
+    tt[..., seq_len // 2:] = min(1, config.type_vocab_size - 1)
+    return ids, mask, tt
+
+
+# --------------------------------------------------------------------------------------------------
+# Flax side
+# --------------------------------------------------------------------------------------------------
+
+def _select_outputs(out, head: str) -> tuple:
+    return tuple(getattr(out, name) for name in OUTPUT_NAMES[head])
+
+
+def flax_outputs(model: nnx.Module, ids, mask, tt) -> list[np.ndarray]:
+    """The outputs a traced export returns (``OUTPUT_NAMES[head]``), from the jitted Flax model in eval mode."""
+    return [np.asarray(x, np.float32) for x in make_flax_forward(model)(ids, mask, tt)]
+
+
+def make_flax_forward(model: nnx.Module, dtype=None):
+    """A jitted pure function ``f(input_ids, attention_mask, token_type_ids) -> tuple of outputs``.
+
+    The model is split into graphdef + state once (the Flax performance guide's advice) and the state is
+    closed over as a jit argument, so each call runs one compiled executable. ``dtype`` (e.g.
+    ``jnp.bfloat16``) sets the compute dtype and stores the parameters in it (inference-only weights);
+    LayerNorm and softmax statistics stay float32 (see model.py).
+    """
+    from squeezebert_jax.io import cast_compute_dtype
+
+    head = convert.head_name(model)
+    model.eval()
+    if dtype is not None and dtype != jnp.float32:
+        cast_compute_dtype(model, dtype)
+    graphdef, state = nnx.split(model)
+    if dtype is not None and dtype != jnp.float32:
+        state = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, state)
+
+    @jax.jit
+    def fwd(state, ids, mask, tt):
+        return _select_outputs(nnx.merge(graphdef, state)(ids, mask, tt), head)
+
+    def call(ids, mask, tt):
+        return fwd(state, ids, mask, tt)
+
+    return call
+
+
+# --------------------------------------------------------------------------------------------------
+# PyTorch side
+# --------------------------------------------------------------------------------------------------
+
+def torch_class_name(model: nnx.Module) -> str:
+    """transformers class the export uses: SqueezeBert* (BERT* when all groups are 1); MLM for pretraining."""
+    style = "bert" if model.config.is_bert else "squeezebert"
+    head = convert.head_name(model)
+    if head == "SqueezeBertForPreTraining":
+        return "BertForMaskedLM" if style == "bert" else "SqueezeBertForMaskedLM"
+    return convert.torch_architecture(model, style)
+
+
+def to_transformers(model: nnx.Module):
+    """The transformers PyTorch model (float32, eval, eager attention) holding ``model``'s weights."""
+    import transformers
+
+    style = "bert" if model.config.is_bert else "squeezebert"
+    cls_name = torch_class_name(model)
+    with tempfile.TemporaryDirectory(prefix="sqb-export-") as d:
+        export_torch(model, d, style=style)
+        cls = getattr(transformers, cls_name)
+        with _quiet_transformers():
+            tm, info = cls.from_pretrained(d, output_loading_info=True, attn_implementation="eager",
+                                           dtype="float32")
+    # Heads that transformers builds without these parts: the SOP head (we export MLM logits only) and, for
+    # BERT's token-level heads and MLM, the pooler (add_pooling_layer=False). They feed no exported output.
+    unused = {k for k in info["unexpected_keys"] if ".pooler." in f".{k}" or k.startswith("cls.seq_relationship.")}
+    if info["missing_keys"] or set(info["unexpected_keys"]) - unused or info.get("mismatched_keys"):
+        raise RuntimeError(f"export to {cls_name} lost weights: missing {info['missing_keys']}, unexpected "
+                           f"{info['unexpected_keys']}, mismatched {info.get('mismatched_keys')}")
+    return tm.eval()
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    import transformers
+
+    level = transformers.logging.get_verbosity()
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(level)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def _wrapper(torch_model, n_outputs: int):
+    import torch
+
+    class Exported(torch.nn.Module):
+        """``forward(input_ids, attention_mask, token_type_ids)`` -> tensor or tuple of tensors."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = torch_model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                             return_dict=False)
+            return out[0] if n_outputs == 1 else tuple(out[:n_outputs])
+
+    return Exported().eval()
+
+
+def xnnpack_available() -> bool:
+    import torch
+
+    try:
+        import torch.backends.xnnpack as xnn
+
+        return bool(xnn.enabled)
+    except (ImportError, AttributeError):
+        return False
+
+
+def trace_frozen(torch_model, example: Sequence[np.ndarray], n_outputs: int, optimize: bool = True):
+    """Trace + freeze (+ ``optimize_for_mobile`` when XNNPACK is built in).
+
+    Returns ``(script_module, optimized: bool, note: str)``.
+    """
+    import torch
+
+    wrapped = _wrapper(torch_model, n_outputs)
+    args = tuple(torch.from_numpy(np.asarray(a)) for a in example)
+    with torch.no_grad(), warnings.catch_warnings(), _quiet_transformers():
+        warnings.simplefilter("ignore")  # TracerWarnings on shape-only Python branches of the mask code
+        traced = torch.jit.trace(wrapped, args, check_trace=False)
+        frozen = torch.jit.freeze(traced.eval())
+    if not optimize:
+        return frozen, False, "optimize_for_mobile not requested: frozen trace kept"
+    if not xnnpack_available():
+        return frozen, False, ("optimize_for_mobile skipped: this PyTorch build has no XNNPACK "
+                               f"(torch {torch.__version__}); frozen trace kept")
+    from torch.utils.mobile_optimizer import optimize_for_mobile
+
+    return optimize_for_mobile(frozen), True, "optimize_for_mobile applied (XNNPACK)"
+
+
+def load_lite(path: str | os.PathLike):
+    """Load a .ptl with the lite (mobile) interpreter."""
+    from torch.jit.mobile import _load_for_lite_interpreter
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Lite Interpreter is deprecated", category=DeprecationWarning)
+        return _load_for_lite_interpreter(os.fspath(path))
+
+
+def run_torch(module, ids, mask, tt) -> list[np.ndarray]:
+    """Call a traced / lite module on numpy inputs; outputs as float32 numpy."""
+    import torch
+
+    with torch.no_grad():
+        out = module(torch.from_numpy(np.asarray(ids)), torch.from_numpy(np.asarray(mask)),
+                     torch.from_numpy(np.asarray(tt)))
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.detach().float().numpy() for o in out]
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ExportResult:
+    path: str
+    torch_class: str
+    outputs: tuple[str, ...]
+    input_shape: tuple[int, ...]
+    max_abs_diff: dict[str, float]
+    optimized: bool
+    note: str
+
+    @property
+    def worst_diff(self) -> float:
+        return max(self.max_abs_diff.values())
+
+    def summary(self) -> str:
+        diffs = ", ".join(f"{k} {v:.2e}" for k, v in self.max_abs_diff.items())
+        return (f"{self.path}: {self.torch_class} traced at input shape {list(self.input_shape)}, outputs "
+                f"{list(self.outputs)}; {self.note}; lite interpreter vs Flax max |diff|: {diffs}")
+
+
+class ParityError(RuntimeError):
+    """The exported file's outputs differ from the Flax model's by more than the tolerance."""
+
+
+def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_len: int = 128,
+                num_choices: int = 2, tol: float = DEFAULT_TOL, optimize: bool = True, seed: int = 0,
+                flax_forward=None) -> ExportResult:
+    """Export ``model`` to a lite-interpreter ``.ptl`` and verify it against the Flax model.
+
+    The trace uses inputs of ``[batch, seq_len]`` (``[batch, num_choices, seq_len]`` for multiple choice)
+    with padding; the check reloads the file with ``_load_for_lite_interpreter`` and runs fresh padded
+    inputs of the same shape (another seed). Raises ``ParityError`` when any output differs by > ``tol``
+    (the file is still written, so it can be inspected). ``flax_forward``: a ``make_flax_forward(model)``
+    to reuse (saves a compile).
+    """
+    head = convert.head_name(model)
+    cfg = model.config
+    if seq_len > cfg.max_position_embeddings:
+        raise ValueError(f"--seq-len {seq_len} > the model's max_position_embeddings {cfg.max_position_embeddings}")
+    nc = num_choices if head == "SqueezeBertForMultipleChoice" else None
+    names = OUTPUT_NAMES[head]
+    tm = to_transformers(model)
+    frozen, optimized, note = trace_frozen(tm, example_inputs(cfg, batch, seq_len, seed, nc), len(names), optimize)
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with warnings.catch_warnings():  # deprecated in favour of ExecuTorch, but it is the paper's runtime
+        warnings.filterwarnings("ignore", message="Lite Interpreter is deprecated", category=DeprecationWarning)
+        frozen._save_for_lite_interpreter(path)
+    lite = load_lite(path)
+    ids, mask, tt = example_inputs(cfg, batch, seq_len, seed + 1, nc)
+    got = run_torch(lite, ids, mask, tt)
+    want = ([np.asarray(x, np.float32) for x in flax_forward(ids, mask, tt)] if flax_forward is not None
+            else flax_outputs(model, ids, mask, tt))
+    if len(got) != len(want):
+        raise ParityError(f"{path}: lite module returned {len(got)} outputs, expected {len(want)} ({names})")
+    diffs = {}
+    for name, g, w in zip(names, got, want):
+        if g.shape != w.shape:
+            raise ParityError(f"{path}: output {name} has shape {g.shape}, the Flax model gives {w.shape}")
+        diffs[name] = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if g.size else 0.0
+    result = ExportResult(path, torch_class_name(model), names, ids.shape, diffs, optimized, note)
+    bad = {k: v for k, v in diffs.items() if not v <= tol}
+    if bad:
+        raise ParityError(f"{path}: lite-interpreter outputs differ from the Flax model by more than {tol}: "
+                          + ", ".join(f"{k} {v:.3e}" for k, v in bad.items()))
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# The paper's latency comparison (Table 2)
+# --------------------------------------------------------------------------------------------------
+
+# Paper Table 2 (and Table 3): Google Pixel 3, batch 1, seq 128, TorchScript.
+PAPER_LATENCY_MS = {"bert-base-uncased": 1690.0, "squeezebert-uncased": 390.0}
+
+
+def latency_table(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: int = 1, seq_len: int = 128,
+                  tiny: bool = False, workdir: str | None = None) -> tuple[str, list[str]]:
+    """Lite-interpreter and jitted-Flax latency of each model, speedups vs BERT-base, beside the paper.
+
+    Each model is a random-weight sequence classifier, exported with ``mobile.export_lite`` (which checks
+    the .ptl against Flax) and timed through ``_load_for_lite_interpreter`` in this process.
+    Returns (table, notes).
+    """
+    from squeezebert_jax.bench import REFERENCE, LoadMonitor, _tensor, _torch_call, blocking, build_classifier, \
+        format_table, time_interleaved
+
+    names = list(dict.fromkeys(names))
+    notes = []
+    if REFERENCE not in names:
+        names.insert(0, REFERENCE)
+        notes.append(f"{REFERENCE} added: speedups are relative to it")
+    fns, info = {}, {}
+    with tempfile.TemporaryDirectory(prefix="sqb-latency-", dir=workdir) as d:
+        for name in names:
+            model = build_classifier(name, tiny)
+            fwd = make_flax_forward(model)
+            res = export_lite(model, os.path.join(d, f"{name}.ptl"), batch=batch, seq_len=seq_len, flax_forward=fwd)
+            ids, mask, tt = example_inputs(model.config, batch, seq_len, seed=2)
+            lite = load_lite(res.path)
+            tids, tmask, ttt = (_tensor(a) for a in (ids, mask, tt))
+            fns[("lite", name)] = _torch_call(lite, tids, tmask, ttt)
+            fns[("flax", name)] = blocking(fwd, ids, mask, tt)
+            info[name] = (count_params(model) / 1e6, flops(model.config, seq_len, 2) / 1e9, res.worst_diff)
+            notes.append(f"{name}: {res.note}; lite vs Flax max |diff| {res.worst_diff:.1e}")
+        mon = LoadMonitor()
+        t = time_interleaved(fns, runs, warmup)
+    ref_lite, ref_flax = t[("lite", REFERENCE)].median, t[("flax", REFERENCE)].median
+    rows = []
+    for name in names:
+        params, gflops, _ = info[name]
+        lite_ms, flax_ms = t[("lite", name)].median, t[("flax", name)].median
+        paper = PAPER_LATENCY_MS.get(name) if not tiny else None
+        paper_speedup = PAPER_LATENCY_MS[REFERENCE] / paper if paper else None
+        rows.append([name, f"{params:.1f}", f"{gflops:.3g}", None if tiny else PAPER_GFLOPS.get(name),
+                     f"{lite_ms:.1f}", f"{ref_lite / lite_ms:.2f}x", f"{flax_ms:.1f}", f"{ref_flax / flax_ms:.2f}x",
+                     f"{paper:.0f}" if paper else None, f"{paper_speedup:.1f}x" if paper_speedup else None])
+    headers = ["model", "MParams", "GFLOPs", "paper GFLOPs", "lite ms", "lite speedup", "Flax ms", "Flax speedup",
+               "paper Pixel 3 ms", "paper speedup"]
+    title = (f"Latency, batch {batch}, seq {seq_len}{' (tiny configs)' if tiny else ''}: median of {runs} runs "
+             f"after {warmup} warm-up, interleaved; {mon.note()}")
+    return format_table(headers, rows, title), notes
