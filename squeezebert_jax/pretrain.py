@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from flax import nnx
 from tqdm.auto import tqdm
@@ -297,3 +298,42 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
     bar.close()
     run["final_params"] = state["params"]
     return last
+
+
+def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
+                         dtype=jnp.bfloat16, steps: int = 10, warmup: int = 2, fsdp: bool = False) -> dict[str, float]:
+    """Sequences/s, tokens/s and MFU of the jitted LAMB train step on synthetic batches, on all devices."""
+    import time
+
+    mesh = trainer.make_mesh()
+    model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
+    graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
+    params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
+    tx = optim.lamb(optim.warmup_polynomial_decay(2.5e-3, 1000, 0.28))
+    state = {"step": jnp.asarray(0, jnp.int32), "params": params, "opt_state": tx.init(params)}
+    shardings = trainer.state_shardings(state, mesh, fsdp)
+    state = jax.device_put(state, shardings)
+    rng = np.random.default_rng(0)
+    b, s, p = batch_size, seq_len, max_predictions
+    batch = {"input_ids": rng.integers(5, cfg.vocab_size, (b, s)).astype(np.int32),
+             "token_type_ids": (np.arange(s)[None] >= s // 2).repeat(b, 0).astype(np.int32),
+             "attention_mask": np.ones((b, s), np.int32),
+             "masked_lm_positions": np.sort(rng.integers(1, s, (b, p)), 1).astype(np.int32),
+             "masked_lm_ids": rng.integers(5, cfg.vocab_size, (b, p)).astype(np.int32),
+             "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
+    batch = trainer.global_batch(batch, mesh)
+    step = jax.jit(make_train_step(graphdef, rest, tx, 1), in_shardings=(shardings, trainer.batch_sharding(mesh), None),
+                   out_shardings=(shardings, None), donate_argnums=(0,))
+    key = jax.random.key(0)
+    for _ in range(warmup):
+        state, m = step(state, batch, key)
+    jax.block_until_ready(m)
+    t = time.perf_counter()
+    for _ in range(steps):
+        state, m = step(state, batch, key)
+    jax.block_until_ready(m)
+    dt = (time.perf_counter() - t) / steps
+    peak = trainer.peak_flops_per_device()
+    seq_s = b / dt
+    mfu = seq_s * train_flops_per_sequence(cfg, s, p) / (peak * mesh.shape["data"]) if peak else None
+    return {"seq_per_s": seq_s, "tokens_per_s": seq_s * s, "step_ms": 1000 * dt, "mfu": mfu}
