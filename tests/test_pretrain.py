@@ -155,3 +155,20 @@ def test_bench_train_tiny_prints_tables(capsys):
     rows = [line for line in out.splitlines() if line.startswith("| ") and "seq/s" not in line]
     assert [r.split("|")[1].strip() for r in rows] == ["squeezebert-uncased", "bert-base-uncased"]
     assert "SqueezeBERT / BERT-base sequences/s = " in out and "sequences/s per core" in out
+
+
+@pytest.mark.slow
+def test_demo_learns_mlm_and_sop(tmp_path):
+    """The demo recipe, shortened to one 400-step phase: MLM loss falls well below ln(vocab), SOP above chance."""
+    spec = importlib.util.spec_from_file_location("pretrain_cfg", os.path.join(ROOT, "train", "configs", "pretrain.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config("demo")
+    c.phases = [dict(c.phases[0], num_steps=400)]
+    c.progress, c.async_checkpoints, c.checkpoint_every = False, False, 400
+    pretrain.train_and_evaluate(c, str(tmp_path / "demo"))
+    rows = trainer.read_metrics(str(tmp_path / "demo"))
+    vocab = json.load(open(tmp_path / "demo" / "model" / "config.json"))["vocab_size"]
+    assert abs(rows[0]["mlm_loss"] - np.log(vocab)) < 0.3  # starts at chance
+    assert rows[-1]["mlm_loss"] < 0.8 * np.log(vocab)
+    assert np.mean([r["sop_accuracy"] for r in rows[-3:]]) > 0.55
