@@ -1,0 +1,93 @@
+"""GLUE files in their real layouts, metrics against scikit-learn / scipy, GLUE-server prediction files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from squeezebert_jax import glue
+
+sklearn_metrics = pytest.importorskip("sklearn.metrics")
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_cola_header_less_train_and_headed_test(tmp_path):
+    write(tmp_path / "CoLA" / "train.tsv", ["gj04\t1\t\tThe sailors rode the breeze clear of the rocks.",
+                                            "gj04\t0\t*\tThe more does Bill smoke, the more Susan hates him."])
+    write(tmp_path / "CoLA" / "test.tsv", ["index\tsentence", "0\tBill whistled past the house."])
+    train = glue.load_examples("cola", "train", data_dir=str(tmp_path))
+    assert [(e.text_a[:11], e.label) for e in train] == [("The sailors", 1), ("The more do", 0)]
+    test = glue.load_examples("cola", "test", data_dir=str(tmp_path))
+    assert test[0].idx == 0 and test[0].label is None and test[0].text_a.startswith("Bill")
+
+
+def test_mnli_extra_columns_and_quotes(tmp_path):
+    head = "index\tpromptID\tpairID\tgenre\ts1b\ts2b\ts1p\ts2p\tsentence1\tsentence2\tlabel1\tlabel2\tgold_label"
+    row = '7\t1\t2\tfiction\t(\t(\t(\t(\tHe said "hi\tNobody spoke.\tcontradiction\tneutral\tcontradiction'
+    write(tmp_path / "MNLI" / "dev_matched.tsv", [head, row])
+    ex = glue.load_examples("mnli", "validation_matched", data_dir=str(tmp_path))
+    assert ex[0].text_a == 'He said "hi' and ex[0].text_b == "Nobody spoke." and ex[0].label == 2 and ex[0].idx == 7
+
+
+def test_stsb_and_qqp_layouts(tmp_path):
+    write(tmp_path / "STS-B" / "dev.tsv", [
+        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+        "0\tmain-captions\tMSRvid\t2012test\t0000\tnone\tnone\tA man plays.\tA man is playing.\t4.750"])
+    s = glue.load_examples("stsb", "validation", data_dir=str(tmp_path))
+    assert s[0].label == pytest.approx(4.75) and s[0].text_b == "A man is playing."
+    write(tmp_path / "QQP" / "train.tsv", ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+                                           "5\t11\t12\tHow do I learn?\tWhat's the way to learn?\t1"])
+    q = glue.load_examples("qqp", "train", data_dir=str(tmp_path))
+    assert q[0].idx == 5 and q[0].label == 1 and q[0].text_a == "How do I learn?"
+
+
+def test_malformed_rows_name_file_and_line_or_are_counted(tmp_path):
+    path = write(tmp_path / "RTE" / "dev.tsv", ["index\tsentence1\tsentence2\tlabel",
+                                                "0\tA\tB\tentailment", "1\tA\tB", "2\tA\tB\tmaybe"])
+    with pytest.raises(ValueError, match=rf"{path}:3"):
+        glue.load_examples("rte", "validation", data_dir=str(tmp_path))
+    ex, skipped = glue.read_glue_tsv(str(path), "rte", "validation", skip_malformed=True)
+    assert len(ex) == 1 and skipped == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_metrics_equal_sklearn_and_scipy(seed):
+    rng = np.random.default_rng(seed)
+    y, p = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    assert glue.compute_metrics("cola", p, y)["mcc"] == pytest.approx(sklearn_metrics.matthews_corrcoef(y, p))
+    m = glue.compute_metrics("mrpc", p, y)
+    assert m["f1"] == pytest.approx(sklearn_metrics.f1_score(y, p))
+    assert m["accuracy"] == pytest.approx(sklearn_metrics.accuracy_score(y, p))
+    y3, p3 = rng.integers(0, 3, 200), rng.integers(0, 3, 200)
+    assert glue.compute_metrics("mnli", p3, y3)["accuracy"] == pytest.approx(sklearn_metrics.accuracy_score(y3, p3))
+    a, b = rng.normal(size=100), rng.normal(size=100)
+    s = glue.compute_metrics("stsb", a, b)
+    assert s["pearson"] == pytest.approx(scipy_stats.pearsonr(a, b)[0])
+    assert s["spearman"] == pytest.approx(scipy_stats.spearmanr(a, b)[0])
+
+
+@pytest.mark.parametrize("task", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax"])
+def test_prediction_files_parse_back(tmp_path, task):
+    spec = glue.get_task(task)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(13)
+    preds = rng.uniform(-1, 6, 13) if spec.is_regression else rng.integers(0, spec.num_labels, 13)
+    for split in spec.test_splits:
+        path = glue.write_predictions(task, idx, preds, str(tmp_path), split_name=split)
+        assert path.endswith(spec.submission[split])
+        assert open(path).readline() == "index\tprediction\n"
+        back = glue.read_predictions(path, expected_rows=13)
+        assert back.idx.tolist() == sorted(idx.tolist())
+        if spec.is_regression:
+            assert np.all((back.values >= 0) & (back.values <= 5))
+        else:
+            assert set(back.labels) <= set(spec.labels)
+    expected = {"mnli": {"MNLI-m.tsv", "MNLI-mm.tsv"}}.get(task, {spec.submission["test"]} if "test" in spec.submission
+                                                           else set())
+    assert set(p.name for p in tmp_path.iterdir()) == expected
