@@ -187,7 +187,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # -- Restore: the newest good checkpoint in workdir, else init_from / scratch --------------------
     resume = None
     for saved_step in checkpointer.all_steps()[::-1]:
-        k = next(i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"])
+        k = next((i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"]), None)
+        if k is None:
+            log.warning("checkpoint at step %d lies beyond this config's phases; ignored", saved_step)
+            continue
         run = _setup_phase(config, phases[k], params, data_dir, mesh, fsdp)
         restored = checkpointer.restore(run["abstract"], run["data_iter"], step=saved_step)
         if restored is not None:

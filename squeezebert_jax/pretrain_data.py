@@ -111,8 +111,9 @@ def decode_document(record: bytes) -> list[np.ndarray]:
 
 def prepare(sources: Sequence[str] | Iterable[list[str]], tokenizer, out_dir: str, num_shards: int = 4,
             batch_docs: int = 256) -> dict:
-    """Tokenize documents (file paths, or an iterable of documents) into ``out_dir``: ``shard-XXXXX.array_record``
-    files (round-robin over documents), ``meta.json`` and the tokenizer file. Returns the metadata."""
+    """Tokenize documents (file paths, or an iterable of documents) into ``out_dir``:
+    ``shard-00000-of-00004.array_record`` ... (round-robin over documents), ``meta.json`` and the tokenizer
+    file. Documents with fewer than two sentences are counted and skipped (SOP needs two segments)."""
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
