@@ -186,3 +186,36 @@ def test_recipe_with_transfer_distillation_and_predictions(tmp_path):
                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "MNLI-mm" in r.stdout and "sst2: no" in r.stdout
+
+
+def test_stsb_regression_lowers_mse(tmp_path):
+    """STS-B (num_labels 1, MSE): the score is the count of 'good' words; training lowers the dev MSE."""
+    rng = np.random.default_rng(0)
+    d = tmp_path / "glue" / "STS-B"
+    d.mkdir(parents=True)
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+
+    def rows(n):
+        out = []
+        for i in range(n):
+            k = int(rng.integers(0, 6))
+            a = " ".join(["good"] * k + list(rng.choice(WORDS[6:], 5 - k)))
+            out.append(f"{i}\tg\tf\t2012\t{i:04d}\tnone\tnone\t{a}\tthe movie\t{float(k):.3f}")
+        return out
+
+    (d / "train.tsv").write_text(head + "\n" + "\n".join(rows(256)) + "\n")
+    (d / "dev.tsv").write_text(head + "\n" + "\n".join(rows(32)) + "\n")
+    init = _tiny_model_dir(tmp_path / "init")
+    c = _config("stsb", init, tmp_path / "glue", learning_rate=2e-3, num_epochs=3, dropout=0.0)
+    model = sj.load_pretrained(init, "SqueezeBertForSequenceClassification", num_labels=1)
+    from squeezebert_jax import glue
+    from squeezebert_jax.tokenizer import Tokenizer
+
+    dev = glue.encode_examples(glue.load_examples("stsb", "validation", data_dir=str(tmp_path / "glue")),
+                               Tokenizer.from_dir(init), 16, task="stsb")
+    mse = lambda m: float(np.mean((ft.predict_logits(m, dev)[:, 0] - dev["labels"]) ** 2))  # noqa: E731
+    before = mse(model)
+    res = ft.finetune(c, str(tmp_path / "run"))
+    after = mse(sj.load_pretrained(tmp_path / "run" / "model"))
+    assert after < 0.5 * before
+    assert res["best"]["validation/corr"] > 0.5
