@@ -1,29 +1,51 @@
 """Pretraining data: corpus -> tokenized ArrayRecord shards (once) -> MLM + SOP batches made online.
 
-Sources: plain-text files in BERT's create_pretraining_data format (one sentence per line, blank line between
-documents) and TFDS text datasets (e.g. ``wikipedia/20230601.en``). ``prepare`` tokenizes once into sharded
-ArrayRecord files (one record per document) plus ``meta.json`` and the tokenizer file. ``make_pretrain_loader``
-builds examples online with grain, deterministically from (seed, example index): SOP pairs (two consecutive
-segments of one document, swapped with probability 0.5, as ALBERT) and BERT's MLM masking (15%, 80/10/10,
-``max_predictions_per_seq``, specials never masked, optional whole-word masking). Records are sharded per host
-and the iterator is checkpointable (grain state in the orbax checkpoint).
+Sources are plain-text files in BERT's create_pretraining_data format (one sentence per line, blank line
+between documents) or TFDS text datasets (e.g. ``wikipedia/20230601.en``). ``prepare`` tokenizes them once into
+``shard-*.array_record`` files (one record per document: its sentences' token ids), ``meta.json`` and the
+tokenizer file. ``make_pretrain_loader`` then makes examples online with grain, as a pure function of
+(seed, global example index):
+
+* record: global example ``p`` reads record ``perm_e(p mod N)``, ``perm_e`` a permutation of the N records
+  keyed by (seed, epoch ``e = p // N``): every epoch visits each document once, in a new order;
+* SOP (ALBERT): a target length (``seq_len - 3``, or uniform in [2, seq_len - 3] with ``short_seq_prob``),
+  consecutive sentences from a random start until the target is reached (at least two), split at a random
+  sentence boundary into A and B; swapped with probability 0.5 (``sop_label`` 1); longest-first truncation to
+  ``seq_len - 3`` (the ``tokenizers`` rule, cut at the end); ``[CLS] A [SEP] B [SEP]``;
+* MLM (BERT): ``round(0.15 * maskable)`` positions (at least 1, at most ``max_predictions_per_seq``), maskable =
+  every real token but [PAD] [CLS] [SEP] [MASK]; of those 80% [MASK], 10% a random non-special token, 10% kept;
+  with whole-word masking, words (a start piece and its ``##`` continuations) are chosen in random order and
+  skipped when they would overflow the budget, as in BERT's create_pretraining_data. (Where BERT differs:
+  it takes 15% of all tokens including [CLS]/[SEP], draws random tokens from the whole vocabulary, truncates
+  at a random end, and makes its examples offline with a fixed duplication factor.)
+
+All randomness comes from a counter-based hash of (seed, p), vectorized over the batch, so a step's batch
+does not depend on restarts, worker count or host count: host ``h`` of ``H`` makes rows ``h*L:(h+1)*L``
+(``L = global_batch / H``) of the global batch, i.e. disjoint examples. The iterator is checkpointable
+(``get_state``/``set_state``; orbax saves it with ``grain.checkpoint.CheckpointHandler``).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import json
 import logging
 import os
 import re
 import time
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
+
+from squeezebert_jax.tokenizer import truncated_lengths
 
 log = logging.getLogger(__name__)
 
 MAX_LINE_CHARS = 20_000
+FORMAT_VERSION = 2
+WRITER_OPTIONS = "group_size:1,uncompressed"  # one record per chunk: fastest random access
 
 
 # --------------------------------------------------------------------------------------------------
@@ -32,17 +54,29 @@ MAX_LINE_CHARS = 20_000
 
 @dataclasses.dataclass
 class CorpusStats:
-    documents: int = 0
-    sentences: int = 0
-    empty_documents: int = 0        # blank-line runs with nothing between them (not counted as documents)
-    one_sentence_documents: int = 0  # kept in the corpus stats, skipped for SOP (needs two segments)
-    invalid_utf8_lines: int = 0      # decoded with U+FFFD replacement characters
-    truncated_lines: int = 0         # longer than MAX_LINE_CHARS characters: cut
+    """Counts of what reading and tokenizing a corpus met; none of these stops ``prepare``."""
+
+    documents: int = 0               # documents read (non-empty)
+    sentences: int = 0               # sentences kept (non-empty after tokenization)
+    empty_documents: int = 0         # each extra blank line in a run of separators (nothing between them)
+    one_sentence_documents: int = 0  # < 2 non-empty sentences: skipped (SOP needs two segments)
+    empty_sentences: int = 0         # lines that tokenize to nothing (e.g. only control characters): dropped
+    invalid_utf8_lines: int = 0      # not valid UTF-8: decoded with U+FFFD replacement characters, kept
+    truncated_lines: int = 0         # longer than max_line_chars characters: cut to that length, kept
 
 
-def read_text_documents(paths: Sequence[str], stats: CorpusStats | None = None,
+def _clean(line: str, stats: CorpusStats, max_line_chars: int) -> str:
+    line = line.strip()
+    if len(line) > max_line_chars:
+        stats.truncated_lines += 1
+        line = line[:max_line_chars]
+    return line
+
+
+def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats | None = None,
                         max_line_chars: int = MAX_LINE_CHARS) -> Iterator[list[str]]:
-    """Documents (lists of sentences) from text files; odd input is counted in ``stats``, never a crash."""
+    """Documents (lists of sentence strings) from text files: one sentence per line, documents separated by
+    blank (or whitespace-only) lines; a document never spans two files. Odd input is counted in ``stats``."""
     stats = stats if stats is not None else CorpusStats()
     for path in paths:
         doc: list[str] = []
@@ -54,10 +88,7 @@ def read_text_documents(paths: Sequence[str], stats: CorpusStats | None = None,
                 except UnicodeDecodeError:
                     line = raw.decode("utf-8", errors="replace")
                     stats.invalid_utf8_lines += 1
-                line = line.strip()
-                if len(line) > max_line_chars:
-                    line = line[:max_line_chars]
-                    stats.truncated_lines += 1
+                line = _clean(line, stats, max_line_chars)
                 if line:
                     doc.append(line)
                     blank_run = 0
@@ -66,126 +97,276 @@ def read_text_documents(paths: Sequence[str], stats: CorpusStats | None = None,
                 if doc:
                     yield doc
                     doc = []
-                elif blank_run > 1:  # a second separator in a row: an empty document
+                elif blank_run > 1:
                     stats.empty_documents += 1
         if doc:
             yield doc
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+# A sentence ends at '.', '!' or '?' (and closing quotes/brackets) followed by whitespace and an upper-case
+# letter, digit or opening quote/bracket -- unless the word before is a known abbreviation or an initial.
+_BOUNDARY = re.compile(r"[.!?]+['\")\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_ABBREVIATIONS = frozenset("mr mrs ms dr prof st jr sr vs etc e.g i.e no nos fig al inc ltd co gen col lt sgt "
+                           "rev hon jan feb mar apr jun jul aug sep sept oct nov dec ca approx".split())
 
 
-def iter_tfds_documents(name: str, split: str = "train", text_feature: str = "text",
-                        data_dir: str | None = None) -> Iterator[list[str]]:
-    """Documents from a TFDS text dataset: paragraphs split on newlines, sentences on '.', '!' or '?' followed
-    by whitespace and an upper-case letter, digit or quote (a simple, documented splitter)."""
+def split_sentences(text: str) -> list[str]:
+    """A simple rule-based splitter for article text: paragraphs on newlines, then sentences at ``.``/``!``/
+    ``?`` followed by whitespace and a capital, digit or opening quote. No split after an abbreviation from a
+    short list (``Mr.``, ``Dr.``, ``e.g.``, months, ...) or a single-letter initial (``J. R. R. Tolkien``)."""
+    out = []
+    for para in text.splitlines():
+        start = 0
+        for m in _BOUNDARY.finditer(para):
+            words = para[start:m.start()].split()
+            word = words[-1].lstrip("\"'([").lower() if words else ""
+            if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                continue
+            out.append(para[start:m.end()].strip())
+            start = m.end()
+        out.append(para[start:].strip())
+    return [s for s in out if s]
+
+
+def iter_tfds_documents(name: str, split: str = "train", text_feature: str = "text", data_dir: str | None = None,
+                        stats: CorpusStats | None = None, max_line_chars: int = MAX_LINE_CHARS
+                        ) -> Iterator[list[str]]:
+    """Documents from a TFDS text dataset (one per example, e.g. a Wikipedia article): ``text_feature`` decoded
+    as UTF-8 (invalid bytes replaced and counted) and cut into sentences by ``split_sentences``."""
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
-        raise ImportError("TFDS sources need the 'tfds' extra: pip install 'squeezebert_jax[tfds]'") from e
-    for ex in tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir)):
+        raise ImportError("TFDS sources need tensorflow-datasets: pip install 'squeezebert_jax[tfds]'") from e
+    stats = stats if stats is not None else CorpusStats()
+    for i, ex in enumerate(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False))):
+        if text_feature not in ex:
+            raise KeyError(f"TFDS {name}[{split}] example {i} has no feature {text_feature!r} "
+                           f"(features: {sorted(ex)})")
         text = ex[text_feature]
-        text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
-        sents = [s.strip() for para in text.split("\n") for s in _SENTENCE_END.split(para) if s.strip()]
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                text = text.decode("utf-8", errors="replace")
+                stats.invalid_utf8_lines += 1
+        sents = [s for s in (_clean(s, stats, max_line_chars) for s in split_sentences(str(text))) if s]
         if sents:
             yield sents
+        else:
+            stats.empty_documents += 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Records: one document = int32 [n, token width] + int32 sentence lengths [n] + tokens (uint16 or int32)
+# --------------------------------------------------------------------------------------------------
+
+def encode_document(sentences: Sequence[Sequence[int]], width: int = 2) -> bytes:
+    """Serialize a document's sentences (token id lists) with ``width``-byte tokens (2: uint16, 4: int32)."""
+    dtype = {2: "<u2", 4: "<i4"}[width]
+    lens = [len(s) for s in sentences]
+    head = np.asarray([len(sentences), width, *lens], "<i4").tobytes()
+    return head + np.fromiter(itertools.chain.from_iterable(sentences), dtype, sum(lens)).tobytes()
+
+
+def _parse(record: bytes) -> tuple[list[int], np.ndarray]:
+    """(sentence offsets [n + 1], flat tokens) of a record; ValueError if it is not one."""
+    n = int.from_bytes(record[0:4], "little", signed=True) if len(record) >= 8 else -1
+    width = int.from_bytes(record[4:8], "little") if len(record) >= 8 else 0
+    if n < 0 or width not in (2, 4) or len(record) < 8 + 4 * n:
+        raise ValueError(f"not a pretraining record (header n={n}, width={width}, {len(record)} bytes)")
+    offsets = [0, *itertools.accumulate(np.frombuffer(record, "<i4", n, 8).tolist())]
+    if len(record) != 8 + 4 * n + width * offsets[-1]:
+        raise ValueError(f"corrupt pretraining record: {len(record)} bytes, header says "
+                         f"{8 + 4 * n + width * offsets[-1]}")
+    return offsets, np.frombuffer(record, "<u2" if width == 2 else "<i4", offsets[-1], 8 + 4 * n)
+
+
+def decode_document(record: bytes) -> list[np.ndarray]:
+    """The sentences (int32 token id arrays) of a record written by ``encode_document``."""
+    offsets, tokens = _parse(record)
+    return [tokens[a:b].astype(np.int32) for a, b in zip(offsets, offsets[1:])]
 
 
 # --------------------------------------------------------------------------------------------------
 # Tokenize once into ArrayRecord shards
 # --------------------------------------------------------------------------------------------------
 
-def encode_document(sentences: list[list[int]]) -> bytes:
-    """[n, len_1..len_n, tokens...] as little-endian int32 bytes."""
-    lens = [len(s) for s in sentences]
-    return np.asarray([len(sentences), *lens, *[t for s in sentences for t in s]], "<i4").tobytes()
+def _clean_documents(docs: Iterable[Sequence[str]], stats: CorpusStats, max_line_chars: int
+                     ) -> Iterator[list[str]]:
+    for doc in docs:
+        out = []
+        for s in doc:
+            if not isinstance(s, str):
+                raise TypeError(f"a document must be a list of str sentences, got {type(s).__name__}")
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates (e.g. from errors='surrogateescape')
+                s = s.encode("utf-8", errors="replace").decode("utf-8")
+                stats.invalid_utf8_lines += 1
+            s = _clean(s, stats, max_line_chars)
+            if s:
+                out.append(s)
+        if out:
+            yield out
+        else:
+            stats.empty_documents += 1
 
 
-def decode_document(record: bytes) -> list[np.ndarray]:
-    a = np.frombuffer(record, "<i4")
-    n = int(a[0])
-    lens = a[1:1 + n]
-    ends = np.cumsum(lens) + 1 + n
-    return [a[e - l:e] for e, l in zip(ends, lens)]
+def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], tokenizer, out_dir: str | os.PathLike,
+            num_shards: int = 8, *, stats: CorpusStats | None = None, max_line_chars: int = MAX_LINE_CHARS,
+            batch_docs: int = 256, writer_options: str = WRITER_OPTIONS, progress: bool = True) -> dict:
+    """Tokenize documents into ``out_dir`` once and return its ``meta.json`` contents.
 
-
-def prepare(sources: Sequence[str] | Iterable[list[str]], tokenizer, out_dir: str, num_shards: int = 4,
-            batch_docs: int = 256) -> dict:
-    """Tokenize documents (file paths, or an iterable of documents) into ``out_dir``:
-    ``shard-00000-of-00004.array_record`` ... (round-robin over documents), ``meta.json`` and the tokenizer
-    file. Documents with fewer than two sentences are counted and skipped (SOP needs two segments)."""
+    ``sources``: text file paths (``read_text_documents``) or an iterable of documents (lists of sentence
+    strings, e.g. ``iter_tfds_documents(...)``; pass the same ``stats`` to both to count everything).
+    Writes ``shard-0000i-of-0000n.array_record`` (documents round-robin over the shards, one record each, via
+    temporary names and atomic renames), the tokenizer file (``tokenizer.save``) and, last, ``meta.json``:
+    num_docs, num_sentences, num_tokens, shards, token width, tokenizer kind/vocab_size/file, stats.
+    Documents with fewer than two non-empty sentences are counted and skipped (SOP needs two segments).
+    """
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    stats = CorpusStats()
+    stats = stats if stats is not None else CorpusStats()
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
     is_files = isinstance(sources, (list, tuple)) and all(isinstance(s, (str, os.PathLike)) for s in sources)
-    docs = read_text_documents([os.fspath(s) for s in sources], stats) if is_files else iter(sources)
-    tmp_names = [os.path.join(out_dir, f".tmp-shard-{i:05d}-of-{num_shards:05d}.array_record")
-                 for i in range(num_shards)]
-    writers = [ArrayRecordWriter(p, "group_size:1") for p in tmp_names]
-    n_tokens, written = 0, 0
-    bar = tqdm(desc="tokenizing documents", unit=" docs", dynamic_ncols=True)
-
-    def flush(batch):
-        nonlocal n_tokens, written
-        flat = [s for d in batch for s in d]
-        ids = tokenizer.tokenize_batch(flat)
-        k = 0
-        for d in batch:
-            sents = [i for i in ids[k:k + len(d)] if i]
-            k += len(d)
-            stats.sentences += len(sents)
-            if len(sents) < 2:
-                stats.one_sentence_documents += 1
-                continue
-            writers[written % num_shards].write(encode_document(sents))
-            written += 1
-            n_tokens += sum(len(s) for s in sents)
-        bar.update(len(batch))
-
-    batch = []
-    for doc in docs:
-        stats.documents += 1
-        batch.append(doc)
-        if len(batch) == batch_docs:
-            flush(batch)
-            batch = []
-    if batch:
-        flush(batch)
-    bar.close()
-    for w in writers:
-        w.close()
-    if written == 0:
-        raise ValueError(f"no document with at least two sentences in {sources!r}")
-    for i, p in enumerate(tmp_names):
-        os.replace(p, os.path.join(out_dir, f"shard-{i:05d}-of-{num_shards:05d}.array_record"))
-    meta = {"num_records": written, "num_tokens": n_tokens, "num_shards": num_shards,
+    docs = (read_text_documents(sources, stats, max_line_chars) if is_files
+            else _clean_documents(sources, stats, max_line_chars))
+    width = 2 if tokenizer.vocab_size <= 2 ** 16 else 4
+    names = [f"shard-{i:05d}-of-{num_shards:05d}.array_record" for i in range(num_shards)]
+    tmp = [os.path.join(out_dir, f".tmp{os.getpid()}-{n}") for n in names]
+    writers = [ArrayRecordWriter(p, writer_options) for p in tmp]
+    sizes, num_tokens = [0] * num_shards, 0
+    bar = tqdm(desc=f"tokenizing into {out_dir}", unit=" docs", disable=not progress, mininterval=2.0)
+    try:
+        for batch in iter(lambda: list(itertools.islice(docs, batch_docs)), []):
+            ids = iter(tokenizer.tokenize_batch([s for d in batch for s in d]))
+            for d in batch:
+                stats.documents += 1
+                sents = [x for x in itertools.islice(ids, len(d)) if x]
+                stats.empty_sentences += len(d) - len(sents)
+                if len(sents) < 2:
+                    stats.one_sentence_documents += 1
+                    continue
+                shard = sum(sizes) % num_shards
+                writers[shard].write(encode_document(sents, width))
+                sizes[shard] += 1
+                stats.sentences += len(sents)
+                num_tokens += sum(map(len, sents))
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        for w in writers:
+            w.close()
+    num_docs = sum(sizes)
+    if num_docs == 0:
+        for p in tmp:
+            os.remove(p)
+        raise ValueError(f"no document with at least two non-empty sentences in the sources ({stats})")
+    meta_path = os.path.join(out_dir, "meta.json")
+    if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
+        os.remove(meta_path)
+    for p, n in zip(tmp, names):
+        os.replace(p, os.path.join(out_dir, n))
+    for f in os.listdir(out_dir):  # stale shards of an earlier run with another num_shards
+        if f.startswith("shard-") and f.endswith(".array_record") and f not in names:
+            os.remove(os.path.join(out_dir, f))
+    meta = {"format_version": FORMAT_VERSION, "num_docs": num_docs, "num_records": num_docs,
+            "num_sentences": stats.sentences, "num_tokens": num_tokens, "num_shards": num_shards,
+            "shards": names, "shard_num_records": sizes, "token_width": width, "writer_options": writer_options,
             "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                           "file": tokenizer.save(out_dir)},
             "stats": dataclasses.asdict(stats)}
-    with open(os.path.join(out_dir, "meta.json.tmp"), "w") as f:
+    with open(meta_path + ".tmp", "w") as f:
         json.dump(meta, f, indent=2)
-    os.replace(os.path.join(out_dir, "meta.json.tmp"), os.path.join(out_dir, "meta.json"))
-    log.info("prepared %d documents (%d tokens) into %s: %s", written, n_tokens, out_dir, stats)
+    os.replace(meta_path + ".tmp", meta_path)
+    log.info("prepared %d documents, %d sentences, %d tokens into %s; %s", num_docs, stats.sentences,
+             num_tokens, out_dir, stats)
     return meta
 
 
-def shard_paths(data_dir: str) -> list[str]:
-    paths = sorted(os.path.join(data_dir, f) for f in os.listdir(data_dir)
-                   if f.startswith("shard-") and f.endswith(".array_record"))
-    if not paths:
-        raise FileNotFoundError(f"{data_dir}: no shard-*.array_record files (run train/prepare_data.py)")
+def load_meta(data_dir: str | os.PathLike) -> dict:
+    """``meta.json`` of a directory ``prepare`` wrote (its presence marks a complete preparation)."""
+    path = os.path.join(os.fspath(data_dir), "meta.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: prepare the data first (train/prepare_data.py)")
+    with open(path) as f:
+        meta = json.load(f)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: format_version {meta.get('format_version')}, this code reads "
+                         f"{FORMAT_VERSION}; prepare the data again (train/prepare_data.py)")
+    return meta
+
+
+def shard_paths(data_dir: str | os.PathLike) -> list[str]:
+    """The ArrayRecord shard files listed in ``data_dir/meta.json``, checked to exist."""
+    paths = [os.path.join(os.fspath(data_dir), n) for n in load_meta(data_dir)["shards"]]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise FileNotFoundError(f"{data_dir}: meta.json lists missing shards {missing}")
     return paths
 
 
 # --------------------------------------------------------------------------------------------------
-# Online example creation: SOP pair + MLM masking
+# Counter-based randomness: a splitmix64 hash of (seed, stream, example, counter), vectorized
+# --------------------------------------------------------------------------------------------------
+
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+_STREAM_SCALARS, _STREAM_POSITIONS, _STREAM_ACTIONS, _STREAM_SHUFFLE = 1, 2, 3, 4
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _keys(seed: int, stream: int, ids: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        base = _mix64(np.asarray([(seed % 2 ** 64) ^ (stream * 0x632BE59BD9B4E019 % 2 ** 64)], np.uint64))
+        return _mix64(np.asarray(ids).astype(np.uint64) * _GOLD + base)
+
+
+def uniforms(seed: int, stream: int, ids: np.ndarray, n: int) -> np.ndarray:
+    """float64 [len(ids), n] uniform in [0, 1): a pure function of (seed, stream, id, column)."""
+    with np.errstate(over="ignore"):
+        x = _keys(seed, stream, ids)[:, None] + np.arange(1, n + 1, dtype=np.uint64)[None] * _GOLD
+        return (_mix64(x) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+
+
+def permute(index: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Record of global example ``index``: epoch ``e = index // n`` is a pseudo-random permutation of
+    ``range(n)`` keyed by (seed, e) -- a 4-round Feistel network on the next even bit width, cycle-walked into
+    ``[0, n)`` -- so every epoch visits each record exactly once."""
+    index = np.asarray(index, np.int64)
+    keys = _keys(seed, _STREAM_SHUFFLE, index // n)
+    x = (index % n).astype(np.uint64)
+    bits = max(2, (n - 1).bit_length())
+    half = np.uint64((bits + 1) // 2)
+    mask = np.uint64((1 << int(half)) - 1)
+    todo = np.arange(len(x))
+    with np.errstate(over="ignore"):
+        while todo.size:
+            left, right, k = x[todo] >> half, x[todo] & mask, keys[todo]
+            for r in range(4):
+                left, right = right, left ^ (_mix64(right ^ (k + np.uint64(r) * _GOLD)) & mask)
+            x[todo] = (left << half) | right
+            todo = todo[x[todo] >= n]
+    return x.astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------------
+# Online example creation: SOP pair + MLM masking, a batch at a time
 # --------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class ExampleMaker:
-    """Turns one document record into one training example, given a per-example numpy Generator."""
+    """Turns document records into a batch (BATCH_API) for given global example ids and seed."""
 
     seq_len: int
     max_predictions: int
@@ -193,113 +374,154 @@ class ExampleMaker:
     sep_id: int
     mask_id: int
     pad_id: int
-    vocab_size: int
-    special_ids: tuple[int, ...]
-    word_start: np.ndarray | None = None  # bool [vocab]: for whole-word masking
+    maskable: np.ndarray                  # bool [vocab]: False for [PAD] [CLS] [SEP] [MASK]
+    word_start: np.ndarray | None = None  # bool [vocab]: set for whole-word masking
     mask_prob: float = 0.15
     short_seq_prob: float = 0.1
 
-    def __call__(self, record: bytes, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        sents = decode_document(record)
-        max_tokens = self.seq_len - 3
-        target = max_tokens if rng.random() >= self.short_seq_prob else int(rng.integers(2, max_tokens + 1))
-        # consecutive sentences from a random start (>= 2 of them) until the target length is reached
-        start = int(rng.integers(0, len(sents) - 1))
-        chunk, total = [], 0
-        for s in sents[start:]:
-            chunk.append(s)
-            total += len(s)
-            if total >= target and len(chunk) >= 2:
-                break
-        split = int(rng.integers(1, len(chunk)))
-        a, b = np.concatenate(chunk[:split]), np.concatenate(chunk[split:])
-        swapped = rng.random() < 0.5
-        if swapped:
-            a, b = b, a
-        while len(a) + len(b) > max_tokens:  # longest first, from the end
-            if len(a) >= len(b):
-                a = a[:-1]
-            else:
-                b = b[:-1]
-        tokens = np.concatenate([[self.cls_id], a, [self.sep_id], b, [self.sep_id]]).astype(np.int32)
-        types = np.concatenate([np.zeros(len(a) + 2, np.int32), np.ones(len(b) + 1, np.int32)])
-        input_ids, positions, labels = self.mask(tokens, rng)
-        n, s, p = len(tokens), self.seq_len, self.max_predictions
-        out = {"input_ids": np.full(s, self.pad_id, np.int32), "token_type_ids": np.zeros(s, np.int32),
-               "attention_mask": np.zeros(s, np.int32), "masked_lm_positions": np.zeros(p, np.int32),
-               "masked_lm_ids": np.zeros(p, np.int32), "masked_lm_weights": np.zeros(p, np.float32),
-               "sop_label": np.int32(swapped)}
-        out["input_ids"][:n], out["token_type_ids"][:n], out["attention_mask"][:n] = input_ids, types, 1
-        k = len(positions)
-        out["masked_lm_positions"][:k], out["masked_lm_ids"][:k], out["masked_lm_weights"][:k] = positions, labels, 1
-        return out
+    def __post_init__(self):
+        if self.seq_len < 5:
+            raise ValueError(f"seq_len must be >= 5 ([CLS] A [SEP] B [SEP]), got {self.seq_len}")
+        if self.max_predictions < 1:
+            raise ValueError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions}")
 
-    def mask(self, tokens: np.ndarray, rng: np.random.Generator):
-        """BERT masking: ~15% of the non-special positions (whole words if configured), 80/10/10."""
-        cand = np.flatnonzero(~np.isin(tokens, self.special_ids))
-        if self.word_start is not None:  # group "##" pieces with their word start
-            starts = self.word_start[tokens[cand]] | np.r_[True, np.diff(cand) != 1]
-            groups = np.split(cand, np.flatnonzero(starts)[1:])
+    def make_batch(self, records: Sequence[bytes], example_ids: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+        """One row per (record, example id): SOP pair, layout, then MLM masking."""
+        b, s, t = len(records), self.seq_len, self.seq_len - 3
+        example_ids = np.asarray(example_ids, np.int64)
+        u = uniforms(seed, _STREAM_SCALARS, example_ids, 5)
+        targets = np.where(u[:, 0] < self.short_seq_prob, 2 + (u[:, 1] * (t - 1)).astype(np.int64), t).tolist()
+        swapped = u[:, 4] < 0.5
+        ids = np.full((b, s), self.pad_id, np.int32)
+        types = np.zeros((b, s), np.int32)
+        lengths = np.zeros(b, np.int64)
+        for i, (record, u_start, u_split, swap) in enumerate(zip(records, u[:, 2].tolist(), u[:, 3].tolist(),
+                                                                 swapped.tolist())):
+            try:
+                offs, toks = _parse(record)
+            except ValueError as e:
+                raise ValueError(f"example {example_ids[i]}: {e}") from None
+            n = len(offs) - 1
+            if n < 2:
+                raise ValueError(f"example {example_ids[i]}: a record with {n} sentence(s); SOP needs two")
+            start = min(int(u_start * (n - 1)), n - 2)  # (min: float rounding at u -> 1)
+            end = min(n, max(start + 2, bisect.bisect_left(offs, offs[start] + targets[i])))
+            split = min(start + 1 + int(u_split * (end - start - 1)), end - 1)
+            (a0, a1), (b0, b1) = (offs[start], offs[split]), (offs[split], offs[end])
+            if swap:
+                (a0, a1), (b0, b1) = (b0, b1), (a0, a1)
+            na, nb = truncated_lengths(a1 - a0, b1 - b0, t)
+            row = ids[i]
+            row[0] = self.cls_id
+            row[1:1 + na] = toks[a0:a0 + na]
+            row[1 + na] = self.sep_id
+            row[2 + na:2 + na + nb] = toks[b0:b0 + nb]
+            row[2 + na + nb] = self.sep_id
+            types[i, 2 + na:3 + na + nb] = 1
+            lengths[i] = 3 + na + nb
+        attention = (np.arange(s)[None] < lengths[:, None]).astype(np.int32)
+        out = self.mask(ids, attention.astype(bool), example_ids, seed)
+        return {"input_ids": out.pop("input_ids"), "token_type_ids": types, "attention_mask": attention, **out,
+                "sop_label": swapped.astype(np.int32)}
+
+    def _choose_whole_words(self, ids, cand, keys, num):
+        b, s = ids.shape
+        rows = np.arange(b)
+        prev = np.zeros_like(cand)
+        prev[:, 1:] = cand[:, :-1]
+        starts = cand & (self.word_start[ids] | ~prev)
+        wid = np.maximum(np.cumsum(starts, axis=1) - 1, 0)  # word number of each position (if a candidate)
+        size = np.bincount((rows[:, None] * s + wid)[cand], minlength=b * s).reshape(b, s)
+        order = np.argsort(np.where(starts, keys, 2.0), axis=1, kind="stable")  # word starts, shuffled
+        n_words = starts.sum(1)
+        taken = np.zeros(b, np.int64)
+        chosen_word = np.zeros((b, s), bool)
+        for k in range(int(n_words.max(initial=0))):  # BERT: skip a word that would overflow the budget
+            w = wid[rows, order[:, k]]
+            size_k = size[rows, w]
+            ok = (k < n_words) & (taken + size_k <= num)
+            chosen_word[rows[ok], w[ok]] = True
+            taken += np.where(ok, size_k, 0)
+            if (taken >= num).all():
+                break
+        return cand & chosen_word[rows[:, None], wid]
+
+    def mask(self, ids: np.ndarray, real: np.ndarray, example_ids: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+        """BERT's masked LM on laid-out rows ``ids`` [B, S] (``real``: bool, not padding)."""
+        b, s = ids.shape
+        p = self.max_predictions
+        k = min(p, s)
+        cand = self.maskable[ids] & real
+        n_cand = cand.sum(1)
+        num = np.minimum(np.clip(np.rint(n_cand * self.mask_prob).astype(np.int64), 1, p), n_cand)
+        keys = uniforms(seed, _STREAM_POSITIONS, example_ids, s)
+        if self.word_start is None:
+            order = np.argsort(np.where(cand, keys, 2.0), axis=1, kind="stable")[:, :k]
+            valid = np.arange(k)[None] < num[:, None]
+            pos = np.sort(np.where(valid, order, s), axis=1)
         else:
-            groups = [np.asarray([c]) for c in cand]
-        num = min(self.max_predictions, max(1, int(round(len(tokens) * self.mask_prob))))
-        chosen = []
-        for gi in rng.permutation(len(groups)):
-            if len(chosen) >= num:
-                break
-            if len(chosen) + len(groups[gi]) > num:
-                continue
-            chosen.extend(groups[gi].tolist())
-        positions = np.sort(np.asarray(chosen, np.int32))
-        labels = tokens[positions]
-        out = tokens.copy()
-        r = rng.random(len(positions))
-        out[positions[r < 0.8]] = self.mask_id
-        rand = positions[(r >= 0.8) & (r < 0.9)]
-        out[rand] = self._random_tokens(rng, len(rand))
-        return out, positions, labels
-
-    def _random_tokens(self, rng, n):
-        ids = rng.integers(0, self.vocab_size, n)
-        bad = np.isin(ids, self.special_ids)
-        while bad.any():
-            ids[bad] = rng.integers(0, self.vocab_size, int(bad.sum()))
-            bad = np.isin(ids, self.special_ids)
-        return ids.astype(np.int32)
+            chosen = self._choose_whole_words(ids, cand, keys, num)
+            valid = np.arange(k)[None] < chosen.sum(1)[:, None]
+            pos = np.argsort(~chosen, axis=1, kind="stable")[:, :k]
+        pos = np.where(valid, pos, 0).astype(np.int32)
+        rows = np.arange(b)[:, None]
+        labels = np.where(valid, ids[rows, pos], 0).astype(np.int32)
+        r = uniforms(seed, _STREAM_ACTIONS, example_ids, 2 * k)
+        normal = np.flatnonzero(self.maskable)
+        random_tokens = normal[(r[:, k:] * len(normal)).astype(np.int64)]
+        new = np.where(r[:, :k] < 0.8, self.mask_id, np.where(r[:, :k] < 0.9, random_tokens, labels))
+        out = ids.copy()
+        vr, vc = np.nonzero(valid)
+        out[vr, pos[vr, vc]] = new[vr, vc]
+        pad = ((0, 0), (0, p - k))
+        return {"input_ids": out, "masked_lm_positions": np.pad(pos, pad), "masked_lm_ids": np.pad(labels, pad),
+                "masked_lm_weights": np.pad(valid.astype(np.float32), pad)}
 
 
-def example_maker(tokenizer, seq_len: int, max_predictions_per_seq: int, whole_word_masking: bool = False):
+def example_maker(tokenizer, seq_len: int, max_predictions_per_seq: int, whole_word_masking: bool = False,
+                  mask_prob: float = 0.15, short_seq_prob: float = 0.1) -> ExampleMaker:
+    """An ``ExampleMaker`` for ``tokenizer``'s special ids (and word starts, for whole-word masking)."""
+    maskable = np.ones(tokenizer.vocab_size, bool)
+    maskable[sorted(tokenizer.special_ids)] = False
     word_start = tokenizer.is_word_start(np.arange(tokenizer.vocab_size)) if whole_word_masking else None
     return ExampleMaker(seq_len, max_predictions_per_seq, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
-                        tokenizer.pad_id, tokenizer.vocab_size, tuple(sorted(tokenizer.special_ids)), word_start)
+                        tokenizer.pad_id, maskable, word_start, mask_prob, short_seq_prob)
 
 
 @dataclasses.dataclass(frozen=True)
-class _HostExamples:
-    """Example ``i`` of host ``h`` is global example ``p = (i // L) * G + h * L + i % L`` (L = G / hosts):
-    record ``shuffled[p]``, masked with a Generator seeded by (seed, p). So the global batch of a step is the
-    same whatever the number of hosts, and hosts read disjoint examples."""
+class HostBatches:
+    """Local step ``t`` of host ``h`` -> rows ``h*L:(h+1)*L`` of global batch ``t``: global example ids
+    ``t*G + h*L + arange(L)``, their records ``permute(ids, N, seed)``, made by ``maker`` (a grain map)."""
 
-    shuffled: object
+    source: object  # an ArrayRecordDataSource (random access, picklable for grain workers)
+    num_records: int
     maker: ExampleMaker
     seed: int
     per_host: int
     global_batch: int
     shard_index: int
 
-    def __call__(self, i: int) -> dict[str, np.ndarray]:
-        p = (i // self.per_host) * self.global_batch + self.shard_index * self.per_host + i % self.per_host
-        return self.maker(self.shuffled[p], np.random.default_rng([self.seed, p]))
+    def example_ids(self, step: int) -> np.ndarray:
+        return step * self.global_batch + self.shard_index * self.per_host + np.arange(self.per_host)
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        ids = self.example_ids(step)
+        records = self.source.__getitems__(permute(ids, self.num_records, self.seed).tolist())
+        return self.maker.make_batch(records, ids, self.seed)
 
 
-def make_pretrain_loader(data_dir: str, seq_len: int, global_batch_size: int, seed: int,
+def make_pretrain_loader(data_dir: str | os.PathLike, seq_len: int, global_batch_size: int, seed: int,
                          max_predictions_per_seq: int, whole_word_masking: bool = False,
-                         shard_index: int | None = None, shard_count: int | None = None, num_workers: int = 0):
-    """An endless, checkpointable grain dataset of per-host batches (``global_batch_size / shard_count`` rows).
+                         shard_index: int | None = None, shard_count: int | None = None, num_workers: int = 0,
+                         num_threads: int = 1, prefetch: int = 4, mask_prob: float = 0.15,
+                         short_seq_prob: float = 0.1):
+    """An endless grain ``IterDataset`` of this host's batches (``global_batch_size // shard_count`` rows).
 
-    The records are shuffled with ``seed`` (reshuffled every epoch); each example is made by ``ExampleMaker``
-    from (seed, global example index), so the same (seed, step) gives the same global batch on any number of
-    hosts, and host ``shard_index`` makes only its own disjoint rows of it.
+    Iterate it for numpy batches in the BATCH_API layout; ``iter(loader)`` has ``get_state``/``set_state``
+    (save it with orbax's ``grain.checkpoint.CheckpointHandler``). Batch ``t`` depends only on (data, seed, t,
+    shard_index, shard_count) and the shards of one global batch are disjoint rows of it. ``num_threads``
+    background threads prefetch up to ``prefetch`` batches (0: made on demand); ``num_workers`` > 0 makes
+    batches in that many processes (``mp_prefetch``).
     """
     import grain
     import jax
@@ -308,30 +530,43 @@ def make_pretrain_loader(data_dir: str, seq_len: int, global_batch_size: int, se
 
     shard_index = jax.process_index() if shard_index is None else shard_index
     shard_count = jax.process_count() if shard_count is None else shard_count
-    if global_batch_size % shard_count:
-        raise ValueError(f"global_batch_size {global_batch_size} is not divisible by {shard_count} hosts")
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard_index {shard_index} is not in [0, {shard_count})")
+    if global_batch_size <= 0 or global_batch_size % shard_count:
+        raise ValueError(f"global_batch_size {global_batch_size} is not a positive multiple of {shard_count} "
+                         "shards (hosts)")
+    meta = load_meta(data_dir)
     tokenizer = Tokenizer.from_dir(data_dir)
-    if tokenizer is None:
-        raise FileNotFoundError(f"{data_dir}: no tokenizer file; prepare() saves one next to the shards")
-    maker = example_maker(tokenizer, seq_len, max_predictions_per_seq, whole_word_masking)
-    source = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(shard_paths(data_dir)))
+    if tokenizer is None or tokenizer.vocab_size != meta["tokenizer"]["vocab_size"]:
+        raise FileNotFoundError(f"{data_dir}: the tokenizer file {meta['tokenizer']['file']} that prepare() saved "
+                                "is missing or does not match meta.json")
+    maker = example_maker(tokenizer, seq_len, max_predictions_per_seq, whole_word_masking, mask_prob,
+                          short_seq_prob)
+    source = grain.sources.ArrayRecordDataSource(shard_paths(data_dir))
+    if len(source) != meta["num_records"]:
+        raise ValueError(f"{data_dir}: the shards hold {len(source)} records, meta.json says {meta['num_records']}")
     per_host = global_batch_size // shard_count
-    make = _HostExamples(source.shuffle(seed=seed).repeat(None), maker, seed, per_host, global_batch_size,
-                         shard_index)
-    ds = grain.MapDataset.range(2 ** 62).map(make).batch(per_host, drop_remainder=True)
-    it = ds.to_iter_dataset()
+    batches = HostBatches(source, len(source), maker, seed, per_host, global_batch_size, shard_index)
+    ds = grain.MapDataset.range(2 ** 62).map(batches)
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
     if num_workers:
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; outside absl.app nobody parsed them
+            flags.FLAGS.mark_as_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
     return it
 
 
-def sequences_per_second(data_dir: str, seq_len: int = 128, batch_size: int = 256, num_batches: int = 20,
-                         max_predictions_per_seq: int = 20) -> float:
-    """Input-pipeline throughput (sequences/s) on this process's CPU (one worker: per core)."""
-    it = iter(make_pretrain_loader(data_dir, seq_len, batch_size, 0, max_predictions_per_seq, shard_index=0,
-                                   shard_count=1))
+def sequences_per_second(data_dir: str | os.PathLike, seq_len: int = 128, batch_size: int = 256,
+                         num_batches: int = 20, max_predictions_per_seq: int = 20,
+                         whole_word_masking: bool = False) -> float:
+    """Input-pipeline throughput per core: sequences made per CPU-second of this process, batches made on
+    demand in the calling thread (no prefetch threads or workers)."""
+    it = iter(make_pretrain_loader(data_dir, seq_len, batch_size, 0, max_predictions_per_seq, whole_word_masking,
+                                   shard_index=0, shard_count=1, num_threads=0))
     next(it)
-    t = time.perf_counter()
+    cpu = time.process_time()
     for _ in range(num_batches):
         next(it)
-    return num_batches * batch_size / (time.perf_counter() - t)
+    return num_batches * batch_size / max(time.process_time() - cpu, 1e-9)

@@ -1,7 +1,8 @@
-"""Corpus -> ArrayRecord -> MLM + SOP examples: statistics, determinism, sharding, odd input."""
+"""Corpus -> ArrayRecord -> MLM + SOP batches: statistics, document order, determinism, sharding, odd input."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -11,160 +12,354 @@ import pytest
 from squeezebert_jax import corpus, pretrain_data
 from squeezebert_jax.tokenizer import Tokenizer
 
+SEQ, BATCH, PREDS = 64, 32, 10
+BATCH_KEYS = {"input_ids": (np.int32, (BATCH, SEQ)), "token_type_ids": (np.int32, (BATCH, SEQ)),
+              "attention_mask": (np.int32, (BATCH, SEQ)), "masked_lm_positions": (np.int32, (BATCH, PREDS)),
+              "masked_lm_ids": (np.int32, (BATCH, PREDS)), "masked_lm_weights": (np.float32, (BATCH, PREDS)),
+              "sop_label": (np.int32, (BATCH,))}
+
+
+def _loader(data_dir, n=1, **kw):
+    args = dict(seq_len=SEQ, global_batch_size=BATCH, seed=0, max_predictions_per_seq=PREDS, shard_index=0,
+                shard_count=1) | kw
+    it = iter(pretrain_data.make_pretrain_loader(str(data_dir), **args))
+    return it, [next(it) for _ in range(n)]
+
+
+def _cli():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("prepare_data_cli", os.path.join(root, "train", "prepare_data.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cat(batches):
+    return {k: np.concatenate([np.atleast_1d(b[k]) for b in batches]) for k in batches[0]}
+
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
+def demo(tmp_path_factory):
+    d = tmp_path_factory.mktemp("demo")
     text = corpus.write_corpus(d / "corpus.txt", num_docs=300, seed=1)
     tok = Tokenizer.from_file(corpus.write_demo_vocab(d / "vocab.txt"))
-    meta = pretrain_data.prepare([text], tok, str(d / "prepared"), num_shards=3)
+    meta = pretrain_data.prepare([text], tok, d / "prepared", num_shards=3, progress=False)
     return d, tok, meta
 
 
-def test_corpus_is_deterministic_and_covered_by_the_vocab(tmp_path):
+# Document i has 2 + i % 7 sentences; sentence j is "d<i> s<j>" repeated 1 + (i + 2 j) % 5 times: every token
+# names its document and sentence, so a segment's provenance can be read back from the batch.
+NUM_NUMBERED = 200
+
+
+def _numbered_docs():
+    return [[" ".join([f"d{i} s{j}"] * (1 + (i + 2 * j) % 5)) for j in range(2 + i % 7)]
+            for i in range(NUM_NUMBERED)]
+
+
+@pytest.fixture(scope="module")
+def numbered(tmp_path_factory):
+    d = tmp_path_factory.mktemp("numbered")
+    words = [f"d{i}" for i in range(NUM_NUMBERED)] + [f"s{j}" for j in range(8)]
+    (d / "vocab.txt").write_text("\n".join(corpus.SPECIALS + words) + "\n")
+    tok = Tokenizer.from_file(d / "vocab.txt")
+    pretrain_data.prepare(_numbered_docs(), tok, d / "prepared", num_shards=4, progress=False)
+    flat = []  # per document: its tokens and sentence start offsets
+    for doc in _numbered_docs():
+        sents = tok.tokenize_batch(doc)
+        flat.append((np.concatenate(sents), list(np.cumsum([0] + [len(x) for x in sents]))))
+    return d / "prepared", tok, flat
+
+
+def _restore(batch, i):
+    """Row ``i`` with the masked positions set back to ``masked_lm_ids``."""
+    ids = batch["input_ids"][i].copy()
+    w = batch["masked_lm_weights"][i] > 0
+    ids[batch["masked_lm_positions"][i][w]] = batch["masked_lm_ids"][i][w]
+    return ids
+
+
+def _segments(batch, i, tok):
+    ids = _restore(batch, i)
+    n = int(batch["attention_mask"][i].sum())
+    seps = np.flatnonzero(ids[:n] == tok.sep_id)
+    assert ids[0] == tok.cls_id and len(seps) == 2 and seps[1] == n - 1
+    return ids[1:seps[0]], ids[seps[0] + 1:seps[1]]
+
+
+# -- corpus ---------------------------------------------------------------------------------------
+
+def test_corpus_is_deterministic_learnable_and_covered_by_the_vocab(tmp_path):
     assert corpus.generate_documents(5, seed=3) == corpus.generate_documents(5, seed=3)
     assert corpus.generate_documents(5, seed=3) != corpus.generate_documents(5, seed=4)
+    vocab = corpus.demo_vocab()
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(vocab) == len(set(vocab)) < 1000
     tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
-    docs = corpus.generate_documents(50, seed=0)
-    ids = tok.tokenize_batch([s for d in docs for s in d])
-    assert not any(tok.unk_id in x for x in ids)
-    # SOP is learnable: the first and last sentences come from position-specific templates
-    assert all(d[0].startswith("once there was") for d in docs)
-    assert all(not any(s.startswith("once there was") for s in d[1:]) for d in docs)
+    docs = corpus.generate_documents(400, seed=0)
+    ids = tok.tokenize_batch([s for d in docs for s in d] + ["zebra quixotic 42 jumps!", "x-ray's (wow)"])
+    assert not any(tok.unk_id in x for x in ids)  # letters + ##letters: any lowercase text tokenizes
+    # SOP proxy: every sentence's template gives its story position, strictly increasing within a document, so
+    # "A's position < B's position" tells original from swapped pairs perfectly.
+    pos = [[corpus.template_index(s) for s in d] for d in docs]
+    assert all(p[0] == 0 and p[-1] == len(corpus.TEMPLATES) for p in pos)
+    assert all(all(a < b for a, b in zip(p, p[1:])) for p in pos)
+    assert len({len(d) for d in docs}) > 3 and -1 not in sum(pos, [])
+    # MLM structure: the hero's name recurs (unless the story skips every step naming it), pronouns agree
+    recurs = []
+    for d in docs:
+        name = d[0].split()[d[0].split().index("called") + 1]
+        pron = next((s.split()[0] for s in d if s.split()[0] in ("she", "he")), None)
+        recurs.append(sum(name in s.split() for s in d) >= 2)
+        if pron is not None:
+            assert (name in corpus._NAMES["she"]) == (pron == "she")
+    assert np.mean(recurs) > 0.97
+    # the file format round-trips through the reader
+    path = corpus.write_corpus(tmp_path / "c.txt", num_docs=50, seed=5)
+    assert list(pretrain_data.read_text_documents([path])) == corpus.generate_documents(50, seed=5)
 
 
-def test_prepare_round_trip(prepared):
-    d, tok, meta = prepared
-    assert meta["num_records"] == 300 and meta["tokenizer"]["file"] == "vocab.txt"
-    assert json.load(open(d / "prepared" / "meta.json"))["num_tokens"] == meta["num_tokens"]
+# -- prepare --------------------------------------------------------------------------------------
+
+def test_prepare_round_trip_and_meta(demo):
+    d, tok, meta = demo
+    docs = corpus.generate_documents(300, seed=1)
+    tokenized = [tok.tokenize_batch(doc) for doc in docs]
+    on_disk = json.loads((d / "prepared" / "meta.json").read_text())
+    assert on_disk == meta
+    assert meta["num_docs"] == 300 and meta["num_sentences"] == sum(map(len, docs))
+    assert meta["num_tokens"] == sum(len(s) for doc in tokenized for s in doc)
+    assert meta["tokenizer"] == {"kind": "wordpiece", "vocab_size": tok.vocab_size, "file": "vocab.txt"}
+    assert (d / "prepared" / "vocab.txt").read_bytes() == (d / "vocab.txt").read_bytes()
+    assert meta["shard_num_records"] == [100, 100, 100] and meta["token_width"] == 2
+    assert meta["stats"] == dict(documents=300, sentences=meta["num_sentences"], empty_documents=0,
+                                 one_sentence_documents=0, empty_sentences=0, invalid_utf8_lines=0,
+                                 truncated_lines=0)
     from array_record.python.array_record_data_source import ArrayRecordDataSource
 
-    src = ArrayRecordDataSource(pretrain_data.shard_paths(str(d / "prepared")))
-    assert len(src) == 300
-    first = pretrain_data.decode_document(src[0])
-    docs = corpus.generate_documents(300, seed=1)
-    # round-robin sharding: record 0 of shard 0 is document 0
-    assert [t.tolist() for t in first] == tok.tokenize_batch(docs[0])
+    paths = pretrain_data.shard_paths(d / "prepared")
+    for s, path in enumerate(paths):  # round robin: record k of shard s is document s + 3 k
+        src = ArrayRecordDataSource([path])
+        for k in range(len(src)):
+            got = [x.tolist() for x in pretrain_data.decode_document(src[k])]
+            assert got == tokenized[s + 3 * k]
+    wide = [[70000, 1], [2, 3, 4]]
+    assert [x.tolist() for x in pretrain_data.decode_document(pretrain_data.encode_document(wide, 4))] == wide
+    with pytest.raises(ValueError, match="corrupt"):
+        pretrain_data.decode_document(pretrain_data.encode_document(wide, 4)[:-2])
+    with pytest.raises(ValueError, match="not a pretraining record"):
+        pretrain_data.decode_document(b"\x01\x00")
 
 
-def _batches(data_dir, n=10, **kw):
-    args = dict(seq_len=64, global_batch_size=32, seed=0, max_predictions_per_seq=10) | kw
-    it = iter(pretrain_data.make_pretrain_loader(data_dir, shard_index=kw.pop("shard_index", 0),
-                                                 shard_count=kw.pop("shard_count", 1), **{
-                                                     k: v for k, v in args.items()
-                                                     if k not in ("shard_index", "shard_count")}))
-    return [next(it) for _ in range(n)]
+# -- examples -------------------------------------------------------------------------------------
 
-
-def test_masking_statistics_and_specials(prepared):
-    d, tok, _ = prepared
-    batches = _batches(str(d / "prepared"), n=30)
-    b = {k: np.concatenate([x[k] for x in batches]) for k in batches[0]}
+def test_batch_layout_and_masking_statistics(demo):
+    d, tok, _ = demo
+    _, batches = _loader(d / "prepared", n=60)
+    for k, (dtype, shape) in BATCH_KEYS.items():
+        assert batches[0][k].dtype == dtype and batches[0][k].shape == shape, k
+    b = _cat(batches)
+    att = b["attention_mask"].astype(bool)
+    n = att.sum(1)
+    assert (b["input_ids"][~att] == tok.pad_id).all() and (b["token_type_ids"][~att] == 0).all()
+    assert att[:, 0].all() and (np.diff(b["attention_mask"], axis=1) <= 0).all()  # real tokens, then padding
+    assert (b["input_ids"][:, 0] == tok.cls_id).all() and ((b["input_ids"] == tok.sep_id).sum(1) == 2).all()
     w = b["masked_lm_weights"] > 0
-    real = b["attention_mask"].sum(1)
-    frac = w.sum(1) / real
-    assert abs(frac.mean() - 0.15) < 0.02  # 15% of the tokens (capped by max_predictions)
-    pos, ids = b["masked_lm_positions"], b["masked_lm_ids"]
-    at = np.take_along_axis(b["input_ids"], pos, 1)[w]
-    orig = ids[w]
+    # 15% of the maskable tokens (all but [CLS] + 2 [SEP]), rounded, in [1, max_predictions]
+    assert (w.sum(1) == np.clip(np.rint(0.15 * (n - 3)), 1, PREDS)).all()
+    assert (w[:, :-1] >= w[:, 1:]).all() and (b["masked_lm_positions"][~w] == 0).all()
+    assert (b["masked_lm_ids"][~w] == 0).all()
+    pos, orig = b["masked_lm_positions"], b["masked_lm_ids"]
+    assert all((np.diff(p[m]) > 0).all() for p, m in zip(pos, w))  # sorted, distinct
+    assert (np.take_along_axis(att, pos, 1)[w]).all() and (pos[w] > 0).all()
     specials = np.asarray(sorted(tok.special_ids))
-    assert not np.isin(orig, specials).any()  # specials are never masked
-    p_mask = np.mean(at == tok.mask_id)
-    p_same = np.mean(at == orig)
-    assert abs(p_mask - 0.8) < 0.03 and abs(p_same - 0.1 - 0.8 * 0 - (1 / tok.vocab_size)) < 0.03
-    assert abs((1 - p_mask - p_same) - 0.1) < 0.03
-    # [CLS] first, two [SEP]s, token types 0 then 1
-    assert (b["input_ids"][:, 0] == tok.cls_id).all()
-    assert ((b["input_ids"] == tok.sep_id).sum(1) == 2).all()
-    assert abs(b["sop_label"].mean() - 0.5) < 0.08  # SOP labels balanced
+    assert not np.isin(orig[w], specials).any()  # specials are never masked
+    at = np.take_along_axis(b["input_ids"], pos, 1)[w]
+    total = w.sum()
+    p_mask, p_kept = np.mean(at == tok.mask_id), np.mean(at == orig[w])
+    p_random = 1 - p_mask - p_kept
+    sigma = lambda p: np.sqrt(p * (1 - p) / total)  # noqa: E731  (4 standard errors below)
+    assert total > 10_000 and abs(p_mask - 0.8) < 4 * sigma(0.8)
+    assert abs(p_kept - 0.1) < 4 * sigma(0.1) and abs(p_random - 0.1) < 4 * sigma(0.1)
+    assert not np.isin(at[(at != tok.mask_id) & (at != orig[w])], specials).any()  # random tokens: non-special
+    assert abs(b["sop_label"].mean() - 0.5) < 4 * np.sqrt(0.25 / len(n))  # SOP labels balanced
+    assert (n < SEQ).mean() > 0.05  # short_seq_prob: some short targets
 
 
-def test_segments_are_consecutive_and_swapped_by_label(prepared):
-    """Unmasked reconstruction: with label 0, A precedes B in the document; with label 1 the reverse."""
-    d, tok, _ = prepared
-    docs = [[" ".join(map(str, s)) for s in (tok.tokenize_batch(doc))]
-            for doc in corpus.generate_documents(300, seed=1)]
-    texts = {" ".join(doc) for doc in docs}
-    b = _batches(str(d / "prepared"), n=4)
-    checked = 0
-    for batch in b:
-        for i in range(len(batch["input_ids"])):
-            ids = batch["input_ids"][i].copy()
-            w = batch["masked_lm_weights"][i] > 0
-            ids[batch["masked_lm_positions"][i][w]] = batch["masked_lm_ids"][i][w]
-            n = batch["attention_mask"][i].sum()
-            seps = np.flatnonzero(ids[:n] == tok.sep_id)
-            a, bb = ids[1:seps[0]], ids[seps[0] + 1:seps[1]]
-            first, second = (bb, a) if batch["sop_label"][i] else (a, bb)
-            joined = " ".join(map(str, first)) + " " + " ".join(map(str, second))
-            if len(first) + len(second) == n - 3 and n < 64:  # untruncated: must be a contiguous span
-                assert any(joined in t for t in texts)
-                checked += 1
-    assert checked > 20
+@pytest.mark.parametrize("seq_len", [SEQ, 16])
+def test_segments_are_two_consecutive_runs_of_one_document(numbered, seq_len):
+    """Read back from the tokens: A and B come from one document, each starts at a sentence start and is a
+    contiguous span of it (ending at a sentence end unless truncated), and the one first in the document ends
+    right where the other starts; which one is first is what ``sop_label`` says. Restoring the masked
+    positions from ``masked_lm_ids`` must give back exactly the document's tokens."""
+    data_dir, tok, flat = numbered
+    _, batches = _loader(data_dir, n=4, seq_len=seq_len)
+    d_ids = {tok.token_to_id(f"d{i}"): i for i in range(NUM_NUMBERED)}
+    s_ids = {tok.token_to_id(f"s{j}"): j for j in range(8)}
+    labels, truncated = [], 0
+    for batch in batches:
+        for i in range(BATCH):
+            a, b = _segments(batch, i, tok)
+            n = len(a) + len(b) + 3
+            types = batch["token_type_ids"][i]
+            assert (types[:len(a) + 2] == 0).all() and (types[len(a) + 2:n] == 1).all() and not types[n:].any()
+            first, second = (b, a) if batch["sop_label"][i] else (a, b)
+            docs = {d_ids[t] for t in np.concatenate([a, b]) if t in d_ids}
+            assert len(docs) == 1  # one document
+            tokens, offsets = flat[docs.pop()]
+            spans = []
+            for seg in (first, second):
+                s0 = s_ids[seg[1]]  # "d<i> s<j>": the second token names the sentence
+                begin = offsets[s0]
+                np.testing.assert_array_equal(seg, tokens[begin:begin + len(seg)])
+                spans.append((begin, begin + len(seg)))
+                if n < seq_len:  # nothing truncated: the segment ends at a sentence end
+                    assert begin + len(seg) in offsets
+            assert spans[0][1] == spans[1][0] or n == seq_len  # consecutive (truncation cuts `first` at its end)
+            assert spans[0][0] < spans[1][0]
+            labels.append(batch["sop_label"][i])
+            truncated += n == seq_len and (spans[0][1] < spans[1][0] or spans[1][1] not in offsets)
+    assert 0.2 < np.mean(labels) < 0.8
+    assert truncated > 10 if seq_len == 16 else truncated < 10
 
 
-def test_same_seed_same_batches_and_resume_from_state(prepared):
-    d, _, _ = prepared
-    a, b = _batches(str(d / "prepared"), n=5), _batches(str(d / "prepared"), n=5)
+def test_same_seed_same_batches_and_resume_from_state(numbered):
+    data_dir = numbered[0]
+    _, a = _loader(data_dir, n=6)
+    _, b = _loader(data_dir, n=6, num_threads=0)  # no prefetch thread: the same stream
     for x, y in zip(a, b):
+        assert x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
+    it, d = _loader(data_dir, n=6, num_workers=2)  # batches made in worker processes: the same stream
+    for x, y in zip(a, d):
         assert all(np.array_equal(x[k], y[k]) for k in x)
-    c = _batches(str(d / "prepared"), n=1, seed=1)[0]
-    assert not np.array_equal(c["input_ids"], a[0]["input_ids"])
-    it = iter(pretrain_data.make_pretrain_loader(str(d / "prepared"), 64, 32, 0, 10, shard_index=0, shard_count=1))
-    for _ in range(3):
-        next(it)
+    del it, d
+    _, c = _loader(data_dir, n=1, seed=1)
+    assert not np.array_equal(c[0]["input_ids"], a[0]["input_ids"])
+    it, _ = _loader(data_dir, n=3)
     state = it.get_state()
-    it2 = iter(pretrain_data.make_pretrain_loader(str(d / "prepared"), 64, 32, 0, 10, shard_index=0, shard_count=1))
-    it2.set_state(state)
-    assert np.array_equal(next(it2)["input_ids"], a[3]["input_ids"])
+    json.dumps(state)  # what orbax's grain handler writes
+    resumed = iter(pretrain_data.make_pretrain_loader(str(data_dir), SEQ, BATCH, 0, PREDS, shard_index=0,
+                                                      shard_count=1))
+    resumed.set_state(state)
+    for step in (3, 4, 5):
+        got = next(resumed)
+        assert all(np.array_equal(got[k], a[step][k]) for k in got)
 
 
-def test_hosts_make_disjoint_rows_of_the_same_global_batch(prepared):
-    d, _, _ = prepared
-    one = _batches(str(d / "prepared"), n=3)
-    hosts = [_batches(str(d / "prepared"), n=3, shard_index=h, shard_count=2) for h in (0, 1)]
-    assert hosts[0][0]["input_ids"].shape == (16, 64)  # per-host share of the global batch
-    for step in range(3):
+def test_shards_are_disjoint_rows_of_the_global_batch(numbered):
+    data_dir, tok, _ = numbered
+    _, one = _loader(data_dir, n=4)
+    hosts = [_loader(data_dir, n=4, shard_index=h, shard_count=2)[1] for h in (0, 1)]
+    assert hosts[0][0]["input_ids"].shape == (BATCH // 2, SEQ)
+    for step in range(4):
         for k in one[step]:
             np.testing.assert_array_equal(np.concatenate([hosts[0][step][k], hosts[1][step][k]]), one[step][k])
-    assert not np.array_equal(hosts[0][0]["input_ids"], hosts[1][0]["input_ids"])
+    d_ids = {tok.token_to_id(f"d{i}"): i for i in range(NUM_NUMBERED)}
+
+    def docs(batches):
+        return [next(d_ids[t] for t in _restore(b, i) if t in d_ids)
+                for b in batches for i in range(len(b["sop_label"]))]
+
+    d0, d1 = docs(hosts[0]), docs(hosts[1])  # 128 examples < 200 documents: one epoch, no repeats
+    assert len(set(d0)) == len(d0) and len(set(d1)) == len(d1) and not set(d0) & set(d1)
+    for n in (1, 2, 7, 200, 1000):  # each epoch is a permutation of the records, a new one each epoch
+        perm = pretrain_data.permute(np.arange(3 * n), n, seed=5).reshape(3, n)
+        assert all(sorted(p) == list(range(n)) for p in perm)
+        if n > 2:
+            assert not np.array_equal(perm[0], perm[1]) and not np.array_equal(perm[0], np.arange(n))
 
 
 def test_whole_word_masking_masks_whole_words(tmp_path):
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##believ", "##able", "dog", "cat", "."]
+    vocab = corpus.SPECIALS + ["un", "##believ", "##able", "dog", "cat", "."]
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tok = Tokenizer.from_file(tmp_path / "vocab.txt")
-    docs = [["unbelievable dog unbelievable cat .", "dog cat unbelievable ."] for _ in range(40)]
-    pretrain_data.prepare(docs, tok, str(tmp_path / "p"), num_shards=1)
-    batches = _batches(str(tmp_path / "p"), n=10, seq_len=24, global_batch_size=8, max_predictions_per_seq=6,
-                       whole_word_masking=True)
+    docs = [["unbelievable dog unbelievable cat .", "dog cat unbelievable dog unbelievable .",
+             "cat unbelievable unbelievable dog .", "dog dog unbelievable cat cat ."]] * 40
+    pretrain_data.prepare(docs, tok, tmp_path / "p", num_shards=1, progress=False)
     starts = tok.is_word_start(np.arange(tok.vocab_size))
-    for b in batches:
-        for i in range(len(b["input_ids"])):
-            pos = set(b["masked_lm_positions"][i][b["masked_lm_weights"][i] > 0].tolist())
-            ids = b["input_ids"][i].copy()
-            w = b["masked_lm_weights"][i] > 0
-            ids[b["masked_lm_positions"][i][w]] = b["masked_lm_ids"][i][w]
-            for p in pos:  # every masked piece's whole word is masked
-                q = p
-                while not starts[ids[q]]:
-                    q -= 1
-                    assert q in pos
-                q = p + 1
-                while q < len(ids) and ids[q] > 4 and not starts[ids[q]]:
-                    assert q in pos
-                    q += 1
+
+    def partial_words(wwm):
+        _, batches = _loader(tmp_path / "p", n=10, seq_len=40, global_batch_size=8, max_predictions_per_seq=6,
+                             whole_word_masking=wwm)
+        partial = multi = 0
+        for b in batches:
+            for i in range(len(b["input_ids"])):
+                ids, w = _restore(b, i), b["masked_lm_weights"][i] > 0
+                masked = np.zeros(len(ids), bool)
+                masked[b["masked_lm_positions"][i][w]] = True
+                word = np.cumsum(starts[ids])  # word number of each token
+                for x in np.unique(word[masked]):
+                    partial += not masked[word == x].all()
+                    multi += (word == x).sum() > 1
+                assert w.sum() <= 6
+        return partial, multi
+
+    partial, multi = partial_words(True)
+    assert partial == 0 and multi > 20  # three-piece words are masked, always whole
+    assert partial_words(False)[0] > 20  # without it, single pieces of words are masked
 
 
-def test_odd_corpus_input_is_counted_not_fatal(tmp_path):
-    raw = (b"first doc one .\nfirst doc two .\n\n\n\nonly one sentence .\n\n"
-           b"bad bytes \xff\xfe here .\n" + b"x" * 30_000 + b"\n\nlast a .\nlast b .\n")
+# -- odd input, TFDS, CLI -------------------------------------------------------------------------
+
+def test_odd_corpus_input_is_counted_not_fatal(tmp_path, demo):
+    tok = demo[1]
+    raw = (b"first doc one .\r\nfirst doc two .\n\n\n  \nonly one sentence .\n\n"
+           b"bad bytes \xff\xfe here .\n" + b"x" * 30_000 + b"\n\x07\x07\n\n"
+           b"last a .\nlast b .")  # no final newline
     (tmp_path / "odd.txt").write_bytes(raw)
-    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
-    meta = pretrain_data.prepare([str(tmp_path / "odd.txt")], tok, str(tmp_path / "p"), num_shards=2)
+    meta = pretrain_data.prepare([str(tmp_path / "odd.txt")], tok, tmp_path / "p", num_shards=2, progress=False)
     s = meta["stats"]
-    assert s["empty_documents"] == 2 and s["one_sentence_documents"] == 1
-    assert s["invalid_utf8_lines"] == 1 and s["truncated_lines"] == 1
-    assert meta["num_records"] == 3
-    with pytest.raises(ValueError, match="no document with at least two sentences"):
-        pretrain_data.prepare([["lonely ."]], tok, str(tmp_path / "q"), num_shards=1)
+    assert s["empty_documents"] == 2 and s["one_sentence_documents"] == 1 and s["empty_sentences"] == 1
+    assert s["invalid_utf8_lines"] == 1 and s["truncated_lines"] == 1 and s["documents"] == 4
+    assert meta["num_docs"] == 3 and meta["num_sentences"] == 6
+    src_docs = [["ok one .", "bad \ud800 surrogate ."], [" ", ""], ["lonely ."]]
+    meta = pretrain_data.prepare(src_docs, tok, tmp_path / "p", num_shards=1, progress=False)
+    assert meta["stats"]["invalid_utf8_lines"] == 1 and meta["stats"]["empty_documents"] == 1
+    assert meta["num_docs"] == 1 and sorted(os.listdir(tmp_path / "p")) == [
+        "meta.json", "shard-00000-of-00001.array_record", "vocab.txt"]  # stale shards of the 2-shard run gone
+    with pytest.raises(ValueError, match="no document with at least two"):
+        pretrain_data.prepare([["lonely ."]], tok, tmp_path / "q", num_shards=1, progress=False)
+    with pytest.raises(FileNotFoundError, match="meta.json"):
+        pretrain_data.make_pretrain_loader(str(tmp_path / "q"), SEQ, BATCH, 0, PREDS, shard_index=0, shard_count=1)
+    with pytest.raises(ValueError, match="seq_len"):
+        pretrain_data.make_pretrain_loader(str(tmp_path / "p"), 4, BATCH, 0, PREDS, shard_index=0, shard_count=1)
+    with pytest.raises(ValueError, match="multiple of 3"):
+        pretrain_data.make_pretrain_loader(str(tmp_path / "p"), SEQ, 32, 0, PREDS, shard_index=0, shard_count=3)
+
+
+def test_sentence_splitter():
+    text = ("Dr. Smith went home. He slept! Then J. R. R. Tolkien wrote 3 books? \"Yes,\" she said.\n\n"
+            "A new paragraph, e.g. This one... 2 more. done.")
+    assert pretrain_data.split_sentences(text) == [
+        "Dr. Smith went home.", "He slept!", "Then J. R. R. Tolkien wrote 3 books?", "\"Yes,\" she said.",
+        "A new paragraph, e.g. This one...", "2 more. done."]
+
+
+def test_tfds_source_and_cli(tmp_path, demo):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf
+
+    texts = [b"Anna found a key. She took it home.\nThe end came soon.", b"Only one sentence here",
+             b"Bad \xff byte. Then a second sentence."]
+
+    def as_dataset(self, *args, **kwargs):
+        return tf.data.Dataset.from_tensor_slices({"text": texts, "title": [b"t"] * len(texts)})
+
+    prepare_data = _cli()
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+        stats = pretrain_data.CorpusStats()
+        docs = list(pretrain_data.iter_tfds_documents("wikipedia/20230601.en", stats=stats))
+        assert docs == [["Anna found a key.", "She took it home.", "The end came soon."],
+                        ["Only one sentence here"], ["Bad \ufffd byte.", "Then a second sentence."]]
+        assert stats.invalid_utf8_lines == 1
+        vocab = str(demo[0] / "vocab.txt")
+        assert prepare_data.main(["--tfds", "wikipedia/20230601.en", "--vocab", vocab, "--out",
+                                  str(tmp_path / "w"), "--num_shards", "2"]) == 0
+    meta = pretrain_data.load_meta(tmp_path / "w")
+    assert meta["num_docs"] == 2 and meta["stats"]["one_sentence_documents"] == 1
+    assert meta["stats"]["invalid_utf8_lines"] == 1
+    path = corpus.write_corpus(tmp_path / "c.txt", num_docs=20, seed=0)
+    assert prepare_data.main(["--input", path, path, "--vocab", vocab, "--out", str(tmp_path / "t")]) == 0
+    assert pretrain_data.load_meta(tmp_path / "t")["num_docs"] == 40
+    assert pretrain_data.sequences_per_second(tmp_path / "t", 32, 16, num_batches=2) > 0
+
