@@ -125,3 +125,83 @@ def write_demo_vocab(path: str | os.PathLike) -> str:
         f.write("\n".join(demo_vocab()) + "\n")
     os.replace(tmp, path)
     return path
+
+
+# --------------------------------------------------------------------------------------------------
+# GLUE-format tasks from the stories: every GLUE task's file layout, with labels a model can learn
+# --------------------------------------------------------------------------------------------------
+
+_POSITIVE = {"beautiful", "valuable", "funny", "wonderful", "rare"}  # _REACT words; the rest are negative
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax")
+
+
+def _glue_examples(task: str, n: int, rng: np.random.Generator) -> list:
+    """``n`` examples of ``task`` from fresh stories:
+
+    * CoLA: a story sentence (acceptable, 1) or the same words shuffled (0);
+    * SST-2: the reaction sentence, positive (1) for beautiful/valuable/funny/wonderful/rare;
+    * MRPC, QQP: a sentence and itself with the hero's name changed everywhere (paraphrase, 1), or another
+      sentence of the story (0);
+    * STS-B: two sentences of one story, scored 5 x the Jaccard overlap of their word sets;
+    * MNLI, AX: adjacent sentences in story order (entailment), swapped (contradiction), or from two
+      stories (neutral);
+    * QNLI, RTE: adjacent sentences in order (entailment) or swapped (not_entailment); WNLI the same with
+      1 = in order.
+    """
+    from squeezebert_jax.glue import GlueExample
+
+    out = []
+    while len(out) < n:
+        doc, other = _story(rng), _story(rng)
+        j = int(rng.integers(len(doc) - 1))
+        a, b = doc[j], doc[j + 1]
+        if task == "cola":
+            ok = bool(rng.random() < 0.5)
+            words = a.split()
+            if not ok:
+                while words == a.split():
+                    words = list(rng.permutation(words))
+            out.append((" ".join(words), None, int(ok)))
+        elif task == "sst2":
+            said = [s for s in doc if " said it was " in s]
+            if said:
+                out.append((said[0], None, int(said[0].split()[-2] in _POSITIVE)))
+        elif task in ("mrpc", "qqp"):
+            name = doc[0].split()[doc[0].split().index("called") + 1]
+            new = str(rng.choice([x for x in sum(_NAMES.values(), []) if x != name]))
+            if rng.random() < 0.5:
+                out.append((a, " ".join(new if w == name else w for w in a.split()), 1))
+            else:
+                out.append((a, doc[(j + 1 + int(rng.integers(len(doc) - 1))) % len(doc)], 0))
+        elif task == "stsb":
+            c = doc[int(rng.integers(len(doc)))]
+            x, y = set(a.split()), set(c.split())
+            out.append((a, c, 5.0 * len(x & y) / len(x | y)))
+        elif task in ("mnli", "ax"):
+            r = int(rng.integers(3))
+            pair = [(a, b), (other[int(rng.integers(len(other)))], b), (b, a)][r]
+            out.append((*pair, r))  # 0 entailment, 1 neutral, 2 contradiction
+        else:  # qnli, rte (0 = entailment), wnli (1 = entailment)
+            swap = bool(rng.random() < 0.5)
+            label = int(swap) if task != "wnli" else int(not swap)
+            out.append(((b, a) if swap else (a, b)) + (label,))
+    return [GlueExample(i, x, y, lab) for i, (x, y, lab) in enumerate(out[:n])]
+
+
+def write_glue_tasks(data_dir: str | os.PathLike, num_train: int = 800, num_dev: int = 200, num_test: int = 100,
+                     seed: int = 0, tasks: tuple[str, ...] = GLUE_TASKS) -> str:
+    """A GLUE_DIR of story tasks (see ``_glue_examples``) for ``tasks``, in the exact file layouts of the GLUE
+    download script (``glue.write_glue_tsv``): every split, unlabeled test files, AX as diagnostic.tsv.
+    Deterministic in ``seed``; returns ``data_dir``."""
+    from squeezebert_jax import glue
+
+    data_dir = os.fspath(data_dir)
+    for t, task in enumerate(tasks):
+        spec = glue.get_task(task)
+        for s, split in enumerate(spec.splits):
+            n = num_train if split == "train" else num_test if split.startswith("test") else num_dev
+            ex = _glue_examples(task, n, np.random.default_rng([seed, t, s]))
+            if split.startswith("test"):
+                ex = [glue.GlueExample(e.idx, e.text_a, e.text_b, None) for e in ex]
+            glue.write_glue_tsv(task, split, ex, data_dir)
+    return data_dir

@@ -251,6 +251,73 @@ def load_glue_dir(task: str, data_dir: str, split: str, *, skip_malformed: bool 
     return examples
 
 
+# The header of each file the GLUE download script writes (None: CoLA's header-less train/dev files); MNLI's
+# dev files have label1..label5 before gold_label, here label1 only (the reader takes gold_label, the last).
+_MNLI_HEAD = ("index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+              "sentence1_parse", "sentence2_parse", "sentence1", "sentence2")
+_PAIR_HEAD = ("index", "sentence1", "sentence2")
+_HEADERS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "cola": {"train": None, "validation": None, "test": ("index", "sentence")},
+    "sst2": {"train": ("sentence", "label"), "test": ("index", "sentence")},
+    "mrpc": {"train": ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"),
+             "test": ("index", "#1 ID", "#2 ID", "#1 String", "#2 String")},
+    "stsb": {"train": ("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
+                       "sentence2", "score"),
+             "test": ("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
+                      "sentence2")},
+    "qqp": {"train": ("id", "qid1", "qid2", "question1", "question2", "is_duplicate"),
+            "test": ("id", "question1", "question2")},
+    "mnli": {"train": _MNLI_HEAD + ("label1", "gold_label"), "test": _MNLI_HEAD},
+    "qnli": {"train": ("index", "question", "sentence", "label"), "test": ("index", "question", "sentence")},
+    "rte": {"train": _PAIR_HEAD + ("label",), "test": _PAIR_HEAD},
+    "wnli": {"train": _PAIR_HEAD + ("label",), "test": _PAIR_HEAD},
+    "ax": {"test": _PAIR_HEAD},
+}
+
+
+def write_glue_tsv(task: str, split: str, examples: Sequence[GlueExample], data_dir: str) -> str:
+    """Write ``examples`` as ``data_dir/<GLUE dir>/<file>`` in the layout of the file the GLUE download script
+    writes for ``task``/``split`` (the inverse of ``read_glue_tsv``; columns the reader ignores, such as
+    MNLI's parses or STS-B's genre, get placeholders). Use it to put other data in GLUE form. Labels are
+    ids (or STS-B scores), written as the task's label strings; a test split writes none. Atomic; a text
+    with a tab or a line break is a ValueError naming the example."""
+    spec = get_task(task)
+    split = _split(spec, split)
+    lay = spec.layouts[split]
+    kind = "test" if split.startswith("test") else "train"
+    head = _HEADERS[spec.name].get(split, _HEADERS[spec.name].get(kind))
+    ncols = len(head) if head is not None else lay.ncols
+    lines = [] if head is None else ["\t".join(head)]
+    for n, e in enumerate(examples):
+        texts = [e.text_a] + ([] if lay.text_b is None else [e.text_b])
+        if any(t is None or "\t" in t or "\n" in t or "\r" in t for t in texts):
+            raise ValueError(f"example {n} (idx {e.idx}): {spec.name} needs {len(texts)} text(s) without tabs or "
+                             f"line breaks, got {texts!r}")
+        cols = ["-"] * ncols
+        cols[lay.text_a] = e.text_a
+        if lay.text_b is not None:
+            cols[lay.text_b] = e.text_b
+        if lay.index is not None:
+            cols[lay.index] = str(e.idx)
+        if lay.label is not None:
+            if e.label is None:
+                raise ValueError(f"example {n} (idx {e.idx}): {spec.name} {split} needs a label")
+            cols[lay.label] = (f"{float(e.label):.3f}" if spec.is_regression else spec.labels[int(e.label)])
+            if spec.name == "mnli":
+                cols[-2] = cols[-1]  # label1 = gold_label
+            if spec.name == "cola":
+                cols[2] = "" if int(e.label) else "*"  # the original acceptability mark
+        lines.append("\t".join(cols))
+    out_dir = os.path.join(data_dir, spec.glue_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, lay.filename)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
 def load_tfds(task: str, split: str, *, data_dir: str | None = None, download: bool = False,
               data_source: bool = False) -> list[GlueExample]:
     """Loader (b): TFDS ``glue/<task>`` (``tfds.load``, or ``tfds.data_source`` for array_record data).

@@ -328,16 +328,18 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
 PAPER_LATENCY_MS = {"bert-base-uncased": 1690.0, "squeezebert-uncased": 390.0}
 
 
-def latency_table(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: int = 1, seq_len: int = 128,
-                  tiny: bool = False, workdir: str | None = None) -> tuple[str, list[str]]:
+def latency_results(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: int = 1, seq_len: int = 128,
+                    tiny: bool = False, workdir: str | None = None) -> dict:
     """Lite-interpreter and jitted-Flax latency of each model, speedups vs BERT-base, beside the paper.
 
     Each model is a random-weight sequence classifier, exported with ``mobile.export_lite`` (which checks
-    the .ptl against Flax) and timed through ``_load_for_lite_interpreter`` in this process.
-    Returns (table, notes).
+    the .ptl against Flax) and timed through ``_load_for_lite_interpreter`` in this process, interleaved
+    with the other models. Returns ``{"rows": [one dict per model], "notes": [...], "title": str}``; a row has
+    model, params_m, gflops, paper_gflops, lite_ms, lite_speedup, flax_ms, flax_speedup, paper_ms,
+    paper_speedup (None where the paper has no number, and for tiny configs).
     """
     from squeezebert_jax.bench import REFERENCE, LoadMonitor, _tensor, _torch_call, blocking, build_classifier, \
-        format_table, time_interleaved
+        time_interleaved
 
     names = list(dict.fromkeys(names))
     notes = []
@@ -365,12 +367,32 @@ def latency_table(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: 
         params, gflops, _ = info[name]
         lite_ms, flax_ms = t[("lite", name)].median, t[("flax", name)].median
         paper = PAPER_LATENCY_MS.get(name) if not tiny else None
-        paper_speedup = PAPER_LATENCY_MS[REFERENCE] / paper if paper else None
-        rows.append([name, f"{params:.1f}", f"{gflops:.3g}", None if tiny else PAPER_GFLOPS.get(name),
-                     f"{lite_ms:.1f}", f"{ref_lite / lite_ms:.2f}x", f"{flax_ms:.1f}", f"{ref_flax / flax_ms:.2f}x",
-                     f"{paper:.0f}" if paper else None, f"{paper_speedup:.1f}x" if paper_speedup else None])
-    headers = ["model", "MParams", "GFLOPs", "paper GFLOPs", "lite ms", "lite speedup", "Flax ms", "Flax speedup",
-               "paper Pixel 3 ms", "paper speedup"]
+        rows.append(dict(model=name, params_m=params, gflops=gflops,
+                         paper_gflops=None if tiny else PAPER_GFLOPS.get(name), lite_ms=lite_ms,
+                         lite_speedup=ref_lite / lite_ms, flax_ms=flax_ms, flax_speedup=ref_flax / flax_ms,
+                         paper_ms=paper, paper_speedup=PAPER_LATENCY_MS[REFERENCE] / paper if paper else None))
     title = (f"Latency, batch {batch}, seq {seq_len}{' (tiny configs)' if tiny else ''}: median of {runs} runs "
              f"after {warmup} warm-up, interleaved; {mon.note()}")
-    return format_table(headers, rows, title), notes
+    return {"rows": rows, "notes": notes, "title": title}
+
+
+def format_latency(results: dict, title: bool = True) -> str:
+    """``latency_results`` as a Markdown table (under its title line unless ``title=False``)."""
+    from squeezebert_jax.bench import format_table
+
+    x = lambda v: None if v is None else f"{v:.2f}x"  # noqa: E731
+    ms = lambda v: None if v is None else f"{v:.1f}"  # noqa: E731
+    rows = [[r["model"], f"{r['params_m']:.1f}", f"{r['gflops']:.3g}", r["paper_gflops"], ms(r["lite_ms"]),
+             x(r["lite_speedup"]), ms(r["flax_ms"]), x(r["flax_speedup"]),
+             None if r["paper_ms"] is None else f"{r['paper_ms']:.0f}",
+             None if r["paper_speedup"] is None else f"{r['paper_speedup']:.1f}x"] for r in results["rows"]]
+    headers = ["model", "MParams", "GFLOPs", "paper GFLOPs", "lite ms", "lite speedup", "Flax ms", "Flax speedup",
+               "paper Pixel 3 ms", "paper speedup"]
+    return format_table(headers, rows, results["title"] if title else None)
+
+
+def latency_table(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: int = 1, seq_len: int = 128,
+                  tiny: bool = False, workdir: str | None = None) -> tuple[str, list[str]]:
+    """``latency_results`` formatted: (Markdown table, notes)."""
+    res = latency_results(names, runs, warmup, batch, seq_len, tiny, workdir)
+    return format_latency(res), res["notes"]

@@ -506,7 +506,10 @@ class HostBatches:
 
     def __call__(self, step: int) -> dict[str, np.ndarray]:
         ids = self.example_ids(step)
-        records = self.source.__getitems__(permute(ids, self.num_records, self.seed).tolist())
+        # One record at a time: ArrayRecordDataSource.__getitems__ starts a thread pool per call, which costs
+        # 4x the CPU of these reads (6.1 vs 1.6 ms per 256 records); grain's read threads give the overlap.
+        source = self.source
+        records = [source[k] for k in permute(ids, self.num_records, self.seed).tolist()]
         return self.maker.make_batch(records, ids, self.seed)
 
 

@@ -118,6 +118,27 @@ def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path):
     assert os.path.exists(tmp_path / "run" / "model" / "vocab.txt")
 
 
+def test_tfds_source_without_data_dir(tmp_path):
+    """No --config.data_dir: TFDS glue/sst2 (mock data in SST-2's features, separable), to dev accuracy 1.0."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf
+
+    def as_dataset(self, split, *args, **kwargs):
+        rng = np.random.default_rng(len(str(split)))
+        n = 384 if str(split) == "train" else 32
+        y = rng.integers(0, 2, n)
+        text = [" ".join([*rng.choice(WORDS[6:], 2), rng.choice(WORDS[:3] if t else WORDS[3:6]), "the"]).encode()
+                for t in y]
+        return tf.data.Dataset.from_tensor_slices({"sentence": text, "label": y.astype(np.int64),
+                                                   "idx": np.arange(n, dtype=np.int32)})
+
+    init = _tiny_model_dir(tmp_path / "init")
+    c = _config("sst2", init, "", learning_rate=3e-3, num_epochs=4, dropout=0.0)
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+        res = ft.finetune(c, str(tmp_path / "run"))
+    assert res["best"]["score"] == 1.0 and len(res["history"]) == 4
+
+
 def _write_pair_task(d, glue_dir, labels, n, seed, mnli=False):
     """RTE-style (index, sentence1, sentence2, label) or MNLI-style (12 columns, gold_label last) files."""
     rng = np.random.default_rng(seed)
@@ -219,3 +240,57 @@ def test_stsb_regression_lowers_mse(tmp_path):
     after = mse(sj.load_pretrained(tmp_path / "run" / "model"))
     assert after < 0.5 * before
     assert res["best"]["validation/corr"] > 0.5
+
+
+@pytest.mark.slow
+def test_whole_table_on_a_converted_checkpoint(tmp_path):
+    """A transformers checkpoint -> convert/from_pytorch.py -> train/glue_recipe.py over all nine tasks on a
+    GLUE_DIR in the real layouts -> the Table 2 form with every column, server files for all eleven
+    submissions, and eval/glue.py --task all giving the same dev numbers."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    import torch
+    import transformers
+
+    from squeezebert_jax import corpus, glue
+
+    hf = tmp_path / "hf"
+    cfg = transformers.SqueezeBertConfig(vocab_size=len(corpus.demo_vocab()), hidden_size=32, embedding_size=32,
+                                         num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                                         max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.SqueezeBertForMaskedLM(cfg).save_pretrained(hf)
+    corpus.write_demo_vocab(hf / "vocab.txt")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, os.path.join(root, "convert", "from_pytorch.py"), "--src", str(hf), "--out",
+                        str(tmp_path / "model")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = corpus.write_glue_tasks(tmp_path / "glue_data", num_train=64, num_dev=32, num_test=8)
+    spec = importlib.util.spec_from_file_location("recipe_all", os.path.join(root, "train", "glue_recipe.py"))
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    runs = tmp_path / "runs"
+    recipe.main(["--init_from", str(tmp_path / "model"), "--data_dir", data, "--workdir", str(runs), "--epochs", "1",
+                 "--max_seq_length", "32", "--predict"])
+    table = (runs / "table.md").read_text()
+    ours = next(line for line in table.splitlines() if line.startswith("this run"))
+    cells = ours[len("this run"):].split()
+    assert len(cells) == 10 and all(np.isfinite([float(c) for c in cells])), table  # every column + average
+    assert sorted(os.listdir(runs / "predictions")) == sorted(
+        ["AX.tsv", "CoLA.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "MRPC.tsv", "QNLI.tsv", "QQP.tsv", "RTE.tsv", "SST-2.tsv",
+         "STS-B.tsv", "WNLI.tsv"])
+    for f in os.listdir(runs / "predictions"):
+        assert len(glue.read_predictions(str(runs / "predictions" / f), expected_rows=8).idx) == 8
+    r = subprocess.run([sys.executable, os.path.join(root, "eval", "glue.py"), "--model", str(runs), "--task", "all",
+                        "--data_dir", data, "--max_length", "32"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = json.load(open(runs / "results.json"))
+    for task in ("mnli", "qqp", "stsb", "cola"):  # the recipe's best-epoch dev metrics, recomputed from its model
+        line = next(x for x in r.stdout.splitlines() if x.startswith(task + " "))
+        got = json.loads(line[len(task) + 1:])
+        for split, metrics in results[task].items():
+            for k, v in metrics.items():
+                assert got[split][k] == pytest.approx(v, abs=1e-6), (task, split, k)

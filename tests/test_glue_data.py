@@ -91,3 +91,94 @@ def test_prediction_files_parse_back(tmp_path, task):
     expected = {"mnli": {"MNLI-m.tsv", "MNLI-mm.tsv"}}.get(task, {spec.submission["test"]} if "test" in spec.submission
                                                            else set())
     assert set(p.name for p in tmp_path.iterdir()) == expected
+
+
+# -- TFDS glue/<task> (mock data: no download) ----------------------------------------------------
+
+def test_tfds_loader_every_task_and_split_with_mock_data():
+    """Random examples from each TFDS builder's declared features: our column names, label kinds and
+    ranges, and test splits without labels, for all ten tasks."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=6):
+        for name, spec in glue.TASKS.items():
+            for split in spec.layouts:
+                ex = glue.load_examples(name, split)
+                assert len(ex) == 6, (name, split)
+                assert all(isinstance(e.text_a, str) and isinstance(e.idx, int) for e in ex)
+                assert all((e.text_b is not None) == (len(spec.text_columns) == 2) for e in ex), name
+                if split.startswith("test"):
+                    assert all(e.label is None for e in ex), (name, split)
+                elif spec.is_regression:
+                    assert all(isinstance(e.label, float) for e in ex)
+                else:
+                    assert all(isinstance(e.label, int) and 0 <= e.label < spec.num_labels for e in ex)
+
+
+def test_tfds_loader_maps_fields_and_unlabeled_rows():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf
+
+    rows = {"premise": [b"A man sleeps.", "Caf\u00e9 au lait".encode()], "hypothesis": [b"Nobody sleeps.", b"Coffee."],
+            "label": [2, -1], "idx": [10, 11]}
+
+    def as_dataset(self, *args, **kwargs):
+        return tf.data.Dataset.from_tensor_slices(rows)
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+        ex = glue.load_examples("mnli", "dev_matched")  # the GLUE-directory split name works too
+    assert ex == [glue.GlueExample(10, "A man sleeps.", "Nobody sleeps.", 2),
+                  glue.GlueExample(11, "Caf\u00e9 au lait", "Coffee.", None)]  # TFDS's -1: no label
+
+
+# -- writing GLUE files; the story tasks -------------------------------------------------------------
+
+def test_write_glue_tsv_round_trips_in_the_real_layouts(tmp_path):
+    rng = np.random.default_rng(0)
+    for name, spec in glue.TASKS.items():
+        for split in spec.splits:
+            test = split.startswith("test")
+            ex = [glue.GlueExample(int(i), f"a {name} \"quoted\" {i}", None if len(spec.text_columns) == 1 else f"b {i}",
+                                   None if test else round(float(rng.uniform(0, 5)), 3) if spec.is_regression
+                                   else int(rng.integers(spec.num_labels)))
+                  for i in rng.permutation(7)]
+            path = glue.write_glue_tsv(name, split, ex, str(tmp_path))
+            back = glue.load_examples(name, split, data_dir=str(tmp_path))
+            if spec.layouts[split].index is None:  # SST-2/MRPC train and dev, CoLA: idx is the row number
+                ex = [glue.GlueExample(k, e.text_a, e.text_b, e.label) for k, e in enumerate(ex)]
+            assert back == ex, (name, split)
+    lines = (tmp_path / "CoLA" / "train.tsv").read_text().splitlines()
+    assert len(lines) == 7 and all(len(x.split("\t")) == 4 for x in lines)  # header-less, 4 columns
+    assert all(x.split("\t")[2] == ("" if x.split("\t")[1] == "1" else "*") for x in lines)
+    head = (tmp_path / "MNLI" / "dev_matched.tsv").read_text().splitlines()[0].split("\t")
+    assert head[8:] == ["sentence1", "sentence2", "label1", "gold_label"]
+    assert (tmp_path / "diagnostic" / "diagnostic.tsv").read_text().startswith("index\tsentence1\tsentence2\n")
+    with pytest.raises(ValueError, match="example 0 .* without tabs"):
+        glue.write_glue_tsv("rte", "train", [glue.GlueExample(0, "a\tb", "c", 0)], str(tmp_path))
+    with pytest.raises(ValueError, match="needs a label"):
+        glue.write_glue_tsv("rte", "train", [glue.GlueExample(0, "a", "c", None)], str(tmp_path))
+
+
+def test_story_tasks_cover_every_task_with_learnable_labels(tmp_path):
+    from squeezebert_jax import corpus
+
+    d = corpus.write_glue_tasks(tmp_path, num_train=300, num_dev=40, num_test=10, seed=1)
+    for name, spec in glue.TASKS.items():
+        for split in spec.splits:
+            ex = glue.load_examples(name, split, data_dir=d)
+            assert len(ex) == (300 if split == "train" else 10 if split.startswith("test") else 40), (name, split)
+        if name == "ax":
+            continue
+        train = glue.load_examples(name, "train", data_dir=d)
+        labels = np.array([e.label for e in train])
+        if spec.is_regression:
+            assert labels.min() >= 0 and labels.max() == 5.0 and labels.std() > 1
+        else:
+            assert np.bincount(labels, minlength=spec.num_labels).min() > 0.2 * len(labels) / spec.num_labels
+    # the rules behind the labels hold (so a model can learn them)
+    pos = {"beautiful", "valuable", "funny", "wonderful", "rare"}
+    assert all(e.label == (e.text_a.split()[-2] in pos) for e in glue.load_examples("sst2", "train", data_dir=d))
+    order = [(corpus.template_index(e.text_a) < corpus.template_index(e.text_b), e.label)
+             for e in glue.load_examples("rte", "train", data_dir=d)]
+    assert all(in_order == (label == 0) for in_order, label in order)  # 0 = entailment = story order
+    assert corpus.write_glue_tasks(tmp_path / "again", 300, 40, 10, seed=1) and \
+        (tmp_path / "again" / "QQP" / "train.tsv").read_text() == (tmp_path / "QQP" / "train.tsv").read_text()
