@@ -1,7 +1,7 @@
 """CPU inference: our jitted Flax forward vs transformers' SqueezeBERT as frozen TorchScript, and ours vs BERT-base.
 
     python eval/bench_infer.py [--tiny] [--batch 1 8] [--threads N] [--runs 10] [--no-bf16]
-                               [--formulation conv-bmm+core-bhsd] [--sweep [--sweep-only NAME ...]]
+                               [--formulation conv-bmm+core-bhsd] [--sweep [--sweep-only NAME ...]] [--matmuls]
 
 float32, seq 128, random-weight sequence classifiers, one process, the same CPUs for both frameworks
 (--threads, default all this process may use; set before JAX starts). Prints ours vs TorchScript per batch
@@ -38,12 +38,18 @@ def main(argv=None) -> int:
                    help="formulations for --sweep (default all): " + ", ".join(bench.FORMULATIONS))
     p.add_argument("--formulation", default=None, choices=sorted(bench.FORMULATIONS),
                    help="also time our forward compiled with this formulation in the main tables")
+    p.add_argument("--matmuls", action="store_true",
+                   help="also time each position-wise layer as one matmul (XLA vs torch) and print the "
+                        "SqueezeBERT/BERT-base ratio those kernels allow")
     p.add_argument("--tiny", action="store_true", help="tiny configs with the same group counts (seconds)")
     args = p.parse_args(argv)
     bench.set_threads(args.threads)
     for table in bench.bench_infer(tiny=args.tiny, batches=args.batch, seq_len=args.seq_len, runs=args.runs,
                                    warmup=args.warmup, bf16=not args.no_bf16, formulation=args.formulation):
         print(table)
+        print()
+    if args.matmuls:
+        print(bench.matmul_rates(tiny=args.tiny, batch=max(args.batch), seq_len=args.seq_len, runs=args.runs))
         print()
     if args.sweep:
         print(bench.formulation_sweep(tiny=args.tiny, batches=args.batch, seq_len=args.seq_len, runs=args.runs,

@@ -3,6 +3,7 @@ input pipeline's sequences/s per CPU core — all in one run, ratios printed.
 
     python eval/bench_train.py                      # full size, bf16, batch 64 per step
     python eval/bench_train.py --tiny               # tiny dims (CI): checks the plumbing, not the speed
+    python eval/bench_train.py --pipeline-only      # only the input pipeline (full-size corpora, any CPU)
 Targets (issue): on one H100, >= 35% MFU (SqueezeBERT) / >= 45% (BERT-base) in bf16, SqueezeBERT >= 2.5x
 BERT-base sequences/s; input pipeline >= 20k sequences/s per core at seq 128. MFU needs a known accelerator
 (trainer.PEAK_FLOPS) or --peak_flops; on CPU it is left out.
@@ -37,7 +38,10 @@ def main(argv=None) -> int:
     p.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
     args = p.parse_args(argv)
+    if args.pipeline_only:
+        args.seq_lens = []
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
     rows, seq = [], {}
     for seq_len in args.seq_lens:
@@ -48,8 +52,9 @@ def main(argv=None) -> int:
             seq[(name, seq_len)] = r["seq_per_s"]
             rows.append([name, seq_len, args.batch, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}",
                          f"{r['tokens_per_s']:.0f}", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
-    print(format_table(["model", "seq", "batch", "step ms", "seq/s", "tokens/s", "MFU"], rows,
-                       title=f"train step (LAMB, {args.dtype})"))
+    if rows:
+        print(format_table(["model", "seq", "batch", "step ms", "seq/s", "tokens/s", "MFU"], rows,
+                           title=f"train step (LAMB, {args.dtype})"))
     for seq_len in args.seq_lens:
         ratio = seq[("squeezebert-uncased", seq_len)] / seq[("bert-base-uncased", seq_len)]
         print(f"seq {seq_len}: SqueezeBERT / BERT-base sequences/s = {ratio:.2f}x (target >= 2.5x on an H100)")

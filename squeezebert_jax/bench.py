@@ -537,3 +537,63 @@ def formulation_sweep(tiny: bool = False, batches: Sequence[int] = (1, 8), seq_l
                          f"Formulation sweep, float32, seq {seq_len}{', tiny' if tiny else ''}, median of {runs}, "
                          f"interleaved; {mon.note()}")
     return table + "\n" + "\n".join(f"  {f}: {FORMULATIONS[f][0]}" for f in chosen)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the matmul kernels allow: per-layer GFLOP/s and the ratio they cap
+# --------------------------------------------------------------------------------------------------
+
+def _layer_shapes(cfg: SqueezeBertConfig) -> dict[str, tuple[int, int, int, int]]:
+    """Position-wise layers of one encoder layer: name -> (count, groups, cin, cout)."""
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    return {"Q, K, V": (3, cfg.q_groups, h, h), "post-attention": (1, cfg.post_attention_groups, h, h),
+            "FFN expand": (1, cfg.intermediate_groups, h, i), "FFN contract": (1, cfg.output_groups, i, h)}
+
+
+def matmul_rates(tiny: bool = False, batch: int = 8, seq_len: int = 128, runs: int = 10, warmup: int = 2) -> str:
+    """Each position-wise layer of SqueezeBERT and BERT-base as one group-major batched matmul
+    ``[G, N, Cin/G] x [G, Cin/G, Cout/G]`` (N = batch * seq_len): XLA (jit ``dot_general``) and PyTorch
+    (``torch.bmm``) milliseconds and GFLOP/s, then the encoder's matmul time per model and the
+    BERT-base/SqueezeBERT ratio those kernels allow when nothing else (attention core, softmax, LayerNorm,
+    GELU, transposes) cost anything. A whole-model ratio above that cap is impossible on this machine."""
+    import torch
+
+    n = batch * seq_len
+    rng = np.random.default_rng(0)
+    dot = jax.jit(lambda a, b: jax.lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))))
+    fns, flops_of, shapes = {}, {}, {}
+    for name in ("squeezebert-uncased", REFERENCE):
+        cfg = model_config(name, tiny)
+        shapes[name] = _layer_shapes(cfg)
+        for layer, (_, g, cin, cout) in shapes[name].items():
+            key = (g, cin, cout)
+            if (key, "xla") in fns:
+                continue
+            x = rng.standard_normal((g, n, cin // g), np.float32)
+            w = rng.standard_normal((g, cin // g, cout // g), np.float32)
+            xj, wj, xt, wt = jnp.asarray(x), jnp.asarray(w), torch.from_numpy(x), torch.from_numpy(w)
+            fns[(key, "xla")] = blocking(dot, xj, wj)
+            fns[(key, "torch")] = _torch_call(torch.bmm, xt, wt)
+            flops_of[key] = 2.0 * n * cin * cout / g
+    mon = LoadMonitor()
+    t = {k: v.median for k, v in time_interleaved(fns, runs, warmup).items()}
+    rows, total = [], {}
+    for name, layers in shapes.items():
+        layers_n = model_config(name, tiny).num_hidden_layers
+        for layer, (count, g, cin, cout) in layers.items():
+            key = (g, cin, cout)
+            rows.append([name, layer, f"G={g} {cin}->{cout}", f"{t[(key, 'xla')]:.2f}",
+                         f"{flops_of[key] / t[(key, 'xla')] / 1e6:.0f}", f"{t[(key, 'torch')]:.2f}",
+                         f"{flops_of[key] / t[(key, 'torch')] / 1e6:.0f}"])
+            for fw in ("xla", "torch"):
+                total[(name, fw)] = total.get((name, fw), 0.0) + layers_n * count * t[(key, fw)]
+    sq = "squeezebert-uncased"
+    fl = flops(model_config(REFERENCE, tiny), seq_len) / flops(model_config(sq, tiny), seq_len)
+    cap = [f"encoder position-wise matmuls, batch {batch}: SqueezeBERT {total[(sq, fw)]:.0f} ms, BERT-base "
+           f"{total[(REFERENCE, fw)]:.0f} ms -> at most {total[(REFERENCE, fw)] / total[(sq, fw)]:.2f}x "
+           f"({'XLA' if fw == 'xla' else 'PyTorch'} kernels; FLOP ratio of the whole model {fl:.2f}x)"
+           for fw in ("xla", "torch")]
+    table = format_table(["model", "layer", "shape", "XLA ms", "XLA GFLOP/s", "torch ms", "torch GFLOP/s"], rows,
+                         f"Position-wise layers as batched matmuls, N = {n} positions{', tiny' if tiny else ''}, "
+                         f"median of {runs}, interleaved; {mon.note()}")
+    return table + "\n" + "\n".join(cap)

@@ -161,13 +161,18 @@ def test_table1_flops_reproduce_the_paper_for_bert_base():
 def test_bench_infer_tiny_tables(restore_threads, capsys):
     script = load_script("eval", "bench_infer.py")
     assert script.main(["--tiny", "--batch", "2", "--runs", "1", "--warmup", "1", "--seq-len", "8",
-                        "--threads", "1", "--formulation", "conv-bmm+core-bhsd"]) == 0
-    t1, t2, t3 = table_rows(capsys.readouterr().out)
+                        "--threads", "1", "--formulation", "conv-bmm+core-bhsd", "--matmuls"]) == 0
+    out = capsys.readouterr().out
+    t1, t2, t3, t4 = table_rows(out)
     f = "float32, conv-bmm+core-bhsd"
     assert [(r[0], r[1]) for r in t1[2:]] == [("2", "float32"), ("2", f)]
     assert all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in t1[2:])
     assert [(r[0], r[1]) for r in t2[2:]] == [("2", v) for v in ("float32", f, "bfloat16")]
     assert [(r[0], r[1]) for r in t3[2:]] == [(n, "2") for n in ("squeezebert-uncased", "bert-base-uncased")]
+    # the matmul table: four layers per model, group counts as the presets; the cap line per framework
+    assert [(r[0], r[2].split()[0]) for r in t4[2:]] == [
+        ("squeezebert-uncased", g) for g in ("G=4", "G=1", "G=4", "G=4")] + [("bert-base-uncased", "G=1")] * 4
+    assert len(re.findall(r"-> at most \d+\.\d\dx \((XLA|PyTorch) kernels", out)) == 2
 
 
 def test_sweep_table_and_bad_formulation():
