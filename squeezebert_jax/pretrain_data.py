@@ -65,6 +65,15 @@ class CorpusStats:
     truncated_lines: int = 0         # longer than max_line_chars characters: cut to that length, kept
 
 
+def _decode(raw: bytes, stats: CorpusStats) -> str:
+    """UTF-8, or with U+FFFD replacement characters (counted) when the bytes are not valid UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.invalid_utf8_lines += 1
+        return raw.decode("utf-8", errors="replace")
+
+
 def _clean(line: str, stats: CorpusStats, max_line_chars: int) -> str:
     line = line.strip()
     if len(line) > max_line_chars:
@@ -83,12 +92,7 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
         blank_run = 0
         with open(path, "rb") as f:
             for raw in f:
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    line = raw.decode("utf-8", errors="replace")
-                    stats.invalid_utf8_lines += 1
-                line = _clean(line, stats, max_line_chars)
+                line = _clean(_decode(raw, stats), stats, max_line_chars)
                 if line:
                     doc.append(line)
                     blank_run = 0
@@ -129,10 +133,10 @@ def split_sentences(text: str) -> list[str]:
 
 
 def iter_tfds_documents(name: str, split: str = "train", text_feature: str = "text", data_dir: str | None = None,
-                        stats: CorpusStats | None = None, max_line_chars: int = MAX_LINE_CHARS
-                        ) -> Iterator[list[str]]:
+                        stats: CorpusStats | None = None) -> Iterator[list[str]]:
     """Documents from a TFDS text dataset (one per example, e.g. a Wikipedia article): ``text_feature`` decoded
-    as UTF-8 (invalid bytes replaced and counted) and cut into sentences by ``split_sentences``."""
+    as UTF-8 (invalid bytes replaced and counted) and cut into sentences by ``split_sentences``. ``prepare``
+    truncates over-long sentences (``max_line_chars``) as it does for text files."""
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
@@ -143,13 +147,7 @@ def iter_tfds_documents(name: str, split: str = "train", text_feature: str = "te
             raise KeyError(f"TFDS {name}[{split}] example {i} has no feature {text_feature!r} "
                            f"(features: {sorted(ex)})")
         text = ex[text_feature]
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError:
-                text = text.decode("utf-8", errors="replace")
-                stats.invalid_utf8_lines += 1
-        sents = [s for s in (_clean(s, stats, max_line_chars) for s in split_sentences(str(text))) if s]
+        sents = split_sentences(_decode(text, stats) if isinstance(text, bytes) else str(text))
         if sents:
             yield sents
         else:

@@ -110,9 +110,9 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(tmp_path):
                                                                  long=long, wd=str(wd))],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 300
+        # the run is 10**5 steps long: it is still training when it has logged 3 (log_every=1)
         while not (os.path.exists(wd / "metrics.jsonl") and len(trainer.read_metrics(str(wd))) >= 3):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0][-4000:]
+            assert proc.poll() is None, proc.communicate()[0][-4000:]  # it died before training
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=300)[0]

@@ -34,7 +34,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     stats = pretrain_data.CorpusStats()
     sources = args.input or pretrain_data.iter_tfds_documents(
-        args.tfds, args.tfds_split, args.tfds_text_feature, args.tfds_data_dir, stats, args.max_line_chars)
+        args.tfds, args.tfds_split, args.tfds_text_feature, args.tfds_data_dir, stats)
     meta = pretrain_data.prepare(sources, Tokenizer.from_file(args.vocab), args.out, args.num_shards, stats=stats,
                                  max_line_chars=args.max_line_chars)
     print(json.dumps(meta, indent=2))
