@@ -1,14 +1,15 @@
 """CPU inference: our jitted Flax forward vs transformers' SqueezeBERT as frozen TorchScript, and ours vs BERT-base.
 
     python eval/bench_infer.py [--tiny] [--batch 1 8] [--threads N] [--runs 10] [--no-bf16]
-                               [--formulation conv-bmm+core-bhsd] [--sweep [--sweep-only NAME ...]] [--matmuls]
+                               [--formulation conv-bmm+core-bhsd] [--sweep [--sweep-only NAME ...]] [--breakdown]
 
 float32, seq 128, random-weight sequence classifiers, one process, the same CPUs for both frameworks
 (--threads, default all this process may use; set before JAX starts). Prints ours vs TorchScript per batch
 (target >= 1.2x), our SqueezeBERT vs our BERT-base (FLOP ratio 3.0; target >= 3x at batch 8), and
 bfloat16 vs float32. --formulation adds rows for our forward compiled with one of the alternative
 formulations of squeezebert_jax.bench.FORMULATIONS (model.py itself is untouched); --sweep times every
-formulation on the whole model, each checked against model.py's outputs.
+formulation on the whole model, each checked against model.py's outputs. --breakdown profiles both forwards
+with XLA's profiler and prints the time of every component, matmuls apart, and what a 3x ratio would need.
 """
 
 import argparse
@@ -38,9 +39,9 @@ def main(argv=None) -> int:
                    help="formulations for --sweep (default all): " + ", ".join(bench.FORMULATIONS))
     p.add_argument("--formulation", default=None, choices=sorted(bench.FORMULATIONS),
                    help="also time our forward compiled with this formulation in the main tables")
-    p.add_argument("--matmuls", action="store_true",
-                   help="also time each position-wise layer as one matmul (XLA vs torch) and print the "
-                        "SqueezeBERT/BERT-base ratio those kernels allow")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also profile both forwards (XLA profiler) at the largest batch: milliseconds per component, "
+                        "matmuls apart, and the bound they put on the SqueezeBERT/BERT-base ratio")
     p.add_argument("--tiny", action="store_true", help="tiny configs with the same group counts (seconds)")
     args = p.parse_args(argv)
     bench.set_threads(args.threads)
@@ -48,8 +49,8 @@ def main(argv=None) -> int:
                                    warmup=args.warmup, bf16=not args.no_bf16, formulation=args.formulation):
         print(table)
         print()
-    if args.matmuls:
-        print(bench.matmul_rates(tiny=args.tiny, batch=max(args.batch), seq_len=args.seq_len, runs=args.runs))
+    if args.breakdown:
+        print(bench.op_breakdown(tiny=args.tiny, batch=max(args.batch), seq_len=args.seq_len, runs=args.runs))
         print()
     if args.sweep:
         print(bench.formulation_sweep(tiny=args.tiny, batches=args.batch, seq_len=args.seq_len, runs=args.runs,

@@ -6,11 +6,10 @@
 FLOPs shares come from squeezebert_jax.flops_breakdown, grouped as the paper's Table 1 counts them: its
 "FC in self-attention" is Q/K/V only and the post-attention FC goes with the FFN (that grouping reproduces
 the paper's BERT-base FLOPs shares 24.3 / 2.70 / 73.0 exactly). Latency shares are measured two ways:
-(a) Flax: each component is its own jitted sub-computation (embedding; one layer's Q/K/V, self-attention,
-post-attention and FFN, times the layer count; pooler + classifier), medians of interleaved runs; the
-attention core is self-attention minus Q/K/V. Chosen over parsing a jax.profiler trace because it needs
-no trace-format parsing and names components by our own modules; the gap between the sum and the whole
-jitted forward (also printed) is what XLA gains by fusing across the cuts.
+(a) Flax: one XLA profile (jax.profiler) of the whole jitted forward -- no cuts, XLA fuses as in real use --
+with every op attributed to the model's named scope for its component (squeezebert_jax.bench.op_profile); a
+fusion that crosses two components counts where its root op is. The whole forward's wall time is printed
+beside the sum of its ops.
 (b) PyTorch: forward hooks timing the modules of the eager transformers model holding the same weights.
 The paper's BERT-base percentages (Pixel 3) are printed beside ours.
 """

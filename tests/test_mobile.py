@@ -161,7 +161,7 @@ def test_table1_flops_reproduce_the_paper_for_bert_base():
 def test_bench_infer_tiny_tables(restore_threads, capsys):
     script = load_script("eval", "bench_infer.py")
     assert script.main(["--tiny", "--batch", "2", "--runs", "1", "--warmup", "1", "--seq-len", "8",
-                        "--threads", "1", "--formulation", "conv-bmm+core-bhsd", "--matmuls"]) == 0
+                        "--threads", "1", "--formulation", "conv-bmm+core-bhsd", "--breakdown"]) == 0
     out = capsys.readouterr().out
     t1, t2, t3, t4 = table_rows(out)
     f = "float32, conv-bmm+core-bhsd"
@@ -169,48 +169,63 @@ def test_bench_infer_tiny_tables(restore_threads, capsys):
     assert all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in t1[2:])
     assert [(r[0], r[1]) for r in t2[2:]] == [("2", v) for v in ("float32", f, "bfloat16")]
     assert [(r[0], r[1]) for r in t3[2:]] == [(n, "2") for n in ("squeezebert-uncased", "bert-base-uncased")]
-    # the matmul table: four layers per model, group counts as the presets; the cap line per framework
-    assert [(r[0], r[2].split()[0]) for r in t4[2:]] == [
-        ("squeezebert-uncased", g) for g in ("G=4", "G=1", "G=4", "G=4")] + [("bert-base-uncased", "G=1")] * 4
-    assert len(re.findall(r"-> at most \d+\.\d\dx \((XLA|PyTorch) kernels", out)) == 2
+    # the profile breakdown: a row per named scope, then the sum; the bound on the ratio is stated
+    assert [r[0] for r in t4[2:]] == list(bench.SCOPES.values()) + ["sum of ops"]
+    assert re.search(r"forward wall time .*: SqueezeBERT \d+\.\d ms, BERT-base \d+\.\d ms -> \d+\.\d\dx", out)
+    assert re.search(r"position-wise matmuls .*: SqueezeBERT \d+\.\d ms, BERT-base \d+\.\d ms -> \d+\.\d\dx", out)
+    assert re.search(r"SqueezeBERT >= 3x BERT-base (would need everything else <= -?\d|is out of reach)", out)
 
 
-def test_sweep_table_and_bad_formulation():
-    text = bench.formulation_sweep(tiny=True, batches=(1,), seq_len=8, runs=1, formulations=["core-bhsd"])
-    (t,) = table_rows(text)
-    assert [r[1] for r in t[2:]] == ["model", "core-bhsd"] and t[2][3] == "1.00x"
-    assert all(float(r[-1]) <= 1e-5 for r in t[2:])
-    with pytest.raises(ValueError, match="unknown formulations"):
-        bench.formulation_sweep(tiny=True, formulations=["nope"])
+def test_op_profile_attributes_every_op_to_its_component():
+    """The XLA profile sees every component of the model through its named scope: matmuls in the position-wise
+    layers and the attention core, and the op times add up to (most of) the forward's wall time."""
+    model = bench.build_classifier("squeezebert-uncased", tiny=True)
+    prof = bench.op_profile(model, batch=2, seq_len=16, runs=2, warmup=1)
+    ms = prof["ms"]
+    for scope in bench.POSITION_WISE + ("attention_core",):
+        assert ms.get((scope, "matmul"), 0) > 0, scope
+    assert ms.get(("embedding", "other"), 0) > 0 and ms.get(("embedding", "matmul"), 0) == 0
+    assert {s for s, _ in ms} <= set(bench.SCOPES)
+    assert prof["ops_ms"] == pytest.approx(sum(ms.values()))
+    assert 0 < prof["ops_ms"] <= prof["wall_ms"] * 1.5  # ops run inside the forward (timed in separate runs)
 
 
-@pytest.mark.slow
-def test_formulations_are_exact(monkeypatch):
-    """Every formulation in the sweep computes model.py's outputs (so the lead can swap one in). Eager calls."""
-    from squeezebert_jax import model as M
+def test_hlo_ops_reads_scopes_and_matmuls():
+    hlo = """HloModule jit_f, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{1,0}}
 
-    # Unequal Q/K/V groups (Q's 8 groups split heads of 8 channels) and FFN groups: the fallback paths; then
-    # the released layout (equal Q/K/V groups holding whole heads, equal FFN groups): the fused paths.
-    for extra in ({"q_groups": 8}, {"k_groups": 4, "output_groups": 4}):
-        cfg = sj.SqueezeBertConfig(**{**TINY, **extra, "num_hidden_layers": 1})
-        model = sj.SqueezeBertForSequenceClassification(cfg, num_labels=3, rngs=nnx.Rngs(2))
-        model.eval()
-        ids, mask, tt = (jnp.asarray(a) for a in mobile.example_inputs(model.config, 2, 12, seed=1))
-        ref = np.asarray(model(ids, mask, tt).logits)
-        for name, (_, patches) in bench.FORMULATIONS.items():
-            with monkeypatch.context() as m:
-                for cls, fn in zip((M.GroupedConv1x1, M.SelfAttention, M.SqueezeBertLayer), patches):
-                    if fn is not None:
-                        m.setattr(cls, "__call__", fn)
-                out = np.asarray(model(ids, mask, tt).logits)
-            assert np.max(np.abs(out - ref)) <= 1e-5, (name, extra)
+%inner (p: f32[2,3]) -> f32[2,3] {
+  %p = f32[2,3]{1,0} parameter(0)
+  ROOT %d = f32[2,3]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused (q: f32[2,3]) -> f32[2,3] {
+  %q = f32[2,3]{1,0} parameter(0)
+  ROOT %c = f32[2,3]{1,0} call(%q), to_apply=%inner
+}
+
+ENTRY %main.1 (x: f32[2,3]) -> f32[2,3] {
+  %x = f32[2,3]{1,0} parameter(0)
+  %ynn_fusion.2 = f32[2,3]{1,0} fusion(%x), kind=kCustom, calls=%fused, metadata={op_name="jit(f)/jvp(g)/qkv/dot_general"}
+  %dot.5 = f32[2,3]{1,0} dot(%ynn_fusion.2, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %add.3 = f32[2,3]{1,0} add(%dot.5, %x), metadata={op_name="jit(f)/ffn_act/add"}
+  ROOT %neg.4 = f32[2,3]{1,0} negate(%add.3), metadata={op_name="jit(f)/neg"}
+}
+"""
+    module, ops = bench.hlo_ops(hlo)
+    assert module == "jit_f"
+    # dot.5 has no metadata: it counts where its user add.3 is
+    assert ops == {"ynn_fusion.2": ("qkv", True), "dot.5": ("ffn_act", True), "add.3": ("ffn_act", False),
+                   "neg.4": ("other", False)}
+    with pytest.raises(ValueError, match="HloModule"):
+        bench.hlo_ops("ENTRY %main {\n}")
 
 
-def test_patched_forward_restores_model_methods():
-    from squeezebert_jax.model import GroupedConv1x1, SelfAttention, SqueezeBertLayer
-
-    before = (GroupedConv1x1.__call__, SelfAttention.__call__, SqueezeBertLayer.__call__)
-    model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), num_labels=2, rngs=nnx.Rngs(0))
-    patches = bench.FORMULATIONS["conv-bmm+core-bhsd"][1]
-    bench._patched_forward(model, patches, *mobile.example_inputs(model.config, 1, 8))
-    assert (GroupedConv1x1.__call__, SelfAttention.__call__, SqueezeBertLayer.__call__) == before
+def test_time_interleaved_counts_and_settles():
+    """Exactly ``runs`` timings per callable; each round starts every callable with one untimed settling call."""
+    order = []
+    fns = {k: (lambda k=k: order.append(k)) for k in "ab"}
+    t = bench.time_interleaved(fns, runs=7, warmup=2, rounds=3)
+    assert [len(v.times_ms) for v in t.values()] == [7, 7]
+    assert order[:4] == ["a", "a", "b", "b"]  # warm-up
+    rounds = order[4:]
+    assert rounds == ["a"] * (1 + 3) + ["b"] * (1 + 3) + ["a"] * (1 + 2) + ["b"] * (1 + 2) + ["a"] * 3 + ["b"] * 3

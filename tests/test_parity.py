@@ -181,6 +181,25 @@ def test_grouped_einsum_equals_torch_conv1d(groups, cin, cout):
     assert maxdiff(layer(jnp.asarray(x)), ref) <= 1e-6
 
 
+def test_gelu_equals_torch_gelu_and_its_gradient():
+    """model.gelu (erf form, faster on XLA:CPU) is torch's exact GELU to float32 rounding, tails included, and
+    its gradient is jax.nn.gelu's (the erfc form) -- so training is unchanged."""
+    import jax
+
+    from squeezebert_jax.model import gelu
+
+    x = np.concatenate([np.linspace(-12, 12, 20001), [-1e4, -40.0, -1e-30, 0.0, 1e-30, 40.0, 1e4]]).astype(np.float32)
+    ref64 = torch.nn.functional.gelu(torch.tensor(x, dtype=torch.float64)).numpy()
+    ours = np.asarray(gelu(jnp.asarray(x)))
+    theirs32 = torch.nn.functional.gelu(torch.tensor(x)).numpy()
+    assert np.all(np.isfinite(ours))
+    assert np.max(np.abs(ours - ref64) / np.maximum(np.abs(ref64), 1.0)) <= 2e-6
+    assert np.max(np.abs(ours - theirs32) / np.maximum(np.abs(theirs32), 1.0)) <= 2e-6
+    g = np.asarray(jax.vmap(jax.grad(gelu))(jnp.asarray(x)))
+    g_ref = np.asarray(jax.vmap(jax.grad(lambda v: jax.nn.gelu(v, approximate=False)))(jnp.asarray(x)))
+    assert np.max(np.abs(g - g_ref)) <= 2e-6
+
+
 def test_param_count_equals_reference():
     tm = transformers.SqueezeBertModel(transformers.SqueezeBertConfig(vocab_size=30528))
     ours = sj.count_params(sj.SqueezeBertModel(sj.SqueezeBertConfig.preset("squeezebert-uncased"),
