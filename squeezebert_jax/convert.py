@@ -186,17 +186,25 @@ def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeB
                           allow_new_heads: bool = False, source: str = "state_dict") -> nnx.Module:
     """Build our ``head`` model from a transformers state_dict (numpy arrays; SqueezeBERT or BERT keys).
 
-    ``head`` defaults to what the checkpoint holds. Parameters the checkpoint lacks (e.g. a classifier on a
-    headless checkpoint, or the pooler of a BertForMaskedLM) are an error unless ``allow_new_heads``, in which
-    case they keep their random initialisation and are *reported* (logged, and listed in
-    ``model.newly_initialized``).
+    ``head`` defaults to what the checkpoint holds; a different one drops the checkpoint's own head tensors
+    (logged). Head or pooler parameters the checkpoint lacks (e.g. a classifier on a headless checkpoint, or the
+    pooler of a BertForMaskedLM) are an error unless ``allow_new_heads``, in which case they keep their random
+    initialisation and are *reported* (logged, and listed in ``model.newly_initialized``). A missing encoder
+    tensor is always an error.
     """
     sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
     style = detect_style(sd)
     if style == "bert" and not config.is_bert:
         raise ValueError(f"{source}: BERT-layout weights but the config has groups != 1")
-    head = head or infer_head(sd, architectures)
+    saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
+    head = head or saved
     sd = _strip_prefix(sd, style, head)
+    if head != saved:  # e.g. a classifier on a pretraining checkpoint: its MLM/SOP head is not used
+        dropped = sorted(k for k in sd if k.split(".")[0] in _HEAD_KEY_ROOTS
+                         and k not in {t for t, _, _ in _table(config, head, style)})
+        if dropped:
+            log.info("%s: %s drops the checkpoint's %s tensors: %s", source, head, saved, ", ".join(dropped))
+        sd = {k: v for k, v in sd.items() if k not in dropped}
     word_key = ("" if head == "SqueezeBertModel" else ("transformer." if style == "squeezebert" else "bert.")) \
         + "embeddings.word_embeddings.weight"
     _check_tied(sd, word_key, source)
@@ -226,13 +234,24 @@ def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeB
     if unexpected:
         raise ValueError(f"{source}: unexpected tensors not used by {head}: {', '.join(unexpected)}")
     if missing:
-        if not allow_new_heads:
-            raise ValueError(f"{source}: tensors missing for {head}: {', '.join(missing)}")
+        encoder = [k for k in missing if not _is_head_key(k)]
+        if encoder or not allow_new_heads:
+            raise ValueError(f"{source}: tensors missing for {head}: {', '.join(encoder or missing)}")
         log.warning("%s: %d tensors not in the checkpoint were randomly initialised: %s", source, len(missing),
                     ", ".join(missing))
     nnx.update(model, nnx.from_flat_state(params))
     model.newly_initialized = tuple(missing)
     return model
+
+
+_HEAD_KEY_ROOTS = ("cls", "classifier", "qa_outputs")
+
+
+def _is_head_key(torch_key: str) -> bool:
+    """A task head's tensor, or the pooler's (BertForMaskedLM and friends have none): the only tensors that
+    ``allow_new_heads`` may initialise at random. A missing encoder tensor is always an error."""
+    parts = torch_key.split(".")
+    return parts[0] in _HEAD_KEY_ROOTS or "pooler" in parts[:2]
 
 
 def _classifier_size(sd) -> int | None:
@@ -254,6 +273,11 @@ def _check_tied(sd: dict, word_key: str, source: str) -> None:
 # Flax model -> torch state_dict
 # --------------------------------------------------------------------------------------------------
 
+# transformers builds these BERT heads with BertModel(add_pooling_layer=False): their checkpoints have no pooler
+_BERT_HEADS_WITHOUT_POOLER = ("SqueezeBertForMaskedLM", "SqueezeBertForTokenClassification",
+                              "SqueezeBertForQuestionAnswering")
+
+
 def head_name(model: nnx.Module) -> str:
     for name, cls in HEADS.items():
         if type(model) is cls:
@@ -274,7 +298,7 @@ def to_torch_state_dict(model: nnx.Module, style: str = "squeezebert") -> dict[s
         out[tkey] = np.ascontiguousarray(_to_torch(flat.pop(fpath), kind, groups))
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
-    if style == "bert" and head == "SqueezeBertForMaskedLM":  # BertForMaskedLM has no pooler
+    if style == "bert" and head in _BERT_HEADS_WITHOUT_POOLER:
         out = {k: v for k, v in out.items() if not k.startswith("bert.pooler.")}
     return out
 

@@ -59,6 +59,36 @@ def task_loss(logits, labels, weights, teacher=None, teacher_weight: float = 0.0
 
 
 # --------------------------------------------------------------------------------------------------
+# A classifier for a task
+# --------------------------------------------------------------------------------------------------
+
+class TaskMismatchError(ValueError):
+    """A sequence classifier whose output count does not fit the GLUE task."""
+
+
+def align_to_task(model, task: str, source: str):
+    """Check that ``model`` (a sequence classifier) fits ``task`` and put its outputs in the task's label order.
+
+    When the config's ``id2label`` names the task's labels in another order (e.g. an MNLI checkpoint trained
+    with transformers' old contradiction/entailment/neutral order), the classifier's columns are permuted
+    once, here, so predictions, metrics, server files and teacher targets all use the task's order.
+    """
+    spec = glue.get_task(task)
+    n = getattr(model, "num_labels", None)
+    if n != spec.num_labels:
+        raise TaskMismatchError(f"{source}: a classifier with {n} outputs cannot be used for {task} "
+                                f"({spec.num_labels} {'output' if spec.is_regression else 'labels'})")
+    perm = glue.label_permutation(model.config.id2label, task)
+    if perm is not None:
+        log.info("%s: classifier outputs %s reordered to %s's order %s", source,
+                 [model.config.id2label[i] for i in range(n)], task, list(spec.labels))
+        model.classifier.kernel.set_value(model.classifier.kernel[...][:, perm])
+        model.classifier.bias.set_value(model.classifier.bias[...][perm])
+    model.config.id2label = None if spec.is_regression else dict(enumerate(spec.labels))
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
 # Batching
 # --------------------------------------------------------------------------------------------------
 
@@ -91,16 +121,27 @@ def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, m
 
 
 def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str) -> np.ndarray:
-    """The teacher's logits on ``examples``, computed once and cached (keyed by teacher, task, split, length)."""
-    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task}|{split}|{max_length}|{len(examples)}".encode())
-    path = os.path.join(cache_dir, f"teacher_{task}_{split}_{key.hexdigest()[:12]}.npy")
-    if os.path.exists(path):
-        return np.load(path)
-    teacher = load_pretrained(teacher_dir)
+    """The teacher's logits on ``examples`` (in ``task``'s label order), computed once and cached.
+
+    The cache key covers the teacher (its directory and the size and mtime of its weights and config), the task,
+    split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
+    never served stale targets."""
     tok = Tokenizer.from_dir(teacher_dir)
     if tok is None:
         raise FileNotFoundError(f"{teacher_dir}: the teacher has no tokenizer file")
-    logits = predict_logits(teacher, glue.encode_examples(examples, tok, max_length, task=task))
+    arrays = glue.encode_examples(examples, tok, max_length, task=task)
+    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task}|{split}|{max_length}".encode())
+    for name in sorted(os.listdir(teacher_dir)):
+        if name.endswith((".safetensors", ".bin", ".json")):
+            st = os.stat(os.path.join(teacher_dir, name))
+            key.update(f"|{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    for k in INPUT_KEYS:
+        key.update(np.ascontiguousarray(arrays[k]).tobytes())
+    path = os.path.join(cache_dir, f"teacher_{task}_{split}_{key.hexdigest()[:16]}.npy")
+    if os.path.exists(path):
+        return np.load(path)
+    teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
+    logits = predict_logits(teacher, arrays)
     os.makedirs(cache_dir, exist_ok=True)
     tmp = path + ".tmp.npy"
     np.save(tmp, logits)
@@ -111,6 +152,11 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
 # --------------------------------------------------------------------------------------------------
 # The fine-tuning run
 # --------------------------------------------------------------------------------------------------
+
+def _better(score: float, best: float) -> bool:
+    """A NaN score (e.g. STS-B correlation of constant predictions) never wins, and never blocks a later one."""
+    return not math.isnan(score) and (math.isnan(best) or score > best)
+
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict."""
@@ -141,7 +187,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                    ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}
     model = load_pretrained(config.init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
-    model.config.id2label = None if regression else dict(enumerate(spec.labels))
+    model = align_to_task(model, config.task, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     steps_per_epoch = math.ceil(len(train["input_ids"]) / config.batch_size)
@@ -193,7 +239,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         history.append(result)
         writer.write(step, {k: v for k, v in result.items() if k not in ("epoch", "step")})
         bar.set_postfix(score=f"{result['score']:.4f}", loss=f"{train_loss:.4f}")
-        if best is None or result["score"] > best["score"]:
+        if best is None or _better(result["score"], best["score"]):
             best = result
             save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=config.init_from)
     bar.close()
@@ -213,7 +259,7 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
              max_length: int = 128) -> dict[str, dict[str, float]]:
     """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
     spec = glue.get_task(task)
-    model, tok = load_pretrained(model_dir), Tokenizer.from_dir(model_dir)
+    model, tok = align_to_task(load_pretrained(model_dir), task, model_dir), Tokenizer.from_dir(model_dir)
     if tok is None:
         raise FileNotFoundError(f"{model_dir}: no tokenizer file")
     max_length = min(max_length, model.config.max_position_embeddings)
@@ -228,7 +274,7 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
 def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, max_length: int = 128) -> list[str]:
     """GLUE-server files for the task's test splits (AX: pass task="ax" with the MNLI model)."""
     spec = glue.get_task(task)
-    model, tok = load_pretrained(model_dir), Tokenizer.from_dir(model_dir)
+    model, tok = align_to_task(load_pretrained(model_dir), task, model_dir), Tokenizer.from_dir(model_dir)
     if tok is None:
         raise FileNotFoundError(f"{model_dir}: no tokenizer file")
     max_length = min(max_length, model.config.max_position_embeddings)

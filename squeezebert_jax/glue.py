@@ -7,8 +7,9 @@ Splits use the TFDS names everywhere: ``train``, ``validation``, ``test``; MNLI 
 Label ids follow the TFDS ``glue/<task>`` ClassLabel order, so both loaders give the same ints:
 MNLI/AX 0 entailment, 1 neutral, 2 contradiction; QNLI/RTE 0 entailment, 1 not_entailment; the 0/1 tasks
 keep their file value (WNLI 1 = entailment). transformers' old ``MnliProcessor`` used the order
-contradiction, entailment, neutral; a classifier trained with that order (probably the released
-``squeezebert-mnli``, whose config only says LABEL_0..2) needs its rows permuted before use here.
+contradiction, entailment, neutral: a classifier whose ``id2label`` names its labels in another order is
+reordered on load (``label_permutation``, ``finetune.align_to_task``). The released ``squeezebert-mnli``'s config
+only says LABEL_0..2; ``convert/from_pytorch.py --label-names contradiction,entailment,neutral`` names them.
 
 Metrics are returned as fractions (sklearn/scipy conventions); tables print percentages. A task's
 ``main_metric`` follows the paper's Listing 1 / the GLUE leaderboard: CoLA ``mcc``; STS-B ``corr`` =
@@ -193,10 +194,20 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     lay = spec.layouts[_split(spec, split)]
     examples: list[GlueExample] = []
     skipped, ncols, row_no = 0, lay.ncols, 0
-    with open(path, encoding="utf-8-sig", newline="\n") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n").rstrip("\r")
-            if not line:
+    with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 is named like any other bad row
+        for lineno, raw in enumerate(f, 1):
+            raw = raw.rstrip(b"\n").rstrip(b"\r").removeprefix(b"\xef\xbb\xbf" if lineno == 1 else b"")
+            if not raw:
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if (lay.header and ncols is None) or not skip_malformed:
+                    raise GlueFormatError(f"{path}:{lineno}: not UTF-8 text ({e})"
+                                          + ("" if lay.header and ncols is None else
+                                             " (skip_malformed=True drops and counts such rows)")) from None
+                skipped += 1
+                row_no += 1
                 continue
             cols = line.split("\t")
             if lay.header and ncols is None:
@@ -222,6 +233,24 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     if ncols is None and lay.header:
         raise GlueFormatError(f"{path}: empty file (no header)")
     return examples, skipped
+
+
+def label_permutation(id2label: Mapping[int, str] | None, task: str) -> np.ndarray | None:
+    """Columns that bring a classifier's logits into ``task``'s label order (``logits[:, perm]``), read from the
+    label names in its config's ``id2label``; None when they are already in that order, or are not the task's
+    label names in some order (e.g. LABEL_0, LABEL_1, ...: nothing to go by).
+
+    Checkpoints trained with transformers' old ``MnliProcessor`` name their labels contradiction, entailment,
+    neutral (where the names were kept); ours are TFDS's entailment, neutral, contradiction.
+    """
+    spec = get_task(task)
+    if not id2label or spec.labels is None or len(id2label) != len(spec.labels):
+        return None
+    names = [str(id2label[i]).lower() for i in range(len(id2label))]
+    want = [lab.lower() for lab in spec.labels]
+    if sorted(names) != sorted(want) or names == want:
+        return None
+    return np.asarray([names.index(lab) for lab in want])
 
 
 def _int(s: str, what: str) -> int:

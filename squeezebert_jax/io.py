@@ -65,7 +65,9 @@ def copy_tokenizer_files(src_dir: str | None, dst_dir: str) -> list[str]:
 
 
 def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
-    return {"/".join(str(p) for p in path): np.asarray(v.get_value(), np.float32)
+    """Parameters by path, float32, C-contiguous: safetensors.numpy writes a Fortran-ordered array's memory as if it
+    were C-ordered (a transposed or column-indexed parameter would come back scrambled)."""
+    return {"/".join(str(p) for p in path): np.ascontiguousarray(np.asarray(v.get_value(), np.float32))
             for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
@@ -134,8 +136,9 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         saved = convert.infer_head(convert._strip_prefix(sd, convert.detect_style(sd), "SqueezeBertModel"), arch)
         model = convert.from_torch_state_dict(sd, config, saved, architectures=arch, num_labels=None, seed=seed,
                                               source=model_dir, allow_new_heads=True)
-        if head and head != saved:
-            model = _from_flat(flat_params(model), config, saved, head, num_labels, seed, model_dir)
+        relabel = num_labels is not None and getattr(model, "num_labels", num_labels) != num_labels
+        if (head and head != saved) or relabel:  # another head, or a classifier with another label count
+            model = _from_flat(flat_params(model), config, saved, head or saved, num_labels, seed, model_dir)
     if dtype != jnp.float32:
         model = cast_compute_dtype(model, dtype)
     return model
@@ -216,13 +219,24 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str = "squ
     return hf_dir
 
 
-def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None) -> nnx.Module:
-    """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model."""
+def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None,
+                 label_names: list[str] | None = None) -> nnx.Module:
+    """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model.
+
+    ``label_names`` names a classifier's outputs 0..n-1 (its ``id2label``) where the checkpoint's config does not
+    (LABEL_0, LABEL_1, ...); GLUE evaluation then reorders them into the task's label order.
+    """
     hf_dir = os.fspath(hf_dir)
     config, raw = _read_config(hf_dir)
     sd = convert.read_torch_checkpoint(hf_dir)
     model = convert.from_torch_state_dict(sd, config, head, architectures=raw.get("architectures"),
                                           source=hf_dir, allow_new_heads=True)
+    if label_names:
+        n = getattr(model, "num_labels", None)
+        if n != len(label_names) or len(set(label_names)) != len(label_names):
+            raise ValueError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
+                             f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
+        model.config.id2label = dict(enumerate(label_names))
     if model.newly_initialized:
         log.warning("%s lacks %d tensors of %s (randomly initialised): %s", hf_dir, len(model.newly_initialized),
                     convert.head_name(model), ", ".join(model.newly_initialized))

@@ -18,6 +18,7 @@ padding to ``max_length``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -216,11 +217,27 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, directory: str | os.PathLike) -> Tokenizer | None:
-        """The tokenizer in ``directory`` (the first of ``TOKENIZER_FILE_NAMES`` present), or None if none is."""
+        """The tokenizer in ``directory`` (the first of ``TOKENIZER_FILE_NAMES`` present), or None if none is.
+
+        A ``tokenizer_config.json`` beside a ``vocab.txt`` that says ``do_lower_case: false`` (a cased BERT) is
+        refused: the WordPiece here is uncased, and lowercasing a cased model's input would be silently wrong.
+        """
+        directory = os.fspath(directory)
         for name in TOKENIZER_FILE_NAMES:
-            path = os.path.join(os.fspath(directory), name)
+            path = os.path.join(directory, name)
             if os.path.isfile(path):
-                return cls(path)
+                tok = cls(path)
+                cfg_path = os.path.join(directory, "tokenizer_config.json")
+                if tok.kind == "wordpiece" and os.path.isfile(cfg_path):
+                    try:
+                        with open(cfg_path) as f:
+                            lower = json.load(f).get("do_lower_case", True)
+                    except (json.JSONDecodeError, AttributeError) as e:
+                        raise ValueError(f"{cfg_path}: not a JSON object ({e})") from e
+                    if lower is False:
+                        raise ValueError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
+                                         "WordPiece is uncased BERT's and would lowercase its input")
+                return tok
         return None
 
     @property

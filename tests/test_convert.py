@@ -198,3 +198,77 @@ def test_pickle_checkpoint_refused(tmp_path):
 
 class Evil:
     pass
+
+
+def test_missing_encoder_tensor_is_an_error_even_when_new_heads_are_allowed(tmp_path):
+    """allow_new_heads covers task heads and the pooler only: a checkpoint without an encoder tensor is refused
+    by load_pretrained and import_torch (it must not become a MODEL_DIR with a random layer in it)."""
+    tm = randomize(transformers.SqueezeBertForMaskedLM(transformers.SqueezeBertConfig(**TINY)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    del sd["transformer.encoder.layers.1.output.conv1d.weight"]
+    save_file(sd, os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"missing .*layers\.1\.output\.conv1d\.weight"):
+        sj.load_pretrained(src, head="SqueezeBertForSequenceClassification", num_labels=2)
+    with pytest.raises(ValueError, match=r"layers\.1\.output\.conv1d\.weight"):
+        sj.io.import_torch(src, str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "params.safetensors").exists()
+
+
+@pytest.mark.parametrize("head", ["SqueezeBertForSequenceClassification", "SqueezeBertModel"])
+def test_another_head_on_a_checkpoint_with_a_head(tmp_path, head):
+    """from_pytorch.py --head on squeezebert-uncased (MLM + SOP): the saved head is dropped, the encoder kept."""
+    tm = randomize(transformers.SqueezeBertForMaskedLM(transformers.SqueezeBertConfig(**TINY)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    run_script("from_pytorch.py", "--src", src, "--out", str(tmp_path / "m"), "--head", head)
+    m = sj.load_pretrained(tmp_path / "m")
+    assert type(m) is sj.HEADS[head]
+    enc = m if head == "SqueezeBertModel" else m.transformer
+    ref = tm.transformer.encoder.layers[1].attention.query.weight.detach().numpy()
+    ours = np.asarray(enc.encoder.layers[1].attention.query.kernel[...])
+    assert np.array_equal(convert._to_torch(ours, "conv", TINY["q_groups"]), ref)
+
+
+def test_num_labels_applies_to_a_transformers_dir(tmp_path):
+    """MNLI (3 labels) -> RTE (2) straight from a transformers directory: the classifier is new, 2-way."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(
+        transformers.SqueezeBertConfig(**TINY, num_labels=3)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    m = sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2)
+    assert m.num_labels == 2 and m.classifier.kernel.shape == (32, 2)
+    assert set(m.newly_initialized) == {"classifier/kernel", "classifier/bias"}
+    assert sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=3).newly_initialized == ()
+
+
+@pytest.mark.parametrize("head", ["SqueezeBertForTokenClassification", "SqueezeBertForQuestionAnswering"])
+def test_bert_heads_without_pooler_export_exactly(tmp_path, head):
+    """transformers builds these BERT heads without a pooler: the export has no pooler tensors to be unexpected."""
+    cfg = sj.SqueezeBertConfig.preset("bert-tiny", vocab_size=99, max_position_embeddings=40)
+    kw = {"num_labels": 3} if "Token" in head else {}
+    model = sj.HEADS[head](cfg, rngs=sj.model.nnx.Rngs(0), **kw)
+    sj.export_torch(model, tmp_path / "bert", style="bert")
+    cls = getattr(transformers, head.replace("SqueezeBert", "Bert"))
+    _, info = cls.from_pretrained(str(tmp_path / "bert"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+def test_save_pretrained_round_trips_non_contiguous_parameters(tmp_path):
+    """A parameter set from a column-indexed (Fortran-ordered) array saves and loads unchanged."""
+    model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), num_labels=3,
+                                                    rngs=sj.model.nnx.Rngs(0))
+    k = np.random.default_rng(0).standard_normal((32, 3)).astype(np.float32)[:, [2, 0, 1]]
+    assert not k.flags["C_CONTIGUOUS"]
+    model.classifier.kernel.set_value(k)
+    sj.save_pretrained(model, tmp_path / "m")
+    assert np.array_equal(np.asarray(sj.load_pretrained(tmp_path / "m").classifier.kernel[...]), k)
+
+
+def test_label_names_name_a_converted_classifier(tmp_path):
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(
+        transformers.SqueezeBertConfig(**TINY, num_labels=3)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    run_script("from_pytorch.py", "--src", src, "--out", str(tmp_path / "m"),
+               "--label-names", "contradiction,entailment,neutral")
+    assert sj.load_pretrained(tmp_path / "m").config.id2label == {0: "contradiction", 1: "entailment", 2: "neutral"}
+    with pytest.raises(ValueError, match="2 label names"):
+        sj.io.import_torch(src, str(tmp_path / "m2"), label_names=["a", "b"])

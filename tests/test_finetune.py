@@ -294,3 +294,71 @@ def test_whole_table_on_a_converted_checkpoint(tmp_path):
         for split, metrics in results[task].items():
             for k, v in metrics.items():
                 assert got[split][k] == pytest.approx(v, abs=1e-6), (task, split, k)
+
+
+# ---- label order, task checks, teacher cache --------------------------------------------------------------------
+
+def _mnli_classifier_dir(path, id2label, seed=0):
+    cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                               id2label=id2label)
+    model = sj.SqueezeBertForSequenceClassification(cfg, num_labels=3, rngs=nnx.Rngs(seed))
+    sj.save_pretrained(model, path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return model
+
+
+def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp_path):
+    """The same classifier saved with TFDS-ordered and with legacy-ordered (contradiction, entailment, neutral)
+    columns gives the same predictions, metrics and server files once its id2label names the order."""
+    _write_pair_task(tmp_path / "glue", "MNLI", ["entailment", "neutral", "contradiction"], 24, 0, mnli=True)
+    ours = _mnli_classifier_dir(tmp_path / "tfds_order", None)
+    rng = np.random.default_rng(0)  # a classifier that does not predict one class everywhere
+    k, b = 30 * rng.standard_normal((32, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    ours.classifier.kernel.set_value(k)
+    ours.classifier.bias.set_value(b)
+    sj.save_pretrained(ours, tmp_path / "tfds_order")
+    legacy = _mnli_classifier_dir(tmp_path / "legacy", {0: "contradiction", 1: "entailment", 2: "neutral"})
+    legacy.classifier.kernel.set_value(k[:, [2, 0, 1]])  # column j of the legacy head = its label j
+    legacy.classifier.bias.set_value(b[[2, 0, 1]])
+    sj.save_pretrained(legacy, tmp_path / "legacy")
+    data = str(tmp_path / "glue")
+    assert ft.evaluate(str(tmp_path / "legacy"), "mnli", data) == ft.evaluate(str(tmp_path / "tfds_order"), "mnli", data)
+    a = ft.predict_test(str(tmp_path / "legacy"), "mnli", data, str(tmp_path / "pa"))
+    b_ = ft.predict_test(str(tmp_path / "tfds_order"), "mnli", data, str(tmp_path / "pb"))
+    assert [open(p).read() for p in a] == [open(p).read() for p in b_]
+    # the teacher's soft targets (whole logit rows, so a wrong column order cannot hide) are the same too
+    ex = sj.glue.load_examples("mnli", "train", data_dir=data)
+    t_legacy = ft.teacher_logits(str(tmp_path / "legacy"), "mnli", "train", ex, 16, str(tmp_path / "cache"))
+    t_ours = ft.teacher_logits(str(tmp_path / "tfds_order"), "mnli", "train", ex, 16, str(tmp_path / "cache"))
+    np.testing.assert_allclose(t_legacy, t_ours, atol=1e-5)
+    assert np.abs(t_ours[:, 0] - t_ours[:, 1]).max() > 1.0  # the columns differ: a permutation would show
+
+
+def test_a_classifier_for_another_label_count_is_refused(tmp_path):
+    _write_pair_task(tmp_path / "glue", "RTE", ["entailment", "not_entailment"], 8, 0)
+    _mnli_classifier_dir(tmp_path / "mnli", None)
+    with pytest.raises(ft.TaskMismatchError, match="3 outputs cannot be used for rte"):
+        ft.evaluate(str(tmp_path / "mnli"), "rte", str(tmp_path / "glue"))
+    ex = sj.glue.load_examples("rte", "train", data_dir=str(tmp_path / "glue"))
+    with pytest.raises(ft.TaskMismatchError, match=r"teacher .*mnli.*3 outputs"):
+        ft.teacher_logits(str(tmp_path / "mnli"), "rte", "train", ex, 16, str(tmp_path / "cache"))
+
+
+def test_teacher_cache_is_keyed_by_the_data_and_the_teacher(tmp_path):
+    _write_sst2(tmp_path / "glue", n_train=16)
+    teacher = _tiny_model_dir(tmp_path / "t", head="SqueezeBertForSequenceClassification")
+    ex = sj.glue.load_examples("sst2", "train", data_dir=str(tmp_path / "glue"))
+    cache = str(tmp_path / "cache")
+    first = ft.teacher_logits(str(teacher), "sst2", "train", ex, 16, cache)
+    rev = ft.teacher_logits(str(teacher), "sst2", "train", ex[::-1], 16, cache)  # same count, other order
+    np.testing.assert_allclose(rev, first[::-1], atol=1e-6)
+    _tiny_model_dir(tmp_path / "t", head="SqueezeBertForSequenceClassification", seed=1)  # retrained in place
+    again = ft.teacher_logits(str(teacher), "sst2", "train", ex, 16, cache)
+    assert np.abs(again - first).max() > 1e-4
+    assert len(os.listdir(cache)) == 3
+
+
+def test_nan_score_never_wins_nor_blocks():
+    assert ft._better(0.5, float("nan")) and not ft._better(float("nan"), 0.5)
+    assert not ft._better(float("nan"), float("nan")) and ft._better(0.6, 0.5) and not ft._better(0.5, 0.5)

@@ -182,3 +182,26 @@ def test_story_tasks_cover_every_task_with_learnable_labels(tmp_path):
     assert all(in_order == (label == 0) for in_order, label in order)  # 0 = entailment = story order
     assert corpus.write_glue_tasks(tmp_path / "again", 300, 40, 10, seed=1) and \
         (tmp_path / "again" / "QQP" / "train.tsv").read_text() == (tmp_path / "QQP" / "train.tsv").read_text()
+
+
+def test_non_utf8_row_names_file_and_line_or_is_counted(tmp_path):
+    path = tmp_path / "RTE" / "dev.tsv"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\xef\xbb\xbfindex\tsentence1\tsentence2\tlabel\n0\tA\tB\tentailment\n1\tA \xff\tB\tentailment\n"
+                     b"2\tC\tD\tnot_entailment\n")
+    with pytest.raises(glue.GlueFormatError, match=rf"{path}:3: not UTF-8"):
+        glue.load_examples("rte", "validation", data_dir=str(tmp_path))
+    ex, skipped = glue.read_glue_tsv(str(path), "rte", "validation", skip_malformed=True)
+    assert [e.idx for e in ex] == [0, 2] and skipped == 1  # the BOM before the header is not a column name
+
+
+def test_label_permutation_from_label_names():
+    legacy = {0: "contradiction", 1: "entailment", 2: "neutral"}  # transformers' old MnliProcessor order
+    perm = glue.label_permutation(legacy, "mnli")
+    logits = np.array([[5.0, 1.0, 2.0]])  # contradiction wins
+    assert glue.get_task("mnli").labels[int(logits[:, perm].argmax())] == "contradiction"
+    assert glue.label_permutation({0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}, "mnli") is None  # same order
+    assert glue.label_permutation({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, "mnli") is None  # nothing to go by
+    assert glue.label_permutation(None, "rte") is None
+    assert glue.label_permutation({0: "not_entailment", 1: "entailment"}, "qnli").tolist() == [1, 0]
+    assert glue.label_permutation(legacy, "stsb") is None

@@ -309,3 +309,13 @@ def test_cli_trains_both_kinds(corpus_file, tmp_path):
               "--kind", "sentencepiece"])
     wp, sp = Tokenizer.from_dir(tmp_path / "wp"), Tokenizer.from_dir(tmp_path / "sp")
     assert (wp.kind, wp.vocab_size, sp.kind, sp.vocab_size) == ("wordpiece", 200, "sentencepiece", 100)
+
+
+def test_cased_tokenizer_config_is_refused(hand_vocab, tmp_path):
+    """A cased BERT's directory (do_lower_case: false) is not silently lowercased; an uncased one loads."""
+    Tokenizer.from_file(hand_vocab).save(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+    assert Tokenizer.from_dir(tmp_path).kind == "wordpiece"
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    with pytest.raises(ValueError, match="do_lower_case is false"):
+        Tokenizer.from_dir(tmp_path)
