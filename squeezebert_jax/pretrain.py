@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from typing import Any
 
@@ -144,9 +143,15 @@ def prepare_demo_data(config, workdir: str) -> str:
     return data_dir
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Pretrain as ``config`` says, in ``workdir``; returns the last logged metrics."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Pretrain as ``config`` says, in ``workdir``; returns the last logged metrics, plus ``preempted``: True when
+    the run stopped early (SIGTERM or ``stop_at_step``) with a checkpoint to resume from and no exported model."""
     from squeezebert_jax.tokenizer import Tokenizer
+
+    workdir = os.fspath(workdir)
+    if "://" in workdir:
+        raise ValueError(f"workdir {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
+                         f"or mounted path (e.g. a bucket mounted with gcsfuse)")
 
     # -- Distributed + mesh ------------------------------------------------------------------------
     trainer.maybe_initialize_distributed(config.get("coordinator_address") or None,
@@ -170,7 +175,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if config.get("init_from"):
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
         cfg = model.config
-    else:
+    if tokenizer.vocab_size > cfg.vocab_size:  # ids past the embedding table would give NaNs under jit
+        raise ValueError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
+                         f"{cfg.vocab_size}" + (f" ({config.init_from})" if config.get("init_from") else "")
+                         + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
+    if not config.get("init_from"):
         model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
@@ -181,48 +190,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
                                         async_save=config.get("async_checkpoints", True))
     writer = trainer.MetricsWriter(workdir)
-    peak = trainer.peak_flops_per_device(config.get("peak_flops_per_device"))
-    phases = _phases(config)
-
-    # -- Restore: the newest good checkpoint in workdir, else init_from / scratch --------------------
-    resume = None
-    for saved_step in checkpointer.all_steps()[::-1]:
-        k = next((i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"]), None)
-        if k is None:
-            log.warning("checkpoint at step %d lies beyond this config's phases; ignored", saved_step)
-            continue
-        run = _setup_phase(config, phases[k], params, data_dir, mesh, fsdp)
-        restored = checkpointer.restore(run["abstract"], run["data_iter"], step=saved_step)
-        if restored is not None:
-            resume = (k, saved_step, restored[1], run)
-            log.info("resuming from the checkpoint at step %d", saved_step)
-            break
-
-    # -- Loop over phases --------------------------------------------------------------------------
-    last: dict[str, float] = {}
-    first_phase = 0
-    if resume is not None:
-        k, saved_step, rstate, run = resume
-        params = rstate["params"]
-        first_phase = k + 1 if saved_step == phases[k]["end"] else k
-    with trainer.PreemptionFlag() as preempt:
-        for k in range(first_phase, len(phases)):
-            phase = phases[k]
-            if resume is not None and k == resume[0] and resume[1] < phase["end"]:
-                state = resume[2]
-            else:
-                run = _setup_phase(config, phase, params, data_dir, mesh, fsdp)
-                state = run["state"]
-            last = _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt,
-                              cfg, peak) or last
-            params = run["final_params"]
-            if preempt.requested:
-                break
-    checkpointer.close()
-    writer.close()
-    if preempt.requested:
-        log.warning("stopped by a signal: checkpoint saved, exiting cleanly")
-        return last
+    try:
+        last, stopped, params = _restore_and_train(config, _phases(config), params, graphdef, rest, cfg, data_dir,
+                                                   mesh, fsdp, checkpointer, writer)
+    finally:
+        checkpointer.close()
+        writer.close()
+    if stopped:
+        log.warning("stopped early (signal or stop_at_step): checkpoint saved, exiting cleanly; run again on %s "
+                    "to resume", workdir)
+        return last | {"preempted": True}
 
     # -- Export: a MODEL_DIR that convert/to_pytorch.py accepts ---------------------------------------
     if jax.process_count() > 1:
@@ -235,11 +212,68 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
         with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
             json.dump(last, f, indent=2)
-    return last
+    return last | {"preempted": False}
 
 
-def _setup_phase(config, phase, params, data_dir, mesh, fsdp) -> dict[str, Any]:
-    """Optimizer, data iterator and a fresh sharded train state for one phase."""
+def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, mesh, fsdp, checkpointer, writer):
+    """Resume from the newest readable checkpoint (else start at step 0) and run the phases;
+    returns (last metrics, stopped early, final params)."""
+    peak = trainer.peak_flops_per_device(config.get("peak_flops_per_device"))
+
+    # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch ----------------
+    # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
+    # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
+    steps = checkpointer.all_steps()
+    if outside := [s for s in steps if not 0 < s <= phases[-1]["end"]]:
+        raise trainer.CheckpointMismatchError(
+            f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, whose "
+            f"phases end at step {phases[-1]['end']}; they are left untouched: resume with the config they were "
+            f"written with, or use a new workdir")
+    resume, damaged = None, []
+    for saved_step in steps[::-1]:
+        k = next(i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"])
+        run = _setup_phase(config, phases[k], params, data_dir, mesh, fsdp, materialize=False)
+        rstate = checkpointer.try_restore(saved_step, run["abstract"], run["data_iter"])
+        if rstate is None:
+            damaged.append(saved_step)
+            continue
+        resume = (k, saved_step, rstate, run)
+        log.info("resuming from the checkpoint at step %d", saved_step)
+        break
+    if steps and resume is None:
+        raise RuntimeError(trainer.no_readable_checkpoint_message(checkpointer.directory, steps))
+    for s in damaged:
+        log.warning("checkpoint at step %d set aside (corrupt-%d-*); resumed from step %d", s, s, resume[1])
+        checkpointer.set_aside(s)
+    writer.drop_after(resume[1] if resume else 0)  # rows logged after the checkpoint would be written twice
+
+    # -- Loop over phases --------------------------------------------------------------------------
+    last: dict[str, float] = {}
+    first_phase, stopped = 0, False
+    if resume is not None:
+        k, saved_step, rstate, run = resume
+        params = rstate["params"]
+        first_phase = k + 1 if saved_step == phases[k]["end"] else k
+    with trainer.PreemptionFlag(config.get("preemption_sync_every", 10)) as preempt:
+        for k in range(first_phase, len(phases)):
+            phase = phases[k]
+            if resume is not None and k == resume[0] and resume[1] < phase["end"]:
+                state = resume[2]
+            else:
+                run = _setup_phase(config, phase, params, data_dir, mesh, fsdp)
+                state = run.pop("state")
+            last = _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt,
+                              cfg, peak, final_step=phases[-1]["end"]) or last
+            params = run["final_params"]
+            if run["stopped"]:
+                stopped = True
+                break
+    return last, stopped, params
+
+
+def _setup_phase(config, phase, params, data_dir, mesh, fsdp, materialize: bool = True) -> dict[str, Any]:
+    """Optimizer, data iterator and the sharded train state's abstract target for one phase, and (``materialize``)
+    a fresh train state from ``params``; a run that resumes restores into the target and never builds one."""
     from squeezebert_jax import pretrain_data
 
     schedule = optim.warmup_polynomial_decay(config.learning_rate, phase["num_steps"], config.warmup_fraction,
@@ -249,16 +283,28 @@ def _setup_phase(config, phase, params, data_dir, mesh, fsdp) -> dict[str, Any]:
         data_dir, seq_len=phase["seq_len"], global_batch_size=config.global_batch_size,
         seed=config.seed + 1000 * phase["index"], max_predictions_per_seq=phase["max_predictions_per_seq"],
         whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers)
-    state = {"step": jnp.asarray(phase["start"], jnp.int32), "params": params, "opt_state": tx.init(params)}
-    shardings = trainer.state_shardings(state, mesh, fsdp)
-    state = jax.device_put(state, shardings)
-    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
-    return {"tx": tx, "schedule": schedule, "data_iter": iter(loader), "state": state, "shardings": shardings,
-            "abstract": abstract}
+
+    def init(p):
+        return {"step": jnp.asarray(phase["start"], jnp.int32), "params": p, "opt_state": tx.init(p)}
+
+    shapes = jax.eval_shape(init, params)
+    shardings = trainer.state_shardings(shapes, mesh, fsdp)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    run = {"tx": tx, "schedule": schedule, "data_iter": iter(loader), "shardings": shardings, "abstract": abstract}
+    if materialize:
+        run["state"] = jax.device_put(init(params), shardings)
+    return run
 
 
-def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt, cfg, peak):
-    """Steps ``phase['start']..phase['end']`` (or until preempted); sets ``run['final_params']``."""
+# Checked on the host before anything is logged or saved: the loss (of the params before the step's update), and
+# the gradient and parameter norms (the latter of the params after it, i.e. of the state a checkpoint would hold).
+FINITE_METRICS = ("loss", "grad_norm", "param_norm")
+
+
+def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt, cfg, peak,
+               final_step):
+    """Steps ``phase['start']..phase['end']`` (or until stopped); sets ``run['final_params']`` and
+    ``run['stopped']`` (stopped before ``final_step``, the end of the last phase, by a signal or stop_at_step)."""
     shardings, data_iter, schedule = run["shardings"], run["data_iter"], run["schedule"]
     step_fn = jax.jit(make_train_step(graphdef, rest, run["tx"], config.num_microbatches),
                       in_shardings=(shardings, trainer.batch_sharding(mesh), None),
@@ -267,24 +313,41 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
     n_dev = mesh.shape["data"]
     start = int(jax.device_get(state["step"]))
     seq_flops = train_flops_per_sequence(cfg, phase["seq_len"], phase["max_predictions_per_seq"])
-    window, timer, last = [], trainer.Timer(), {}
+    pending: list[tuple[int, dict]] = []  # (step, device metrics) not yet fetched and checked
+    window: list[dict] = []  # checked host metrics since the last log line
+    timer, last, stop = trainer.Timer(), {}, False
+
+    def fetch_and_check():
+        """Fetch the pending steps' metrics; raise naming the first step with a non-finite one."""
+        host = jax.device_get([m for _, m in pending])
+        for (s, _), h in zip(pending, host):
+            bad = [f"{key} {float(h[key])}" for key in FINITE_METRICS if not np.isfinite(h[key])]
+            if bad:
+                checkpointer.wait()
+                good = max(checkpointer.all_steps(), default=None)
+                raise FloatingPointError(
+                    f"non-finite {', '.join(bad)} at step {s} (training diverged); " + (
+                        f"the last good checkpoint is step {good} in {checkpointer.directory}" if good is not None
+                        else "no checkpoint was saved"))
+        window.extend(host)
+        pending.clear()
+
     bar = tqdm(total=phase["end"], initial=start, desc=f"{phase['name']} (seq {phase['seq_len']})",
                disable=jax.process_index() != 0 or not config.get("progress", True), dynamic_ncols=True)
     for step in range(start, phase["end"]):
         state, metrics = step_fn(state, trainer.global_batch(next(data_iter), mesh), rng)
-        window.append(metrics)
+        done = step + 1
+        pending.append((done, metrics))
         timer.tick()
         bar.update(1)
-        done = step + 1
-        if config.get("stop_at_step") and done >= config.stop_at_step:
-            preempt.requested = True  # as a SIGTERM: checkpoint, then exit cleanly
-        if done % config.log_every == 0 or done == phase["end"] or preempt.requested:
+        # the same decision on every host: the signal flag is agreed collectively, stop_at_step is config
+        stop = preempt.should_stop(done, boundary=done == phase["end"])
+        stop = stop or (bool(config.get("stop_at_step")) and done >= config.stop_at_step)
+        stop = stop and done < final_step  # at the last step the run is complete: finish and export
+        if done % config.log_every == 0 or done == phase["end"] or stop:
+            fetch_and_check()
             m = trainer.mean_metrics(window)
-            window = []
-            if not math.isfinite(m["loss"]):
-                checkpointer.wait()
-                raise FloatingPointError(f"non-finite loss {m['loss']} at step {done}; the last good checkpoint "
-                                         f"is step {max(checkpointer.all_steps(), default=0)}")
+            window.clear()
             dt, n = timer.lap()
             seq_s = n * config.global_batch_size / dt
             m |= {"learning_rate": float(schedule(done - phase["start"] - 1)), "seq_per_s": seq_s,
@@ -294,12 +357,13 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
             bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}",
                             sop_acc=f"{m['sop_accuracy']:.3f}")
             last = m
-        if done % config.checkpoint_every == 0 or done == phase["end"] or preempt.requested:
+        if done % config.checkpoint_every == 0 or done == phase["end"] or stop:
+            fetch_and_check()  # never save a state whose step has not been checked
             checkpointer.save(done, state, data_iter, force=True)
-        if preempt.requested:
+        if stop:
             break
     bar.close()
-    run["final_params"] = state["params"]
+    run["final_params"], run["stopped"] = state["params"], stop
     return last
 
 

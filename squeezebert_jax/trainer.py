@@ -2,7 +2,8 @@
 
 Mesh and shardings (data parallel or FSDP over one ``data`` axis: ``jax.jit`` + ``NamedSharding``, no
 pmap), multi-host start-up, the orbax checkpoint manager (async, keeps the last N, falls back past a
-corrupt checkpoint), metrics (JSON lines + TensorBoard), MFU, and a SIGTERM (preemption) flag.
+corrupt checkpoint, refuses one written by another config), metrics (JSON lines + TensorBoard), MFU, and a
+SIGTERM (preemption) flag that all hosts agree on.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ log = logging.getLogger(__name__)
 
 def maybe_initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
                                  process_id: int | None = None) -> None:
-    """``jax.distributed.initialize`` for multi-host runs (explicit, or auto-detected on TPU/SLURM)."""
+    """``jax.distributed.initialize`` for multi-host runs (explicit, or auto-detected on TPU/SLURM).
+
+    ``num_processes`` <= 0 and ``process_id`` < 0 (the config defaults) mean "auto-detect" (None)."""
+    num_processes = num_processes if num_processes and num_processes > 0 else None
+    process_id = process_id if process_id is not None and process_id >= 0 else None
     if coordinator_address:
         # Cross-process collectives for CPU devices (only the CPU backend reads this; it must be set before
         # the backend starts, so no jax.devices() call here).
@@ -80,10 +85,42 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
 # --------------------------------------------------------------------------------------------------
 
 
+class CheckpointMismatchError(ValueError):
+    """A readable checkpoint whose train state has another structure or other shapes than the current config's."""
+
+
+def _key_str(k) -> str:
+    return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
+
+
+def _flat_shapes(tree) -> dict[str, tuple[int, ...]]:
+    """``{"opt_state/1/mu/...": shape}``: tuples/namedtuples/dicts and orbax's saved lists/dicts name alike."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(_key_str(k) for k in path): tuple(getattr(x, "shape", ())) for path, x in leaves}
+
+
+def state_mismatch(saved_metadata, abstract_state, limit: int = 4) -> str:
+    """'' when the saved tree has the paths and shapes of ``abstract_state``, else a short description."""
+    saved, want = _flat_shapes(saved_metadata), _flat_shapes(abstract_state)
+    parts = []
+    if missing := sorted(set(want) - set(saved)):
+        parts.append(f"{len(missing)} entries the config needs are not in the checkpoint (e.g. {missing[:limit]})")
+    if extra := sorted(set(saved) - set(want)):
+        parts.append(f"{len(extra)} checkpoint entries are not in the config's state (e.g. {extra[:limit]})")
+    if shapes := [f"{k}: checkpoint {saved[k]} vs config {want[k]}" for k in sorted(set(saved) & set(want))
+                  if saved[k] != want[k]]:
+        parts.append(f"{len(shapes)} shapes differ (e.g. {shapes[:limit]})")
+    return "; ".join(parts)
+
+
 class Checkpointer:
     """orbax CheckpointManager for {train state, data iterator}. Saves are async; orbax writes to a
-    temporary directory and renames on commit, so a half-written checkpoint is never listed. ``restore``
-    walks back from the newest step past any checkpoint that fails to load."""
+    temporary directory and renames on commit, so a half-written checkpoint is never listed.
+
+    Restoring tells two failures apart. A checkpoint that cannot be read (damaged files, missing metadata) is
+    *damaged*: the caller may fall back to an older one and set the damaged one aside. A readable checkpoint
+    whose tree or shapes differ from the current config's state is a *mismatch* (the config changed):
+    ``CheckpointMismatchError``, and nothing in the directory is touched."""
 
     def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True, with_data: bool = True):
         import orbax.checkpoint as ocp
@@ -108,7 +145,7 @@ class Checkpointer:
             args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
         return self.manager.save(step, args=self._ocp.args.Composite(**args), force=force)
 
-    def _set_aside(self, step: int) -> None:
+    def set_aside(self, step: int) -> None:
         """Rename an unreadable step directory to ``corrupt-<step>-<time>`` so that the run can write that step
         again; nothing is deleted."""
         if jax.process_index() == 0:
@@ -124,23 +161,50 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def restore(self, abstract_state, data_iterator=None, step: int | None = None):
-        """(step, state) of the newest loadable checkpoint (or ``step``); None when there is none."""
-        steps = [step] if step is not None else self.all_steps()[::-1]
-        for s in steps:
-            args = {"state": self._ocp.args.StandardRestore(abstract_state)}
-            if self.with_data and data_iterator is not None:
-                import grain
+    def try_restore(self, step: int, abstract_state, data_iterator=None):
+        """The train state saved at ``step`` (the data iterator restored in place); None when the checkpoint
+        cannot be read (damaged). Raises ``CheckpointMismatchError`` when it reads but does not fit
+        ``abstract_state``."""
+        try:
+            metadata = self.manager.item_metadata(step)["state"]
+            if metadata is None:
+                raise FileNotFoundError("no train-state metadata")
+        except Exception as e:  # noqa: BLE001 -- unreadable metadata is damage, whatever the exception
+            log.warning("checkpoint at step %d in %s cannot be read (%s: %s)", step, self.directory,
+                        type(e).__name__, str(e)[:300])
+            return None
+        if diff := state_mismatch(metadata, abstract_state):
+            raise CheckpointMismatchError(
+                f"the checkpoint at step {step} in {self.directory} does not match the current config (model, "
+                f"optimizer or phases changed?): {diff}. The checkpoints are left untouched: resume with the config "
+                f"they were written with, or start the new config in a new workdir.")
+        args = {"state": self._ocp.args.StandardRestore(abstract_state)}
+        if self.with_data and data_iterator is not None:
+            import grain
 
-                args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-            try:
-                restored = self.manager.restore(s, args=self._ocp.args.Composite(**args))
-            except Exception as e:  # corrupt or partial: set it aside (kept), fall back to the previous one
-                log.warning("checkpoint at step %d cannot be restored (%s: %s); trying an older one", s,
-                            type(e).__name__, str(e)[:300])
-                self._set_aside(s)
+            args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+        try:
+            return self.manager.restore(step, args=self._ocp.args.Composite(**args))["state"]
+        except Exception as e:  # noqa: BLE001 -- the structure matched: a failed read is damage
+            log.warning("checkpoint at step %d in %s cannot be restored (%s: %s)", step, self.directory,
+                        type(e).__name__, str(e)[:300])
+            return None
+
+    def restore(self, abstract_state, data_iterator=None):
+        """(step, state) of the newest readable checkpoint, setting aside the damaged newer ones; None when the
+        directory has no checkpoint. Raises when checkpoints exist but none can be read (nothing is renamed), and
+        ``CheckpointMismatchError`` on a config mismatch."""
+        steps, damaged = self.all_steps()[::-1], []
+        for s in steps:
+            state = self.try_restore(s, abstract_state, data_iterator)
+            if state is None:
+                damaged.append(s)
                 continue
-            return s, restored["state"]
+            for d in damaged:
+                self.set_aside(d)
+            return s, state
+        if steps:
+            raise RuntimeError(no_readable_checkpoint_message(self.directory, steps))
         return None
 
     def wait(self):
@@ -149,6 +213,11 @@ class Checkpointer:
     def close(self):
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def no_readable_checkpoint_message(directory: str, steps: list[int]) -> str:
+    return (f"{directory} has checkpoints at steps {sorted(steps)} but none can be read; refusing to start from "
+            f"scratch over them. They are left as they are: move them away to start over.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -199,6 +268,31 @@ class MetricsWriter:
                     self._tb.add_scalar(k, float(v), step)
             self._tb.flush()
 
+    def drop_after(self, step: int) -> int:
+        """Remove the rows with step > ``step`` (logged after the checkpoint that a resumed run starts from, so
+        that they are not written twice) and any torn last line; an atomic rewrite. Returns the rows dropped."""
+        if not self.enabled or not os.path.exists(self.path):
+            return 0
+        with open(self.path) as f:
+            lines = [line.rstrip("\n") for line in f if line.strip()]
+        keep = []
+        for line in lines:
+            try:
+                row_step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):  # a line torn by a hard kill
+                continue
+            if row_step <= step:
+                keep.append(line + "\n")
+        if len(keep) < len(lines):
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.writelines(keep)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            log.info("%s: dropped %d rows logged after step %d", self.path, len(lines) - len(keep), step)
+        return len(lines) - len(keep)
+
     def close(self):
         if self._tb is not None:
             self._tb.close()
@@ -224,11 +318,26 @@ def tree_norm(tree) -> jax.Array:
 # --------------------------------------------------------------------------------------------------
 
 
-class PreemptionFlag:
-    """Set by SIGTERM (and SIGINT): the loop saves a checkpoint and exits cleanly at the next step."""
+def any_process(flag: bool) -> bool:
+    """True on every process when ``flag`` is True on any one: a collective (every process must call it at the same
+    step); the local value when there is one process."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    from jax.experimental import multihost_utils
 
-    def __init__(self):
+    return bool(np.any(np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32)))))
+
+
+class PreemptionFlag:
+    """Set by SIGTERM (and SIGINT): the loop saves a checkpoint and exits cleanly.
+
+    Each host receives its own signal, possibly at different steps, and a host that stopped alone would leave the
+    others waiting in a collective. So on a multi-host run ``should_stop`` agrees: every ``sync_every`` steps (and
+    at phase ends) all hosts gather their flags and all stop if any was signalled. One process: the next step."""
+
+    def __init__(self, sync_every: int = 10):
         self.requested = False
+        self.sync_every = max(int(sync_every), 1)
         self._old = {}
 
     def __enter__(self):
@@ -242,6 +351,15 @@ class PreemptionFlag:
     def _handle(self, signum, frame):
         log.warning("signal %d: saving a checkpoint and stopping", signum)
         self.requested = True
+
+    def should_stop(self, step: int, boundary: bool = False) -> bool:
+        """Whether to stop after ``step``: the same answer on every host (call it after every step on every host;
+        ``boundary``: a step where all hosts must decide, e.g. a phase's last)."""
+        if jax.process_count() == 1:
+            return self.requested
+        if step % self.sync_every and not boundary:
+            return False
+        return any_process(self.requested)
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():

@@ -24,7 +24,11 @@ def main(argv):
     logging.getLogger().setLevel(logging.INFO)
     final = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     print("final metrics:", {k: round(v, 4) for k, v in final.items() if isinstance(v, float)})
-    print(f"model saved to {os.path.join(_WORKDIR.value, 'model')} (convert/to_pytorch.py accepts it)")
+    if final["preempted"]:
+        print(f"stopped early: checkpoint saved, no model exported; run the same command again to resume "
+              f"from {os.path.join(_WORKDIR.value, 'checkpoints')}")
+    else:
+        print(f"model saved to {os.path.join(_WORKDIR.value, 'model')} (convert/to_pytorch.py accepts it)")
 
 
 if __name__ == "__main__":

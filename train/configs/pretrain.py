@@ -1,11 +1,12 @@
 """Pretraining configs (ml_collections). Variants: demo, paper, bert-base, smoke.
 
     python train/pretrain.py --config train/configs/pretrain.py:demo --workdir /tmp/sqb_demo
-    python train/pretrain.py --config train/configs/pretrain.py:paper --workdir gs://bucket/sqb \
+    python train/pretrain.py --config train/configs/pretrain.py:paper --workdir /runs/sqb \
         --config.data.path /data/wiki_books_prepared
     python train/pretrain.py --config train/configs/pretrain.py:bert-base --workdir ... --config.data.path ...
 
 Override anything with --config.x=... (e.g. --config.num_microbatches=8 when 8192 sequences do not fit).
+The workdir is a local or mounted path (e.g. a bucket mounted with gcsfuse); URLs such as gs://... are refused.
 """
 
 import ml_collections
@@ -39,10 +40,11 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     c.async_checkpoints = True
     c.progress = True
     c.stop_at_step = 0  # >0: save and exit at this global step, as a preemption would (resume later)
+    c.preemption_sync_every = 10  # multi-host: hosts agree on a SIGTERM every this many steps (and at phase ends)
     c.peak_flops_per_device = 0.0  # 0: look up by device kind (MFU is left out on CPU)
     c.coordinator_address = ""  # multi-host: host:port of process 0 (or SQUEEZEBERT_AUTO_DISTRIBUTED=1)
-    c.num_processes = 0
-    c.process_id = -1
+    c.num_processes = 0  # 0: auto-detect
+    c.process_id = -1  # -1: auto-detect
 
     if variant == "paper":
         pass

@@ -1,0 +1,167 @@
+"""The pretraining loop's failure paths on a tiny one-phase run (1 device, 4 steps): divergence, config changes,
+unreadable checkpoints, multi-host preemption, resume bookkeeping, bad start-up arguments."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from test_pretrain import ROOT, losses, smoke_config
+
+from squeezebert_jax import pretrain, trainer
+from squeezebert_jax.tokenizer import Tokenizer
+
+
+def tiny_config(**overrides):
+    """The smoke config cut to one 4-step phase on one device: a run takes seconds."""
+    one_phase = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_seq=5)]
+    return smoke_config(**{"num_devices": 1, "phases": one_phase, **overrides})
+
+
+def listing(directory):
+    return sorted(os.listdir(directory))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """An uninterrupted tiny run: metrics and checkpoints at steps 2 and 4, an exported model."""
+    wd = tmp_path_factory.mktemp("tiny")
+    final = pretrain.train_and_evaluate(tiny_config(), str(wd))
+    return wd, final
+
+
+def test_stop_at_the_last_step_is_a_finished_run(tiny_run, tmp_path):
+    final = pretrain.train_and_evaluate(tiny_config(stop_at_step=4), str(tmp_path))
+    assert os.path.exists(tmp_path / "model" / "params.safetensors")  # exported, as a run without stop_at_step
+    assert final["preempted"] is False and tiny_run[1]["preempted"] is False
+    assert trainer.Checkpointer(str(tmp_path / "checkpoints")).all_steps() == [2, 4]
+    assert losses(tmp_path) == losses(tiny_run[0])
+
+
+def test_divergence_is_never_checkpointed_and_the_error_names_the_first_bad_step(tmp_path):
+    """lr 1e30 after a 1-step warmup (lr 0 at step 1): the update of step 2 blows the params up while the loss of
+    step 2 (computed before that update) is still finite. Checkpoints every step, a log line only at step 4."""
+    wd = tmp_path / "nan"
+    c = tiny_config(learning_rate=1e30, clip_norm=1e30, warmup_fraction=0.25, checkpoint_every=1, log_every=4)
+    with pytest.raises(FloatingPointError, match=r"non-finite .*param_norm.* at step 2 .*last good checkpoint is "
+                                                 r"step 1\b"):
+        pretrain.train_and_evaluate(c, str(wd))
+    assert trainer.Checkpointer(str(wd / "checkpoints")).all_steps() == [1]
+    import orbax.checkpoint as ocp
+
+    saved = ocp.StandardCheckpointer().restore(wd / "checkpoints" / "1" / "state")
+    assert int(saved["step"]) == 1
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(saved["params"]))
+    assert not os.path.exists(wd / "metrics.jsonl") or not trainer.read_metrics(str(wd))
+
+
+@pytest.mark.parametrize("change", [dict(clip_norm=0.0),  # another optimizer chain: another state tree
+                                    {"model.overrides": dict(smoke_config().model.overrides, intermediate_size=32)}])
+def test_a_config_change_refuses_to_resume_and_keeps_the_checkpoints(tiny_run, tmp_path, change):
+    wd = tmp_path / "changed"
+    shutil.copytree(tiny_run[0], wd)
+    before = listing(wd / "checkpoints")
+    with pytest.raises(ValueError, match=r"checkpoint at step 4 .* does not match the current config"):
+        pretrain.train_and_evaluate(tiny_config(**change), str(wd))
+    assert listing(wd / "checkpoints") == before == ["2", "4"]
+
+
+def test_checkpoints_of_which_none_can_be_read_stop_the_run(tiny_run, tmp_path):
+    wd = tmp_path / "unreadable"
+    shutil.copytree(tiny_run[0], wd)
+    for step in ("2", "4"):
+        for root, _, files in os.walk(wd / "checkpoints" / step / "state"):
+            for f in files:
+                with open(os.path.join(root, f), "wb") as fh:
+                    fh.write(b"garbage")
+    with pytest.raises(RuntimeError, match=r"checkpoints at steps \[2, 4\] but none can be read"):
+        pretrain.train_and_evaluate(tiny_config(), str(wd))
+    assert listing(wd / "checkpoints") == ["2", "4"]  # nothing set aside, no fresh run over them
+
+
+def test_resume_drops_the_metrics_logged_after_the_checkpoint(tiny_run, tmp_path):
+    """A hard kill after step 4 was logged but before its checkpoint committed (and mid-way through a line)."""
+    wd = tmp_path / "killed"
+    shutil.copytree(tiny_run[0], wd)
+    shutil.rmtree(wd / "checkpoints" / "4")
+    shutil.rmtree(wd / "model")
+    with open(wd / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "lo')
+    pretrain.train_and_evaluate(tiny_config(), str(wd))  # resumes at step 2
+    assert [r["step"] for r in trainer.read_metrics(str(wd))] == [2, 4]
+    np.testing.assert_allclose(losses(wd)[4], losses(tiny_run[0])[4], rtol=1e-6)
+
+
+def test_hosts_agree_on_when_to_stop(monkeypatch):
+    """Two hosts (the gather stubbed): a signal on either stops both, only at the agreed steps."""
+    from jax.experimental import multihost_utils
+
+    other_host, gathered = [0], []
+
+    def allgather(x):
+        gathered.append(int(x))
+        return np.array([int(x), other_host[0]])
+
+    monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    flag = trainer.PreemptionFlag(sync_every=4)
+    assert not flag.should_stop(3) and gathered == []  # between sync steps: no collective, no decision
+    assert not flag.should_stop(4) and gathered == [0]
+    other_host[0] = 1  # the other host was signalled: this one stops at the same step
+    assert not flag.should_stop(5) and flag.should_stop(8) and gathered == [0, 0]
+    other_host[0], flag.requested = 0, True  # signalled here only: wait for the next agreed step (or a phase end)
+    assert not flag.should_stop(9) and flag.should_stop(10, boundary=True) and gathered == [0, 0, 1]
+    monkeypatch.setattr(jax, "process_count", lambda: 1)
+    assert flag.should_stop(11) and gathered == [0, 0, 1]  # one process: the next step, no collective
+
+
+def test_a_url_workdir_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"gs://bucket/run.*not supported"):
+        pretrain.train_and_evaluate(tiny_config(), "gs://bucket/run")
+    assert os.listdir(tmp_path) == []  # nothing written to a local ./gs:/bucket/run
+
+
+def test_a_tokenizer_larger_than_the_model_vocab_is_refused(tmp_path):
+    c = tiny_config(**{"model.vocab_from_tokenizer": False,
+                       "model.overrides": dict(smoke_config().model.overrides, vocab_size=50)})
+    with pytest.raises(ValueError) as e:
+        pretrain.train_and_evaluate(c, str(tmp_path))
+    n = Tokenizer.from_dir(str(tmp_path / "data")).vocab_size
+    assert n > 50 and f"has {n} ids but the model's vocab_size is 50" in str(e.value)
+
+
+def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
+    seen = {}
+
+    class Initialized(Exception):
+        pass
+
+    def initialize(coordinator_address, num_processes, process_id):
+        seen.update(address=coordinator_address, num_processes=num_processes, process_id=process_id)
+        raise Initialized  # stop here: this process stays single-host
+
+    monkeypatch.setattr(jax.distributed, "initialize", initialize)
+    monkeypatch.setattr(jax.config, "update", lambda *a, **k: None)
+    c = tiny_config(coordinator_address="localhost:1234", num_processes=2)
+    assert c.process_id == -1  # the config's default
+    with pytest.raises(Initialized):
+        pretrain.train_and_evaluate(c, str(tmp_path))
+    assert seen == {"address": "localhost:1234", "num_processes": 2, "process_id": None}
+
+
+@pytest.mark.slow
+def test_the_cli_does_not_announce_a_model_after_a_preemption(tmp_path):
+    wd = tmp_path / "cli"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train", "pretrain.py"),
+                        "--config", os.path.join(ROOT, "train", "configs", "pretrain.py") + ":smoke",
+                        "--workdir", str(wd), "--config.stop_at_step=2", "--config.num_devices=1"],
+                       capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stopped early" in r.stdout and "model saved" not in r.stdout
+    assert not os.path.exists(wd / "model")
