@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert, mobile
+from squeezebert_jax import mobile
 from squeezebert_jax.flops import flops, flops_breakdown
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
 
@@ -283,15 +283,8 @@ def op_profile(model: nnx.Module, batch: int = 1, seq_len: int = 128, runs: int 
     """
     import tempfile
 
-    model.eval()
-    graphdef, state = nnx.split(model)
-    head = convert.head_name(model)
-
-    def forward_for_profile(state, ids, mask, tt):
-        return mobile._select_outputs(nnx.merge(graphdef, state)(ids, mask, tt), head)
-
     ids, mask, tt = mobile.example_inputs(model.config, batch, seq_len, seed=3)
-    compiled = jax.jit(forward_for_profile).lower(state, ids, mask, tt).compile()
+    compiled, state = mobile.make_flax_forward(model).compile(ids, mask, tt)
     module, ops = hlo_ops(compiled.as_text())
     run = blocking(compiled, state, ids, mask, tt)
     wall = time_interleaved({"fwd": run}, runs, warmup)["fwd"].median

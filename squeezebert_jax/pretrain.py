@@ -229,22 +229,19 @@ def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, me
             f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, whose "
             f"phases end at step {phases[-1]['end']}; they are left untouched: resume with the config they were "
             f"written with, or use a new workdir")
-    resume, damaged = None, []
-    for saved_step in steps[::-1]:
+    runs = {}  # step -> its phase's optimizer, data iterator and abstract train state
+
+    def target(saved_step):
         k = next(i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"])
-        run = _setup_phase(config, phases[k], params, data_dir, mesh, fsdp, materialize=False)
-        rstate = checkpointer.try_restore(saved_step, run["abstract"], run["data_iter"])
-        if rstate is None:
-            damaged.append(saved_step)
-            continue
+        runs[saved_step] = (k, _setup_phase(config, phases[k], params, data_dir, mesh, fsdp, materialize=False))
+        return runs[saved_step][1]["abstract"], runs[saved_step][1]["data_iter"]
+
+    resume = None
+    if restored := checkpointer.restore(target):
+        saved_step, rstate = restored
+        k, run = runs[saved_step]
         resume = (k, saved_step, rstate, run)
         log.info("resuming from the checkpoint at step %d", saved_step)
-        break
-    if steps and resume is None:
-        raise RuntimeError(trainer.no_readable_checkpoint_message(checkpointer.directory, steps))
-    for s in damaged:
-        log.warning("checkpoint at step %d set aside (corrupt-%d-*); resumed from step %d", s, s, resume[1])
-        checkpointer.set_aside(s)
     writer.drop_after(resume[1] if resume else 0)  # rows logged after the checkpoint would be written twice
 
     # -- Loop over phases --------------------------------------------------------------------------

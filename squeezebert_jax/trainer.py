@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -190,21 +190,25 @@ class Checkpointer:
                         type(e).__name__, str(e)[:300])
             return None
 
-    def restore(self, abstract_state, data_iterator=None):
+    def restore(self, target: Callable[[int], tuple[Any, Any]]):
         """(step, state) of the newest readable checkpoint, setting aside the damaged newer ones; None when the
-        directory has no checkpoint. Raises when checkpoints exist but none can be read (nothing is renamed), and
-        ``CheckpointMismatchError`` on a config mismatch."""
+        directory has no checkpoint. ``target(step)`` gives the (abstract state, data iterator) to restore that
+        step into (they depend on the step's phase). Raises when checkpoints exist but none can be read (nothing
+        is renamed), and ``CheckpointMismatchError`` on a config mismatch."""
         steps, damaged = self.all_steps()[::-1], []
         for s in steps:
-            state = self.try_restore(s, abstract_state, data_iterator)
+            state = self.try_restore(s, *target(s))
             if state is None:
                 damaged.append(s)
                 continue
             for d in damaged:
+                log.warning("checkpoint at step %d set aside (corrupt-%d-*); resuming from step %d", d, d, s)
                 self.set_aside(d)
             return s, state
         if steps:
-            raise RuntimeError(no_readable_checkpoint_message(self.directory, steps))
+            raise RuntimeError(f"{self.directory} has checkpoints at steps {sorted(steps)} but none can be read; "
+                               "refusing to start from scratch over them. They are left as they are: move them "
+                               "away to start over.")
         return None
 
     def wait(self):
@@ -213,11 +217,6 @@ class Checkpointer:
     def close(self):
         self.manager.wait_until_finished()
         self.manager.close()
-
-
-def no_readable_checkpoint_message(directory: str, steps: list[int]) -> str:
-    return (f"{directory} has checkpoints at steps {sorted(steps)} but none can be read; refusing to start from "
-            f"scratch over them. They are left as they are: move them away to start over.")
 
 
 # --------------------------------------------------------------------------------------------------
