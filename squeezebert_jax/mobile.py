@@ -104,12 +104,16 @@ def make_flax_forward(model: nnx.Module, dtype=None):
     The model is split into graphdef + state once (the Flax performance guide's advice) and the state is
     closed over as a jit argument, so each call runs one compiled executable. ``dtype`` (e.g.
     ``jnp.bfloat16``) sets the compute dtype and stores the parameters in it (inference-only weights);
-    LayerNorm and softmax statistics stay float32 (see model.py).
+    LayerNorm and softmax statistics stay float32 (see model.py). The layers run unrolled (``set_execution``):
+    a scan would stack every layer's weights on each call, a copy that inference need not pay, and the op
+    profile (``bench.op_profile``) attributes each layer's ops by their scopes.
     """
     from squeezebert_jax.io import cast_compute_dtype
+    from squeezebert_jax.model import set_execution
 
     head = convert.head_name(model)
     model.eval()
+    set_execution(model, scan_layers=False, remat="none")
     if dtype is not None and dtype != jnp.float32:
         cast_compute_dtype(model, dtype)
     graphdef, state = nnx.split(model)

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 from flax import struct
 
 # --------------------------------------------------------------------------------------------------
@@ -31,6 +32,7 @@ from flax import struct
 
 _GROUP_FIELDS = ("q_groups", "k_groups", "v_groups", "post_attention_groups", "intermediate_groups",
                  "output_groups")
+_EXECUTION_FIELDS = ("scan_layers", "remat")  # how to run, not what: kept out of config.json
 _MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
                       "bert-small": "bert-L4-H512", "bert-medium": "bert-L8-H512"}
 
@@ -39,7 +41,8 @@ _MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
 class SqueezeBertConfig:
     """Architecture hyper-parameters, with transformers' ``SqueezeBertConfig`` field names and defaults.
 
-    ``id2label`` is kept only so that classifier label names survive a round trip through config.json.
+    ``id2label`` is kept only so that classifier label names survive a round trip through config.json;
+    ``scan_layers`` and ``remat`` (``REMAT_POLICIES``) choose how the encoder is executed and are not saved.
     """
 
     vocab_size: int = 30522
@@ -63,6 +66,12 @@ class SqueezeBertConfig:
     intermediate_groups: int = 4
     output_groups: int = 4
     id2label: dict[int, str] | None = None
+    # How the encoder runs, not what it computes (never written to config.json): the layers under one
+    # jax.lax.scan (one compiled layer body instead of num_hidden_layers copies: compile time and code size),
+    # and what each layer keeps for the backward pass ("none": everything; "dots_saveable": matmul outputs,
+    # the rest recomputed; "full": only the layer's input). Outputs and gradients are the same either way.
+    scan_layers: bool = True
+    remat: str = "none"
 
     def __post_init__(self):
         if self.embedding_size != self.hidden_size:
@@ -84,6 +93,8 @@ class SqueezeBertConfig:
                 raise ValueError(f"{name}={g} must divide both {cin} input and {cout} output channels")
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat {self.remat!r} not supported; one of {list(REMAT_POLICIES)}")
 
     @property
     def is_bert(self) -> bool:
@@ -157,7 +168,7 @@ class SqueezeBertConfig:
 
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
         """transformers-style config dict (``model_type`` "squeezebert", or "bert" when is_bert)."""
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "id2label"}
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
         if model_type == "bert":
             if not self.is_bert:
                 raise ValueError("a grouped SqueezeBERT config cannot be written as model_type 'bert'")
@@ -196,6 +207,22 @@ _ACTIVATIONS = {
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
     "relu": jax.nn.relu,
     "tanh": jnp.tanh,
+}
+
+
+# What a layer keeps for the backward pass under ``remat`` (jax.checkpoint policies); the rest is recomputed.
+# "minimal" keeps per token and layer only the layer's named bf16 activations (q, k, v, the attention context, the two
+# pre-LayerNorm sums, the FFN expansion): 8 x hidden + intermediate values. Recomputed in the backward pass: QKᵀ,
+# softmax and the dropout masks (from the same keys), LayerNorm internals, GELU and the grouped convs' layout
+# transposes -- element-wise work plus the 2.7%-of-FLOPs attention scores. Without it autodiff keeps float32
+# LayerNorm intermediates, float32 attention probabilities, masks and, in the grouped model, transposed copies
+# of every grouped conv's input: ~4x the bytes (see README, "Compiled for accelerators").
+SAVED_ACTIVATIONS = ("q", "k", "v", "context", "attention_sum", "ffn_expand", "ffn_sum")
+REMAT_POLICIES = {
+    "none": None,  # no rematerialisation: every intermediate is kept
+    "minimal": jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS),
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,  # matmul outputs kept; element-wise work recomputed
+    "full": jax.checkpoint_policies.nothing_saveable,  # only each layer's input kept; the layer runs twice
 }
 
 
@@ -297,7 +324,7 @@ class SelfAttention(nnx.Module):
         b, s, _ = x.shape  # heads to [B, h, S, d]: batched dot_generals beat the einsum on XLA:CPU
         split = lambda t: t.reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # noqa: E731
         with jax.named_scope("qkv"):
-            q, k, v = self.query(x), self.key(x), self.value(x)
+            q, k, v = (checkpoint_name(f(x), n) for f, n in ((self.query, "q"), (self.key, "k"), (self.value, "v")))
         with jax.named_scope("attention_core"):
             q, k, v = split(q), split(k), split(v)
             scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))),
@@ -305,7 +332,7 @@ class SelfAttention(nnx.Module):
             scores = scores / math.sqrt(self.head_dim) + mask_bias
             probs = self.dropout(jax.nn.softmax(scores, axis=-1)).astype(self.dtype)
             ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))
-            return ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim)
+            return checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context")
 
 
 class SqueezeBertLayer(nnx.Module):
@@ -326,13 +353,13 @@ class SqueezeBertLayer(nnx.Module):
         # (bench.op_profile, eval/profile.py); they cost nothing at run time.
         y = self.attention(x, mask_bias)
         with jax.named_scope("post_attention"):
-            a = self.post_attention(y, x)
+            a = self.post_attention(y, x, name="attention_sum")
         with jax.named_scope("ffn_expand"):
-            y = self.intermediate["conv1d"](a)
+            y = checkpoint_name(self.intermediate["conv1d"](a), "ffn_expand")
         with jax.named_scope("ffn_act"):
             y = self.act(y)
         with jax.named_scope("ffn_contract"):
-            return self.output(y, a)
+            return self.output(y, a, name="ffn_sum")
 
 
 class ConvDropoutLayerNorm(nnx.Module):
@@ -342,18 +369,60 @@ class ConvDropoutLayerNorm(nnx.Module):
         self.layernorm = LayerNorm(cout, 1e-12, dtype)  # reference: eps 1e-12 whatever the config says
         self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
 
-    def __call__(self, x, residual):
-        return self.layernorm(self.dropout(self.conv1d(x)) + residual)
+    def __call__(self, x, residual, name: str | None = None):
+        y = self.dropout(self.conv1d(x)) + residual
+        return self.layernorm(y if name is None else checkpoint_name(y, name))
+
+
+def _draws_dropout(module: nnx.Module) -> bool:
+    """Whether calling ``module`` draws dropout keys (some Dropout with rate > 0 in train mode)."""
+    return any(isinstance(m, nnx.Dropout) and m.rate > 0 and not m.deterministic
+               for _, m in nnx.iter_graph(module))
 
 
 class Encoder(nnx.Module):
+    """The layers, kept per layer (``layers.{i}``, the PyTorch names) and run under one ``jax.lax.scan``.
+
+    With ``scan_layers`` the per-layer states are stacked at the call, the scan body runs one layer (XLA compiles it
+    once instead of ``num_hidden_layers`` times), and the gradient arrives per layer through the stack's transpose,
+    so parameters, optimizer state, checkpoints and converters see the same per-layer tree either way. Each layer
+    keeps its own dropout stream (stacked like its weights), so the masks, outputs and gradients equal the
+    unrolled loop's. ``remat`` wraps the layer in ``jax.checkpoint`` with that policy (``REMAT_POLICIES``).
+    """
+
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+        self.scan_layers, self.remat = config.scan_layers, config.remat
         self.layers = nnx.List([SqueezeBertLayer(config, dtype=dtype, rngs=rngs)
                                 for _ in range(config.num_hidden_layers)])
 
     def __call__(self, x, mask_bias):
-        for layer in self.layers:
-            x = layer(x, mask_bias)
+        policy = REMAT_POLICIES[self.remat]
+        if not self.scan_layers or len(self.layers) < 2:
+            run = (lambda layer, h: layer(h, mask_bias)) if self.remat == "none" else nnx.remat(
+                lambda layer, h: layer(h, mask_bias), policy=policy)
+            for layer in self.layers:
+                x = run(layer, x)
+            return x
+        splits = [nnx.split(layer, nnx.Param, ...) for layer in self.layers]
+        graphdef = splits[0][0]
+        if any(g != graphdef for g, _, _ in splits[1:]):
+            raise ValueError("scan_layers needs identical layers (same structure and train/eval mode); "
+                             "set config.scan_layers=False for mixed layers")
+        stack = lambda *a: jnp.stack(a)  # noqa: E731
+        params = jax.tree.map(stack, *[p for _, p, _ in splits])
+        rest = jax.tree.map(stack, *[r for _, _, r in splits])
+
+        def body(h, layer_state):
+            layer = nnx.merge(graphdef, *layer_state)
+            h = layer(h, mask_bias)
+            return h, nnx.state(layer, nnx.Not(nnx.Param))
+
+        if policy is not None:
+            body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+        x, new_rest = jax.lax.scan(body, x, (params, rest))
+        if _draws_dropout(self.layers[0]):  # the dropout streams advance as in the unrolled loop
+            for i, layer in enumerate(self.layers):
+                nnx.update(layer, jax.tree.map(lambda a: a[i], new_rest))
         return x
 
 
@@ -592,6 +661,21 @@ HEADS = {
     "SqueezeBertForQuestionAnswering": SqueezeBertForQuestionAnswering,
     "SqueezeBertForMultipleChoice": SqueezeBertForMultipleChoice,
 }
+
+
+def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str | None = None) -> nnx.Module:
+    """Choose how every encoder in ``model`` runs (``SqueezeBertConfig.scan_layers`` / ``remat``) after it was built,
+    e.g. for a model loaded from disk; the weights and what the model computes are unchanged. Returns ``model``."""
+    if remat is not None and remat not in REMAT_POLICIES:
+        raise ValueError(f"remat {remat!r} not supported; one of {list(REMAT_POLICIES)}")
+    for _, m in nnx.iter_graph(model):
+        if isinstance(m, Encoder):
+            m.scan_layers = m.scan_layers if scan_layers is None else bool(scan_layers)
+            m.remat = m.remat if remat is None else remat
+        if isinstance(m, (SqueezeBertModel, _Head)) and (scan_layers is not None or remat is not None):
+            m.config = m.config.replace(**{k: v for k, v in (("scan_layers", scan_layers), ("remat", remat))
+                                           if v is not None})
+    return model
 
 
 def count_params(model: nnx.Module) -> int:

@@ -9,6 +9,7 @@ checkpoint in its workdir with exactly the losses of a run that never stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from tqdm.auto import tqdm
 from squeezebert_jax import optim, trainer
 from squeezebert_jax.flops import flops
 from squeezebert_jax.io import load_pretrained, save_pretrained
-from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
+from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, set_execution
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,23 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
 # --------------------------------------------------------------------------------------------------
 
 def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
+    """The architecture of ``config.model`` (preset + overrides) with its execution choices (scan, remat)."""
     overrides = dict(config.model.get("overrides", {}))
+    overrides.setdefault("scan_layers", config.model.scan_layers)
+    overrides.setdefault("remat", config.model.remat)
     return SqueezeBertConfig.preset(config.model.preset, **overrides)
+
+
+def compute_dtype(config: ml_collections.ConfigDict):
+    if config.compute_dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"compute_dtype {config.compute_dtype!r}: bfloat16 or float32")
+    return jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+
+
+def split_model(model) -> tuple[Any, dict, dict]:
+    """(graphdef, params, rest) as plain arrays (safe to close over in the jitted step)."""
+    graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
+    return graphdef, nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
 
 
 def train_flops_per_sequence(cfg: SqueezeBertConfig, seq_len: int, max_predictions: int) -> float:
@@ -171,9 +187,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # -- Model + optimizer -------------------------------------------------------------------------
     cfg = model_config(config).replace(vocab_size=tokenizer.vocab_size) if config.model.get(
         "vocab_from_tokenizer", True) else model_config(config)
-    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    dtype = compute_dtype(config)
     if config.get("init_from"):
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
+        set_execution(model, config.model.scan_layers, config.model.remat)
         cfg = model.config
     if tokenizer.vocab_size > cfg.vocab_size:  # ids past the embedding table would give NaNs under jit
         raise ValueError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
@@ -233,7 +250,8 @@ def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, me
 
     def target(saved_step):
         k = next(i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"])
-        runs[saved_step] = (k, _setup_phase(config, phases[k], params, data_dir, mesh, fsdp, materialize=False))
+        runs[saved_step] = (k, _setup_phase(config, phases[k], params, graphdef, rest, data_dir, mesh, fsdp,
+                                            materialize=False))
         return runs[saved_step][1]["abstract"], runs[saved_step][1]["data_iter"]
 
     resume = None
@@ -257,7 +275,7 @@ def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, me
             if resume is not None and k == resume[0] and resume[1] < phase["end"]:
                 state = resume[2]
             else:
-                run = _setup_phase(config, phase, params, data_dir, mesh, fsdp)
+                run = _setup_phase(config, phase, params, graphdef, rest, data_dir, mesh, fsdp)
                 state = run.pop("state")
             last = _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt,
                               cfg, peak, final_step=phases[-1]["end"]) or last
@@ -268,18 +286,26 @@ def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, me
     return last, stopped, params
 
 
-def _setup_phase(config, phase, params, data_dir, mesh, fsdp, materialize: bool = True) -> dict[str, Any]:
-    """Optimizer, data iterator and the sharded train state's abstract target for one phase, and (``materialize``)
-    a fresh train state from ``params``; a run that resumes restores into the target and never builds one."""
-    from squeezebert_jax import pretrain_data
+@dataclasses.dataclass
+class PhaseStep:
+    """What one phase trains with: optimizer, schedule, the train state's shardings and abstract shape, and the
+    jitted step. ``pretrain`` runs ``step_fn``; ``train/compile.py`` compiles the very same object for a TPU/GPU
+    topology (``aot``)."""
 
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    init: Any  # params -> fresh train state of this phase
+    shardings: Any
+    abstract: Any  # the train state as ShapeDtypeStructs carrying their shardings
+    step_fn: Any  # jax.jit(train_step) with in/out shardings and the state donated
+
+
+def build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp: bool) -> PhaseStep:
+    """The phase's LAMB (fresh state, schedule over the phase's steps) and its jitted, sharded train step.
+    ``params`` may be arrays or ShapeDtypeStructs: only their shapes are read."""
     schedule = optim.warmup_polynomial_decay(config.learning_rate, phase["num_steps"], config.warmup_fraction,
                                              config.decay_power)
     tx = optim.lamb(schedule, weight_decay=config.weight_decay, clip_norm=config.clip_norm)
-    loader = pretrain_data.make_pretrain_loader(
-        data_dir, seq_len=phase["seq_len"], global_batch_size=config.global_batch_size,
-        seed=config.seed + 1000 * phase["index"], max_predictions_per_seq=phase["max_predictions_per_seq"],
-        whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers)
 
     def init(p):
         return {"step": jnp.asarray(phase["start"], jnp.int32), "params": p, "opt_state": tx.init(p)}
@@ -287,9 +313,30 @@ def _setup_phase(config, phase, params, data_dir, mesh, fsdp, materialize: bool 
     shapes = jax.eval_shape(init, params)
     shardings = trainer.state_shardings(shapes, mesh, fsdp)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
-    run = {"tx": tx, "schedule": schedule, "data_iter": iter(loader), "shardings": shardings, "abstract": abstract}
+    step_fn = jax.jit(make_train_step(graphdef, rest, tx, config.num_microbatches),
+                      in_shardings=(shardings, trainer.batch_sharding(mesh), None),
+                      out_shardings=(shardings, None), donate_argnums=(0,))
+    return PhaseStep(tx, schedule, init, shardings, abstract, step_fn)
+
+
+def _setup_phase(config, phase, params, graphdef, rest, data_dir, mesh, fsdp,
+                 materialize: bool = True) -> dict[str, Any]:
+    """The phase's step (``build_phase_step``), data iterator and (``materialize``) a fresh train state from
+    ``params``; a run that resumes restores into ``run["abstract"]`` and never builds one."""
+    from squeezebert_jax import pretrain_data
+
+    ps = build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp)
+    loader = pretrain_data.make_pretrain_loader(
+        data_dir, seq_len=phase["seq_len"], global_batch_size=config.global_batch_size,
+        seed=config.seed + 1000 * phase["index"], max_predictions_per_seq=phase["max_predictions_per_seq"],
+        whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers)
+    data_iter = iter(loader)
+    if config.data.prefetch > 0:  # batches made and put on the devices while the previous steps run
+        data_iter = trainer.DevicePrefetcher(data_iter, mesh, depth=config.data.prefetch)
+    run = {"tx": ps.tx, "schedule": ps.schedule, "data_iter": data_iter, "shardings": ps.shardings,
+           "abstract": ps.abstract, "step_fn": ps.step_fn}
     if materialize:
-        run["state"] = jax.device_put(init(params), shardings)
+        run["state"] = jax.device_put(ps.init(params), ps.shardings)
     return run
 
 
@@ -302,10 +349,7 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
                final_step):
     """Steps ``phase['start']..phase['end']`` (or until stopped); sets ``run['final_params']`` and
     ``run['stopped']`` (stopped before ``final_step``, the end of the last phase, by a signal or stop_at_step)."""
-    shardings, data_iter, schedule = run["shardings"], run["data_iter"], run["schedule"]
-    step_fn = jax.jit(make_train_step(graphdef, rest, run["tx"], config.num_microbatches),
-                      in_shardings=(shardings, trainer.batch_sharding(mesh), None),
-                      out_shardings=(shardings, None), donate_argnums=(0,))
+    data_iter, schedule, step_fn = run["data_iter"], run["schedule"], run["step_fn"]
     rng = jax.random.key(config.seed)
     n_dev = mesh.shape["data"]
     start = int(jax.device_get(state["step"]))
@@ -332,7 +376,9 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
     bar = tqdm(total=phase["end"], initial=start, desc=f"{phase['name']} (seq {phase['seq_len']})",
                disable=jax.process_index() != 0 or not config.get("progress", True), dynamic_ncols=True)
     for step in range(start, phase["end"]):
-        state, metrics = step_fn(state, trainer.global_batch(next(data_iter), mesh), rng)
+        batch = next(data_iter)
+        batch = batch if isinstance(data_iter, trainer.DevicePrefetcher) else trainer.global_batch(batch, mesh)
+        state, metrics = step_fn(state, batch, rng)
         done = step + 1
         pending.append((done, metrics))
         timer.tick()
@@ -360,6 +406,8 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
         if stop:
             break
     bar.close()
+    if isinstance(data_iter, trainer.DevicePrefetcher):
+        data_iter.close()
     run["final_params"], run["stopped"] = state["params"], stop
     return last
 

@@ -486,6 +486,15 @@ def example_maker(tokenizer, seq_len: int, max_predictions_per_seq: int, whole_w
                         tokenizer.pad_id, maskable, word_start, mask_prob, short_seq_prob)
 
 
+def batch_spec(batch_size: int, seq_len: int, max_predictions: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Shape and dtype of every field of a batch (BATCH_API), as ``ExampleMaker.make_batch`` makes it; what the
+    train step is compiled for ahead of time (``aot``). tests/test_pretrain_data.py checks it against the loader."""
+    b, s, p = batch_size, seq_len, max_predictions
+    return {"input_ids": ((b, s), "int32"), "token_type_ids": ((b, s), "int32"), "attention_mask": ((b, s), "int32"),
+            "masked_lm_positions": ((b, p), "int32"), "masked_lm_ids": ((b, p), "int32"),
+            "masked_lm_weights": ((b, p), "float32"), "sop_label": ((b,), "int32")}
+
+
 @dataclasses.dataclass(frozen=True)
 class HostBatches:
     """Local step ``t`` of host ``h`` -> rows ``h*L:(h+1)*L`` of global batch ``t``: global example ids

@@ -8,6 +8,7 @@ SIGTERM (preemption) flag that all hosts agree on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -44,14 +45,30 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
         jax.distributed.initialize()
 
 
-def make_mesh(num_devices: int | None = None) -> Mesh:
-    """A 1-D mesh over the ``data`` axis (all devices, or the first ``num_devices`` on one host)."""
-    devices = jax.devices()
+def make_mesh(num_devices: int | None = None, devices=None, num_slices: int = 1) -> Mesh:
+    """A 1-D mesh over the ``data`` axis, ordered by the physical topology.
+
+    ``devices``: all of ``jax.devices()`` by default (or the first ``num_devices`` on one host), or given (e.g. the
+    compile-only devices of a TPU topology, ``aot``). The order comes from ``mesh_utils.create_device_mesh`` (ring
+    order on a TPU torus) and, over several slices (ICI within a slice, DCN between them),
+    ``create_hybrid_device_mesh``, so the data axis runs slice by slice."""
+    from jax.experimental import mesh_utils
+
+    devices = list(jax.devices() if devices is None else devices)
     if num_devices:
         if jax.process_count() > 1 and num_devices != len(devices):
             raise ValueError("num_devices can only restrict a single-process run")
         devices = devices[:num_devices]
-    return Mesh(np.asarray(devices), ("data",))
+    if num_slices > 1:
+        if len(devices) % num_slices:
+            raise ValueError(f"{len(devices)} devices do not split into {num_slices} slices")
+        arr = mesh_utils.create_hybrid_device_mesh((len(devices) // num_slices,), (num_slices,), devices)
+    else:
+        try:
+            arr = mesh_utils.create_device_mesh((len(devices),), devices)
+        except (ValueError, NotImplementedError, AssertionError):  # a subset or a backend without topology info
+            arr = np.asarray(devices)
+    return Mesh(np.asarray(arr).reshape(-1), ("data",))
 
 
 def fsdp_spec(shape: tuple[int, ...], n: int, min_size: int = 2 ** 10) -> P:
@@ -78,6 +95,91 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
     """Per-host numpy batch -> global jax.Arrays sharded on the data axis (multi-host safe)."""
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+class DevicePrefetcher:
+    """Makes the next ``depth`` batches and puts them on the devices while the current step runs.
+
+    A background thread takes host batches from ``iterator`` (a grain iterator: its own read threads or worker
+    processes make them) and turns each into global ``jax.Array``s (``global_batch``) ahead of the training loop,
+    so neither the batch making nor the host-to-device copy sits between two steps. Batches come out in the same
+    order as from ``iterator``. For checkpoints it behaves as the iterator *as consumed*: ``get_state`` is the
+    inner state after the last batch handed out (not after the ones made ahead), and ``set_state`` drops what
+    was made ahead and continues from the given state, so a restart resumes exactly (the same JSON as the inner
+    iterator's, so checkpoints read the same with or without prefetching).
+    """
+
+    def __init__(self, iterator, mesh: Mesh, depth: int = 2):
+        import queue
+        import threading
+
+        if depth < 1:
+            raise ValueError(f"prefetch depth {depth} must be >= 1")
+        self._queue_cls, self._thread_cls = queue.Queue, threading.Thread
+        self._it, self._mesh, self._depth = iterator, mesh, depth
+        self._state = iterator.get_state()  # the inner state after the last batch handed out
+        self._thread = None  # started by the first next() (or a checkpoint restore), not before
+
+    def start_prefetch(self):
+        """Start making batches ahead (grain's checkpoint handler calls this after ``set_state``)."""
+        if self._thread is not None:
+            return
+        import threading
+
+        self._q = self._queue_cls(maxsize=self._depth)
+        self._stop = threading.Event()
+        self._thread = self._thread_cls(target=self._work, args=(self._q, self._stop), daemon=True,
+                                        name="device-prefetch")
+        self._thread.start()
+
+    def _work(self, q, stop):
+        while not stop.is_set():
+            try:
+                item = (global_batch(next(self._it), self._mesh), self._it.get_state())
+            except BaseException as e:  # noqa: BLE001 -- handed to the consumer, raised there
+                item = e
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    break
+                except Exception:  # queue.Full
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def _halt(self):
+        if self._thread is None:
+            return
+        self._stop.set()
+        while self._thread.is_alive():
+            try:  # unblock a put
+                self._q.get_nowait()
+            except Exception:  # queue.Empty
+                self._thread.join(timeout=0.05)
+        self._thread = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.start_prefetch()
+        item = self._q.get()
+        if isinstance(item, BaseException):
+            self._thread = None
+            raise item
+        batch, self._state = item
+        return batch
+
+    def get_state(self) -> bytes:
+        return json.dumps(self._state, indent=4).encode()
+
+    def set_state(self, state: bytes | dict) -> None:
+        self._halt()
+        self._state = json.loads(state) if isinstance(state, (bytes, str)) else state
+        self._it.set_state(self._state)
+
+    def close(self):
+        self._halt()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,9 +325,39 @@ class Checkpointer:
 # Metrics
 # --------------------------------------------------------------------------------------------------
 
-# Peak dense bf16 FLOP/s per chip, for MFU (public spec sheets).
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "TPU v4": 275e12,
-              "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6 lite": 918e12}
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """An accelerator chip's public figures: dense bf16 peak, HBM capacity and bandwidth."""
+
+    name: str
+    peak_bf16: float  # FLOP/s, dense (no sparsity)
+    hbm_gib: float
+    hbm_gbs: float  # GB/s (1e9 bytes)
+
+
+# Public spec sheets (per chip; a TPU v4/v5p chip is two TensorCores run as one device, megacore):
+#   TPU v4: 275 TFLOP/s bf16, 32 GiB HBM2, 1200 GB/s           cloud.google.com/tpu/docs/v4
+#   TPU v5e: 197 TFLOP/s bf16, 16 GiB HBM2, 819 GB/s           cloud.google.com/tpu/docs/v5e
+#   TPU v5p: 459 TFLOP/s bf16, 95 GiB HBM2e, 2765 GB/s         cloud.google.com/tpu/docs/v5p
+#   TPU v6e (Trillium): 918 TFLOP/s bf16, 32 GiB, 1640 GB/s    cloud.google.com/tpu/docs/v6e
+#   H100 SXM5: 989 TFLOP/s bf16 dense, 80 GB HBM3, 3350 GB/s   nvidia.com/en-us/data-center/h100 (datasheet)
+#   H200 SXM: 989 TFLOP/s bf16 dense, 141 GB HBM3e, 4800 GB/s  nvidia.com/en-us/data-center/h200
+#   A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 80 GB HBM2e, 2039 GB/s  nvidia.com/en-us/data-center/a100
+#   L4: 121 TFLOP/s bf16 dense, 24 GB GDDR6, 300 GB/s          nvidia.com/en-us/data-center/l4
+# (GPU capacities are the usable bytes a device reports, e.g. 79.1 GiB on an H100 80GB.)
+CHIPS = {
+    "v4": Chip("TPU v4", 275e12, 32.0, 1200.0),
+    "v5e": Chip("TPU v5 lite", 197e12, 15.75, 819.0),
+    "v5p": Chip("TPU v5p", 459e12, 95.74, 2765.0),
+    "v6e": Chip("TPU v6 lite", 918e12, 31.25, 1640.0),
+    "h100": Chip("H100", 989e12, 79.1, 3350.0),
+    "h200": Chip("H200", 989e12, 139.8, 4800.0),
+    "a100": Chip("A100", 312e12, 79.1, 2039.0),
+    "l4": Chip("L4", 121e12, 22.0, 300.0),
+}
+
+# Peak dense bf16 FLOP/s by ``device_kind`` substring, for MFU (the CHIPS table; "TPU v5e" as some runtimes name it).
+PEAK_FLOPS = {c.name: c.peak_bf16 for c in CHIPS.values()} | {"TPU v5e": CHIPS["v5e"].peak_bf16}
 
 
 def peak_flops_per_device(override: float | None = None) -> float | None:
@@ -364,6 +496,19 @@ class PreemptionFlag:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         return False
+
+
+def cpu_model() -> str:
+    """This host's CPU ("AMD EPYC 9B45, 2 cores"): printed beside every timing, since hosts differ (AVX2 vs AVX-512)."""
+    import platform
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
 
 
 class Timer:

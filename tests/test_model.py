@@ -63,7 +63,8 @@ def test_flops_agree_with_xla_cost_analysis(groups):
     """XLA counts the same matmuls plus element-wise work (bias, softmax, LayerNorm, GELU) on top."""
     cfg = sj.SqueezeBertConfig.preset("squeezebert-uncased", num_hidden_layers=2, vocab_size=1000,
                                       q_groups=groups, k_groups=groups, v_groups=groups,
-                                      intermediate_groups=groups, output_groups=groups)
+                                      intermediate_groups=groups, output_groups=groups,
+                                      scan_layers=False)  # XLA counts a scanned layer once, not per iteration
     model = sj.SqueezeBertModel(cfg, rngs=nnx.Rngs(0))
     model.eval()
     graphdef, state = nnx.split(model)
@@ -152,3 +153,77 @@ def test_jit_of_pure_function_matches_eager():
         return nnx.merge(graphdef, state)(ids, mask).sop_logits
 
     assert float(jnp.max(jnp.abs(fwd(state, ids, mask) - m(ids, mask).sop_logits))) <= 1e-6
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers under lax.scan and remat: the same numbers, the same parameter tree
+# --------------------------------------------------------------------------------------------------
+
+def _loss_and_grads(scan: bool, remat: str, train: bool, layers: int = 3):
+    """Pretraining-model hidden states and gradients, jitted as pretrain.make_train_step does (pure-dict state)."""
+    cfg = sj.SqueezeBertConfig(**(TINY | {"num_hidden_layers": layers}), scan_layers=scan, remat=remat)
+    m = sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(params=0, dropout=1))
+    m.train() if train else m.eval()
+    g, p, r = nnx.split(m, nnx.Param, ...)
+    p, r = nnx.to_pure_dict(p), nnx.to_pure_dict(r)
+    ids, mask = _tiny_inputs()
+    tt = (jnp.arange(10)[None] >= 5).astype(jnp.int32).repeat(2, 0)
+
+    def f(p):
+        mm = nnx.merge(g, p, r)
+        nnx.reseed(mm, dropout=jax.random.key(5))
+        out = mm(ids, mask, tt, masked_positions=jnp.asarray([[1, 3], [2, 4]]))
+        return jnp.sum(out.mlm_logits ** 2) + jnp.sum(out.sop_logits) + jnp.sum(out.pooler_output), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(f, has_aux=True))(p)
+    return out, grads
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_scan_and_remat_equal_the_unrolled_layers(train):
+    """Every execution choice gives the unrolled loop's outputs and gradients; with dropout on, the same masks
+    (each layer keeps its own dropout stream under the scan)."""
+    ref_out, ref_g = _loss_and_grads(False, "none", train)
+    for scan, remat in ((True, "none"), (True, "minimal"), (True, "dots_saveable"), (True, "full"),
+                        (False, "minimal")):
+        out, g = _loss_and_grads(scan, remat, train)
+        for a, b in ((out.last_hidden_state, ref_out.last_hidden_state), (out.mlm_logits, ref_out.mlm_logits)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(b))))
+        assert jax.tree.structure(g) == jax.tree.structure(ref_g)
+        scale = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(ref_g))
+        for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref_g)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * scale, err_msg=f"scan={scan} remat={remat}")
+
+
+def test_scanned_model_keeps_per_layer_names_and_the_converter_round_trip():
+    """The scan stacks the layers only inside the call: the parameter tree, the saved files' names and the
+    transformers state dict are the unrolled model's."""
+    from squeezebert_jax import convert
+
+    ids, mask = _tiny_inputs()
+    tt = jnp.zeros_like(ids)
+    scanned = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY, scan_layers=True), rngs=nnx.Rngs(0))
+    unrolled = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY, scan_layers=False), rngs=nnx.Rngs(0))
+    names = lambda m: sorted(sj.io.flat_params(m))  # noqa: E731
+    assert names(scanned) == names(unrolled)
+    assert "transformer/encoder/layers/1/attention/query/kernel" in names(scanned)
+    sd = convert.to_torch_state_dict(scanned)
+    assert sorted(sd) == sorted(convert.to_torch_state_dict(unrolled))
+    back = convert.from_torch_state_dict(sd, scanned.config, head="SqueezeBertForPreTraining")
+    scanned.eval(), back.eval()
+    assert back.config.scan_layers
+    a, b = sj.io.flat_params(back), sj.io.flat_params(scanned)
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)  # the weights, exactly
+    np.testing.assert_allclose(back(ids, mask, tt).mlm_logits, scanned(ids, mask, tt).mlm_logits, atol=1e-6)
+    assert "scan_layers" not in scanned.config.to_dict() and "remat" not in scanned.config.to_dict()
+
+
+def test_set_execution_and_bad_remat():
+    m = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    assert m.encoder.scan_layers and m.encoder.remat == "none"
+    sj.model.set_execution(m, scan_layers=False, remat="minimal")
+    assert (m.encoder.scan_layers, m.encoder.remat, m.config.remat) == (False, "minimal", "minimal")
+    with pytest.raises(ValueError, match="remat 'some' not supported"):
+        sj.SqueezeBertConfig(**TINY, remat="some")
+    with pytest.raises(ValueError, match="remat 'x' not supported"):
+        sj.model.set_execution(m, remat="x")

@@ -363,3 +363,48 @@ def test_tfds_source_and_cli(tmp_path, demo):
     assert pretrain_data.load_meta(tmp_path / "t")["num_docs"] == 40
     assert pretrain_data.sequences_per_second(tmp_path / "t", 32, 16, num_batches=2) > 0
 
+
+
+def test_batch_spec_is_the_loaders_layout(demo):
+    """aot compiles the step for pretrain_data.batch_spec: it must be what the loader makes."""
+    _, (b,) = _loader(demo[0] / "prepared")
+    spec = pretrain_data.batch_spec(BATCH, SEQ, PREDS)
+    assert set(spec) == set(b) == set(BATCH_KEYS)
+    for k, (shape, dtype) in spec.items():
+        assert (b[k].shape, b[k].dtype) == (shape, np.dtype(dtype)), k
+
+
+def test_device_prefetcher_same_batches_and_exact_resume(numbered):
+    """Batches made and put on the devices ahead: the same batches in the same order; its state is the consumed
+    position (not the prefetched one), so saving after k batches and restoring continues at batch k."""
+    import grain
+    import orbax.checkpoint as ocp
+
+    from squeezebert_jax import trainer
+
+    data_dir = numbered[0]
+    _, ref = _loader(data_dir, n=8)
+    mesh = trainer.make_mesh()
+    it, _ = _loader(data_dir, n=0)
+    pf = trainer.DevicePrefetcher(it, mesh, depth=3)
+    got = [next(pf) for _ in range(5)]
+    for g, r in zip(got, ref):
+        assert len(g["input_ids"].sharding.device_set) == len(mesh.devices.flat)  # global arrays on the mesh
+        assert all(np.array_equal(np.asarray(g[k]), r[k]) for k in r)
+    # the thread has made batches 5..7 by now; the state still says "5 consumed", as the plain iterator's would
+    plain, _ = _loader(data_dir, n=5)
+    assert json.loads(pf.get_state()) == plain.get_state()
+    # saved and restored through orbax's grain handler, into a fresh prefetcher, mid-stream
+    ckpt = ocp.CheckpointManager(str(numbered[0].parent / "pf_ckpt"), item_handlers={
+        "data": grain.checkpoint.CheckpointHandler()})
+    ckpt.save(5, args=ocp.args.Composite(data=grain.checkpoint.CheckpointSave(pf)))
+    ckpt.wait_until_finished()
+    for r in ref[5:8]:  # saving did not disturb the stream
+        assert np.array_equal(np.asarray(next(pf)["input_ids"]), r["input_ids"])
+    fresh = trainer.DevicePrefetcher(_loader(data_dir, n=0)[0], mesh, depth=2)
+    next(fresh)  # it has run ahead from batch 0; the restore must drop that
+    ckpt.restore(5, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(fresh)))
+    for r in ref[5:8]:
+        nb = next(fresh)
+        assert all(np.array_equal(np.asarray(nb[k]), r[k]) for k in r), [(k, np.asarray(nb[k])[:2], r[k][:2]) for k in r if not np.array_equal(np.asarray(nb[k]), r[k])]
+    pf.close(), fresh.close(), ckpt.close()

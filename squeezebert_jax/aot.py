@@ -1,0 +1,339 @@
+"""Ahead-of-time compilation of the pretraining step for a TPU topology or a GPU target, on a CPU-only host.
+
+XLA compiles for devices it does not have: ``jax.experimental.topologies`` gives compile-only TPU devices of a
+named topology (libtpu, the ``tpu`` extra) or compile-only GPUs described by a target config (the CUDA plugin,
+the ``gpu-aot`` extra; ``gpu_targets/*.txtpb``). ``compile_phase`` lowers and compiles *the* step that
+``pretrain.py`` runs (``pretrain.build_phase_step``: same model, LAMB, shardings, FSDP, microbatches, dtype)
+over a mesh of those devices, and reads XLA's memory and cost analyses: does it fit in HBM, how many FLOPs and
+bytes, and the roofline bound on its time. MaxText's ``train_compile.py`` does the same job for its models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import time
+from typing import Any
+
+from squeezebert_jax import trainer
+
+GiB = 2 ** 30
+GPU_TARGETS = {"h100": "h100_sxm_80gb.txtpb", "a100": "a100_sxm_80gb.txtpb"}
+# libtpu's names for the chips; ``v5e:2x2`` -> topology "v5e:2x2" (what get_topology_desc accepts)
+_TPU_CHIPS = ("v4", "v5e", "v5p", "v6e")
+
+
+class TopologyError(ValueError):
+    """A --topology this host cannot describe (unknown chip, bad shape, the extra not installed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    chip: trainer.Chip
+    key: str  # CHIPS key: v5e, h100, ...
+    topology: str  # as given, e.g. "v5e:2x4"
+    devices: tuple
+    num_slices: int
+
+    @property
+    def platform(self) -> str:
+        return "tpu" if self.key in _TPU_CHIPS else "gpu"
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr(path: str | None):
+    """libtpu/PJRT write start-up chatter to fd 2 from C++; send it to ``path`` (or /dev/null) meanwhile."""
+    fd = os.dup(2)
+    with open(path or os.devnull, "ab") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+
+
+def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
+    """"v5e:2x4" -> ("v5e", (2, 4)); "h100:1x8" -> ("h100", (1, 8))."""
+    m = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+){0,2})", topology.strip().lower())
+    if not m or m[1] not in trainer.CHIPS:
+        raise TopologyError(f"--topology {topology!r}: expected CHIP:AxB[xC] with CHIP one of "
+                            f"{', '.join(trainer.CHIPS)} (e.g. v5e:2x2, v4:2x2x1, h100:1x8)")
+    return m[1], tuple(int(d) for d in m[2].split("x"))
+
+
+def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) -> Target:
+    """Compile-only devices for ``topology`` (all slices). Raises ``TopologyError`` with what to install/fix."""
+    import jax
+    from jax.experimental import topologies
+
+    key, dims = parse_topology(topology)
+    if num_slices < 1:
+        raise TopologyError(f"--num_slices {num_slices}: must be >= 1")
+    if key in _TPU_CHIPS:
+        if len(dims) not in (2, 3):
+            raise TopologyError(f"--topology {topology!r}: a TPU topology is AxB or AxBxC")
+        try:
+            import libtpu  # noqa: F401
+        except ImportError as e:
+            raise TopologyError(f"compiling for {topology} needs libtpu: pip install -e '.[tpu]'") from e
+        bounds = (*dims, 1)[:3] if len(dims) == 2 else dims
+        # one host holds up to 4 chips (2x2x1); larger topologies are several (compile-only) hosts
+        per_host = tuple(min(d, m) for d, m in zip(bounds, (2, 2, 1)))
+        with _quiet_native_stderr(log_path):
+            try:
+                desc = topologies.get_topology_desc(
+                    topology_name=f"{key}:{'x'.join(map(str, dims))}", platform="tpu", chip_config_name="default",
+                    chips_per_host_bounds=per_host, num_slices=num_slices, wrap=(False, False, False))
+            except Exception as e:  # noqa: BLE001 -- libtpu's message, with the input named
+                raise TopologyError(f"--topology {topology!r}: libtpu refused it ({str(e).splitlines()[0][:300]})") \
+                    from e
+    else:
+        if key not in GPU_TARGETS:
+            raise TopologyError(f"--topology {topology!r}: no GPU target config for {key} (have "
+                                f"{', '.join(GPU_TARGETS)})")
+        if num_slices != 1:
+            raise TopologyError("--num_slices applies to TPU topologies only")
+        n = math.prod(dims)
+        cfg = open(os.path.join(os.path.dirname(__file__), "gpu_targets", GPU_TARGETS[key])).read()
+        with _quiet_native_stderr(log_path):
+            try:
+                desc = topologies.get_topology_desc(key, "cuda", target_config=cfg, topology=f"1x1x{n}")
+            except Exception as e:  # noqa: BLE001
+                raise TopologyError(f"compiling for {topology} needs the CUDA PJRT plugin (pip install -e "
+                                    f"'.[gpu-aot]'; no CUDA libraries or GPU needed): {str(e)[:200]}") from e
+    devices = tuple(desc.devices)
+    del jax
+    return Target(trainer.CHIPS[key], key, topology, devices, num_slices)
+
+
+# --------------------------------------------------------------------------------------------------
+# Compile one phase's step
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PhaseReport:
+    phase: str
+    seq_len: int
+    global_batch: int
+    per_chip_batch: int
+    microbatches: int
+    argument_gib: float
+    output_gib: float
+    alias_gib: float
+    temp_gib: float
+    code_gib: float
+    peak_gib: float
+    hbm_gib: float
+    xla_flops: float | None  # per step, all chips (the HLO's dots and element-wise ops)
+    analytic_flops: float  # per step, all chips (train_flops_per_sequence x batch)
+    bytes_accessed: float | None  # per step per chip, the compiled program (scan bodies counted once per layer)
+    compile_s: float
+    num_steps: int
+    chip: trainer.Chip
+    num_chips: int
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_gib <= self.hbm_gib
+
+    @property
+    def roofline_s(self) -> float:
+        """Lower bound on one step: max(FLOPs / peak, bytes / HBM bandwidth), per chip."""
+        flops = (self.xla_flops or self.analytic_flops) / self.num_chips
+        t = flops / self.chip.peak_bf16
+        if self.bytes_accessed:
+            t = max(t, self.bytes_accessed / (self.chip.hbm_gbs * 1e9))
+        return t
+
+    def hours_at_mfu(self, mfu: float) -> float:
+        return self.num_steps * self.analytic_flops / (self.num_chips * self.chip.peak_bf16 * mfu) / 3600
+
+
+def _memory(compiled) -> dict[str, float]:
+    m = compiled.memory_analysis()
+    arg, out, alias = m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes
+    temp, code = m.temp_size_in_bytes, m.generated_code_size_in_bytes
+    # Live at once: the arguments, the outputs not written in place of a donated argument, temporaries and code.
+    peak = arg + out - alias + temp + code
+    return {"argument_gib": arg / GiB, "output_gib": out / GiB, "alias_gib": alias / GiB, "temp_gib": temp / GiB,
+            "code_gib": code / GiB, "peak_gib": peak / GiB}
+
+
+def abstract_batch(batch: int, seq_len: int, max_predictions: int, sharding) -> dict[str, Any]:
+    """The pretraining batch (pretrain_data's layout and dtypes) as ShapeDtypeStructs."""
+    import jax
+    import numpy as np
+
+    from squeezebert_jax.pretrain_data import batch_spec
+
+    return {k: jax.ShapeDtypeStruct(shape, np.dtype(dt), sharding=sharding)
+            for k, (shape, dt) in batch_spec(batch, seq_len, max_predictions).items()}
+
+
+def build_model(config, vocab_size: int | None = None):
+    """The pretraining model ``train_and_evaluate`` would build for ``config`` (random weights: only the shapes and
+    the step's program matter here)."""
+    from flax import nnx
+
+    from squeezebert_jax import pretrain
+    from squeezebert_jax.model import SqueezeBertForPreTraining
+
+    cfg = pretrain.model_config(config)
+    if vocab_size and config.model.vocab_from_tokenizer:
+        cfg = cfg.replace(vocab_size=vocab_size)
+    return SqueezeBertForPreTraining(cfg, dtype=pretrain.compute_dtype(config),
+                                     rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
+
+
+def compile_phase(config, phase: dict, target: Target, model=None, xla_flops: bool = True) -> PhaseReport:
+    """Lower and compile ``pretrain.build_phase_step`` for ``phase`` on ``target``'s devices; XLA's numbers.
+
+    FLOPs: XLA's cost analysis counts a while loop's body once, not once per iteration, so the scanned layers would
+    be counted as one; ``xla_flops`` lowers the same step with the layers unrolled (no compile: seconds) and reads
+    the HLO's FLOPs. Bytes accessed come from the compiled program (TPU only; XLA:GPU does not report them) with the
+    same caveat: they cover the non-layer part plus one layer, so the roofline uses max(FLOPs, bytes) bounds where
+    the FLOP term is exact and the byte term is a floor.
+    """
+    import jax
+    from flax import nnx
+
+    from squeezebert_jax import pretrain
+    from squeezebert_jax.model import set_execution
+
+    model = model if model is not None else build_model(config)
+    n_chips = len(target.devices)
+    if config.global_batch_size % (n_chips * config.num_microbatches):
+        raise ValueError(f"global_batch_size {config.global_batch_size} must divide by chips x microbatches "
+                         f"({n_chips} x {config.num_microbatches})")
+    mesh = trainer.make_mesh(devices=target.devices, num_slices=target.num_slices)
+    graphdef, params, rest = pretrain.split_model(model)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+    ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
+    batch = abstract_batch(config.global_batch_size, phase["seq_len"], phase["max_predictions_per_seq"],
+                           trainer.batch_sharding(mesh))
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    t0 = time.perf_counter()
+    compiled = ps.step_fn.lower(ps.abstract, batch, rng).compile()
+    compile_s = time.perf_counter() - t0
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, list):  # older jax: one dict per program
+        cost = cost[0] if cost else {}
+    flops = None
+    if xla_flops:
+        # the global (unpartitioned) program, lowered for the host: FLOPs are a property of the HLO, not the chip
+        g2, _, r2 = pretrain.split_model(set_execution(nnx.clone(model), scan_layers=False))
+        host = trainer.make_mesh(devices=jax.devices("cpu")[:1])
+        ps2 = pretrain.build_phase_step(config, phase, params, g2, r2, host, False)
+        batch2 = abstract_batch(config.global_batch_size, phase["seq_len"], phase["max_predictions_per_seq"],
+                                trainer.batch_sharding(host))
+        lowered_cost = ps2.step_fn.lower(ps2.abstract, batch2, rng).cost_analysis()
+        if isinstance(lowered_cost, list):
+            lowered_cost = lowered_cost[0] if lowered_cost else {}
+        flops = (lowered_cost or {}).get("flops")
+    seq_flops = pretrain.train_flops_per_sequence(model.config, phase["seq_len"], phase["max_predictions_per_seq"])
+    return PhaseReport(
+        phase=phase["name"], seq_len=phase["seq_len"], global_batch=config.global_batch_size,
+        per_chip_batch=config.global_batch_size // n_chips, microbatches=config.num_microbatches,
+        **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=flops,
+        analytic_flops=seq_flops * config.global_batch_size, bytes_accessed=cost.get("bytes accessed"),
+        compile_s=compile_s, num_steps=phase["num_steps"], chip=target.chip, num_chips=n_chips)
+
+
+
+class DoesNotFit(Exception):
+    """XLA refused to compile: the step needs more HBM than the chip has (``RESOURCE_EXHAUSTED``)."""
+
+    def __init__(self, message: str, required_gib: float | None):
+        super().__init__(message)
+        self.required_gib = required_gib
+
+
+def compile_or_oom(config, phase: dict, target: Target, model=None, xla_flops: bool = True) -> PhaseReport:
+    """``compile_phase``; XLA's out-of-memory refusal becomes ``DoesNotFit`` with the bytes it asked for."""
+    try:
+        return compile_phase(config, phase, target, model, xla_flops)
+    except Exception as e:  # noqa: BLE001 -- jax.errors.JaxRuntimeError, matched by message
+        msg = str(e)
+        if "RESOURCE_EXHAUSTED" not in msg and "out of memory" not in msg.lower():
+            raise
+        m = re.search(r"(?:required|need(?:ed)?)[^\d]*\(?([\d.]+)\s*([GM])", msg)
+        gib = None if not m else float(m[1]) / (1024 if m[2] == "M" else 1)
+        raise DoesNotFit(msg.splitlines()[0][:400], gib) from None
+
+
+def max_per_chip_batch(config, phase: dict, target: Target, model=None, multiple: int = 8,
+                       max_compiles: int = 6) -> tuple[int, list[tuple[int, float | None]]]:
+    """The largest per-chip batch (a multiple of ``multiple``, one microbatch) whose step fits in HBM.
+
+    Peak memory is close to linear in the batch, so two compiles give the line, its crossing with HBM is tried
+    next, and each further compile moves by the remaining gap; returns (batch, [(batch tried, peak GiB or None
+    when XLA refused)])."""
+    n = len(target.devices)
+    tried: dict[int, float | None] = {}
+
+    def peak(b: int) -> float | None:
+        if b not in tried:
+            c = config.copy_and_resolve_references()
+            c.global_batch_size, c.num_microbatches = b * n, 1
+            try:
+                tried[b] = compile_or_oom(c, phase, target, model, xla_flops=False).peak_gib
+            except DoesNotFit:
+                tried[b] = None
+        return tried[b]
+
+    fits = lambda b: peak(b) is not None and peak(b) <= target.chip.hbm_gib  # noqa: E731
+    lo, hi = multiple, None  # lo fits (checked below), hi does not
+    if not fits(lo):
+        return 0, sorted(tried.items())
+    b2 = 4 * multiple
+    if fits(b2):
+        slope = (peak(b2) - peak(lo)) / (b2 - lo)
+        guess = int((target.chip.hbm_gib - peak(lo)) / max(slope, 1e-9) + lo) // multiple * multiple
+        lo = b2
+        while len(tried) < max_compiles and guess > lo:
+            if fits(guess):
+                lo = guess
+                guess = guess + max(multiple, (guess // 16) // multiple * multiple)
+            else:
+                hi = guess
+                break
+    else:
+        hi = b2
+    while hi is not None and hi - lo > multiple and len(tried) < max_compiles:
+        mid = (lo + hi) // 2 // multiple * multiple
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, sorted(tried.items())
+
+
+def fewest_microbatches(global_batch: int, num_chips: int, max_per_chip: int) -> int | None:
+    """The fewest microbatches k (k divides the per-chip batch) with global_batch / (chips x k) <= max_per_chip."""
+    if max_per_chip <= 0 or global_batch % num_chips:
+        return None
+    per_chip = global_batch // num_chips
+    return next((k for k in range(1, per_chip + 1) if per_chip % k == 0 and per_chip // k <= max_per_chip), None)
+
+
+def report_row(r: PhaseReport) -> list:
+    """One table row: batch, memory against HBM, FLOPs (XLA vs analytic), bytes, roofline bound, recipe hours."""
+    ratio = f"{r.xla_flops / r.analytic_flops:.3f}" if r.xla_flops else "-"
+    bound = r.roofline_s
+    return [r.phase, r.seq_len, r.global_batch, r.per_chip_batch, r.microbatches,
+            f"{r.argument_gib:.3f}", f"{r.temp_gib:.3f}", f"{r.code_gib * 1024:.1f}",
+            f"{r.peak_gib:.3f} / {r.hbm_gib:.2f}", "yes" if r.fits else "NO",
+            f"{r.xla_flops / 1e12:.3g}" if r.xla_flops else "-", f"{r.analytic_flops / 1e12:.3g}",
+            ratio, f"{r.bytes_accessed / 1e9:.1f}" if r.bytes_accessed else "-", f"{bound * 1e3:.1f}",
+            f"{r.num_steps * bound / 3600:.1f}", f"{r.hours_at_mfu(0.5):.1f}", f"{r.hours_at_mfu(0.35):.1f}",
+            f"{r.compile_s:.0f}"]
+
+
+REPORT_HEADERS = ["phase", "seq", "global batch", "per chip", "micro", "args GiB", "temp GiB", "code MiB",
+                  "peak / HBM GiB", "fits", "XLA TFLOP/step", "analytic TFLOP/step", "XLA/analytic",
+                  "GB accessed/chip", "roofline ms/step", "phase h at roofline", "h at 50% MFU", "h at 35% MFU",
+                  "compile s"]

@@ -1,0 +1,103 @@
+"""Ahead-of-time compilation for accelerators from this CPU host (train/compile.py, squeezebert_jax.aot).
+
+The smoke config's real pretraining step (tiny model) is compiled for a TPU v5e 2x2 topology (libtpu, the `tpu`
+extra) and for two H100s described by the shipped target config (the CUDA PJRT plugin, the `gpu-aot` extra): XLA's
+memory analysis and FLOPs, and an oversized batch reported as not fitting with exit status 1. Skipped, with the
+reason, where the extra is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from squeezebert_jax import aot, trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "train", "configs", "pretrain.py")
+
+
+def _have(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+needs_tpu = pytest.mark.skipif(not _have("libtpu"), reason="needs the tpu extra (libtpu)")
+needs_gpu_plugin = pytest.mark.skipif(not _have("jax_plugins.xla_cuda12"), reason="needs the gpu-aot extra")
+
+
+def _compile(*args, variant="smoke", timeout=900) -> tuple[int, str, str, list[dict]]:
+    out = os.path.join(os.environ.get("PYTEST_TMP", "/tmp"), f"aot_{os.getpid()}_{abs(hash(args))}.jsonl")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the host's 8 simulated devices: not needed
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), "--config", f"{CONFIGS}:{variant}", "--json",
+                        out,
+                        *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    rows = [json.loads(line) for line in open(out)] if os.path.exists(out) else []
+    return p.returncode, p.stdout, p.stderr, rows
+
+
+def test_parse_topology_and_chip_table():
+    assert aot.parse_topology("v5e:2x4") == ("v5e", (2, 4))
+    assert aot.parse_topology("h100:1x8") == ("h100", (1, 8))
+    for bad in ("v5litepod-8", "tpu:2x2", "v5e", "v5e:2x2x2x2"):
+        with pytest.raises(aot.TopologyError, match="expected CHIP:AxB"):
+            aot.parse_topology(bad)
+    # MFU (trainer) and the roofline (aot) read one table
+    assert trainer.PEAK_FLOPS["TPU v5 lite"] == trainer.CHIPS["v5e"].peak_bf16 == 197e12
+    assert trainer.CHIPS["h100"].hbm_gbs == 3350.0
+
+
+def test_fewest_microbatches():
+    assert aot.fewest_microbatches(8192, 8, 1024) == 1
+    assert aot.fewest_microbatches(8192, 8, 300) == 4  # 1024 per chip -> 4 x 256
+    assert aot.fewest_microbatches(8192, 8, 0) is None
+
+
+def test_roofline_bound_and_hours():
+    chip = trainer.CHIPS["v5e"]
+    r = aot.PhaseReport("p", 128, 1024, 256, 1, 1, 1, 1, 1, 0.01, 3.0, chip.hbm_gib, 4 * 197e12, 4 * 197e12 * 0.5,
+                        819e9 * 2, 10.0, 3600, chip, 4)
+    assert r.fits
+    assert r.roofline_s == pytest.approx(2.0)  # bytes-bound: 2 s of HBM traffic > 1 s of FLOPs
+    assert r.hours_at_mfu(0.5) == pytest.approx(3600 * 0.5 / 0.5 / 3600)
+
+
+@needs_tpu
+def test_compile_demo_step_for_tpu_v5e():
+    """The demo model (hidden 128): at the smoke config's hidden 32 element-wise work (LayerNorm, softmax, GELU)
+    is 36% of the FLOPs, which the analytic (matmul) count leaves out; at 128 it is 8%, at full size 2%."""
+    rc, out, err, rows = _compile("--topology", "v5e:2x2", variant="demo")
+    assert rc == 0, err[-3000:]
+    assert "4 x TPU v5 lite" in out and "cores" in out  # the chips, and the host that compiled
+    assert [r["phase"] for r in rows] == ["phase1", "phase2"]
+    for r in rows:
+        assert r["fits"] and 0 < r["peak_gib"] < trainer.CHIPS["v5e"].hbm_gib
+        for k in ("argument_gib", "output_gib", "temp_gib", "code_gib", "bytes_accessed", "roofline_s"):
+            assert r[k] > 0, (k, r)
+        assert abs(r["xla_flops"] / r["analytic_flops"] - 1) <= 0.15, r  # XLA's HLO FLOPs vs the analytic count
+        assert r["per chip"] == "8" and r["micro"] == "1"
+
+
+@needs_tpu
+def test_oversized_batch_does_not_fit_exit_1():
+    rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.global_batch_size=1048576")
+    assert rc == 1, (out, err[-2000:])
+    assert "does not fit" in err and "GiB" in err and "Traceback" not in err
+
+
+@needs_gpu_plugin
+def test_compile_smoke_step_for_h100_target():
+    rc, out, err, rows = _compile("--topology", "h100:1x2")
+    assert rc == 0, err[-3000:]
+    assert "NVIDIA H100 80GB HBM3" in out
+    assert rows and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
+
+
+def test_unknown_topology_is_one_line_exit_2():
+    rc, out, err, _ = _compile("--topology", "v5litepod-8")
+    assert rc == 2 and "expected CHIP:AxB" in err and "Traceback" not in err
