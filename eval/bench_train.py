@@ -1,9 +1,11 @@
 """Train-step throughput (sequences/s, tokens/s, MFU) of SqueezeBERT vs BERT-base at seq 128 and 512, and the
-input pipeline's sequences/s per CPU core — all in one run, ratios printed.
+input pipeline's sequences/s per CPU core, and whether the real pipeline keeps the step fed — all in one run,
+ratios printed.
 
     python eval/bench_train.py                      # full size, bf16, batch 64 per step
     python eval/bench_train.py --tiny               # tiny dims (CI): checks the plumbing, not the speed
     python eval/bench_train.py --pipeline-only      # only the input pipeline (full-size corpora, any CPU)
+    python eval/bench_train.py --feeding            # only: the demo step fed by the real pipeline vs a fixed batch
 Targets (issue): on one H100, >= 35% MFU (SqueezeBERT) / >= 45% (BERT-base) in bf16, SqueezeBERT >= 2.5x
 BERT-base sequences/s; input pipeline >= 20k sequences/s per core at seq 128. MFU needs a known accelerator
 (trainer.PEAK_FLOPS) or --peak_flops; on CPU it is left out.
@@ -19,6 +21,7 @@ if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
     sys.path.pop(0)  # eval/profile.py would shadow the stdlib `profile`
 sys.path.insert(0, os.path.dirname(_HERE))
 
+import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from squeezebert_jax import corpus, pretrain_data  # noqa: E402
@@ -26,6 +29,7 @@ from squeezebert_jax.bench import format_table  # noqa: E402
 from squeezebert_jax.model import SqueezeBertConfig  # noqa: E402
 from squeezebert_jax.pretrain import benchmark_train_step  # noqa: E402
 from squeezebert_jax.tokenizer import Tokenizer  # noqa: E402
+from squeezebert_jax.trainer import cpu_model  # noqa: E402
 
 TINY = dict(hidden_size=64, embedding_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             vocab_size=512)
@@ -39,7 +43,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
+    p.add_argument("--feeding", action="store_true",
+                   help="only the demo step fed by the real pipeline (inline / prefetched) vs a fixed batch")
     args = p.parse_args(argv)
+    print(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
+    if args.feeding:
+        return feeding(args.tiny)
     if args.pipeline_only:
         args.seq_lens = []
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
@@ -78,6 +87,30 @@ def main(argv=None) -> int:
                        title="input pipeline (grain + ArrayRecord, batches of 256 made in one thread, CPU time)"))
     print("input pipeline, seq 128: " + ", ".join(f"{k} {v:.0f}" for k, v in rate128.items())
           + " sequences/s per core (target >= 20000)")
+    return 0 if args.pipeline_only else feeding(args.tiny)
+
+
+def feeding(tiny: bool) -> int:
+    """The demo pretraining step (train/configs/pretrain.py:demo; :smoke with --tiny) fed by the real pipeline."""
+    import importlib.util
+
+    from squeezebert_jax.bench import feeding_benchmark
+
+    spec = importlib.util.spec_from_file_location("pretrain_configs", os.path.join(
+        os.path.dirname(_HERE), "train", "configs", "pretrain.py"))
+    configs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(configs)
+    config = configs.get_config("smoke" if tiny else "demo")
+    with tempfile.TemporaryDirectory() as d:
+        r = feeding_benchmark(config, d, steps_per_run=4 if tiny else 10, runs=2 if tiny else 6)
+    phase = config.phases[0]
+    print(format_table(["fed by", "steps/s", "vs synthetic"],
+                       [[k, f"{v:.2f}", f"{v / r['synthetic']:.3f}x"] for k, v in r.items()],
+                       title=f"demo pretraining step ({config.model.preset} {dict(config.model.overrides)}, batch "
+                             f"{config.global_batch_size}, seq {phase['seq_len']}, {config.compute_dtype}): "
+                             f"real input pipeline vs one fixed batch"))
+    print(f"device fed: prefetched / synthetic steps/s = {r['prefetched'] / r['synthetic']:.3f} (target >= 0.95), "
+          f"inline / synthetic = {r['inline'] / r['synthetic']:.3f}")
     return 0
 
 

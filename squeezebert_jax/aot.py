@@ -44,7 +44,7 @@ class Target:
 
 
 @contextlib.contextmanager
-def _quiet_native_stderr(path: str | None):
+def quiet_native_stderr(path: str | None):
     """libtpu/PJRT write start-up chatter to fd 2 from C++; send it to ``path`` (or /dev/null) meanwhile."""
     fd = os.dup(2)
     with open(path or os.devnull, "ab") as sink:
@@ -80,13 +80,19 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
             import libtpu  # noqa: F401
         except ImportError as e:
             raise TopologyError(f"compiling for {topology} needs libtpu: pip install -e '.[tpu]'") from e
+        # libtpu takes a host-wide lock meant for real chips; compiling needs none, and without this a second compile
+        # (another shell, or the tests' parallel workers) fails with "Internal error when accessing libtpu lockfile"
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         bounds = (*dims, 1)[:3] if len(dims) == 2 else dims
         # one host holds up to 4 chips (2x2x1); larger topologies are several (compile-only) hosts
         per_host = tuple(min(d, m) for d, m in zip(bounds, (2, 2, 1)))
-        with _quiet_native_stderr(log_path):
+        with quiet_native_stderr(log_path):
             try:
+                # v4 as real runs see it: one device per chip, its two TensorCores as one ("megacore"; libtpu's
+                # default here would be one device per core); v5p is megacore by default, v5e/v6e have one core
                 desc = topologies.get_topology_desc(
-                    topology_name=f"{key}:{'x'.join(map(str, dims))}", platform="tpu", chip_config_name="default",
+                    topology_name=f"{key}:{'x'.join(map(str, dims))}", platform="tpu",
+                    chip_config_name="megacore" if key == "v4" else "default",
                     chips_per_host_bounds=per_host, num_slices=num_slices, wrap=(False, False, False))
             except Exception as e:  # noqa: BLE001 -- libtpu's message, with the input named
                 raise TopologyError(f"--topology {topology!r}: libtpu refused it ({str(e).splitlines()[0][:300]})") \
@@ -99,7 +105,7 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
             raise TopologyError("--num_slices applies to TPU topologies only")
         n = math.prod(dims)
         cfg = open(os.path.join(os.path.dirname(__file__), "gpu_targets", GPU_TARGETS[key])).read()
-        with _quiet_native_stderr(log_path):
+        with quiet_native_stderr(log_path):
             try:
                 desc = topologies.get_topology_desc(key, "cuda", target_config=cfg, topology=f"1x1x{n}")
             except Exception as e:  # noqa: BLE001
@@ -130,7 +136,7 @@ class PhaseReport:
     hbm_gib: float
     xla_flops: float | None  # per step, all chips (the HLO's dots and element-wise ops)
     analytic_flops: float  # per step, all chips (train_flops_per_sequence x batch)
-    bytes_accessed: float | None  # per step per chip, the compiled program (scan bodies counted once per layer)
+    bytes_accessed: float | None  # per step per chip: the compiled program, its loops multiplied out (compile_phase)
     compile_s: float
     num_steps: int
     chip: trainer.Chip
@@ -141,13 +147,21 @@ class PhaseReport:
         return self.peak_gib <= self.hbm_gib
 
     @property
+    def flop_bound_s(self) -> float:
+        """FLOPs per chip / peak: a strict lower bound on one step (the HLO's FLOPs, remat recomputation included)."""
+        return (self.xla_flops or self.analytic_flops) / self.num_chips / self.chip.peak_bf16
+
+    @property
+    def bytes_bound_s(self) -> float | None:
+        """XLA's bytes accessed per chip / HBM bandwidth. XLA's cost model counts every operand access (measured
+        here on v5e: 2.3x the ideal traffic of a 4096^2 matmul, 4x a LayerNorm's, 1x an element-wise op's), so this
+        is XLA's estimate of the memory time, not a strict bound."""
+        return self.bytes_accessed / (self.chip.hbm_gbs * 1e9) if self.bytes_accessed else None
+
+    @property
     def roofline_s(self) -> float:
-        """Lower bound on one step: max(FLOPs / peak, bytes / HBM bandwidth), per chip."""
-        flops = (self.xla_flops or self.analytic_flops) / self.num_chips
-        t = flops / self.chip.peak_bf16
-        if self.bytes_accessed:
-            t = max(t, self.bytes_accessed / (self.chip.hbm_gbs * 1e9))
-        return t
+        """max(FLOPs / peak, bytes / HBM bandwidth) per chip, the bytes being XLA's count (see ``bytes_bound_s``)."""
+        return max(self.flop_bound_s, self.bytes_bound_s or 0.0)
 
     def hours_at_mfu(self, mfu: float) -> float:
         return self.num_steps * self.analytic_flops / (self.num_chips * self.chip.peak_bf16 * mfu) / 3600
@@ -189,57 +203,78 @@ def build_model(config, vocab_size: int | None = None):
                                      rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
 
 
-def compile_phase(config, phase: dict, target: Target, model=None, xla_flops: bool = True) -> PhaseReport:
-    """Lower and compile ``pretrain.build_phase_step`` for ``phase`` on ``target``'s devices; XLA's numbers.
-
-    FLOPs: XLA's cost analysis counts a while loop's body once, not once per iteration, so the scanned layers would
-    be counted as one; ``xla_flops`` lowers the same step with the layers unrolled (no compile: seconds) and reads
-    the HLO's FLOPs. Bytes accessed come from the compiled program (TPU only; XLA:GPU does not report them) with the
-    same caveat: they cover the non-layer part plus one layer, so the roofline uses max(FLOPs, bytes) bounds where
-    the FLOP term is exact and the byte term is a floor.
-    """
+def _lower(config, phase, model, mesh, rng):
+    """The phase's jitted step (``pretrain.build_phase_step``) for ``model`` on ``mesh``, lowered for abstract
+    inputs (state, batch and key as ShapeDtypeStructs with their shardings)."""
     import jax
-    from flax import nnx
 
     from squeezebert_jax import pretrain
-    from squeezebert_jax.model import set_execution
 
-    model = model if model is not None else build_model(config)
-    n_chips = len(target.devices)
-    if config.global_batch_size % (n_chips * config.num_microbatches):
-        raise ValueError(f"global_batch_size {config.global_batch_size} must divide by chips x microbatches "
-                         f"({n_chips} x {config.num_microbatches})")
-    mesh = trainer.make_mesh(devices=target.devices, num_slices=target.num_slices)
     graphdef, params, rest = pretrain.split_model(model)
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
     batch = abstract_batch(config.global_batch_size, phase["seq_len"], phase["max_predictions_per_seq"],
                            trainer.batch_sharding(mesh))
-    rng = jax.eval_shape(lambda: jax.random.key(0))
-    t0 = time.perf_counter()
-    compiled = ps.step_fn.lower(ps.abstract, batch, rng).compile()
-    compile_s = time.perf_counter() - t0
-    cost = compiled.cost_analysis() or {}
+    return ps.step_fn.lower(ps.abstract, batch, rng)
+
+
+def _cost(lowered_or_compiled) -> dict:
+    cost = lowered_or_compiled.cost_analysis() or {}
     if isinstance(cost, list):  # older jax: one dict per program
         cost = cost[0] if cost else {}
-    flops = None
-    if xla_flops:
-        # the global (unpartitioned) program, lowered for the host: FLOPs are a property of the HLO, not the chip
-        g2, _, r2 = pretrain.split_model(set_execution(nnx.clone(model), scan_layers=False))
+    return cost
+
+
+def compile_phase(config, phase: dict, target: Target, model=None, costs: bool = True) -> PhaseReport:
+    """Lower and compile ``pretrain.build_phase_step`` for ``phase`` on ``target``'s devices; XLA's numbers.
+
+    XLA's cost analysis counts a while loop's body once, not once per iteration: the layer scan and the microbatch
+    loop would count one layer of one microbatch. With ``costs``:
+    FLOPs are read from the same step lowered for the host with the layers unrolled and one microbatch (no compile,
+    seconds; the FLOPs of the HLO, recomputation under remat included). Bytes accessed (TPU only; XLA:GPU reports
+    none) come from compiled programs without loops: the step of one microbatch (global batch / k) with 1 and with 2
+    unrolled layers is compiled for the same devices, their difference is one layer's bytes, and the total is
+    ``k x (B1 + (L - 1) x (B2 - B1))`` -- the layers exact, the optimizer update's bytes counted k times instead of
+    once (a few GB against hundreds). The scanned program's own count is not used: it counts the stacked residual
+    buffers whole at every iteration's dynamic slice, several times the bytes really moved.
+    """
+    import jax
+
+    from squeezebert_jax import pretrain
+    from squeezebert_jax.model import SqueezeBertForPreTraining, set_execution
+
+    model = model if model is not None else build_model(config)
+    n_chips = len(target.devices)
+    pretrain.check_batch_division(config, phase, n_chips)
+    k = pretrain.microbatches(config, phase)
+    mesh = trainer.make_mesh(devices=target.devices, num_slices=target.num_slices)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    t0 = time.perf_counter()
+    compiled = _lower(config, phase, model, mesh, rng).compile()
+    compile_s = time.perf_counter() - t0
+    flops = nbytes = None
+    if costs:
+        from flax import nnx
+
         host = trainer.make_mesh(devices=jax.devices("cpu")[:1])
-        ps2 = pretrain.build_phase_step(config, phase, params, g2, r2, host, False)
-        batch2 = abstract_batch(config.global_batch_size, phase["seq_len"], phase["max_predictions_per_seq"],
-                                trainer.batch_sharding(host))
-        lowered_cost = ps2.step_fn.lower(ps2.abstract, batch2, rng).cost_analysis()
-        if isinstance(lowered_cost, list):
-            lowered_cost = lowered_cost[0] if lowered_cost else {}
-        flops = (lowered_cost or {}).get("flops")
+        unrolled = set_execution(nnx.clone(model), scan_layers=False)
+        flops = _cost(_lower(config, phase | {"num_microbatches": 1}, unrolled, host, rng)).get("flops")
+        if _cost(compiled).get("bytes accessed"):
+            micro = config.copy_and_resolve_references()
+            micro.global_batch_size = config.global_batch_size // k
+            per_layers = []
+            for n in (1, 2):
+                cfg = model.config.replace(num_hidden_layers=n, scan_layers=False)
+                small = SqueezeBertForPreTraining(cfg, dtype=pretrain.compute_dtype(config), rngs=nnx.Rngs(0))
+                lowered = _lower(micro, phase | {"num_microbatches": 1}, small, mesh, rng)
+                per_layers.append(_cost(lowered.compile()).get("bytes accessed"))
+            nbytes = k * (per_layers[0] + (model.config.num_hidden_layers - 1) * (per_layers[1] - per_layers[0]))
     seq_flops = pretrain.train_flops_per_sequence(model.config, phase["seq_len"], phase["max_predictions_per_seq"])
     return PhaseReport(
         phase=phase["name"], seq_len=phase["seq_len"], global_batch=config.global_batch_size,
-        per_chip_batch=config.global_batch_size // n_chips, microbatches=config.num_microbatches,
+        per_chip_batch=config.global_batch_size // n_chips, microbatches=k,
         **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=flops,
-        analytic_flops=seq_flops * config.global_batch_size, bytes_accessed=cost.get("bytes accessed"),
+        analytic_flops=seq_flops * config.global_batch_size, bytes_accessed=nbytes,
         compile_s=compile_s, num_steps=phase["num_steps"], chip=target.chip, num_chips=n_chips)
 
 
@@ -252,17 +287,23 @@ class DoesNotFit(Exception):
         self.required_gib = required_gib
 
 
-def compile_or_oom(config, phase: dict, target: Target, model=None, xla_flops: bool = True) -> PhaseReport:
+def compile_or_oom(config, phase: dict, target: Target, model=None, costs: bool = True) -> PhaseReport:
     """``compile_phase``; XLA's out-of-memory refusal becomes ``DoesNotFit`` with the bytes it asked for."""
     try:
-        return compile_phase(config, phase, target, model, xla_flops)
+        return compile_phase(config, phase, target, model, costs)
     except Exception as e:  # noqa: BLE001 -- jax.errors.JaxRuntimeError, matched by message
         msg = str(e)
         if "RESOURCE_EXHAUSTED" not in msg and "out of memory" not in msg.lower():
             raise
-        m = re.search(r"(?:required|need(?:ed)?)[^\d]*\(?([\d.]+)\s*([GM])", msg)
-        gib = None if not m else float(m[1]) / (1024 if m[2] == "M" else 1)
-        raise DoesNotFit(msg.splitlines()[0][:400], gib) from None
+        raise DoesNotFit(msg.splitlines()[0][:400], required_gib(msg)) from None
+
+
+def required_gib(message: str) -> float | None:
+    """What XLA's out-of-memory refusal asked for, in GiB: the largest size it names, "total memory required for
+    HLO temporaries (314.60G) exceeds available HBM (30.75G)" -> 314.6 (the available amount is always smaller)."""
+    sizes = [float(v) * {"K": 2 ** -20, "M": 2 ** -10, "G": 1.0, "T": 1024.0}[u]
+             for v, u in re.findall(r"(\d+(?:\.\d+)?)\s*([KMGT])i?B?\b", message.split("\n\n")[0])]
+    return max(sizes) if sizes else None
 
 
 def max_per_chip_batch(config, phase: dict, target: Target, model=None, multiple: int = 8,
@@ -280,7 +321,7 @@ def max_per_chip_batch(config, phase: dict, target: Target, model=None, multiple
             c = config.copy_and_resolve_references()
             c.global_batch_size, c.num_microbatches = b * n, 1
             try:
-                tried[b] = compile_or_oom(c, phase, target, model, xla_flops=False).peak_gib
+                tried[b] = compile_or_oom(c, phase | {"num_microbatches": 1}, target, model, costs=False).peak_gib
             except DoesNotFit:
                 tried[b] = None
         return tried[b]
@@ -321,19 +362,21 @@ def fewest_microbatches(global_batch: int, num_chips: int, max_per_chip: int) ->
 
 
 def report_row(r: PhaseReport) -> list:
-    """One table row: batch, memory against HBM, FLOPs (XLA vs analytic), bytes, roofline bound, recipe hours."""
+    """One table row: batch, memory against HBM, FLOPs (XLA vs analytic), bytes, the roofline's two terms, hours."""
     ratio = f"{r.xla_flops / r.analytic_flops:.3f}" if r.xla_flops else "-"
-    bound = r.roofline_s
+    mem = r.bytes_bound_s
     return [r.phase, r.seq_len, r.global_batch, r.per_chip_batch, r.microbatches,
             f"{r.argument_gib:.3f}", f"{r.temp_gib:.3f}", f"{r.code_gib * 1024:.1f}",
             f"{r.peak_gib:.3f} / {r.hbm_gib:.2f}", "yes" if r.fits else "NO",
             f"{r.xla_flops / 1e12:.3g}" if r.xla_flops else "-", f"{r.analytic_flops / 1e12:.3g}",
-            ratio, f"{r.bytes_accessed / 1e9:.1f}" if r.bytes_accessed else "-", f"{bound * 1e3:.1f}",
-            f"{r.num_steps * bound / 3600:.1f}", f"{r.hours_at_mfu(0.5):.1f}", f"{r.hours_at_mfu(0.35):.1f}",
-            f"{r.compile_s:.0f}"]
+            ratio, f"{r.bytes_accessed / 1e9:.1f}" if r.bytes_accessed else "-", f"{r.flop_bound_s * 1e3:.1f}",
+            "-" if mem is None else f"{mem * 1e3:.1f}", f"{r.roofline_s * 1e3:.1f}",
+            f"{r.num_steps * r.flop_bound_s / 3600:.1f}", f"{r.num_steps * r.roofline_s / 3600:.1f}",
+            f"{r.hours_at_mfu(0.5):.1f}", f"{r.hours_at_mfu(0.35):.1f}", f"{r.compile_s:.0f}"]
 
 
 REPORT_HEADERS = ["phase", "seq", "global batch", "per chip", "micro", "args GiB", "temp GiB", "code MiB",
                   "peak / HBM GiB", "fits", "XLA TFLOP/step", "analytic TFLOP/step", "XLA/analytic",
-                  "GB accessed/chip", "roofline ms/step", "phase h at roofline", "h at 50% MFU", "h at 35% MFU",
+                  "XLA GB accessed/chip", "FLOP-bound ms", "XLA-bytes ms", "roofline ms/step", "h at FLOP bound",
+                  "h at roofline", "h at 50% MFU", "h at 35% MFU",
                   "compile s"]

@@ -666,3 +666,54 @@ def op_breakdown(tiny: bool = False, batch: int = 8, seq_len: int = 128, runs: i
                          f"Forward time by component from an XLA profile, float32, batch {batch}, seq {seq_len}"
                          f"{', tiny configs' if tiny else ''}, {runs} profiled forwards; {mon.note()}")
     return table + "\n" + "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Is the device fed? The pretraining step with the real input pipeline vs a fixed batch
+# --------------------------------------------------------------------------------------------------
+
+def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int = 6,
+                      depth: int | None = None) -> dict[str, float]:
+    """Steps/s of ``config``'s first-phase pretraining step (``pretrain.build_phase_step``, the step pretrain.py runs)
+    fed three ways, interleaved in one run: one fixed batch already on the devices ("synthetic", the ceiling), the
+    real loader with batches made and put on the devices inline before each step ("inline", ``data.prefetch=0``),
+    and the real loader behind ``trainer.DevicePrefetcher`` ("prefetched", depth ``data.prefetch``). Each timed
+    call runs ``steps_per_run`` steps without waiting between them (as the training loop does) and then blocks.
+    ``workdir`` receives the demo data when ``config.data.source`` is "demo"."""
+    from squeezebert_jax import aot, pretrain, pretrain_data, trainer
+    from squeezebert_jax.tokenizer import Tokenizer
+
+    data_dir = pretrain.prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
+    phase = pretrain._phases(config)[0]
+    mesh = trainer.make_mesh(config.get("num_devices") or None)
+    model = aot.build_model(config, Tokenizer.from_dir(data_dir).vocab_size)
+    graphdef, params, rest = pretrain.split_model(model)
+    ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
+    state = [jax.device_put(ps.init(params), ps.shardings)]
+    key = jax.random.key(config.seed)
+
+    def loader():
+        return iter(pretrain_data.make_pretrain_loader(
+            data_dir, seq_len=phase["seq_len"], global_batch_size=config.global_batch_size, seed=config.seed,
+            max_predictions_per_seq=phase["max_predictions_per_seq"],
+            whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers))
+
+    inline = loader()
+    prefetched = trainer.DevicePrefetcher(loader(), mesh, depth=depth or config.data.prefetch or 2)
+    fixed = trainer.global_batch(next(loader()), mesh)
+    feeds = {"synthetic": lambda: fixed, "inline": lambda: trainer.global_batch(next(inline), mesh),
+             "prefetched": lambda: next(prefetched)}
+
+    def run(feed):
+        def f():
+            m = None
+            for _ in range(steps_per_run):
+                state[0], m = ps.step_fn(state[0], feed(), key)
+            jax.block_until_ready(m)
+        return f
+
+    try:
+        t = time_interleaved({k: run(f) for k, f in feeds.items()}, runs=runs, warmup=1)
+    finally:
+        prefetched.close()
+    return {k: steps_per_run / (v.median / 1e3) for k, v in t.items()}

@@ -71,7 +71,7 @@ class SqueezeBertConfig:
     # and what each layer keeps for the backward pass ("none": everything; "dots_saveable": matmul outputs,
     # the rest recomputed; "full": only the layer's input). Outputs and gradients are the same either way.
     scan_layers: bool = True
-    remat: str = "none"
+    remat: str = "minimal"
 
     def __post_init__(self):
         if self.embedding_size != self.hidden_size:
@@ -211,16 +211,20 @@ _ACTIVATIONS = {
 
 
 # What a layer keeps for the backward pass under ``remat`` (jax.checkpoint policies); the rest is recomputed.
-# "minimal" keeps per token and layer only the layer's named bf16 activations (q, k, v, the attention context, the two
-# pre-LayerNorm sums, the FFN expansion): 8 x hidden + intermediate values. Recomputed in the backward pass: QKᵀ,
-# softmax and the dropout masks (from the same keys), LayerNorm internals, GELU and the grouped convs' layout
-# transposes -- element-wise work plus the 2.7%-of-FLOPs attention scores. Without it autodiff keeps float32
-# LayerNorm intermediates, float32 attention probabilities, masks and, in the grouped model, transposed copies
-# of every grouped conv's input: ~4x the bytes (see README, "Compiled for accelerators").
+# Under the layer scan every kept value is an output of the loop body, stacked over the layers: nothing XLA could
+# fuse away stays unmaterialised, so "none" keeps float32 LayerNorm intermediates, float32 attention scores and
+# probabilities, dropout masks and the grouped convs' transposed inputs of every layer -- 26.1 GiB per v5e chip for
+# the paper step at 256 x 128, the same for BERT-base (26.6): the scan needs a policy (README, "Compiled for
+# accelerators").
+# "minimal" (the default) keeps per token and layer the layer's named bf16 matmul outputs (q, k, v, the attention
+# context, the two pre-LayerNorm sums, the FFN expansion) and recomputes only element-wise work and the attention
+# scores (2.7% of the FLOPs): 11.3 GiB. "lean" also recomputes q, k and v (~6% more FLOPs): 9.6 GiB. "full"
+# keeps only each layer's input and runs the layer twice (~33% more FLOPs): 3.3 GiB.
 SAVED_ACTIVATIONS = ("q", "k", "v", "context", "attention_sum", "ffn_expand", "ffn_sum")
 REMAT_POLICIES = {
     "none": None,  # no rematerialisation: every intermediate is kept
     "minimal": jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS),
+    "lean": jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS[3:]),
     "dots_saveable": jax.checkpoint_policies.dots_saveable,  # matmul outputs kept; element-wise work recomputed
     "full": jax.checkpoint_policies.nothing_saveable,  # only each layer's input kept; the layer runs twice
 }
@@ -251,11 +255,25 @@ class GroupedConv1x1(nnx.Module):
         x = x.astype(self.dtype)
         if g == 1:
             y = x @ kernel[0]
-        else:  # group-major batched matmul: [G, N, Cin/G] x [G, Cin/G, Cout/G] (fastest on XLA:CPU, eval/bench_infer.py)
-            xg = x.reshape(-1, g, self.cin // g).transpose(1, 0, 2)
-            y = jax.lax.dot_general(xg, kernel, (((2,), (1,)), ((0,), (0,))))
-            y = y.transpose(1, 0, 2).reshape(*x.shape[:-1], self.cout)
+        else:  # the layout is chosen when the step is lowered, for the platform it is lowered for
+            y = jax.lax.platform_dependent(x, kernel, cpu=self._group_major, default=self._in_place)
         return y + self.bias[...].astype(self.dtype)
+
+    def _group_major(self, x, kernel):
+        """XLA:CPU: a batched matmul [G, N, Cin/G] x [G, Cin/G, Cout/G] between two transposes, the fastest form there
+        (eval/bench_infer.py --matmuls)."""
+        g = self.groups
+        xg = x.reshape(-1, g, self.cin // g).transpose(1, 0, 2)
+        y = jax.lax.dot_general(xg, kernel, (((2,), (1,)), ((0,), (0,))))
+        return y.transpose(1, 0, 2).reshape(*x.shape[:-1], self.cout)
+
+    def _in_place(self, x, kernel):
+        """TPU/GPU: the group axis as a batch dimension where it lies; XLA picks the layouts. The explicit transposes
+        of the CPU form are real copies there: on a v5e, 17% more bytes accessed per training step, and without
+        remat their transposed inputs are what autodiff keeps (the grouped model's 1.5x memory of BERT-base)."""
+        g = self.groups
+        xg = x.reshape(*x.shape[:-1], g, self.cin // g)
+        return jnp.einsum("...gi,gio->...go", xg, kernel).reshape(*x.shape[:-1], self.cout)
 
 
 class Dense(nnx.Module):

@@ -106,8 +106,8 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
 def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
     """The architecture of ``config.model`` (preset + overrides) with its execution choices (scan, remat)."""
     overrides = dict(config.model.get("overrides", {}))
-    overrides.setdefault("scan_layers", config.model.scan_layers)
-    overrides.setdefault("remat", config.model.remat)
+    overrides.setdefault("scan_layers", config.model.get("scan_layers", True))
+    overrides.setdefault("remat", config.model.get("remat", "minimal"))
     return SqueezeBertConfig.preset(config.model.preset, **overrides)
 
 
@@ -121,6 +121,22 @@ def split_model(model) -> tuple[Any, dict, dict]:
     """(graphdef, params, rest) as plain arrays (safe to close over in the jitted step)."""
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     return graphdef, nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
+
+
+def microbatches(config, phase: dict) -> int:
+    """Gradient-accumulation steps of ``phase``: its own ``num_microbatches`` (a seq-512 phase may need more than a
+    seq-128 one) or the config's."""
+    k = int(phase.get("num_microbatches") or config.num_microbatches)
+    if k < 1:
+        raise ValueError(f"{phase['name']}: num_microbatches {k} must be >= 1")
+    return k
+
+
+def check_batch_division(config, phase: dict, num_devices: int) -> None:
+    k = microbatches(config, phase)
+    if config.global_batch_size % (num_devices * k):
+        raise ValueError(f"{phase['name']}: global_batch_size {config.global_batch_size} must divide by devices x "
+                         f"microbatches ({num_devices} x {k})")
 
 
 def train_flops_per_sequence(cfg: SqueezeBertConfig, seq_len: int, max_predictions: int) -> float:
@@ -190,7 +206,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     dtype = compute_dtype(config)
     if config.get("init_from"):
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
-        set_execution(model, config.model.scan_layers, config.model.remat)
+        set_execution(model, cfg.scan_layers, cfg.remat)
         cfg = model.config
     if tokenizer.vocab_size > cfg.vocab_size:  # ids past the embedding table would give NaNs under jit
         raise ValueError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
@@ -198,12 +214,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                          + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
     if not config.get("init_from"):
         model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
-    graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
-    params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
+    graphdef, params, rest = split_model(model)
     n_dev, fsdp = mesh.shape["data"], config.get("fsdp", False)
-    if config.global_batch_size % (n_dev * config.num_microbatches):
-        raise ValueError(f"global_batch_size {config.global_batch_size} must divide by devices x microbatches "
-                         f"({n_dev} x {config.num_microbatches})")
+    for phase in _phases(config):
+        check_batch_division(config, phase, n_dev)
     checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
                                         async_save=config.get("async_checkpoints", True))
     writer = trainer.MetricsWriter(workdir)
@@ -223,6 +237,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         from jax.experimental import multihost_utils
 
         params = multihost_utils.process_allgather(params, tiled=True)
+    params_state = nnx.state(model, nnx.Param)
     nnx.replace_by_pure_dict(params_state, jax.device_get(params))
     nnx.update(model, params_state)
     if jax.process_index() == 0:
@@ -313,7 +328,7 @@ def build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp: bool) ->
     shapes = jax.eval_shape(init, params)
     shardings = trainer.state_shardings(shapes, mesh, fsdp)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
-    step_fn = jax.jit(make_train_step(graphdef, rest, tx, config.num_microbatches),
+    step_fn = jax.jit(make_train_step(graphdef, rest, tx, microbatches(config, phase)),
                       in_shardings=(shardings, trainer.batch_sharding(mesh), None),
                       out_shardings=(shardings, None), donate_argnums=(0,))
     return PhaseStep(tx, schedule, init, shardings, abstract, step_fn)

@@ -45,13 +45,14 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
         jax.distributed.initialize()
 
 
-def make_mesh(num_devices: int | None = None, devices=None, num_slices: int = 1) -> Mesh:
+def make_mesh(num_devices: int | None = None, devices=None, num_slices: int | None = None) -> Mesh:
     """A 1-D mesh over the ``data`` axis, ordered by the physical topology.
 
     ``devices``: all of ``jax.devices()`` by default (or the first ``num_devices`` on one host), or given (e.g. the
     compile-only devices of a TPU topology, ``aot``). The order comes from ``mesh_utils.create_device_mesh`` (ring
-    order on a TPU torus) and, over several slices (ICI within a slice, DCN between them),
-    ``create_hybrid_device_mesh``, so the data axis runs slice by slice."""
+    order on a TPU torus) and, over several slices (ICI within a slice, DCN between them; by default counted from
+    the devices' ``slice_index``, as a multi-slice TPU run reports them), ``create_hybrid_device_mesh``, so the data
+    axis runs slice by slice."""
     from jax.experimental import mesh_utils
 
     devices = list(jax.devices() if devices is None else devices)
@@ -59,6 +60,8 @@ def make_mesh(num_devices: int | None = None, devices=None, num_slices: int = 1)
         if jax.process_count() > 1 and num_devices != len(devices):
             raise ValueError("num_devices can only restrict a single-process run")
         devices = devices[:num_devices]
+    if num_slices is None:
+        num_slices = len({getattr(d, "slice_index", 0) for d in devices})
     if num_slices > 1:
         if len(devices) % num_slices:
             raise ValueError(f"{len(devices)} devices do not split into {num_slices} slices")

@@ -184,7 +184,7 @@ def test_scan_and_remat_equal_the_unrolled_layers(train):
     """Every execution choice gives the unrolled loop's outputs and gradients; with dropout on, the same masks
     (each layer keeps its own dropout stream under the scan)."""
     ref_out, ref_g = _loss_and_grads(False, "none", train)
-    for scan, remat in ((True, "none"), (True, "minimal"), (True, "dots_saveable"), (True, "full"),
+    for scan, remat in ((True, "none"), (True, "minimal"), (True, "lean"), (True, "dots_saveable"), (True, "full"),
                         (False, "minimal")):
         out, g = _loss_and_grads(scan, remat, train)
         for a, b in ((out.last_hidden_state, ref_out.last_hidden_state), (out.mlm_logits, ref_out.mlm_logits)):
@@ -220,7 +220,7 @@ def test_scanned_model_keeps_per_layer_names_and_the_converter_round_trip():
 
 def test_set_execution_and_bad_remat():
     m = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
-    assert m.encoder.scan_layers and m.encoder.remat == "none"
+    assert m.encoder.scan_layers and m.encoder.remat == "minimal"
     sj.model.set_execution(m, scan_layers=False, remat="minimal")
     assert (m.encoder.scan_layers, m.encoder.remat, m.config.remat) == (False, "minimal", "minimal")
     with pytest.raises(ValueError, match="remat 'some' not supported"):

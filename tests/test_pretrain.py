@@ -78,6 +78,19 @@ def test_gradient_accumulation_equals_large_batch(tmp_path):
     np.testing.assert_allclose([acc[k] for k in ref], [ref[k] for k in ref], rtol=2e-5)
 
 
+def test_a_phase_may_set_its_own_microbatches():
+    """A seq-512 phase needs more accumulation than a seq-128 one: a phase's num_microbatches overrides the config's,
+    and a count the global batch cannot split over the devices is refused naming the phase."""
+    c = smoke_config(num_microbatches=2)
+    phases = pretrain._phases(c)
+    assert [pretrain.microbatches(c, p) for p in phases] == [2, 2]
+    phases[1]["num_microbatches"] = 4
+    assert [pretrain.microbatches(c, p) for p in phases] == [2, 4]
+    pretrain.check_batch_division(c, phases[1], 4)  # 16 rows = 4 devices x 4 microbatches x 1
+    with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x 4\)"):
+        pretrain.check_batch_division(c, phases[1], 8)
+
+
 def test_kill_and_resume_equals_uninterrupted(reference_run, tmp_path):
     ref = losses(reference_run[0])
     wd = tmp_path / "resume"
@@ -193,9 +206,13 @@ def test_bench_train_tiny_prints_tables(capsys):
     spec.loader.exec_module(mod)
     assert mod.main(["--tiny", "--batch", "8", "--steps", "1", "--seq-lens", "32"]) == 0
     out = capsys.readouterr().out
-    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "seq/s" not in line]
-    assert rows == ["squeezebert-uncased", "bert-base-uncased"] + ["stories"] * 4 + ["long documents"] * 4
+    rows = [line.split("|")[1].strip() for line in out.splitlines()
+            if line.startswith("| ") and "seq/s" not in line and "steps/s" not in line]
+    assert rows == (["squeezebert-uncased", "bert-base-uncased"] + ["stories"] * 4 + ["long documents"] * 4
+                    + ["synthetic", "inline", "prefetched"])
     assert "SqueezeBERT / BERT-base sequences/s = " in out and "sequences/s per core" in out
+    assert "host: " in out and "cores" in out  # the CPU beside the timings
+    assert "device fed: prefetched / synthetic steps/s = " in out
 
 
 @pytest.mark.slow

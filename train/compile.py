@@ -3,20 +3,25 @@
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4
     python train/compile.py --config train/configs/pretrain.py:bert-base --topology v5e:2x4 --max-batch
     python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x8 --config.num_microbatches=4
+    python train/compile.py --config train/configs/pretrain.py:paper --topology v4:2x2x1 --fit
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5p:2x2x2 --num_slices 2
 
 The same config files and --config.x=... overrides as train/pretrain.py; for every phase it compiles the exact step
 pretrain.py runs (pretrain.build_phase_step) over the topology's compile-only devices and prints one table: per-chip
 batch, microbatches, memory (arguments, temporaries, code, peak) against the chip's HBM, fits or not, XLA's FLOPs
-per step vs the analytic count, bytes accessed, the roofline lower bound on the step time (max(FLOPs / peak,
-bytes / HBM bandwidth)) and the phase's hours at that bound and at 50% / 35% MFU. --max-batch finds the largest
-per-chip batch that fits and the fewest microbatches for the config's global batch. Exit 1 when a phase does not
-fit. TPU targets need the `tpu` extra (libtpu), GPU targets the `gpu-aot` extra (no CUDA libraries or GPU needed).
+per step vs the analytic count, XLA's bytes accessed, the roofline (max(FLOPs / peak, bytes / HBM bandwidth): the
+FLOP term is a strict lower bound, the byte term XLA's cost-model estimate) and the phase's hours at the FLOP bound,
+at the roofline and at 50% / 35% MFU. --max-batch finds the largest per-chip batch that fits and the fewest
+microbatches for the config's global batch; --fit multiplies a phase's microbatches until its step fits and reports
+that step. Exit 1 when a phase does not fit. TPU targets need the `tpu` extra (libtpu), GPU targets the `gpu-aot`
+extra (no CUDA libraries or GPU needed). Library logs and libtpu's start-up chatter go to
+$TMPDIR/squeezebert_compile.log.
 Topologies: v4:AxBxC, v5e:AxB, v5p:AxBxC, v6e:AxB (libtpu's names), h100:1xN, a100:1xN.
 """
 
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -30,8 +35,11 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config
 _TOPOLOGY = flags.DEFINE_string("topology", None, "CHIP:AxB[xC], e.g. v5e:2x4, v4:2x2x1, h100:1x8")
 _SLICES = flags.DEFINE_integer("num_slices", 1, "TPU slices (data parallel over DCN: a hybrid mesh)")
 _MAX_BATCH = flags.DEFINE_bool("max-batch", False, "search the largest per-chip batch that fits (each phase)")
+_FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled again with 2x, 4x, ... microbatches "
+                          "until it does; the table shows the fewest that fit")
 _JSON = flags.DEFINE_string("json", None, "also write the rows as JSON lines to this file")
 flags.mark_flags_as_required(["config", "topology"])
+_LOG_PATH = os.path.join(tempfile.gettempdir(), "squeezebert_compile.log")
 
 
 def _vocab_size(config) -> int | None:
@@ -48,6 +56,46 @@ def _vocab_size(config) -> int | None:
     return tok.vocab_size if tok else None
 
 
+def _compile_phase(config, phase, target, model, bad: list[str]):
+    """(report, microbatches) of ``phase``; with --fit, the fewest microbatches (powers of two times the config's)
+    that fit. (None or a report that does not fit, k) when it does not fit, with the reason appended to ``bad``."""
+    from squeezebert_jax import aot, pretrain
+
+    n = len(target.devices)
+
+    def attempt(k):
+        try:
+            with aot.quiet_native_stderr(_LOG_PATH):  # XLA's own warnings (e.g. the GPU rematerializer's)
+                r = aot.compile_or_oom(config, phase | {"num_microbatches": k}, target, model)
+            return r, r.peak_gib, None if r.fits else f"peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM"
+        except aot.DoesNotFit as e:
+            why = (f"XLA needs {e.required_gib:.2f} GiB" if e.required_gib else "XLA needs more than it has") + \
+                f", a {target.chip.name} has {target.chip.hbm_gib:.2f} GiB (XLA: {str(e)[:200]})"
+            return None, e.required_gib, why
+
+    k, failed = pretrain.microbatches(config, phase), 0
+    while True:
+        per_micro = config.global_batch_size // n // k
+        r, need, why = attempt(k)
+        if why is None:
+            break
+        if not _FIT.value or per_micro % 2:
+            bad.append(f"{phase['name']} (seq {phase['seq_len']}, global batch {config.global_batch_size}, "
+                       f"{per_micro} per chip per microbatch, {k} microbatches): {why}")
+            return r, k
+        # activations shrink ~ 1/k: jump to the power of two that would fit, at least 2x (each compile is minutes)
+        jump = 2 ** max(1, math.ceil(math.log2(need / target.chip.hbm_gib))) if need else 2
+        while jump > 2 and per_micro % jump:
+            jump //= 2
+        failed, k = k, k * jump
+    while k // 2 > failed:  # the jump may have overshot: halve while the step still fits
+        r2, _, why = attempt(k // 2)
+        if why is not None:
+            break
+        r, k = r2, k // 2
+    return r, k
+
+
 def main(argv) -> int:
     del argv
     import jax
@@ -56,7 +104,7 @@ def main(argv) -> int:
     from squeezebert_jax.bench import format_table
 
     config = _CONFIG.value
-    log_path = os.path.join(tempfile.gettempdir(), "squeezebert_compile.log")
+    log_path = _LOG_PATH
     logging.basicConfig(filename=log_path, level=logging.INFO)
     try:
         target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
@@ -73,32 +121,32 @@ def main(argv) -> int:
           f"fsdp={config.fsdp}; host: {trainer.cpu_model()}", flush=True)
     rows, bad = [], []
     for phase in pretrain._phases(config):
-        try:
-            r = aot.compile_or_oom(config, phase, target, model)
-        except aot.DoesNotFit as e:
-            need = f"{e.required_gib:.2f} GiB" if e.required_gib else "more than it has"
-            bad.append(f"{phase['name']} (seq {phase['seq_len']}, global batch {config.global_batch_size}, "
-                       f"{config.global_batch_size // n // config.num_microbatches} per chip per microbatch): "
-                       f"XLA needs {need} of temporaries, a {target.chip.name} has {target.chip.hbm_gib:.2f} GiB")
+        r, k = _compile_phase(config, phase, target, model, bad)
+        if r is None:
             continue
         rows.append(r)
-        if not r.fits:
-            bad.append(f"{phase['name']}: peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM")
-        print(f"compiled {phase['name']} in {r.compile_s:.0f} s", flush=True)
+        note = ""
+        if k != pretrain.microbatches(config, phase):
+            note = f" (fits with num_microbatches={k}: set it in the phase, or --config.num_microbatches={k})"
+        print(f"compiled {phase['name']} in {r.compile_s:.0f} s{note}", flush=True)
     if rows:
         print(format_table(aot.REPORT_HEADERS, [aot.report_row(r) for r in rows],
                            title=f"pretraining step on {target.topology} ({n} chips)"))
-        total = [sum(r.num_steps * r.roofline_s for r in rows) / 3600] + [sum(r.hours_at_mfu(m) for r in rows)
-                                                                          for m in (0.5, 0.35)]
-        print(f"whole recipe ({len(rows)} phases compiled): {total[0]:.1f} h at the roofline bound, {total[1]:.1f} h "
-              f"at 50% MFU, {total[2]:.1f} h at 35% MFU on {n} chips")
+        hours = [sum(r.num_steps * t(r) for r in rows) / 3600 for t in (lambda r: r.flop_bound_s,
+                                                                      lambda r: r.roofline_s)]
+        hours += [sum(r.hours_at_mfu(m) for r in rows) for m in (0.5, 0.35)]
+        print(f"whole recipe ({len(rows)} phases compiled) on {n} chips: {hours[0]:.1f} h at the FLOP bound (100% "
+              f"MFU), {hours[1]:.1f} h at the roofline with XLA's bytes, {hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h "
+              f"at 35% MFU")
     if _MAX_BATCH.value:
         for phase in pretrain._phases(config):
             b, tried = aot.max_per_chip_batch(config, phase, target, model)
             k = aot.fewest_microbatches(config.global_batch_size, n, b)
+            need = (f"; global batch {config.global_batch_size} needs >= {k} microbatches" if k else
+                    f"; global batch {config.global_batch_size} cannot be split to fit")
             print(f"{phase['name']} (seq {phase['seq_len']}): largest per-chip batch that fits ~ {b} (compiled: "
-                  + ", ".join(f"{bb} -> {'no' if p is None else f'{p:.2f} GiB'}" for bb, p in tried)
-                  + f"); global batch {config.global_batch_size} needs >= {k} microbatches" if k else ")")
+                  + ", ".join(f"{bb} -> {'no' if p is None else f'{p:.2f} GiB'}" for bb, p in tried) + f"){need}",
+                  flush=True)
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             for r in rows:
@@ -108,7 +156,7 @@ def main(argv) -> int:
     for line in bad:
         print(f"does not fit: {line}", file=sys.stderr)
     if bad:
-        print("try --config.num_microbatches=K, --config.fsdp=True, --config.model.remat=minimal|full, or "
+        print("try --fit (more microbatches), --config.fsdp=True, --config.model.remat=lean|full, or "
               "--max-batch", file=sys.stderr)
     return 1 if bad else 0
 
