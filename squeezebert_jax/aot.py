@@ -67,7 +67,6 @@ def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
 
 def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) -> Target:
     """Compile-only devices for ``topology`` (all slices). Raises ``TopologyError`` with what to install/fix."""
-    import jax
     from jax.experimental import topologies
 
     key, dims = parse_topology(topology)
@@ -104,7 +103,8 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
         if num_slices != 1:
             raise TopologyError("--num_slices applies to TPU topologies only")
         n = math.prod(dims)
-        cfg = open(os.path.join(os.path.dirname(__file__), "gpu_targets", GPU_TARGETS[key])).read()
+        with open(os.path.join(os.path.dirname(__file__), "gpu_targets", GPU_TARGETS[key])) as f:
+            cfg = f.read()
         with quiet_native_stderr(log_path):
             try:
                 desc = topologies.get_topology_desc(key, "cuda", target_config=cfg, topology=f"1x1x{n}")
@@ -112,7 +112,6 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
                 raise TopologyError(f"compiling for {topology} needs the CUDA PJRT plugin (pip install -e "
                                     f"'.[gpu-aot]'; no CUDA libraries or GPU needed): {str(e)[:200]}") from e
     devices = tuple(desc.devices)
-    del jax
     return Target(trainer.CHIPS[key], key, topology, devices, num_slices)
 
 

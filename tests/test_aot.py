@@ -83,8 +83,8 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch():
             assert r[k] > 0, (k, r)
         assert abs(r["xla_flops"] / r["analytic_flops"] - 1) <= 0.15, r  # XLA's HLO FLOPs vs the analytic count
         assert r["per chip"] == "8" and r["micro"] == "1"
-    # an oversized batch: one line per phase with what XLA asked for, exit 1 (in this test, not a parallel one:
-    # two libtpu compiles at once in separate processes have crashed it)
+    # an oversized batch: one line per phase with what XLA asked for, exit 1 (in this test, so that the suite's TPU
+    # compiles run one after the other, not on both xdist workers at once)
     rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.global_batch_size=1048576")
     assert rc == 1, (out, err[-2000:])
     assert "does not fit" in err and "XLA needs" in err and "GiB" in err and "Traceback" not in err
