@@ -168,3 +168,28 @@ def test_required_gib_reads_xla_oom_messages():
         pytest.approx(17.52)
     assert aot.required_gib("RESOURCE_EXHAUSTED: Used 900.5M of 512M") == pytest.approx(900.5 / 1024)
     assert aot.required_gib("RESOURCE_EXHAUSTED: out of memory") is None
+
+
+@pytest.mark.parametrize("refuses", [True, False])
+def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
+    """--max-batch: compiles simulated with peak = 1 + 0.04 x batch GiB on a 15.75 GiB chip (the largest multiple of
+    8 that fits: 368), XLA refusing what does not fit (TPU) or compiling it with a peak over HBM (GPU)."""
+    import ml_collections
+
+    chip = trainer.CHIPS["v5e"]
+    target = aot.Target(chip, "v5e", "v5e:2x2", tuple(range(4)), 1)
+
+    def fake_compile(config, phase, target, model, costs):
+        b = config.global_batch_size // 4
+        assert phase["num_microbatches"] == 1 and not costs
+        peak = 1 + 0.04 * b
+        if refuses and peak > chip.hbm_gib:
+            raise aot.DoesNotFit("RESOURCE_EXHAUSTED", peak)
+        return aot.PhaseReport("p", 128, b * 4, b, 1, 1, 0, 0, peak - 1, 0, peak, chip.hbm_gib, None, 1.0, None,
+                               1.0, 10, chip, 4)
+
+    monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
+    config = ml_collections.ConfigDict({"global_batch_size": 8192, "num_microbatches": 4})
+    b, tried = aot.max_per_chip_batch(config, {"name": "p", "num_microbatches": 4}, target)
+    assert b == 368 and len(tried) <= 6, tried
+    assert aot.fewest_microbatches(8192, 4, b) == 8  # 2048 per chip -> 8 x 256
