@@ -5,6 +5,9 @@
     python convert/from_pytorch.py --src squeezebert-mnli --out models/squeezebert-mnli \
         --label-names contradiction,entailment,neutral
 
+--out must be a new or empty directory (--overwrite: replace the files written into an existing one) and never
+--src itself or a directory inside it.
+
 HF_DIR holds config.json and model.safetensors or pytorch_model.bin (read with weights_only=True), and
 usually vocab.txt (copied along). Heads present in the source come across; a head the source lacks is
 reported (and randomly initialised) — never silently. --label-names names a classifier's outputs (its
@@ -12,26 +15,32 @@ id2label) where the checkpoint's config does not; GLUE evaluation and fine-tunin
 task's label order (MNLI: entailment, neutral, contradiction, as TFDS).
 """
 
-import argparse
-import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from squeezebert_jax import count_params, import_torch  # noqa: E402
-from squeezebert_jax.convert import head_name  # noqa: E402
+from squeezebert_jax import cli, count_params, import_torch  # noqa: E402
+from squeezebert_jax.convert import check_head, head_name  # noqa: E402
+from squeezebert_jax.io import check_output_dir  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--src", required=True, help="transformers checkpoint directory")
-    p.add_argument("--out", required=True, help="MODEL_DIR to write")
+    p.add_argument("--out", required=True, help="MODEL_DIR to write (new or empty, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out, replacing config.json, params.safetensors and tokenizer files")
     p.add_argument("--head", default=None, help="our head class (default: what the checkpoint holds)")
     p.add_argument("--label-names", default=None,
                    help="comma-separated names of the classifier's outputs 0..n-1, e.g. contradiction,entailment,neutral")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    cli.setup_logging(None)
+    # Refuse before reading any weights: a misspelt head, an --out that would overwrite something.
+    check_head(args.head, "--head")
+    if not os.path.isdir(args.src):
+        raise FileNotFoundError(f"--src {args.src}: no such directory (expected a transformers checkpoint directory)")
+    check_output_dir(args.out, args.src, args.overwrite)
     names = [n.strip() for n in args.label_names.split(",")] if args.label_names else None
     model = import_torch(args.src, args.out, head=args.head, label_names=names)
     print(f"wrote {args.out}: {head_name(model)}, {count_params(model):,} parameters"
@@ -40,4 +49,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

@@ -5,29 +5,37 @@
 Writes config.json (with `architectures`) and model.safetensors that `transformers.AutoModel.from_pretrained`
 and the matching SqueezeBertFor... class load with no missing or unexpected keys (a pretraining model keeps
 its SOP head as `cls.seq_relationship.*`, as the released squeezebert-uncased does). --model_type bert
-writes BERT keys (only for models whose group counts are all 1).
+writes BERT keys (only for models whose group counts are all 1). HF_DIR must be a new or empty directory
+(--overwrite: replace the files written into an existing one), and never MODEL_DIR itself or a directory inside it.
 """
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from squeezebert_jax import export_torch, load_pretrained  # noqa: E402
+from squeezebert_jax import cli, export_torch, load_pretrained  # noqa: E402
+from squeezebert_jax.io import check_output_dir  # noqa: E402
 from squeezebert_jax.convert import torch_architecture  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--src", required=True, help="MODEL_DIR")
-    p.add_argument("--out", required=True, help="transformers checkpoint directory to write")
+    p.add_argument("--out", required=True, help="transformers checkpoint directory to write (new or empty, unless "
+                   "--overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out, replacing config.json, model.safetensors and tokenizer files")
     p.add_argument("--model_type", default="squeezebert", choices=["squeezebert", "bert"])
     args = p.parse_args(argv)
+    cli.setup_logging(None)
+    if not os.path.isdir(args.src):
+        raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
+    check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
     model = load_pretrained(args.src)
     export_torch(model, args.out, style=args.model_type, tokenizer_dir=args.src)
     print(f"wrote {args.out}: {torch_architecture(model, args.model_type)} (model_type {args.model_type})")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

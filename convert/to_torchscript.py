@@ -7,28 +7,49 @@ group counts are 1; a ForPreTraining model exports its MLM logits through the ..
 it on (input_ids, attention_mask, token_type_ids), freezes it, applies optimize_for_mobile when PyTorch has
 XNNPACK, saves it with _save_for_lite_interpreter, then reloads it with the lite interpreter and checks its
 outputs against the Flax model on padded inputs (max |diff| <= --tol). Exit status 1 when the check fails.
+The arguments are checked before any work: --seq-len, --batch, --num-choices >= 1, --out a file path (not a
+directory) that does not exist yet unless --overwrite.
 """
 
 import argparse
+import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from squeezebert_jax import load_pretrained  # noqa: E402
+from squeezebert_jax import cli, load_pretrained  # noqa: E402
+from squeezebert_jax.io import check_output_file  # noqa: E402
 from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite  # noqa: E402
 
 
+def nonnegative_float(s: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"{v} must be a finite number >= 0")
+    return v
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--src", required=True, help="MODEL_DIR (or a transformers checkpoint directory)")
     p.add_argument("--out", required=True, help=".ptl file to write")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--num-choices", type=int, default=2, help="choices per example (multiple-choice heads only)")
-    p.add_argument("--tol", type=float, default=DEFAULT_TOL, help="max |lite - Flax| allowed")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--seq-len", type=cli.positive_int, default=128)
+    p.add_argument("--batch", type=cli.positive_int, default=1)
+    p.add_argument("--num-choices", type=cli.positive_int, default=2,
+                   help="choices per example (multiple-choice heads only)")
+    p.add_argument("--tol", type=nonnegative_float, default=DEFAULT_TOL, help="max |lite - Flax| allowed")
     p.add_argument("--no-optimize", action="store_true", help="skip optimize_for_mobile even with XNNPACK")
     args = p.parse_args(argv)
+    cli.setup_logging(None)
+    if not os.path.isdir(args.src):
+        raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
+    check_output_file(args.out, args.overwrite)  # before the minute-long export
     model = load_pretrained(args.src)
     if type(model).__name__ == "SqueezeBertForPreTraining":
         print("note: ForPreTraining model: exporting the MLM logits (transformers' MaskedLM class); "
@@ -44,4 +65,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -4,10 +4,10 @@
     python eval/glue.py --model MODEL_DIR --task rte --data_dir GLUE_DIR --predict test --out submission/
     # all tasks: --model is a runs directory holding <task>/model (as train/glue_recipe.py writes)
     python eval/glue.py --model RUNS_DIR --task all --data_dir GLUE_DIR [--predict test --out submission/]
-Without --data_dir the TFDS glue/<task> datasets are read.
+Without --data_dir the TFDS glue/<task> datasets are read. MODEL_DIR must hold a fine-tuned sequence classifier
+(train/finetune.py writes one; convert/from_pytorch.py --head SqueezeBertForSequenceClassification converts one).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -18,21 +18,27 @@ if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
     sys.path.pop(0)
 sys.path.insert(0, os.path.dirname(_HERE))
 
-from squeezebert_jax import glue  # noqa: E402
+from squeezebert_jax import cli, glue  # noqa: E402
 from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test, table_results  # noqa: E402
 
 ALL = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--model", required=True, help="MODEL_DIR (one task) or RUNS_DIR with <task>/model (all)")
     p.add_argument("--task", required=True, help="a TFDS task name, or 'all'")
     p.add_argument("--data_dir", default=None, help="GLUE_DIR (glue_data/); default: TFDS")
     p.add_argument("--predict", choices=["test"], default=None, help="also write GLUE-server test files")
     p.add_argument("--out", default="glue_predictions", help="where --predict writes")
-    p.add_argument("--max_length", type=int, default=128)
+    p.add_argument("--max_length", type=cli.positive_int, default=128)
     args = p.parse_args(argv)
+    cli.setup_logging(None)
+    if args.task != "all":
+        try:
+            args.task = glue.get_task(args.task).name  # also takes GLUE directory names (SST-2)
+        except glue.UnknownTaskError as e:
+            raise glue.UnknownTaskError(f"--task: {e.args[0]}; or 'all'") from None
     tasks = ALL if args.task == "all" else (args.task,)
     per_task = {}
     for task in tasks:
@@ -60,4 +66,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

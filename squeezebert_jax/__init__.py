@@ -26,7 +26,13 @@ def _compile_only_plugins_on_a_cpu_host() -> bool:
     if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or glob.glob("/dev/nvidia*") or \
             _os.path.exists("/proc/driver/nvidia") or _os.path.exists("/dev/kfd"):
         return False
-    return any(importlib.util.find_spec(m) is not None for m in ("libtpu", "jax_plugins.xla_cuda12"))
+    def installed(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ImportError:  # a parent package is missing (no jax_plugins without a plugin installed)
+            return False
+
+    return installed("libtpu") or installed("jax_plugins.xla_cuda12")
 
 
 if "JAX_PLATFORMS" not in _os.environ and _compile_only_plugins_on_a_cpu_host():

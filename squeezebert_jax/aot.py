@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from squeezebert_jax import trainer
+from squeezebert_jax.errors import InputError
 
 GiB = 2 ** 30
 GPU_TARGETS = {"h100": "h100_sxm_80gb.txtpb", "a100": "a100_sxm_80gb.txtpb"}
@@ -26,7 +27,7 @@ GPU_TARGETS = {"h100": "h100_sxm_80gb.txtpb", "a100": "a100_sxm_80gb.txtpb"}
 _TPU_CHIPS = ("v4", "v5e", "v5p", "v6e")
 
 
-class TopologyError(ValueError):
+class TopologyError(InputError):
     """A --topology this host cannot describe (unknown chip, bad shape, the extra not installed)."""
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +139,29 @@ def _expected_torch_shape(flax_shape, kind, groups):
 # Detect what a torch state_dict holds
 # --------------------------------------------------------------------------------------------------
 
+def check_head(head, what: str = "head") -> str | None:
+    """``head`` (a class or class name of ``HEADS``, or None) as a name; an unknown one is an ``InputError`` that
+    lists the valid names (and the closest, for a typo). ``what`` names it for the user, e.g. "--head"."""
+    if head is None:
+        return None
+    if isinstance(head, type):
+        head = head.__name__
+    if not isinstance(head, str) or head not in HEADS:
+        import difflib
+
+        close = difflib.get_close_matches(str(head), list(HEADS), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"unknown {what} {head!r}{hint}; one of {', '.join(sorted(HEADS))}")
+    return head
+
+
 def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
     """"squeezebert" or "bert" from the key names."""
     if any(".attention.self.query." in k for k in state_dict):
         return "bert"
     if any("encoder.layers." in k for k in state_dict):
         return "squeezebert"
-    raise ValueError("state_dict has neither SqueezeBERT (encoder.layers.*) nor BERT (encoder.layer.*) keys")
+    raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*) nor BERT (encoder.layer.*) keys")
 
 
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
@@ -192,10 +209,11 @@ def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeB
     initialisation and are *reported* (logged, and listed in ``model.newly_initialized``). A missing encoder
     tensor is always an error.
     """
+    head = check_head(head)
     sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
     style = detect_style(sd)
     if style == "bert" and not config.is_bert:
-        raise ValueError(f"{source}: BERT-layout weights but the config has groups != 1")
+        raise InputError(f"{source}: BERT-layout weights but the config has groups != 1")
     saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, style, head)
@@ -226,17 +244,17 @@ def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeB
         x = sd[tkey]
         want = _expected_torch_shape(var.get_value().shape, kind, groups)
         if tuple(x.shape) != want:
-            raise ValueError(f"{source}: tensor {tkey} has shape {tuple(x.shape)}, but the config implies {want} "
+            raise InputError(f"{source}: tensor {tkey} has shape {tuple(x.shape)}, but the config implies {want} "
                              "(does config.json match the weights?)")
         var.set_value(np.ascontiguousarray(_to_flax(x, kind, groups)).astype(np.float32))
         used.add(tkey)
     unexpected = sorted(set(sd) - used)
     if unexpected:
-        raise ValueError(f"{source}: unexpected tensors not used by {head}: {', '.join(unexpected)}")
+        raise InputError(f"{source}: unexpected tensors not used by {head}: {', '.join(unexpected)}")
     if missing:
         encoder = [k for k in missing if not _is_head_key(k)]
         if encoder or not allow_new_heads:
-            raise ValueError(f"{source}: tensors missing for {head}: {', '.join(encoder or missing)}")
+            raise InputError(f"{source}: tensors missing for {head}: {', '.join(encoder or missing)}")
         log.warning("%s: %d tensors not in the checkpoint were randomly initialised: %s", source, len(missing),
                     ", ".join(missing))
     nnx.update(model, nnx.from_flat_state(params))
@@ -265,7 +283,7 @@ def _check_tied(sd: dict, word_key: str, source: str) -> None:
                                                                       "cls.predictions.bias")):
         if key in sd:
             if ref in sd and not np.array_equal(sd[key], sd[ref]):
-                raise ValueError(f"{source}: {key} differs from {ref}; untied MLM decoders are not supported")
+                raise InputError(f"{source}: {key} differs from {ref}; untied MLM decoders are not supported")
             del sd[key]
 
 
@@ -289,7 +307,7 @@ def to_torch_state_dict(model: nnx.Module, style: str = "squeezebert") -> dict[s
     """transformers state_dict (numpy float32) of ``model`` in SqueezeBERT or (if all groups are 1) BERT keys."""
     config, head = model.config, head_name(model)
     if style == "bert" and not config.is_bert:
-        raise ValueError("only a model with every group count = 1 can be written as BERT")
+        raise InputError("only a model with every group count = 1 can be written as BERT")
     flat = {"/".join(str(p) for p in path): np.asarray(v.get_value())
             for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
     out = {}
@@ -334,7 +352,7 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
                     out[k] = f.get_tensor(k)
         except Exception as e:  # bfloat16 has no numpy dtype: fall back to torch
             if "bf16" not in str(e).lower() and "bfloat16" not in str(e).lower():
-                raise ValueError(f"{path}: cannot read safetensors file ({e})") from e
+                raise InputError(f"{path}: cannot read safetensors file ({e})") from e
             from safetensors.torch import load_file
 
             out = {k: v.float().numpy() for k, v in load_file(path).items()}
@@ -344,7 +362,7 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ValueError(f"{path}: not a weights-only PyTorch checkpoint ({e})") from e
+        raise InputError(f"{path}: not a weights-only PyTorch checkpoint ({e})") from e
     if not isinstance(sd, dict):
-        raise ValueError(f"{path}: expected a state_dict, got {type(sd).__name__}")
+        raise InputError(f"{path}: expected a state_dict, got {type(sd).__name__}")
     return {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in sd.items()}

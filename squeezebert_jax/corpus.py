@@ -17,6 +17,7 @@ import os
 import re
 
 import numpy as np
+from squeezebert_jax.errors import InputError
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _NAMES = {"she": ["anna", "maria", "lena", "sofia", "clara", "emma", "nora", "julia", "rosa", "ida"],
@@ -66,7 +67,7 @@ def generate_documents(num_docs: int, seed: int = 0) -> list[list[str]]:
     """``num_docs`` stories (lists of 2-8 sentences, lowercase, space-separated tokens), deterministic in
     ``seed``."""
     if num_docs < 0:
-        raise ValueError(f"num_docs must be >= 0, got {num_docs}")
+        raise InputError(f"num_docs must be >= 0, got {num_docs}")
     rng = np.random.default_rng(seed)
     return [_story(rng) for _ in range(num_docs)]
 

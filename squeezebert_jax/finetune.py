@@ -28,7 +28,9 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from squeezebert_jax import glue, optim, trainer
-from squeezebert_jax.io import load_pretrained, save_pretrained
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import _read_config, load_pretrained, save_pretrained
+from squeezebert_jax.model import SqueezeBertForSequenceClassification
 from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -62,8 +64,33 @@ def task_loss(logits, labels, weights, teacher=None, teacher_weight: float = 0.0
 # A classifier for a task
 # --------------------------------------------------------------------------------------------------
 
-class TaskMismatchError(ValueError):
+class TaskMismatchError(InputError):
     """A sequence classifier whose output count does not fit the GLUE task."""
+
+
+class NoClassifierError(InputError):
+    """A model without a sequence-classifier head (e.g. saved from pretraining) where a GLUE classifier is needed.
+    Not a TaskMismatchError: it fits no task, so ``eval/glue.py --task all`` stops instead of skipping every one."""
+
+
+def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "") -> Tokenizer:
+    """The tokenizer saved in ``model_dir``, refused when it has more ids than the model's ``vocab_size`` (read
+    from its config.json when not given): under jax.jit an id past the embedding table is no error, XLA clamps
+    the gather and the run goes on with wrong embeddings. ``role`` prefixes messages (e.g. ``"teacher "``)."""
+    if not os.path.isdir(model_dir):
+        raise FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR with config.json, weights and "
+                                f"tokenizer)")
+    tok = Tokenizer.from_dir(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
+    if vocab_size is None:
+        vocab_size = _read_config(model_dir)[0].vocab_size
+    if tok.vocab_size > vocab_size:
+        raise InputError(f"{role}{model_dir}: its tokenizer has {tok.vocab_size} ids but the model's vocab_size is "
+                         f"{vocab_size} (ids >= {vocab_size} would silently read the wrong embedding): put the "
+                         f"tokenizer the model was trained with in {model_dir}, or use a model with vocab_size >= "
+                         f"{tok.vocab_size}")
+    return tok
 
 
 def align_to_task(model, task: str, source: str):
@@ -74,6 +101,11 @@ def align_to_task(model, task: str, source: str):
     once, here, so predictions, metrics, server files and teacher targets all use the task's order.
     """
     spec = glue.get_task(task)
+    if not isinstance(model, SqueezeBertForSequenceClassification):
+        raise NoClassifierError(
+            f"{source}: the model ({type(model).__name__}) has no sequence-classifier head, so it cannot be used for "
+            f"{task}: fine-tune it on {task} first (train/finetune.py with --config.init_from set to it), or convert "
+            f"a PyTorch classifier with convert/from_pytorch.py --head SqueezeBertForSequenceClassification")
     n = getattr(model, "num_labels", None)
     if n != spec.num_labels:
         raise TaskMismatchError(f"{source}: a classifier with {n} outputs cannot be used for {task} "
@@ -126,9 +158,7 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     The cache key covers the teacher (its directory and the size and mtime of its weights and config), the task,
     split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
     never served stale targets."""
-    tok = Tokenizer.from_dir(teacher_dir)
-    if tok is None:
-        raise FileNotFoundError(f"{teacher_dir}: the teacher has no tokenizer file")
+    tok = model_tokenizer(teacher_dir, role="teacher ")
     arrays = glue.encode_examples(examples, tok, max_length, task=task)
     key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task}|{split}|{max_length}".encode())
     for name in sorted(os.listdir(teacher_dir)):
@@ -159,15 +189,22 @@ def _better(score: float, best: float) -> bool:
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict."""
-    os.makedirs(workdir, exist_ok=True)
+    """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict.
+
+    A pretraining (or bare encoder) MODEL_DIR gets a new classifier head; a classifier for another label count
+    keeps its encoder and gets a new head too. Nothing is written to ``workdir`` before the inputs are checked."""
     spec = glue.get_task(config.task)
     regression, num_labels = spec.is_regression, spec.num_labels
 
     # -- Data --------------------------------------------------------------------------------------
-    tok = Tokenizer.from_dir(config.init_from)
-    if tok is None:
-        raise FileNotFoundError(f"{config.init_from}: no tokenizer file (vocab.txt or SentencePiece model)")
+    tok = model_tokenizer(config.init_from)
+    model_cfg = _read_config(config.init_from)[0]
+    if config.max_seq_length > model_cfg.max_position_embeddings:
+        raise InputError(f"max_seq_length {config.max_seq_length} is more than the max_position_embeddings "
+                         f"{model_cfg.max_position_embeddings} of {config.init_from}: set max_seq_length <= "
+                         f"{model_cfg.max_position_embeddings}")
+    if config.distill.teacher:
+        model_tokenizer(config.distill.teacher, role="teacher ")
     load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
                                             skip_malformed=config.skip_malformed)
     train_ex = load("train")
@@ -211,6 +248,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         return optax.apply_updates(params, updates), opt_state, loss
 
     # -- Loop: train an epoch, evaluate, keep the best ----------------------------------------------
+    os.makedirs(workdir, exist_ok=True)
     writer = trainer.MetricsWriter(workdir)
     rng = jax.random.key(config.seed)
     history, best, step = [], None, 0
@@ -259,9 +297,8 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
              max_length: int = 128) -> dict[str, dict[str, float]]:
     """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
     spec = glue.get_task(task)
-    model, tok = align_to_task(load_pretrained(model_dir), task, model_dir), Tokenizer.from_dir(model_dir)
-    if tok is None:
-        raise FileNotFoundError(f"{model_dir}: no tokenizer file")
+    model = align_to_task(load_pretrained(model_dir), task, model_dir)
+    tok = model_tokenizer(model_dir, model.config.vocab_size)
     max_length = min(max_length, model.config.max_position_embeddings)
     out = {}
     for s in ([split] if split else spec.eval_splits):
@@ -274,9 +311,8 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
 def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, max_length: int = 128) -> list[str]:
     """GLUE-server files for the task's test splits (AX: pass task="ax" with the MNLI model)."""
     spec = glue.get_task(task)
-    model, tok = align_to_task(load_pretrained(model_dir), task, model_dir), Tokenizer.from_dir(model_dir)
-    if tok is None:
-        raise FileNotFoundError(f"{model_dir}: no tokenizer file")
+    model = align_to_task(load_pretrained(model_dir), task, model_dir)
+    tok = model_tokenizer(model_dir, model.config.vocab_size)
     max_length = min(max_length, model.config.max_position_embeddings)
     paths = []
     for s in spec.test_splits:

@@ -26,6 +26,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from squeezebert_jax.errors import InputError, MissingExtraError
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +143,13 @@ def get_task(task: str) -> TaskSpec:
     for spec in TASKS.values():
         if spec.glue_dir.lower() == task.lower():
             return spec
-    raise KeyError(f"unknown GLUE task {task!r}; known: {sorted(TASKS)}")
+    raise UnknownTaskError(f"unknown GLUE task {task!r}; known: {', '.join(sorted(TASKS))}")
 
 
 def _split(spec: TaskSpec, split: str) -> str:
     split = SPLIT_ALIASES.get(split, split)
     if split not in spec.layouts:
-        raise ValueError(f"task {spec.name!r} has no split {split!r}; it has {list(spec.layouts)}")
+        raise InputError(f"task {spec.name!r} has no split {split!r}; it has {list(spec.layouts)}")
     return split
 
 
@@ -164,7 +165,11 @@ class GlueExample:
     label: int | float | None   # None on test splits
 
 
-class GlueFormatError(ValueError):
+class UnknownTaskError(InputError, KeyError):
+    """A task name that is not a GLUE task (a KeyError too, for callers that look tasks up)."""
+
+
+class GlueFormatError(InputError):
     """A row of a GLUE file that does not fit its task's layout."""
 
 
@@ -173,10 +178,10 @@ def parse_label(spec: TaskSpec, raw: str) -> int | float:
     if spec.labels is None:
         value = float(raw)   # ValueError for unparsable scores
         if not (math.isfinite(value) and 0.0 <= value <= 5.0):
-            raise ValueError(f"score {raw!r} outside [0, 5]")
+            raise InputError(f"score {raw!r} outside [0, 5]")
         return value
     if raw not in spec.labels:
-        raise ValueError(f"unknown label {raw!r} (expected one of {list(spec.labels)})")
+        raise InputError(f"unknown label {raw!r} (expected one of {list(spec.labels)})")
     return spec.labels.index(raw)
 
 
@@ -188,10 +193,13 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     end at ``\\n`` only. Every data row must have exactly the header's column count (4 for the
     header-less CoLA train/dev files), a known label or a parsable score, and an integer index where the
     file has one; otherwise ``GlueFormatError`` names ``path:line``, or with ``skip_malformed`` the row is
-    dropped and counted. Empty lines carry nothing and are ignored.
+    dropped and counted. Empty lines carry nothing and are ignored. The header row must name the columns read
+    (index, texts, label) as GLUE's file does (other columns may differ), so that a file without one is refused
+    rather than losing its first example to it.
     """
     spec = get_task(task)
-    lay = spec.layouts[_split(spec, split)]
+    split = _split(spec, split)
+    lay = spec.layouts[split]
     examples: list[GlueExample] = []
     skipped, ncols, row_no = 0, lay.ncols, 0
     with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 is named like any other bad row
@@ -215,10 +223,11 @@ def read_glue_tsv(path: str, task: str, split: str, *,
                 if ncols <= max(c for c in (lay.text_a, lay.text_b or 0, lay.label or 0, lay.index or 0)):
                     raise GlueFormatError(f"{path}:{lineno}: header has {ncols} columns, too few for {spec.name} "
                                           f"{split}: {cols!r}")
+                _check_header(path, lineno, spec, split, cols)
                 continue
             try:
                 if len(cols) != ncols:
-                    raise ValueError(f"{len(cols)} columns, expected {ncols}")
+                    raise InputError(f"{len(cols)} columns, expected {ncols}")
                 idx = row_no if lay.index is None else _int(cols[lay.index], "index")
                 label = None if lay.label is None else parse_label(spec, cols[lay.label])
                 examples.append(GlueExample(idx, cols[lay.text_a], None if lay.text_b is None else cols[lay.text_b],
@@ -233,6 +242,28 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     if ncols is None and lay.header:
         raise GlueFormatError(f"{path}: empty file (no header)")
     return examples, skipped
+
+
+def _check_header(path: str, lineno: int, spec: TaskSpec, split: str, cols: list[str]) -> None:
+    """The header row must name the columns the reader takes (index, texts, label) as GLUE's file does; other
+    columns are not looked at. A file without its header row would otherwise lose its first example to it."""
+    head = _header(spec, split)
+    if head is None:
+        return
+    lay = spec.layouts[split]
+    used = [c for c in (lay.index, lay.text_a, lay.text_b, lay.label) if c is not None]  # MNLI's label -1: last
+    want, found = [head[c] for c in used], [cols[c].strip() for c in used]
+    if [f.lower() for f in found] != [w.lower() for w in want]:
+        found = [f if len(f) <= 30 else f[:27] + "..." for f in found]
+        raise GlueFormatError(f"{path}:{lineno}: not a {spec.name} {split} header row: expected columns "
+                              f"{', '.join(map(repr, want))}, found {', '.join(map(repr, found))} -- is the header "
+                              f"row missing? GLUE's {lay.filename} starts with one: {'<TAB>'.join(head)}")
+
+
+def _header(spec: TaskSpec, split: str) -> tuple[str, ...] | None:
+    """The header GLUE's file for ``split`` has (None: header-less, CoLA train/dev)."""
+    kind = "test" if split.startswith("test") else "train"
+    return _HEADERS[spec.name].get(split, _HEADERS[spec.name].get(kind))
 
 
 def label_permutation(id2label: Mapping[int, str] | None, task: str) -> np.ndarray | None:
@@ -257,7 +288,7 @@ def _int(s: str, what: str) -> int:
     try:
         return int(s)
     except ValueError:
-        raise ValueError(f"{what} {s!r} is not an integer") from None
+        raise InputError(f"{what} {s!r} is not an integer") from None
 
 
 def glue_tsv_path(task: str, data_dir: str, split: str) -> str:
@@ -275,6 +306,12 @@ def load_glue_dir(task: str, data_dir: str, split: str, *, skip_malformed: bool 
     """Loader (a): the directory written by the GLUE download script; logs how many rows were skipped."""
     path = glue_tsv_path(task, data_dir, split)
     examples, skipped = read_glue_tsv(path, task, split, skip_malformed=skip_malformed)
+    if not examples:
+        spec = get_task(task)
+        what = f"all {skipped} rows are malformed and were skipped" if skipped else \
+            "only a header row" if spec.layouts[_split(spec, split)].header else "no rows"
+        raise GlueFormatError(f"{path}: no examples for {spec.name} {_split(spec, split)} ({what}); "
+                              f"give it at least one row")
     if skipped:
         log.warning("%s: skipped %d malformed row(s), kept %d", path, skipped, len(examples))
     return examples
@@ -313,14 +350,13 @@ def write_glue_tsv(task: str, split: str, examples: Sequence[GlueExample], data_
     spec = get_task(task)
     split = _split(spec, split)
     lay = spec.layouts[split]
-    kind = "test" if split.startswith("test") else "train"
-    head = _HEADERS[spec.name].get(split, _HEADERS[spec.name].get(kind))
+    head = _header(spec, split)
     ncols = len(head) if head is not None else lay.ncols
     lines = [] if head is None else ["\t".join(head)]
     for n, e in enumerate(examples):
         texts = [e.text_a] + ([] if lay.text_b is None else [e.text_b])
         if any(t is None or "\t" in t or "\n" in t or "\r" in t for t in texts):
-            raise ValueError(f"example {n} (idx {e.idx}): {spec.name} needs {len(texts)} text(s) without tabs or "
+            raise InputError(f"example {n} (idx {e.idx}): {spec.name} needs {len(texts)} text(s) without tabs or "
                              f"line breaks, got {texts!r}")
         cols = ["-"] * ncols
         cols[lay.text_a] = e.text_a
@@ -330,7 +366,7 @@ def write_glue_tsv(task: str, split: str, examples: Sequence[GlueExample], data_
             cols[lay.index] = str(e.idx)
         if lay.label is not None:
             if e.label is None:
-                raise ValueError(f"example {n} (idx {e.idx}): {spec.name} {split} needs a label")
+                raise InputError(f"example {n} (idx {e.idx}): {spec.name} {split} needs a label")
             cols[lay.label] = (f"{float(e.label):.3f}" if spec.is_regression else spec.labels[int(e.label)])
             if spec.name == "mnli":
                 cols[-2] = cols[-1]  # label1 = gold_label
@@ -356,7 +392,7 @@ def load_tfds(task: str, split: str, *, data_dir: str | None = None, download: b
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
-        raise ImportError("loading GLUE from TFDS needs `pip install tensorflow-datasets tensorflow-cpu`; "
+        raise MissingExtraError("loading GLUE from TFDS needs `pip install tensorflow-datasets tensorflow-cpu`; "
                           "or pass data_dir= a glue_data directory") from e
     spec = get_task(task)
     split = _split(spec, split)
@@ -408,7 +444,7 @@ def encode_examples(examples: Sequence[GlueExample], tokenizer, max_length: int,
     """
     has_b = {e.text_b is not None for e in examples}
     if len(has_b) > 1:
-        raise ValueError("examples mix single sentences and sentence pairs")
+        raise InputError("examples mix single sentences and sentence pairs")
     if examples:
         pairs = [e.text_b for e in examples] if has_b == {True} else None
         enc = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_length)
@@ -497,7 +533,7 @@ def compute_metrics(task: str, predictions, labels) -> dict[str, float]:
     spec = get_task(task)
     p, y = _as_predictions(spec, predictions), np.asarray(labels)
     if p.shape[0] != y.shape[0]:
-        raise ValueError(f"{len(p)} predictions for {len(y)} labels")
+        raise InputError(f"{len(p)} predictions for {len(y)} labels")
     if spec.is_regression:
         r, rho = pearson(p, y), spearman(p, y)
         return {"pearson": r, "spearman": rho, "corr": (r + rho) / 2}
@@ -606,11 +642,11 @@ def write_predictions(task: str, idx, predictions, out_dir: str, split_name: str
     idx = np.asarray(idx).astype(np.int64).reshape(-1)
     p = _as_predictions(spec, predictions)
     if len(idx) != len(p):
-        raise ValueError(f"{len(idx)} indices for {len(p)} predictions")
+        raise InputError(f"{len(idx)} indices for {len(p)} predictions")
     if len(np.unique(idx)) != len(idx):
-        raise ValueError(f"{task}: duplicate indices in predictions")
+        raise InputError(f"{task}: duplicate indices in predictions")
     if not spec.is_regression and len(p) and (p.min() < 0 or p.max() >= spec.num_labels):
-        raise ValueError(f"{task}: class ids must lie in [0, {spec.num_labels})")
+        raise InputError(f"{task}: class ids must lie in [0, {spec.num_labels})")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, submission_name(task, split_name))
     order = np.argsort(idx, kind="stable")
@@ -637,7 +673,7 @@ def task_from_filename(path: str) -> str:
         if any(name.split(".")[0] == stem for name in spec.submission.values()):
             return spec.name
     names = sorted(n for s in TASKS.values() for n in s.submission.values())
-    raise ValueError(f"{path}: not a GLUE prediction file name (expected one of {names})")
+    raise InputError(f"{path}: not a GLUE prediction file name (expected one of {names})")
 
 
 def read_predictions(path: str, task: str | None = None, expected_rows: int | None = None) -> Predictions:
@@ -653,7 +689,7 @@ def read_predictions(path: str, task: str | None = None, expected_rows: int | No
             cols = line.rstrip("\n").split("\t")
             try:
                 if len(cols) != 2:
-                    raise ValueError(f"{len(cols)} fields, expected 2")
+                    raise InputError(f"{len(cols)} fields, expected 2")
                 idx.append(_int(cols[0], "index"))
                 values.append(parse_label(spec, cols[1]))
                 labels.append(cols[1])

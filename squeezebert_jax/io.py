@@ -21,6 +21,7 @@ from flax import nnx
 
 from squeezebert_jax import convert
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,58 @@ def _read_config(model_dir: str) -> tuple[SqueezeBertConfig, dict]:
         try:
             raw = json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
-    return SqueezeBertConfig.from_dict(raw, source=path), raw
+            raise InputError(f"{path}: not valid JSON ({e})") from e
+    config = SqueezeBertConfig.from_dict(raw, source=path)
+    arch = raw.get("architectures")
+    if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+        raise InputError(f"{path}: architectures is {json.dumps(arch)[:60]}; expected a list of class names, "
+                         'e.g. ["SqueezeBertForMaskedLM"]')
+    return config, raw
+
+
+def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = None, overwrite: bool = False,
+                     what: str = "--out") -> str:
+    """Refuse, before any work, an output directory that would lose something: ``src`` itself or a directory inside
+    it (always: a conversion never writes into its source), an existing file, or a directory that already holds
+    files (unless ``overwrite``: then the files written replace those of the same name). Returns ``out``."""
+    out = os.fspath(out)
+    if src is not None:
+        s, o = os.path.realpath(os.fspath(src)), os.path.realpath(out)
+        if o == s or o.startswith(s.rstrip(os.sep) + os.sep):
+            where = "is" if o == s else "is inside"
+            raise InputError(f"{what} {out} {where} the source directory {os.fspath(src)}; a conversion never writes "
+                             f"into its source: choose another {what} directory")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError(f"{what} {out} is an existing file, not a directory; choose a directory to write into")
+    if os.path.isdir(out) and not overwrite:
+        present = sorted(os.listdir(out))
+        if present:
+            listed = ", ".join(present[:5]) + (f", ... ({len(present)} entries)" if len(present) > 5 else "")
+            raise InputError(f"{what} {out} is not empty (it holds {listed}); pass --overwrite to replace the files "
+                             "written there, or choose a new directory")
+    _check_parent(out, what)
+    return out
+
+
+def _check_parent(out: str, what: str) -> None:
+    """The nearest existing ancestor of ``out`` is a directory (so that makedirs / writing can succeed)."""
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise InputError(f"{what} {out}: {parent} is a file, not a directory")
+
+
+def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str = "--out") -> str:
+    """Refuse, before any work, an output file path that is a directory, or an existing file unless ``overwrite``."""
+    out = os.fspath(out)
+    if os.path.isdir(out):
+        raise InputError(f"{what} {out} is a directory; give the path of the file to write, "
+                         f"e.g. {os.path.join(out, 'model.ptl')}")
+    if os.path.exists(out) and not overwrite:
+        raise InputError(f"{what} {out} already exists; pass --overwrite to replace it, or choose another path")
+    _check_parent(out, what)
+    return out
 
 
 def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None, *, num_labels: int | None = None,
@@ -112,11 +163,10 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     both are reported in the log and ``model.newly_initialized`` lists the new ones.
     """
     model_dir = os.fspath(model_dir)
+    head = convert.check_head(head)
     config, raw = _read_config(model_dir)
     if config_overrides:
         config = config.replace(**config_overrides)
-    if isinstance(head, type):
-        head = head.__name__
     native = os.path.isfile(os.path.join(model_dir, PARAMS_FILE))
     if native:
         from safetensors.numpy import load_file
@@ -125,10 +175,10 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         try:
             flat = load_file(path)
         except Exception as e:
-            raise ValueError(f"{path}: cannot read ({e})") from e
+            raise InputError(f"{path}: cannot read ({e})") from e
         saved = (raw.get("architectures") or ["SqueezeBertModel"])[0]
         if saved not in HEADS:
-            raise ValueError(f"{model_dir}/config.json: unknown architecture {saved!r}")
+            raise InputError(f"{model_dir}/config.json: unknown architecture {saved!r}")
         model = _from_flat(flat, config, saved, head or saved, num_labels, seed, path)
     else:
         sd = convert.read_torch_checkpoint(model_dir)
@@ -145,8 +195,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
 
 
 def _from_flat(flat: dict[str, np.ndarray], config, saved: str, head: str, num_labels, seed, source) -> nnx.Module:
-    if head not in HEADS:
-        raise ValueError(f"unknown head {head!r}; one of {sorted(HEADS)}")
+    convert.check_head(head)
     kwargs = {}
     if "Classification" in head:
         n = num_labels
@@ -169,13 +218,13 @@ def _from_flat(flat: dict[str, np.ndarray], config, saved: str, head: str, num_l
             missing.append(key)
             continue
         if tuple(src[key].shape) != tuple(var.get_value().shape):
-            raise ValueError(f"{source}: tensor {key} has shape {tuple(src[key].shape)}, the config implies "
+            raise InputError(f"{source}: tensor {key} has shape {tuple(src[key].shape)}, the config implies "
                              f"{tuple(var.get_value().shape)} (does config.json match the weights?)")
         var.set_value(jnp.asarray(src[key], jnp.float32))
         used.add(key)
     unused = sorted(set(src) - used)
     if head == saved and (missing or unused):
-        raise ValueError(f"{source}: weights do not match {head}: missing {missing}, unexpected {unused}")
+        raise InputError(f"{source}: weights do not match {head}: missing {missing}, unexpected {unused}")
     if missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
                     ", ".join(missing))
@@ -227,6 +276,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     (LABEL_0, LABEL_1, ...); GLUE evaluation then reorders them into the task's label order.
     """
     hf_dir = os.fspath(hf_dir)
+    head = convert.check_head(head)
     config, raw = _read_config(hf_dir)
     sd = convert.read_torch_checkpoint(hf_dir)
     model = convert.from_torch_state_dict(sd, config, head, architectures=raw.get("architectures"),
@@ -234,7 +284,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     if label_names:
         n = getattr(model, "num_labels", None)
         if n != len(label_names) or len(set(label_names)) != len(label_names):
-            raise ValueError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
+            raise InputError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
         model.config.id2label = dict(enumerate(label_names))
     if model.newly_initialized:

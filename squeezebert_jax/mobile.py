@@ -34,6 +34,7 @@ from squeezebert_jax import convert
 from squeezebert_jax.io import export_torch
 from squeezebert_jax.flops import PAPER_GFLOPS, flops
 from squeezebert_jax.model import SqueezeBertConfig, count_params
+from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def example_inputs(config: SqueezeBertConfig, batch: int = 1, seq_len: int = 128
     ``num_choices`` gives ``[B, C, S]``.
     """
     if seq_len > config.max_position_embeddings:
-        raise ValueError(f"seq_len {seq_len} > max_position_embeddings {config.max_position_embeddings}")
+        raise InputError(f"seq_len {seq_len} > max_position_embeddings {config.max_position_embeddings}")
     shape = (batch, seq_len) if num_choices is None else (batch, num_choices, seq_len)
     rng = np.random.default_rng(seed)
     ids = rng.integers(1, config.vocab_size, shape).astype(np.int64)
@@ -293,10 +294,13 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     (the file is still written, so it can be inspected). ``flax_forward``: a ``make_flax_forward(model)``
     to reuse (saves a compile).
     """
+    for name, v in (("batch", batch), ("seq_len", seq_len), ("num_choices", num_choices)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise InputError(f"export_lite: {name}={v!r}; expected an integer >= 1")
     head = convert.head_name(model)
     cfg = model.config
     if seq_len > cfg.max_position_embeddings:
-        raise ValueError(f"--seq-len {seq_len} > the model's max_position_embeddings {cfg.max_position_embeddings}")
+        raise InputError(f"--seq-len {seq_len} > the model's max_position_embeddings {cfg.max_position_embeddings}")
     nc = num_choices if head == "SqueezeBertForMultipleChoice" else None
     names = OUTPUT_NAMES[head]
     tm = to_transformers(model)

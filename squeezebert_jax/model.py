@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 import re
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 from flax import struct
+from squeezebert_jax.errors import InputError
 
 # --------------------------------------------------------------------------------------------------
 # Config
@@ -35,6 +37,60 @@ _GROUP_FIELDS = ("q_groups", "k_groups", "v_groups", "post_attention_groups", "i
 _EXECUTION_FIELDS = ("scan_layers", "remat")  # how to run, not what: kept out of config.json
 _MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
                       "bert-small": "bert-L4-H512", "bert-medium": "bert-L8-H512"}
+
+
+_COUNT_FIELDS = ("vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size", "max_position_embeddings", "type_vocab_size", *_GROUP_FIELDS)
+# What each SqueezeBertConfig field must hold (checked by __post_init__; config.json is written by hand sometimes).
+_FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "pad_token_id": "int", "hidden_act": "str",
+                "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "float",
+                "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str"}
+_EXPECTED = {"int": "an integer", "count": "an integer >= 1", "float": "a number", "prob": "a number in [0, 1]",
+             "str": "a string", "bool": "true or false", "dict": "an object of label names"}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+
+
+def _is_int_key(k) -> bool:
+    try:
+        int(k)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _json_type(v) -> str:
+    """How config.json spells the type of ``v``: "a string", "a boolean", ..."""
+    if v is None:
+        return "null"
+    if isinstance(v, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, numbers.Integral):
+        return "an integer"
+    if isinstance(v, numbers.Real):
+        return "a decimal number" if math.isfinite(v) else "not a finite number"
+    if isinstance(v, (list, tuple)):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def _json_repr(v, limit: int = 40) -> str:
+    """``v`` as config.json writes it ("32", true, [1, 2]), cut to ``limit`` characters."""
+    try:
+        r = json.dumps(v, ensure_ascii=True)
+    except (TypeError, ValueError):
+        r = repr(v)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 @dataclasses.dataclass
@@ -74,14 +130,15 @@ class SqueezeBertConfig:
     remat: str = "minimal"
 
     def __post_init__(self):
+        self._check_types()
         if self.embedding_size != self.hidden_size:
-            raise ValueError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
+            raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
                              " as in the reference encoder")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+            raise InputError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
                              f"{self.num_attention_heads}")
         if self.hidden_act not in _ACTIVATIONS:
-            raise ValueError(f"hidden_act {self.hidden_act!r} not supported; one of {sorted(_ACTIVATIONS)}")
+            raise InputError(f"hidden_act {self.hidden_act!r} not supported; one of {sorted(_ACTIVATIONS)}")
         for name, cin, cout in (("q_groups", self.hidden_size, self.hidden_size),
                                 ("k_groups", self.hidden_size, self.hidden_size),
                                 ("v_groups", self.hidden_size, self.hidden_size),
@@ -90,11 +147,31 @@ class SqueezeBertConfig:
                                 ("output_groups", self.intermediate_size, self.hidden_size)):
             g = getattr(self, name)
             if g < 1 or cin % g or cout % g:
-                raise ValueError(f"{name}={g} must divide both {cin} input and {cout} output channels")
+                raise InputError(f"{name}={g} must divide both {cin} input and {cout} output channels")
         if self.id2label is not None:
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            try:
+                self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            except (TypeError, ValueError):
+                bad = next(k for k in self.id2label if not _is_int_key(k))
+                raise InputError(f"id2label has the key {_json_repr(bad)}; expected integer keys (\"0\", \"1\", ...)"
+                                 ) from None
         if self.remat not in REMAT_POLICIES:
-            raise ValueError(f"remat {self.remat!r} not supported; one of {list(REMAT_POLICIES)}")
+            raise InputError(f"remat {self.remat!r} not supported; one of {list(REMAT_POLICIES)}")
+
+    def _check_types(self) -> None:
+        """Each field has its type (a config.json written by hand may say ``"hidden_size": "32"``): integers for
+        sizes and counts (>= 1), numbers for probabilities (in [0, 1]) and scales, strings for names, booleans for
+        switches."""
+        for name, kind in _FIELD_KINDS.items():
+            v = getattr(self, name)
+            ok = {"int": _is_int, "count": _is_int, "float": _is_number, "prob": _is_number,
+                  "str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, (bool, np.bool_)),
+                  "dict": lambda x: x is None or isinstance(x, dict)}[kind](v)
+            if not ok:
+                what = "" if v is None else f" ({_json_type(v)})"
+                raise InputError(f"{name} is {_json_repr(v)}{what}; expected {_EXPECTED[kind]}")
+            if (kind == "count" and v < 1) or (kind == "prob" and not 0 <= v <= 1):
+                raise InputError(f"{name} is {_json_repr(v)}; expected {_EXPECTED[kind]}")
 
     @property
     def is_bert(self) -> bool:
@@ -123,11 +200,11 @@ class SqueezeBertConfig:
         elif m := re.fullmatch(r"bert-L(\d+)-H(\d+)", key):
             layers, hidden = int(m[1]), int(m[2])
             if layers not in (2, 4, 6, 8, 10, 12) or hidden not in (128, 256, 512, 768):
-                raise ValueError(f"unknown BERT miniature {name!r}: L in 2..12 (even), H in 128/256/512/768")
+                raise InputError(f"unknown BERT miniature {name!r}: L in 2..12 (even), H in 128/256/512/768")
             cfg = dict(bert, num_hidden_layers=layers, hidden_size=hidden, embedding_size=hidden,
                        num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
         else:
-            raise ValueError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
+            raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
                              f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}")
         cfg.update(overrides)
         return cls(**cfg)
@@ -135,24 +212,28 @@ class SqueezeBertConfig:
     # ---- transformers config.json --------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> "SqueezeBertConfig":
-        """From a transformers config dict: model_type "squeezebert", or "bert" (all groups = 1)."""
+        """From a transformers config dict: model_type "squeezebert", or "bert" (all groups = 1). Each field's type is
+        checked; an error names ``source`` (the file), the field, its value and the type expected."""
+        if not isinstance(d, dict):
+            raise InputError(f"{source}: expected a JSON object ({{\"hidden_size\": 768, ...}}), got {_json_type(d)} "
+                             f"{_json_repr(d)}")
         model_type = d.get("model_type", "squeezebert")
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in fields}
         if model_type == "bert":
             if d.get("position_embedding_type", "absolute") != "absolute":
-                raise ValueError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
+                raise InputError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
                                  "is not supported (only absolute)")
             kw.update(dict.fromkeys(_GROUP_FIELDS, 1))
             kw["embedding_size"] = kw.get("hidden_size", 768)
         elif model_type != "squeezebert":
-            raise ValueError(f"{source}: model_type {model_type!r} is not 'squeezebert' or 'bert'")
+            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert' or 'bert'")
         if kw.get("pad_token_id") is None:
             kw.pop("pad_token_id", None)
         try:
             return cls(**kw)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{source}: {e}") from e
+            raise InputError(f"{source}: {e}") from e
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "SqueezeBertConfig":
@@ -163,7 +244,7 @@ class SqueezeBertConfig:
             with open(path) as f:
                 d = json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
+            raise InputError(f"{path}: not valid JSON ({e})") from e
         return cls.from_dict(d, source=path)
 
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
@@ -171,7 +252,7 @@ class SqueezeBertConfig:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
         if model_type == "bert":
             if not self.is_bert:
-                raise ValueError("a grouped SqueezeBERT config cannot be written as model_type 'bert'")
+                raise InputError("a grouped SqueezeBERT config cannot be written as model_type 'bert'")
             for f in (*_GROUP_FIELDS, "embedding_size"):
                 d.pop(f)
             d["position_embedding_type"] = "absolute"
@@ -244,7 +325,7 @@ class GroupedConv1x1(nnx.Module):
     def __init__(self, cin: int, cout: int, groups: int, *, init_std: float, dtype=jnp.float32,
                  rngs: nnx.Rngs):
         if cin % groups or cout % groups:
-            raise ValueError(f"groups={groups} must divide cin={cin} and cout={cout}")
+            raise InputError(f"groups={groups} must divide cin={cin} and cout={cout}")
         self.groups, self.cin, self.cout, self.dtype = groups, cin, cout, dtype
         self.kernel = nnx.Param(_normal(init_std)(rngs.params(), (groups, cin // groups, cout // groups)))
         self.bias = nnx.Param(jnp.zeros((cout,)))
@@ -425,7 +506,7 @@ class Encoder(nnx.Module):
         splits = [nnx.split(layer, nnx.Param, ...) for layer in self.layers]
         graphdef = splits[0][0]
         if any(g != graphdef for g, _, _ in splits[1:]):
-            raise ValueError("scan_layers needs identical layers (same structure and train/eval mode); "
+            raise InputError("scan_layers needs identical layers (same structure and train/eval mode); "
                              "set config.scan_layers=False for mixed layers")
         stack = lambda *a: jnp.stack(a)  # noqa: E731
         params = jax.tree.map(stack, *[p for _, p, _ in splits])
@@ -499,16 +580,16 @@ class SqueezeBertModel(nnx.Module):
     def _check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids):
         c = self.config
         if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+            raise InputError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
         if not jnp.issubdtype(input_ids.dtype, jnp.integer):
             raise TypeError(f"input_ids must be integers, got {input_ids.dtype}")
         seq = input_ids.shape[1]
         if seq > c.max_position_embeddings:
-            raise ValueError(f"sequence length {seq} > max_position_embeddings {c.max_position_embeddings}")
+            raise InputError(f"sequence length {seq} > max_position_embeddings {c.max_position_embeddings}")
         for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
                         ("position_ids", position_ids)):
             if t is not None and tuple(t.shape) != tuple(input_ids.shape):
-                raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
+                raise InputError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
         # Value checks need concrete inputs (eager calls); under jit they are the caller's contract.
         for name, t, hi in (("input_ids", input_ids, c.vocab_size),
                             ("token_type_ids", token_type_ids, c.type_vocab_size),
@@ -517,7 +598,7 @@ class SqueezeBertModel(nnx.Module):
                 a = np.asarray(t)  # host copy: jnp reductions would be traced inside jit
                 lo_v, hi_v = int(a.min()), int(a.max())
                 if lo_v < 0 or hi_v >= hi:
-                    raise ValueError(f"{name} values must be in [0, {hi}); got min {lo_v}, max {hi_v}")
+                    raise InputError(f"{name} values must be in [0, {hi}); got min {lo_v}, max {hi_v}")
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> ModelOutput:
         self._check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
@@ -659,13 +740,13 @@ class SqueezeBertForMultipleChoice(_Head):
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
         if input_ids.ndim != 3:
-            raise ValueError(f"multiple choice input_ids must be [batch, choices, seq], got {input_ids.shape}")
+            raise InputError(f"multiple choice input_ids must be [batch, choices, seq], got {input_ids.shape}")
         b, n, s = input_ids.shape
         flat = lambda t: None if t is None else t.reshape(b * n, s)  # noqa: E731
         for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
                         ("position_ids", position_ids)):
             if t is not None and tuple(t.shape) != (b, n, s):
-                raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {(b, n, s)}")
+                raise InputError(f"{name} has shape {tuple(t.shape)}, input_ids {(b, n, s)}")
         out = self.transformer(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids))
         logits = self.classifier(self.dropout(out.pooler_output)).astype(jnp.float32).reshape(b, n)
         return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
@@ -686,7 +767,7 @@ def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str
     """Choose how every encoder in ``model`` runs (``SqueezeBertConfig.scan_layers`` / ``remat``) after it was built,
     e.g. for a model loaded from disk; the weights and what the model computes are unchanged. Returns ``model``."""
     if remat is not None and remat not in REMAT_POLICIES:
-        raise ValueError(f"remat {remat!r} not supported; one of {list(REMAT_POLICIES)}")
+        raise InputError(f"remat {remat!r} not supported; one of {list(REMAT_POLICIES)}")
     for _, m in nnx.iter_graph(model):
         if isinstance(m, Encoder):
             m.scan_layers = m.scan_layers if scan_layers is None else bool(scan_layers)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import optax
+from squeezebert_jax.errors import InputError
 
 
 def _key_name(k) -> str:
@@ -74,7 +75,7 @@ def accumulate_gradients(loss_fn: Callable, params, batch: dict[str, jax.Array],
         return loss, aux, grads
     for k, v in batch.items():
         if v.shape[0] % num_microbatches:
-            raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, not divisible into {num_microbatches} microbatches")
+            raise InputError(f"batch[{k!r}] has {v.shape[0]} rows, not divisible into {num_microbatches} microbatches")
     # Strided split (row r goes to microbatch r % k): with the batch sharded over devices, every
     # microbatch keeps rows on every device.
     micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // num_microbatches, num_microbatches, *x.shape[1:]), batch)

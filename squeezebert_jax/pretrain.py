@@ -27,6 +27,7 @@ from squeezebert_jax import optim, trainer
 from squeezebert_jax.flops import flops
 from squeezebert_jax.io import load_pretrained, save_pretrained
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, set_execution
+from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
 
 def compute_dtype(config: ml_collections.ConfigDict):
     if config.compute_dtype not in ("bfloat16", "float32"):
-        raise ValueError(f"compute_dtype {config.compute_dtype!r}: bfloat16 or float32")
+        raise InputError(f"compute_dtype {config.compute_dtype!r}: bfloat16 or float32")
     return jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
 
 
@@ -128,14 +129,14 @@ def microbatches(config, phase: dict) -> int:
     seq-128 one) or the config's."""
     k = int(phase.get("num_microbatches") or config.num_microbatches)
     if k < 1:
-        raise ValueError(f"{phase['name']}: num_microbatches {k} must be >= 1")
+        raise InputError(f"{phase['name']}: num_microbatches {k} must be >= 1")
     return k
 
 
 def check_batch_division(config, phase: dict, num_devices: int) -> None:
     k = microbatches(config, phase)
     if config.global_batch_size % (num_devices * k):
-        raise ValueError(f"{phase['name']}: global_batch_size {config.global_batch_size} must divide by devices x "
+        raise InputError(f"{phase['name']}: global_batch_size {config.global_batch_size} must divide by devices x "
                          f"microbatches ({num_devices} x {k})")
 
 
@@ -182,7 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     workdir = os.fspath(workdir)
     if "://" in workdir:
-        raise ValueError(f"workdir {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
+        raise InputError(f"workdir {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
                          f"or mounted path (e.g. a bucket mounted with gcsfuse)")
 
     # -- Distributed + mesh ------------------------------------------------------------------------
@@ -190,9 +191,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                                          config.get("num_processes") or None, config.get("process_id", None))
     os.makedirs(workdir, exist_ok=True)
     mesh = trainer.make_mesh(config.get("num_devices") or None)
-    if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
 
     # -- Data --------------------------------------------------------------------------------------
     data_dir = prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
@@ -208,8 +206,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
         set_execution(model, cfg.scan_layers, cfg.remat)
         cfg = model.config
-    if tokenizer.vocab_size > cfg.vocab_size:  # ids past the embedding table would give NaNs under jit
-        raise ValueError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
+    # Under jax.jit an id past the embedding table is not an error: XLA clamps the gather index, so id V+50 silently
+    # reads row V-1. Hence the check here, where the data meets the model (and the loader's, per record).
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise InputError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
                          f"{cfg.vocab_size}" + (f" ({config.init_from})" if config.get("init_from") else "")
                          + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
     if not config.get("init_from"):
@@ -222,8 +222,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                                         async_save=config.get("async_checkpoints", True))
     writer = trainer.MetricsWriter(workdir)
     try:
-        last, stopped, params = _restore_and_train(config, _phases(config), params, graphdef, rest, cfg, data_dir,
-                                                   mesh, fsdp, checkpointer, writer)
+        phases = _phases(config)
+        resume = _restore(config, phases, params, graphdef, rest, data_dir, mesh, fsdp, checkpointer)
+        writer.drop_after(resume[1] if resume else 0)  # rows logged after the checkpoint would be written twice
+        # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
+        if jax.process_index() == 0:
+            record_config(workdir, config, resume[1] if resume else 0)
+        last, stopped, params = _train(config, phases, resume, params, graphdef, rest, cfg, data_dir, mesh, fsdp,
+                                       checkpointer, writer)
     finally:
         checkpointer.close()
         writer.close()
@@ -247,11 +253,81 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     return last | {"preempted": False}
 
 
-def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, mesh, fsdp, checkpointer, writer):
-    """Resume from the newest readable checkpoint (else start at step 0) and run the phases;
-    returns (last metrics, stopped early, final params)."""
-    peak = trainer.peak_flops_per_device(config.get("peak_flops_per_device"))
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out |= _flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
+
+def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """``{"data.prefetch": (2, 4), ...}``: the fields whose values differ (a missing field reads as None)."""
+    a, b = _flatten(old), _flatten(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def read_config_history(workdir: str) -> list[dict]:
+    """The rows of ``WORKDIR/config_history.jsonl``: one per start of the run, ``{"start_step", "time", "config",
+    "changed"}``, oldest first (a line torn by a hard kill is skipped)."""
+    rows = []
+    path = os.path.join(workdir, "config_history.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    return rows
+
+
+def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: int) -> dict[str, tuple[Any, Any]]:
+    """Keep the run's config history: append this start (its step and full config) to ``config_history.jsonl``, never
+    rewriting earlier rows, and write ``config.json`` (the config now in use). Fields that changed since the previous
+    start (a resume with another learning rate, say) are logged at WARNING, old -> new, and returned. Structural
+    changes never get here: the checkpoint restore refuses them."""
+    import datetime
+
+    from squeezebert_jax.io import _atomic_write
+
+    new = json.loads(config.to_json_best_effort())
+    history = read_config_history(workdir)
+    hist_path, cfg_path = os.path.join(workdir, "config_history.jsonl"), os.path.join(workdir, "config.json")
+    rows = []
+    if history:
+        previous = history[-1]["config"]
+    elif os.path.exists(cfg_path):  # a workdir from before the history: keep its config as the first start
+        with open(cfg_path, encoding="utf-8") as f:
+            previous = json.load(f)
+        rows.append({"start_step": None, "time": None, "config": previous, "changed": {}})
+    else:
+        previous = None
+    changes = config_changes(previous, new) if previous is not None else {}
+    for k, (old, val) in changes.items():
+        log.warning("config.%s changed since the last start of %s: %s -> %s%s", k, workdir, json.dumps(old),
+                    json.dumps(val), f" (resuming at step {start_step})" if start_step else "")
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    rows.append({"start_step": start_step, "time": now, "config": new,
+                 "changed": {k: list(v) for k, v in changes.items()}})
+    with open(hist_path, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+        f.flush()
+        os.fsync(f.fileno())
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(config.to_json_best_effort(indent=2))
+
+    _atomic_write(cfg_path, write)
+    return changes
+
+
+def _restore(config, phases, params, graphdef, rest, data_dir, mesh, fsdp, checkpointer):
+    """The newest readable checkpoint as (phase index, step, train state, the phase's run dict), or None: start at
+    step 0. Raises, touching nothing, on checkpoints another config wrote or none of which can be read."""
     # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch ----------------
     # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
     # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
@@ -275,7 +351,19 @@ def _restore_and_train(config, phases, params, graphdef, rest, cfg, data_dir, me
         k, run = runs[saved_step]
         resume = (k, saved_step, rstate, run)
         log.info("resuming from the checkpoint at step %d", saved_step)
-    writer.drop_after(resume[1] if resume else 0)  # rows logged after the checkpoint would be written twice
+        _say(f"resuming from the checkpoint at step {saved_step} in {checkpointer.directory}")
+    return resume
+
+
+def _say(line: str) -> None:
+    """A line for the person at the console (process 0), printed above any progress bar."""
+    if jax.process_index() == 0:
+        tqdm.write(line)
+
+
+def _train(config, phases, resume, params, graphdef, rest, cfg, data_dir, mesh, fsdp, checkpointer, writer):
+    """Run the phases from ``resume`` (or step 0); returns (last metrics, stopped early, final params)."""
+    peak = trainer.peak_flops_per_device(config.get("peak_flops_per_device"))
 
     # -- Loop over phases --------------------------------------------------------------------------
     last: dict[str, float] = {}
@@ -355,6 +443,14 @@ def _setup_phase(config, phase, params, graphdef, rest, data_dir, mesh, fsdp,
     return run
 
 
+def log_line(step: int, phase: dict, m: dict) -> str:
+    """The console's line per log interval: what metrics.jsonl holds, readable."""
+    line = (f"step {step:>{len(str(phase['end']))}d}/{phase['end']} {phase['name']} | loss {m['loss']:.4f} "
+            f"(mlm {m['mlm_loss']:.4f} acc {m['mlm_accuracy']:.3f}, sop {m['sop_loss']:.4f} acc {m['sop_accuracy']:.3f})"
+            f" | lr {m['learning_rate']:.3g} | grad norm {m['grad_norm']:.3g} | {m['seq_per_s']:.1f} seq/s")
+    return line + (f" | MFU {100 * m['mfu']:.1f}%" if m.get("mfu") else "")
+
+
 # Checked on the host before anything is logged or saved: the loss (of the params before the step's update), and
 # the gradient and parameter norms (the latter of the params after it, i.e. of the state a checkpoint would hold).
 FINITE_METRICS = ("loss", "grad_norm", "param_norm")
@@ -412,6 +508,7 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
                   "tokens_per_s": seq_s * phase["seq_len"], "phase": k,
                   "mfu": seq_s * seq_flops / (peak * n_dev) if peak else None}
             writer.write(done, m)
+            _say(log_line(done, phase, m))
             bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}",
                             sop_acc=f"{m['sop_accuracy']:.3f}")
             last = m

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from squeezebert_jax.tokenizer import truncated_lengths
+from squeezebert_jax.errors import InputError, MissingExtraError
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def iter_tfds_documents(name: str, split: str = "train", text_feature: str = "te
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
-        raise ImportError("TFDS sources need tensorflow-datasets: pip install 'squeezebert_jax[tfds]'") from e
+        raise MissingExtraError("TFDS sources need tensorflow-datasets: pip install 'squeezebert_jax[tfds]'") from e
     stats = stats if stats is not None else CorpusStats()
     for i, ex in enumerate(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False))):
         if text_feature not in ex:
@@ -171,10 +172,10 @@ def _parse(record: bytes) -> tuple[list[int], np.ndarray]:
     n = int.from_bytes(record[0:4], "little", signed=True) if len(record) >= 8 else -1
     width = int.from_bytes(record[4:8], "little") if len(record) >= 8 else 0
     if n < 0 or width not in (2, 4) or len(record) < 8 + 4 * n:
-        raise ValueError(f"not a pretraining record (header n={n}, width={width}, {len(record)} bytes)")
+        raise InputError(f"not a pretraining record (header n={n}, width={width}, {len(record)} bytes)")
     offsets = [0, *itertools.accumulate(np.frombuffer(record, "<i4", n, 8).tolist())]
     if len(record) != 8 + 4 * n + width * offsets[-1]:
-        raise ValueError(f"corrupt pretraining record: {len(record)} bytes, header says "
+        raise InputError(f"corrupt pretraining record: {len(record)} bytes, header says "
                          f"{8 + 4 * n + width * offsets[-1]}")
     return offsets, np.frombuffer(record, "<u2" if width == 2 else "<i4", offsets[-1], 8 + 4 * n)
 
@@ -226,7 +227,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     from tqdm.auto import tqdm
 
     if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        raise InputError(f"num_shards must be >= 1, got {num_shards}")
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     stats = stats if stats is not None else CorpusStats()
@@ -265,7 +266,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     if num_docs == 0:
         for p in tmp:
             os.remove(p)
-        raise ValueError(f"no document with at least two non-empty sentences in the sources ({stats})")
+        raise InputError(f"no document with at least two non-empty sentences in the sources ({stats})")
     meta_path = os.path.join(out_dir, "meta.json")
     if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
         os.remove(meta_path)
@@ -296,7 +297,7 @@ def load_meta(data_dir: str | os.PathLike) -> dict:
     with open(path) as f:
         meta = json.load(f)
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: format_version {meta.get('format_version')}, this code reads "
+        raise InputError(f"{path}: format_version {meta.get('format_version')}, this code reads "
                          f"{FORMAT_VERSION}; prepare the data again (train/prepare_data.py)")
     return meta
 
@@ -379,9 +380,9 @@ class ExampleMaker:
 
     def __post_init__(self):
         if self.seq_len < 5:
-            raise ValueError(f"seq_len must be >= 5 ([CLS] A [SEP] B [SEP]), got {self.seq_len}")
+            raise InputError(f"seq_len must be >= 5 ([CLS] A [SEP] B [SEP]), got {self.seq_len}")
         if self.max_predictions < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions}")
+            raise InputError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions}")
 
     def make_batch(self, records: Sequence[bytes], example_ids: np.ndarray, seed: int) -> dict[str, np.ndarray]:
         """One row per (record, example id): SOP pair, layout, then MLM masking."""
@@ -398,10 +399,10 @@ class ExampleMaker:
             try:
                 offs, toks = _parse(record)
             except ValueError as e:
-                raise ValueError(f"example {example_ids[i]}: {e}") from None
+                raise InputError(f"example {example_ids[i]}: {e}") from None
             n = len(offs) - 1
             if n < 2:
-                raise ValueError(f"example {example_ids[i]}: a record with {n} sentence(s); SOP needs two")
+                raise InputError(f"example {example_ids[i]}: a record with {n} sentence(s); SOP needs two")
             start = min(int(u_start * (n - 1)), n - 2)  # (min: float rounding at u -> 1)
             end = min(n, max(start + 2, bisect.bisect_left(offs, offs[start] + targets[i])))
             split = min(start + 1 + int(u_split * (end - start - 1)), end - 1)
@@ -541,9 +542,9 @@ def make_pretrain_loader(data_dir: str | os.PathLike, seq_len: int, global_batch
     shard_index = jax.process_index() if shard_index is None else shard_index
     shard_count = jax.process_count() if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
-        raise ValueError(f"shard_index {shard_index} is not in [0, {shard_count})")
+        raise InputError(f"shard_index {shard_index} is not in [0, {shard_count})")
     if global_batch_size <= 0 or global_batch_size % shard_count:
-        raise ValueError(f"global_batch_size {global_batch_size} is not a positive multiple of {shard_count} "
+        raise InputError(f"global_batch_size {global_batch_size} is not a positive multiple of {shard_count} "
                          "shards (hosts)")
     meta = load_meta(data_dir)
     tokenizer = Tokenizer.from_dir(data_dir)
@@ -554,7 +555,7 @@ def make_pretrain_loader(data_dir: str | os.PathLike, seq_len: int, global_batch
                           short_seq_prob)
     source = grain.sources.ArrayRecordDataSource(shard_paths(data_dir))
     if len(source) != meta["num_records"]:
-        raise ValueError(f"{data_dir}: the shards hold {len(source)} records, meta.json says {meta['num_records']}")
+        raise InputError(f"{data_dir}: the shards hold {len(source)} records, meta.json says {meta['num_records']}")
     per_host = global_batch_size // shard_count
     batches = HostBatches(source, len(source), maker, seed, per_host, global_batch_size, shard_index)
     ds = grain.MapDataset.range(2 ** 62).map(batches)

@@ -24,6 +24,7 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+from squeezebert_jax.errors import InputError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -55,7 +56,7 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}): {e.reason}") from None
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start}): {e.reason}") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -63,12 +64,12 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     first_line: dict[str, int] = {}
     for i, tok in enumerate(tokens):
         if tok in first_line:
-            raise ValueError(f"{path}: line {i + 1} repeats token {tok!r} of line {first_line[tok] + 1}; "
+            raise InputError(f"{path}: line {i + 1} repeats token {tok!r} of line {first_line[tok] + 1}; "
                              "every vocab.txt line must be a distinct token")
         first_line[tok] = i
     missing = [s for s in BERT_SPECIALS if s not in first_line]
     if missing:
-        raise ValueError(f"{path}: vocab.txt lacks the special token(s) {', '.join(missing)} "
+        raise InputError(f"{path}: vocab.txt lacks the special token(s) {', '.join(missing)} "
                          f"(a BERT vocab needs all of {', '.join(BERT_SPECIALS)}, one per line)")
     return tokens
 
@@ -98,6 +99,27 @@ def _check_texts(texts, name: str) -> list[str]:
         if not isinstance(t, str):
             raise TypeError(f"{name}[{i}] is {type(t).__name__}, expected str")
     return texts
+
+
+def _short_repr(text: str, pos: int, width: int = 40) -> str:
+    """``repr`` of ``text``, or of a window of it around ``pos`` when it is long."""
+    if len(text) <= width:
+        return repr(text)
+    lo = max(0, min(pos - width // 2, len(text) - width))
+    return ("..." if lo else "") + repr(text[lo:lo + width]) + ("..." if lo + width < len(text) else "")
+
+
+def _check_encodable(texts: Sequence[str], name: str, single: bool = False) -> None:
+    """Raise an InputError for the first text with a character that is not valid Unicode (a lone surrogate such
+    as ``"\\ud800"``, which no tokenizer can encode): which text, a short repr of it, and the character's position."""
+    for i, t in enumerate(texts):
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:
+            label = name if single else f"{name}[{i}]"
+            raise InputError(f"{label} {_short_repr(t, e.start)} has a lone surrogate {t[e.start]!r} at character "
+                             f"{e.start}, which is not valid Unicode; fix the text where it was made (e.g. decode its "
+                             "bytes with errors='replace')") from None
 
 
 def truncated_lengths(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]:
@@ -156,7 +178,7 @@ class Tokenizer:
         elif path.endswith(".model"):
             self._init_sentencepiece()
         else:
-            raise ValueError(f"{path}: unknown tokenizer file extension; expected a WordPiece vocab.txt (*.txt) "
+            raise InputError(f"{path}: unknown tokenizer file extension; expected a WordPiece vocab.txt (*.txt) "
                              "or a SentencePiece model (*.model)")
         self.vocab_size = len(self._tokens)
         self.special_ids = frozenset({self.pad_id, self.cls_id, self.sep_id, self.mask_id})
@@ -181,7 +203,7 @@ class Tokenizer:
         try:
             self._sp = spm.SentencePieceProcessor(model_proto=self._blob)
         except (RuntimeError, OSError) as e:
-            raise ValueError(f"{self.path}: not a readable SentencePiece model ({e})") from None
+            raise InputError(f"{self.path}: not a readable SentencePiece model ({e})") from None
         sp = self._sp
         self._tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         index = {t: i for i, t in enumerate(self._tokens)}
@@ -197,7 +219,7 @@ class Tokenizer:
                     found[role] = hit
         missing = [" or ".join(SP_SPECIAL_NAMES[r]) for r in SP_SPECIAL_NAMES if r not in found]
         if missing:
-            raise ValueError(f"{self.path}: the SentencePiece model lacks the special piece(s) {'; '.join(missing)} "
+            raise InputError(f"{self.path}: the SentencePiece model lacks the special piece(s) {'; '.join(missing)} "
                              "(train it with user_defined_symbols=[CLS],[SEP],[MASK] and a pad_id, as "
                              "squeezebert_jax.tokenizer.train_tokenizer does)")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
@@ -233,9 +255,9 @@ class Tokenizer:
                         with open(cfg_path) as f:
                             lower = json.load(f).get("do_lower_case", True)
                     except (json.JSONDecodeError, AttributeError) as e:
-                        raise ValueError(f"{cfg_path}: not a JSON object ({e})") from e
+                        raise InputError(f"{cfg_path}: not a JSON object ({e})") from e
                     if lower is False:
-                        raise ValueError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
+                        raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
                                          "WordPiece is uncased BERT's and would lowercase its input")
                 return tok
         return None
@@ -276,24 +298,36 @@ class Tokenizer:
         """Token ids of ``text``: no special tokens added, no truncation."""
         if not isinstance(text, str):
             raise TypeError(f"text is {type(text).__name__}, expected str")
-        if self.kind == "wordpiece":
-            return self._backend.encode(text, add_special_tokens=False).ids
-        return self._sp.encode(text, out_type=int)
+        try:
+            if self.kind == "wordpiece":
+                return self._backend.encode(text, add_special_tokens=False).ids
+            return self._sp.encode(text, out_type=int)
+        except (TypeError, RuntimeError, UnicodeError):
+            _check_encodable([text], "text", single=True)  # the likely cause, named; else the library's error
+            raise
 
     def tokenize_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``[tokenize(t) for t in texts]``, computed in the native library's (multi-threaded) batch call."""
-        texts = _check_texts(texts, "texts")
+        return self._tokenize_batch(_check_texts(texts, "texts"), "texts")
+
+    def _tokenize_batch(self, texts: list[str], name: str, single: bool = False) -> list[list[int]]:
         if not texts:
             return []
-        if self.kind == "wordpiece":
-            return [e.ids for e in self._backend.encode_batch_fast(texts, add_special_tokens=False)]
-        return self._sp.encode(texts, out_type=int)
+        try:
+            if self.kind == "wordpiece":
+                return [e.ids for e in self._backend.encode_batch_fast(texts, add_special_tokens=False)]
+            return self._sp.encode(texts, out_type=int)
+        except (TypeError, RuntimeError, UnicodeError):
+            # Checked only on failure (free otherwise): a lone surrogate makes both libraries raise a cryptic
+            # TypeError / RuntimeError that names neither the text nor the character.
+            _check_encodable(texts, name, single)
+            raise
 
     def _check_ids(self, ids: np.ndarray) -> None:
         if ids.size and not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got range "
+            raise InputError(f"token ids must lie in [0, {self.vocab_size}), got range "
                              f"[{ids.min()}, {ids.max()}]")
 
     def is_word_start(self, ids) -> np.ndarray:
@@ -315,7 +349,7 @@ class Tokenizer:
         """
         arr = np.asarray(ids)
         if arr.ndim != 1:
-            raise ValueError(f"decode takes one sequence of ids, got an array of shape {arr.shape}")
+            raise InputError(f"decode takes one sequence of ids, got an array of shape {arr.shape}")
         self._check_ids(arr)
         seq = [int(i) for i in arr.tolist()]
         if skip_special_tokens:
@@ -332,22 +366,26 @@ class Tokenizer:
         Returns int32 arrays of shape [max_length]: ``input_ids``, ``token_type_ids`` (0 for the first
         segment and its specials, 1 for the second), ``attention_mask`` (1 on real tokens).
         """
-        out = self.encode_batch([text], None if text_pair is None else [text_pair], max_length=max_length)
+        out = self._encode_batch([text], None if text_pair is None else [text_pair], max_length, single=True)
         return {k: v[0] for k, v in out.items()}
 
     def encode_batch(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
                      max_length: int = 128) -> dict[str, np.ndarray]:
         """``encode`` for each text (and pair): int32 arrays of shape [len(texts), max_length]."""
-        texts = _check_texts(texts, "texts")
-        pairs = None if text_pairs is None else _check_texts(text_pairs, "text_pairs")
+        return self._encode_batch(texts, text_pairs, max_length)
+
+    def _encode_batch(self, texts, text_pairs, max_length, single: bool = False) -> dict[str, np.ndarray]:
+        names = ("text", "text_pair") if single else ("texts", "text_pairs")
+        texts = _check_texts(texts, names[0])
+        pairs = None if text_pairs is None else _check_texts(text_pairs, names[1])
         if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(pairs)} text_pairs")
+            raise InputError(f"{len(texts)} texts but {len(pairs)} text_pairs")
         n_special = 2 if pairs is None else 3
         if not isinstance(max_length, (int, np.integer)) or max_length < n_special:
-            raise ValueError(f"max_length={max_length} cannot hold the {n_special} special tokens of a "
+            raise InputError(f"max_length={max_length} cannot hold the {n_special} special tokens of a "
                              f"{'single text' if pairs is None else 'text pair'}")
-        a_ids = self.tokenize_batch(texts)
-        b_ids = self.tokenize_batch(pairs) if pairs is not None else None
+        a_ids = self._tokenize_batch(texts, names[0], single)
+        b_ids = self._tokenize_batch(pairs, names[1], single) if pairs is not None else None
         return self._layout(a_ids, b_ids, int(max_length))
 
     def _layout(self, a_ids: list[list[int]], b_ids: list[list[int]] | None, max_length: int
@@ -420,8 +458,14 @@ def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbos
             input_sentence_size=10_000_000, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=0 if verbose else 1)  # 1: warnings and errors only
     except RuntimeError as e:
-        raise ValueError(f"SentencePiece training on {', '.join(files)} failed: {e}") from None
+        raise InputError(f"SentencePiece training on {', '.join(files)} failed: {e}") from None
     return prefix + ".model"
+
+
+def _has_text(path: str) -> bool:
+    """Whether ``path`` has a line with a non-whitespace character (reads only up to the first such line)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return any(not line.isspace() for line in f)
 
 
 def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLike, vocab_size: int,
@@ -439,14 +483,17 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     """
     files = [os.fspath(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     if not files:
-        raise ValueError("train_tokenizer needs at least one input file")
+        raise InputError("train_tokenizer needs at least one input file")
     for f in files:
         if not os.path.isfile(f):
             raise FileNotFoundError(f"training text not found: {f}")
     if kind not in ("wordpiece", "sentencepiece"):
-        raise ValueError(f"kind={kind!r}; expected 'wordpiece' or 'sentencepiece'")
+        raise InputError(f"kind={kind!r}; expected 'wordpiece' or 'sentencepiece'")
     if vocab_size <= len(BERT_SPECIALS):
-        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the {len(BERT_SPECIALS)} special tokens")
+        raise InputError(f"vocab_size={vocab_size} leaves no room beyond the {len(BERT_SPECIALS)} special tokens")
+    if not any(_has_text(f) for f in files):  # both trainers alike (SentencePiece would fail, WordPiece not)
+        raise InputError(f"no text to train on in {', '.join(files)}: "
+                         f"{'the file is' if len(files) == 1 else 'every file is'} empty or holds only blank lines")
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     if kind == "wordpiece":

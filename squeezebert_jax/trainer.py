@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +59,13 @@ def make_mesh(num_devices: int | None = None, devices=None, num_slices: int | No
     devices = list(jax.devices() if devices is None else devices)
     if num_devices:
         if jax.process_count() > 1 and num_devices != len(devices):
-            raise ValueError("num_devices can only restrict a single-process run")
+            raise InputError("num_devices can only restrict a single-process run")
         devices = devices[:num_devices]
     if num_slices is None:
         num_slices = len({getattr(d, "slice_index", 0) for d in devices})
     if num_slices > 1:
         if len(devices) % num_slices:
-            raise ValueError(f"{len(devices)} devices do not split into {num_slices} slices")
+            raise InputError(f"{len(devices)} devices do not split into {num_slices} slices")
         arr = mesh_utils.create_hybrid_device_mesh((len(devices) // num_slices,), (num_slices,), devices)
     else:
         try:
@@ -117,7 +118,7 @@ class DevicePrefetcher:
         import threading
 
         if depth < 1:
-            raise ValueError(f"prefetch depth {depth} must be >= 1")
+            raise InputError(f"prefetch depth {depth} must be >= 1")
         self._queue_cls, self._thread_cls = queue.Queue, threading.Thread
         self._it, self._mesh, self._depth = iterator, mesh, depth
         self._state = iterator.get_state()  # the inner state after the last batch handed out
@@ -190,8 +191,12 @@ class DevicePrefetcher:
 # --------------------------------------------------------------------------------------------------
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(InputError):
     """A readable checkpoint whose train state has another structure or other shapes than the current config's."""
+
+
+class UnreadableCheckpointsError(InputError, RuntimeError):
+    """A checkpoint directory none of whose checkpoints can be read: the run refuses to start over them."""
 
 
 def _key_str(k) -> str:
@@ -311,7 +316,7 @@ class Checkpointer:
                 self.set_aside(d)
             return s, state
         if steps:
-            raise RuntimeError(f"{self.directory} has checkpoints at steps {sorted(steps)} but none can be read; "
+            raise UnreadableCheckpointsError(f"{self.directory} has checkpoints at steps {sorted(steps)} but none can be read; "
                                "refusing to start from scratch over them. They are left as they are: move them "
                                "away to start over.")
         return None
@@ -379,24 +384,31 @@ class MetricsWriter:
     def __init__(self, workdir: str, filename: str = "metrics.jsonl"):
         self.enabled = jax.process_index() == 0
         self.path = os.path.join(workdir, filename)
-        self._tb = None
+        self._tb, self._tb_dir = None, os.path.join(workdir, "tb")
         if self.enabled:
             os.makedirs(workdir, exist_ok=True)
+
+    def _tensorboard(self):
+        """The events writer, made at the first row (a run refused at start-up leaves no events file)."""
+        if self._tb is None:
             try:
                 from tensorboardX import SummaryWriter
 
-                self._tb = SummaryWriter(os.path.join(workdir, "tb"))
+                self._tb = SummaryWriter(self._tb_dir)
             except ImportError:  # optional
                 log.info("tensorboardX not installed: no TensorBoard events")
+                self._tb = False
+        return self._tb
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        self._tensorboard()
         row = {"step": int(step)}
         row.update({k: (None if v is None else float(v)) for k, v in metrics.items()})
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
-        if self._tb is not None:
+        if self._tb:
             for k, v in metrics.items():
                 if v is not None:
                     self._tb.add_scalar(k, float(v), step)
@@ -428,7 +440,7 @@ class MetricsWriter:
         return len(lines) - len(keep)
 
     def close(self):
-        if self._tb is not None:
+        if self._tb:
             self._tb.close()
 
 

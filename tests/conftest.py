@@ -10,3 +10,74 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+import hashlib  # noqa: E402
+import importlib.util  # noqa: E402
+import types  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script(relpath: str) -> types.ModuleType:
+    """A script of train/, eval/ or convert/ as a module (its ``main`` not run)."""
+    path = os.path.join(ROOT, relpath)
+    spec = importlib.util.spec_from_file_location("script_" + relpath.replace("/", "_")[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """``run_cli("convert/to_pytorch.py", "--src", ...) -> (exit status, stdout, stderr)``: the script's ``main`` through
+    ``squeezebert_jax.cli.run``, exactly the path ``python SCRIPT ...`` takes (argparse exits become statuses)."""
+    from squeezebert_jax import cli
+
+    def run(relpath: str, *argv: str):
+        mod = load_script(relpath)
+        capsys.readouterr()
+        try:
+            rc = cli.run(mod.main, [str(a) for a in argv], prog=os.path.basename(relpath))
+        except SystemExit as e:  # argparse usage errors
+            rc = e.code
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run
+
+
+def tree_digest(*paths) -> dict[str, str]:
+    """{file: sha256} of every file under ``paths`` (files or directories): compare before and after a refused
+    command to show nothing on disk changed."""
+    out = {}
+    for p in map(str, paths):
+        files = [p] if os.path.isfile(p) else [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
+        for f in sorted(files):
+            with open(f, "rb") as fh:
+                out[f] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def digest():
+    return tree_digest
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging():
+    """The scripts' cli.setup_logging replaces the root handlers: put pytest's back (and close our log files)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+            h.close()
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)

@@ -3,7 +3,9 @@ unreadable checkpoints, multi-host preemption, resume bookkeeping, bad start-up 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +71,44 @@ def test_a_config_change_refuses_to_resume_and_keeps_the_checkpoints(tiny_run, t
     with pytest.raises(ValueError, match=r"checkpoint at step 4 .* does not match the current config"):
         pretrain.train_and_evaluate(tiny_config(**change), str(wd))
     assert listing(wd / "checkpoints") == before == ["2", "4"]
+
+
+def test_a_refused_restart_leaves_config_and_history_as_they_were(tiny_run, tmp_path, digest):
+    wd = tmp_path / "refused"
+    shutil.copytree(tiny_run[0], wd)
+    before = digest(wd)
+    with pytest.raises(trainer.CheckpointMismatchError):
+        pretrain.train_and_evaluate(tiny_config(clip_norm=0.0), str(wd))
+    assert digest(wd) == before  # config.json, config_history.jsonl, metrics, checkpoints: all as they were
+
+
+def test_a_changed_hyperparameter_resumes_with_a_warning_and_the_history_keeps_every_start(tmp_path, caplog):
+    wd = tmp_path / "lr"
+    pretrain.train_and_evaluate(tiny_config(stop_at_step=2), str(wd))
+    first = json.loads((wd / "config.json").read_text())
+    with caplog.at_level("WARNING", logger="squeezebert_jax.pretrain"):
+        pretrain.train_and_evaluate(tiny_config(learning_rate=0.5 * first["learning_rate"]), str(wd))
+    changed = [r.getMessage() for r in caplog.records if "changed since the last start" in r.getMessage()]
+    assert sorted(m.split()[0] for m in changed) == ["config.learning_rate", "config.stop_at_step"]
+    assert any(f"{first['learning_rate']} -> {0.5 * first['learning_rate']} (resuming at step 2)" in m
+               for m in changed)
+    history = pretrain.read_config_history(str(wd))
+    assert [h["start_step"] for h in history] == [0, 2]
+    assert history[0]["config"] == first and history[0]["changed"] == {}
+    assert history[1]["changed"] == {"learning_rate": [first["learning_rate"], 0.5 * first["learning_rate"]],
+                                     "stop_at_step": [2, 0]}
+    assert json.loads((wd / "config.json").read_text())["learning_rate"] == 0.5 * first["learning_rate"]
+
+
+def test_a_workdir_without_history_keeps_its_config_json_as_the_first_start(tmp_path):
+    import ml_collections
+
+    (tmp_path / "config.json").write_text(json.dumps({"learning_rate": 0.1, "model": {"preset": "x"}}))
+    changes = pretrain.record_config(str(tmp_path), ml_collections.ConfigDict(
+        {"learning_rate": 0.2, "model": {"preset": "x", "remat": "full"}}), 7)
+    assert changes == {"learning_rate": (0.1, 0.2), "model.remat": (None, "full")}
+    history = pretrain.read_config_history(str(tmp_path))
+    assert [(h["start_step"], h["config"]["learning_rate"]) for h in history] == [(None, 0.1), (7, 0.2)]
 
 
 def test_checkpoints_of_which_none_can_be_read_stop_the_run(tiny_run, tmp_path):
@@ -156,12 +196,44 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_cli_does_not_announce_a_model_after_a_preemption(tmp_path):
+def test_the_cli_console_preemption_refused_restart_and_changed_resume(tmp_path, digest):
+    """Through train/pretrain.py as a user runs it: (1) stopped early: no model announced, the console is the progress
+    lines (orbax's INFO records go to WORKDIR/log.txt); (2) a restart whose optimizer state cannot match the
+    checkpoints: one error line, exit 1, nothing in the workdir changed; (3) a resume with another learning rate: it
+    resumes, warns old -> new, and the history keeps both starts."""
     wd = tmp_path / "cli"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "train", "pretrain.py"),
-                        "--config", os.path.join(ROOT, "train", "configs", "pretrain.py") + ":smoke",
-                        "--workdir", str(wd), "--config.stop_at_step=2", "--config.num_devices=1"],
-                       capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+
+    def pretrain_cli(*overrides):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "train", "pretrain.py"),
+                               "--config", os.path.join(ROOT, "train", "configs", "pretrain.py") + ":smoke",
+                               "--workdir", str(wd), "--config.num_devices=1", *overrides],
+                              capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+
+    r = pretrain_cli("--config.stop_at_step=2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "stopped early" in r.stdout and "model saved" not in r.stdout
     assert not os.path.exists(wd / "model")
+    assert "step 2/" in r.stdout  # the line of the log interval that ended at the stop
+    # (the CUDA plugin of the gpu-aot extra prints its own C++ lines at import; absl's Python INFO lines are ours)
+    assert not re.search(r"^I\d{4} [\d:.]+ +\d+ \w+\.py:\d+\]", r.stderr, re.M), r.stderr[-2000:]
+    assert "orbax" not in r.stderr.lower() and "Traceback" not in r.stderr
+    assert "Saving checkpoint at step 2" in (wd / "log.txt").read_text()
+
+    before = digest(wd)
+    r = pretrain_cli("--config.stop_at_step=3", "--config.clip_norm=0.0")  # no clipping: another optimizer state
+    assert r.returncode == 1
+    err = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(err) == 1 and "does not match the current config" in err[0] and "Traceback" not in r.stderr
+    after = digest(wd)
+    log_txt = str(wd / "log.txt")
+    assert after.pop(log_txt) != before.pop(log_txt) and after == before  # the log only grew; nothing else changed
+    assert "does not match the current config" in (wd / "log.txt").read_text().splitlines()[-1]
+
+    r = pretrain_cli("--config.stop_at_step=3", "--config.learning_rate=0.001")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming from the checkpoint at step 2" in r.stdout
+    assert "config.learning_rate changed" in r.stderr and "0.002 -> 0.001" in r.stderr
+    history = pretrain.read_config_history(str(wd))
+    assert [h["start_step"] for h in history] == [0, 2]
+    assert history[0]["config"]["learning_rate"] == 0.002 and history[1]["config"]["learning_rate"] == 0.001
+    assert history[1]["changed"]["learning_rate"] == [0.002, 0.001]

@@ -2,10 +2,11 @@
 
     python train/finetune.py --config train/configs/glue.py:rte --config.init_from MODEL_DIR \
         --config.data_dir GLUE_DIR --workdir DIR
+
+The console shows a progress bar, warnings and the best epoch's metrics; WORKDIR/log.txt has the full log.
 """
 
 import json
-import logging
 import os
 import sys
 
@@ -14,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from squeezebert_jax import cli  # noqa: E402
 from squeezebert_jax.finetune import finetune  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
@@ -23,13 +25,13 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
     del argv
-    logging.getLogger().setLevel(logging.INFO)
     if not _CONFIG.value.init_from:
         raise app.UsageError("--config.init_from MODEL_DIR is required")
+    cli.setup_logging(os.path.join(_WORKDIR.value, "log.txt"))
     results = finetune(_CONFIG.value, _WORKDIR.value)
     print(json.dumps(results["best"], indent=2))
     print(f"best model: {os.path.join(_WORKDIR.value, 'model')}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_absl(main)

@@ -6,17 +6,19 @@
     # and MNLI -> task transfer (every task but CoLA starts from the MNLI-finetuned student)
     python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/ds \
         --transfer --teacher_root TEACHERS --teacher_weight 0.5 --predict
+
+The console shows progress bars, warnings and the table; WORKDIR/log.txt has the full log.
 """
 
-import argparse
 import importlib.util
-import logging
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from squeezebert_jax import cli, glue  # noqa: E402
+from squeezebert_jax.errors import InputError  # noqa: E402
 from squeezebert_jax.finetune import run_recipe  # noqa: E402
 
 
@@ -28,7 +30,7 @@ def load_get_config():
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--init_from", required=True)
     p.add_argument("--data_dir", default="", help="GLUE_DIR; default: TFDS")
     p.add_argument("--workdir", required=True)
@@ -36,13 +38,15 @@ def main(argv=None):
     p.add_argument("--transfer", action="store_true", help="MNLI -> task transfer (not CoLA)")
     p.add_argument("--teacher_root", default="", help="directory of teacher MODEL_DIRs, one per task")
     p.add_argument("--teacher_weight", type=float, default=0.5)
-    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--epochs", type=cli.positive_int, default=None)
     p.add_argument("--max_train_examples", type=int, default=0)
-    p.add_argument("--max_seq_length", type=int, default=128)
+    p.add_argument("--max_seq_length", type=cli.positive_int, default=128)
     p.add_argument("--predict", action="store_true", help="write GLUE-server test files (AX from MNLI)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     get_config = load_get_config()
+    if args.tasks:
+        args.tasks = [trainable_task(t) for t in args.tasks]
+    cli.setup_logging(os.path.join(args.workdir, "log.txt"))
 
     def make_config(task):
         c = get_config(task)
@@ -56,5 +60,18 @@ def main(argv=None):
                      args.predict))
 
 
+def trainable_task(task: str) -> str:
+    """A --tasks entry as its TFDS name; one-line errors for an unknown task and for AX (test only)."""
+    trainable = sorted(glue.TASKS.keys() - {"ax"})
+    try:
+        name = glue.get_task(task).name
+    except glue.UnknownTaskError:
+        raise InputError(f"--tasks: unknown GLUE task {task!r}; known: {', '.join(trainable)}") from None
+    if name not in trainable:
+        raise InputError(f"--tasks: {task!r} has no training data (test only; --predict writes it from the MNLI "
+                         f"model); known: {', '.join(trainable)}")
+    return name
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

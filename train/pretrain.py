@@ -1,17 +1,21 @@
 """Pretrain SqueezeBERT (MLM + SOP, LAMB) — see train/configs/pretrain.py for the launch commands.
 
     python train/pretrain.py --config train/configs/pretrain.py:demo --workdir /tmp/sqb_demo
+
+The console shows a progress bar, one line per log interval and a summary; WORKDIR/log.txt has the full log,
+WORKDIR/metrics.jsonl the metrics, WORKDIR/config_history.jsonl the config of every start.
 """
 
-import logging
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from squeezebert_jax import cli  # noqa: E402
 from squeezebert_jax.pretrain import train_and_evaluate  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=True)
@@ -21,15 +25,22 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
     del argv
-    logging.getLogger().setLevel(logging.INFO)
-    final = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    print("final metrics:", {k: round(v, 4) for k, v in final.items() if isinstance(v, float)})
+    workdir, t0 = _WORKDIR.value, time.perf_counter()
+    cli.setup_logging(os.path.join(workdir, "log.txt"))
+    print(f"pretraining in {workdir} (full log: {os.path.join(workdir, 'log.txt')})")
+    final = train_and_evaluate(_CONFIG.value, workdir)
+    elapsed = time.perf_counter() - t0
+    if "loss" in final:
+        print(f"last interval: loss {final['loss']:.4f} (mlm {final['mlm_loss']:.4f}, accuracy "
+              f"{final['mlm_accuracy']:.3f}; sop {final['sop_loss']:.4f}, accuracy {final['sop_accuracy']:.3f}), "
+              f"{final['seq_per_s']:.1f} seq/s; {elapsed:.0f} s in all")
     if final["preempted"]:
         print(f"stopped early: checkpoint saved, no model exported; run the same command again to resume "
-              f"from {os.path.join(_WORKDIR.value, 'checkpoints')}")
+              f"from {os.path.join(workdir, 'checkpoints')}")
     else:
-        print(f"model saved to {os.path.join(_WORKDIR.value, 'model')} (convert/to_pytorch.py accepts it)")
+        print(f"model saved to {os.path.join(workdir, 'model')} (convert/to_pytorch.py accepts it); "
+              f"metrics in {os.path.join(workdir, 'metrics.jsonl')}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_absl(main)

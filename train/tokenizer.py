@@ -8,27 +8,28 @@ SentencePiece: unigram, lowercased, the same specials at ids 0-4, writes OUT/spi
 Either file loads with squeezebert_jax.tokenizer.Tokenizer.from_dir(OUT).
 """
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from squeezebert_jax import cli  # noqa: E402
 from squeezebert_jax.tokenizer import train_tokenizer  # noqa: E402
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None) -> int:
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="training text file(s)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write vocab.txt / spiece.model into")
-    p.add_argument("--vocab_size", type=int, required=True, help="vocabulary size, specials included")
+    p.add_argument("--vocab_size", type=cli.positive_int, required=True, help="vocabulary size, specials included")
     p.add_argument("--kind", choices=["wordpiece", "sentencepiece"], default="wordpiece")
     p.add_argument("--verbose", action="store_true", help="show the SentencePiece trainer's log")
     args = p.parse_args(argv)
+    cli.setup_logging(None)
     tok = train_tokenizer(args.input, args.out, args.vocab_size, args.kind, verbose=args.verbose)
     print(f"wrote {tok.path}: {tok.kind}, vocab_size {tok.vocab_size}")
-    return tok
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

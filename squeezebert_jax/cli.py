@@ -1,0 +1,140 @@
+"""What every script in train/, eval/ and convert/ shares: how errors reach the user, and where logs go.
+
+A user's mistake (a bad argument, file, config value, data, checkpoint) prints one line naming what is wrong and what
+to do, with no traceback, and the script exits 1 (argparse's usage errors: 2). ``--debug`` (or
+``SQUEEZEBERT_DEBUG=1``) shows the traceback instead. Any other exception is a bug and shows its traceback as always.
+
+Logging: the console shows WARNING and above (and the scripts' own progress bars and summaries); every INFO record
+(ours, orbax's, absl's) goes to a log file in the run's directory (``WORKDIR/log.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Callable
+
+from squeezebert_jax.errors import InputError, MissingExtraError
+
+# Expected: the user can fix these. OSError subclasses about paths; FloatingPointError is a diverged run, whose
+# message names the step and the last good checkpoint.
+EXPECTED = (InputError, MissingExtraError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+            PermissionError, FloatingPointError)
+DEBUG_ENV = "SQUEEZEBERT_DEBUG"
+
+
+def debug_requested(argv) -> bool:
+    return "--debug" in (argv or []) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def describe(e: BaseException) -> str:
+    """One line for the user: the message, with an OSError's path and reason spelled out."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"
+    msg = str(e.args[0]) if len(e.args) == 1 and isinstance(e.args[0], str) else str(e)
+    return " ".join(msg.split()) or type(e).__name__
+
+
+def report(e: BaseException, prog: str | None = None) -> None:
+    """The one line on stderr; the run's log file (``setup_logging``), if any, gets it too."""
+    prog = prog or os.path.basename(sys.argv[0] or "squeezebert_jax")
+    line = f"{prog}: error: {describe(e)}"
+    print(line, file=sys.stderr)
+    record = logging.LogRecord("squeezebert_jax.cli", logging.ERROR, __file__, 0, line, None, None)
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            h.handle(record)
+
+
+def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None, prog: str | None = None,
+        debug: bool | None = None) -> int:
+    """Call ``main(argv)`` and turn its outcome into an exit status: its return value (None: 0); an expected error:
+    one line on stderr, 1 (re-raised with ``--debug``); Ctrl-C: 130.
+    ``if __name__ == "__main__": sys.exit(cli.run(main))``."""
+    if debug is None:
+        debug = debug_requested(sys.argv[1:] if argv is None else argv)
+    try:
+        rc = main(argv)
+    except EXPECTED as e:
+        if debug:
+            raise
+        report(e, prog)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+def run_absl(main: Callable[[list[str]], int | None]) -> None:
+    """``absl.app.run(main)`` with the same error handling as ``run`` (and a ``--debug`` flag)."""
+    from absl import app, flags
+
+    if "debug" not in flags.FLAGS:
+        flags.DEFINE_bool("debug", False, f"show the traceback of an error (or set {DEBUG_ENV}=1)")
+
+    def main_with_exit(argv):
+        sys.exit(run(main, argv, debug=flags.FLAGS.debug or debug_requested([])))
+
+    app.run(main_with_exit)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the scripts' shared ``--debug`` flag and the docstring shown as written."""
+
+    def __init__(self, description: str | None = None, **kw):
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(description=description, **kw)
+        self.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or {DEBUG_ENV}=1)")
+
+
+def positive_int(s: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+class _ConsoleHandler(logging.StreamHandler):
+    """WARNING and above on stderr, written through tqdm so that a progress bar on the screen is not torn."""
+
+    def emit(self, record):
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 -- logging must never raise
+            self.handleError(record)
+
+
+def setup_logging(log_file: str | None = None, console_level: int = logging.WARNING) -> None:
+    """Root logging for a script: ``console_level`` and above on the console, INFO and above to ``log_file`` (appended;
+    its directory is created). Replaces the root handlers, absl's included, so that orbax's and absl's INFO records
+    (object reprs, per-save chatter) stay out of the console."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    console = _ConsoleHandler()
+    console.setLevel(console_level)
+    console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root.addHandler(console)
+    if log_file:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        fh = logging.FileHandler(log_file, mode="a", encoding="utf-8")
+        fh.setLevel(logging.INFO)
+        fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(fh)
+    root.setLevel(logging.INFO if log_file else console_level)
+    try:  # absl logs through the "absl" logger; keep its own level from filtering INFO before our handlers see it
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.INFO if log_file else absl_logging.WARNING)
+        absl_logging.get_absl_handler().setLevel(console_level)
+    except ImportError:
+        pass

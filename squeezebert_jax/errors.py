@@ -1,0 +1,11 @@
+"""The errors a user can fix. Scripts print them as one line and exit 1 (``squeezebert_jax.cli``); anything else is a
+bug and keeps its traceback."""
+
+
+class InputError(ValueError):
+    """Bad input: a file, an argument, a config value, data or a checkpoint. The message names the thing (file, line,
+    field, tensor) and says what to do. A ValueError, so code that catches ValueError keeps working."""
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message gives the ``pip install`` line."""

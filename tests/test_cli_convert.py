@@ -1,0 +1,300 @@
+"""The convert/ scripts and the tokenizer trainer as a user meets them (issue 11): a refused command prints one line
+naming what is wrong, exits 1 (argparse: 2) and changes nothing on disk -- an --out that would overwrite a MODEL_DIR
+or other files, bad --seq-len / --batch / --out of to_torchscript.py (refused before the minute-long export), a
+config.json with a wrong type, a misspelt --head, an empty training corpus, a lone surrogate in tokenizer input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from flax import nnx
+
+import squeezebert_jax as sj
+from squeezebert_jax import mobile
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.model import SqueezeBertConfig
+from squeezebert_jax.tokenizer import Tokenizer, train_tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(vocab_size=12, hidden_size=16, embedding_size=16, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=32, max_position_embeddings=16, q_groups=2, k_groups=2, v_groups=2,
+            intermediate_groups=2, output_groups=2)
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "story", "then", "and", "was", "it"]
+
+
+def model_dir(path, head="SqueezeBertForMaskedLM") -> str:
+    sj.save_pretrained(sj.HEADS[head](SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0)), path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return str(path)
+
+
+def hf_dir(path, head="SqueezeBertForMaskedLM") -> str:
+    """A transformers checkpoint directory (config.json + model.safetensors + vocab.txt), written without torch."""
+    model = sj.HEADS[head](SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    vocab_dir = path.parent / (path.name + "_vocab")
+    vocab_dir.mkdir()
+    (vocab_dir / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    sj.export_torch(model, path, tokenizer_dir=str(vocab_dir))
+    return str(path)
+
+
+def one_error_line(err: str, prog: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+# -- 1. from_pytorch.py: a non-empty --out, --out in --src, an existing file -------------------------------------------
+
+def test_from_pytorch_refuses_a_non_empty_out_unless_overwrite(tmp_path, run_cli, digest):
+    src, out = hf_dir(tmp_path / "hf"), tmp_path / "model"
+    out.mkdir()
+    (out / "config.json").write_text('{"mine": true}\n')
+    (out / "notes.txt").write_text("keep me\n")
+    before = digest(src, out)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", out)
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and f"--out {out} is not empty" in line and "config.json, notes.txt" in line
+    assert "--overwrite" in line and stdout == ""
+    assert digest(src, out) == before
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", out, "--overwrite")
+    assert rc == 0 and stdout.startswith(f"wrote {out}: SqueezeBertForMaskedLM"), err
+    assert (out / "notes.txt").read_text() == "keep me\n"  # only the files it writes are replaced
+    assert type(sj.load_pretrained(out)).__name__ == "SqueezeBertForMaskedLM"
+
+
+@pytest.mark.parametrize("where", ["same", "inside"])
+def test_from_pytorch_never_writes_into_src(tmp_path, run_cli, digest, where):
+    src = hf_dir(tmp_path / "hf")
+    out = src if where == "same" else os.path.join(src, "converted")
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", out, "--overwrite")
+    line = one_error_line(err, "from_pytorch.py")
+    verb = "is the source directory" if where == "same" else "is inside the source directory"
+    assert rc == 1 and f"--out {out} {verb} {src}" in line and "never writes into its source" in line
+    assert digest(src) == before and sorted(os.listdir(src)) == ["config.json", "model.safetensors", "vocab.txt"]
+
+
+@pytest.mark.parametrize("script", ["convert/from_pytorch.py", "convert/to_pytorch.py"])
+def test_an_out_that_is_a_file_is_refused_before_converting(tmp_path, run_cli, digest, monkeypatch, script):
+    src = hf_dir(tmp_path / "hf") if "from" in script else model_dir(tmp_path / "m")
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"\x00data")
+    before = digest(src, out)
+    for name in ("import_torch", "load_pretrained"):  # nothing may be read or converted
+        monkeypatch.setattr(sj, name, lambda *a, **k: pytest.fail("converted before refusing"))
+    rc, _, err = run_cli(script, "--src", src, "--out", out, "--overwrite")
+    line = one_error_line(err, os.path.basename(script))
+    assert rc == 1 and f"--out {out} is an existing file, not a directory" in line
+    assert digest(src, out) == before
+
+
+# -- 2. to_pytorch.py: --out == --src would overwrite the MODEL_DIR's config.json --------------------------------------
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_to_pytorch_refuses_out_equal_to_src(tmp_path, run_cli, digest, overwrite):
+    src = model_dir(tmp_path / "m")
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", src, *(["--overwrite"] * overwrite))
+    line = one_error_line(err, "to_pytorch.py")
+    assert rc == 1 and f"--out {src} is the source directory {src}" in line and stdout == ""
+    assert digest(src) == before
+    assert type(sj.load_pretrained(src)).__name__ == "SqueezeBertForMaskedLM"  # still loads
+
+
+def test_to_pytorch_refuses_a_non_empty_out_unless_overwrite(tmp_path, run_cli, digest):
+    src, out = model_dir(tmp_path / "m"), tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text("{}\n")
+    before = digest(src, out)
+    rc, _, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", out)
+    line = one_error_line(err, "to_pytorch.py")
+    assert rc == 1 and f"--out {out} is not empty (it holds config.json)" in line and "--overwrite" in line
+    assert digest(src, out) == before
+    rc, stdout, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", out, "--overwrite")
+    assert rc == 0 and stdout.startswith(f"wrote {out}: SqueezeBertForMaskedLM"), err
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["SqueezeBertForMaskedLM"]
+
+
+def test_to_pytorch_command_line(tmp_path, digest):
+    """The real command line (`sys.exit(cli.run(main))`): one line, exit 1, no traceback, nothing changed."""
+    src = model_dir(tmp_path / "m")
+    before = digest(src)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "convert", "to_pytorch.py"), "--src", src, "--out", src],
+                       capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert r.returncode == 1 and r.stdout == ""
+    line = [x for x in r.stderr.splitlines() if x.startswith("to_pytorch.py: error: ")]
+    assert len(line) == 1 and "is the source directory" in line[0] and "Traceback" not in r.stderr, r.stderr
+    assert digest(src) == before
+
+
+# -- 3. to_torchscript.py: arguments checked before the export ---------------------------------------------------------
+
+@pytest.fixture
+def no_export(monkeypatch):
+    """Fail the test if to_torchscript.py gets as far as loading or exporting a model."""
+    monkeypatch.setattr(sj, "load_pretrained", lambda *a, **k: pytest.fail("loaded the model before refusing"))
+    monkeypatch.setattr(mobile, "export_lite", lambda *a, **k: pytest.fail("exported before refusing"))
+
+
+@pytest.mark.parametrize("flag,value", [("--seq-len", "0"), ("--seq-len", "-4"), ("--batch", "0"),
+                                        ("--num-choices", "0"), ("--seq-len", "x")])
+def test_to_torchscript_refuses_bad_sizes_at_once(tmp_path, run_cli, no_export, flag, value):
+    src = model_dir(tmp_path / "m")
+    rc, stdout, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", tmp_path / "m.ptl", flag, value)
+    assert rc == 2 and stdout == "" and "Traceback" not in err
+    assert f"argument {flag}: " in err and ("must be >= 1" in err or "is not an integer" in err), err
+    assert not (tmp_path / "m.ptl").exists()
+
+
+def test_to_torchscript_refuses_a_directory_out(tmp_path, run_cli, digest, no_export):
+    src = model_dir(tmp_path / "m")
+    before = digest(src)
+    rc, _, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", src)
+    line = one_error_line(err, "to_torchscript.py")
+    assert rc == 1 and f"--out {src} is a directory" in line and os.path.join(src, "model.ptl") in line
+    assert digest(src) == before
+
+
+def test_to_torchscript_refuses_an_existing_out_unless_overwrite(tmp_path, run_cli, digest, no_export):
+    src, out = model_dir(tmp_path / "m"), tmp_path / "old.ptl"
+    out.write_bytes(b"an earlier export")
+    before = digest(src, out)
+    rc, _, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", out)
+    line = one_error_line(err, "to_torchscript.py")
+    assert rc == 1 and f"--out {out} already exists; pass --overwrite" in line
+    assert digest(src, out) == before
+
+
+def test_export_lite_checks_its_sizes():
+    model = sj.SqueezeBertModel(SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    with pytest.raises(InputError, match=r"seq_len=0; expected an integer >= 1"):
+        mobile.export_lite(model, "unused.ptl", seq_len=0)
+
+
+# -- 4. config.json with the wrong shape or types ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: [c], 'config.json: expected a JSON object ({"hidden_size": 768, ...}), got a list [{'),
+    (lambda c: "config", 'config.json: expected a JSON object ({"hidden_size": 768, ...}), got a string "config"'),
+    (lambda c: c | {"hidden_size": "16"}, 'config.json: hidden_size is "16" (a string); expected an integer >= 1'),
+    (lambda c: c | {"num_attention_heads": 0}, "config.json: num_attention_heads is 0; expected an integer >= 1"),
+    (lambda c: c | {"hidden_dropout_prob": "0.1"},
+     'config.json: hidden_dropout_prob is "0.1" (a string); expected a number in [0, 1]'),
+    (lambda c: c | {"hidden_act": None}, "config.json: hidden_act is null; expected a string"),
+])
+def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
+    src = model_dir(tmp_path / "m")
+    path = tmp_path / "m" / "config.json"
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    before = digest(src)
+    rc, _, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "hf")
+    line = one_error_line(err, "to_pytorch.py")
+    assert rc == 1 and f"{path}: " in line and message in line, line
+    assert digest(src) == before and not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("vocab_size", 30522.0, "vocab_size is 30522.0 (a decimal number); expected an integer >= 1"),
+    ("vocab_size", True, "vocab_size is true (a boolean); expected an integer >= 1"),
+    ("layer_norm_eps", "1e-12", 'layer_norm_eps is "1e-12" (a string); expected a number'),
+    ("pad_token_id", [0], "pad_token_id is [0] (a list); expected an integer"),
+    ("id2label", ["a", "b"], 'id2label is ["a", "b"] (a list); expected an object of label names'),
+    ("id2label", {"x": "a"}, 'id2label has the key "x"; expected integer keys'),
+])
+def test_config_from_dict_checks_each_field_type(field, value, message):
+    with pytest.raises(InputError) as e:
+        SqueezeBertConfig.from_dict({field: value}, source="M/config.json")
+    assert str(e.value).startswith("M/config.json: " + message), str(e.value)
+
+
+# -- 5. a misspelt head ------------------------------------------------------------------------------------------------
+
+def test_from_pytorch_head_typo_lists_the_heads(tmp_path, run_cli, digest):
+    src = hf_dir(tmp_path / "hf")
+    before = digest(src)
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m",
+                         "--head", "SqueezeBertForMaskedLm")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and "unknown --head 'SqueezeBertForMaskedLm' (did you mean SqueezeBertForMaskedLM?)" in line
+    assert all(h in line for h in sj.HEADS), line
+    assert digest(src) == before and not (tmp_path / "m").exists()
+
+
+def test_library_head_typo_lists_the_heads(tmp_path):
+    src, hf = model_dir(tmp_path / "m"), hf_dir(tmp_path / "hf")
+    for call in (lambda: sj.load_pretrained(src, head="SequenceClassification"),
+                 lambda: sj.load_pretrained(hf, head="SequenceClassification"),
+                 lambda: sj.import_torch(hf, tmp_path / "out", head="SequenceClassification")):
+        with pytest.raises(InputError, match=r"unknown head 'SequenceClassification'.*; one of SqueezeBertForMaskedLM"):
+            call()
+    assert not (tmp_path / "out").exists()
+
+
+def test_from_pytorch_reports_new_heads_without_info_chatter(tmp_path, run_cli):
+    """The console shows WARNING and above; the summary still names the randomly initialised head."""
+    src = hf_dir(tmp_path / "hf", head="SqueezeBertModel")
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m",
+                              "--head", "SqueezeBertForSequenceClassification")
+    assert rc == 0, err
+    assert "randomly initialised (absent from source): classifier.weight, classifier.bias" in stdout
+    assert "INFO" not in err and "Traceback" not in err
+
+
+# -- 6. an empty training corpus ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece"])
+@pytest.mark.parametrize("content", ["", "\n  \n\t\n"])
+def test_tokenizer_training_refuses_an_empty_corpus(tmp_path, run_cli, digest, kind, content):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(content)
+    b.write_text("\n")
+    before = digest(a, b)
+    rc, stdout, err = run_cli("train/tokenizer.py", "--input", a, b, "--out", tmp_path / "tok", "--vocab_size", "50",
+                              "--kind", kind)
+    line = one_error_line(err, "tokenizer.py")
+    assert rc == 1 and f"no text to train on in {a}, {b}: every file is empty or holds only blank lines" in line
+    assert stdout == "" and digest(a, b) == before and not (tmp_path / "tok").exists()
+    with pytest.raises(InputError, match=f"no text to train on in {a}: the file is empty"):
+        train_tokenizer([a], tmp_path / "tok", 50, kind)
+
+
+def test_tokenizer_command_line(tmp_path):
+    a = tmp_path / "blank.txt"
+    a.write_text("\n\n")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train", "tokenizer.py"), "--input", str(a), "--out",
+                        str(tmp_path / "tok"), "--vocab_size", "50"],
+                       capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    line = [x for x in r.stderr.splitlines() if x.startswith("tokenizer.py: error: ")]
+    assert r.returncode == 1 and len(line) == 1 and "no text to train on" in line[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# -- 7. a lone surrogate in tokenizer input ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    corpus = d / "corpus.txt"
+    corpus.write_text("\n".join(f"the story {i} then it was a story and the end" for i in range(200)) + "\n")
+    return [Tokenizer.from_file(d / "vocab.txt"), train_tokenizer([corpus], d / "sp", 40, "sentencepiece")]
+
+
+@pytest.mark.parametrize("i", [0, 1], ids=["wordpiece", "sentencepiece"])
+def test_lone_surrogate_is_named(tokenizers, i):
+    tok = tokenizers[i]
+    with pytest.raises(InputError, match=r"^text 'ab\\ud800c' has a lone surrogate '\\ud800' at character 2, "):
+        tok.tokenize("ab\ud800c")
+    with pytest.raises(InputError, match=r"^text 'a\\udfff' has a lone surrogate '\\udfff' at character 1"):
+        tok.encode("a\udfff")
+    with pytest.raises(InputError, match=r"^texts\[2\] 'the \\ud800' has a lone surrogate '\\ud800' at character 4"):
+        tok.encode_batch(["the", "story", "the \ud800"])
+    with pytest.raises(InputError, match=r"^text_pairs\[1\] \.\.\.'.*\\ud800.*'\.\.\. has a lone surrogate "
+                                         r"'\\ud800' at character 90"):
+        tok.encode_batch(["the", "a"], ["it", "it " * 30 + "\ud800" + " was" * 30])
+    assert tok.encode("the story")["input_ids"][0] == tok.cls_id  # valid text is unaffected
