@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import Callable
 
@@ -78,7 +79,56 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
     def main_with_exit(argv):
         sys.exit(run(main, argv, debug=flags.FLAGS.debug or debug_requested([])))
 
-    app.run(main_with_exit)
+    def parse_flags(argv):  # absl's own parser prints "FATAL Flags parsing error" and a config file's traceback
+        try:
+            rest = flags.FLAGS(argv)
+            for name in flags.FLAGS:  # a config file that failed to load raises only when first read: read it now
+                value = flags.FLAGS[name].value
+                if type(value).__name__ == "_ErrorConfig":
+                    raise flags.Error(f"flag --{name}: cannot load the config file: {_last_line(value._error)}")
+            return rest
+        except (flags.Error, AttributeError, KeyError, SyntaxError) as e:
+            if debug_requested(argv[1:]):
+                raise
+            prog = os.path.basename(argv[0] or "squeezebert_jax")
+            hint = " (--helpshort lists the flags)" if isinstance(e, flags.Error) else ""
+            print(f"{prog}: error: {flag_error_line(e, argv)}{hint}", file=sys.stderr)
+            sys.exit(2)
+
+    app.run(main_with_exit, flags_parser=parse_flags)
+
+
+def flag_error_line(e: BaseException, argv: list[str] = ()) -> str:
+    """absl's flag error as one line. A config file whose ``get_config`` raised (an unknown variant, a typo in an
+    override) arrives as ml_collections' message with the traceback inside; keep the flag and the exception's own
+    message: ``flag --config=train/configs/glue.py:rtee: unknown GLUE task 'rtee'; one of cola, ...``. An override of
+    a field the config does not have (ml_collections: a bare AttributeError) names the argument; a config file that is
+    not Python names its file and line."""
+    if isinstance(e, SyntaxError):
+        return f"{e.filename}:{e.lineno}: {e.msg} (a config file must be Python defining get_config)"
+    if isinstance(e, (AttributeError, KeyError)):
+        inner = e
+        while inner.args and isinstance(inner.args[0], BaseException):  # ml_collections nests KeyError in it
+            inner = inner.args[0]
+        text = str(inner.args[0]) if inner.args else str(inner)
+        m = re.search(r"([A-Za-z_][\w-]*)", text)
+        key = m.group(1) if m else text
+        given = [a for a in argv[1:] if a.startswith("--") and key in a.split("=", 1)[0].split(".")[1:]]
+        alt = re.search(r'Did you mean "([^"]+)"', text)
+        hint = f"; did you mean {alt.group(1)!r}?" if alt else " (its config file lists the fields)"
+        return f"{given[0] if given else key}: the config has no field {key!r}{hint}"
+    msg = str(e)
+    if "Traceback (most recent call last)" in msg:
+        head = msg.strip().splitlines()[0]
+        flag = head.split(": Error whilst", 1)[0] if ": Error whilst" in head else head.rstrip(":")
+        last = re.sub(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\w*: ", "", _last_line(msg))
+        return f"{flag}: {last}"
+    return " ".join(msg.split())
+
+
+def _last_line(msg) -> str:
+    lines = [ln.strip() for ln in str(msg).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -109,10 +109,11 @@ def _read_config(model_dir: str) -> tuple[SqueezeBertConfig, dict]:
 
 
 def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = None, overwrite: bool = False,
-                     what: str = "--out") -> str:
+                     what: str = "--out", ignore: tuple[str, ...] = ()) -> str:
     """Refuse, before any work, an output directory that would lose something: ``src`` itself or a directory inside
     it (always: a conversion never writes into its source), an existing file, or a directory that already holds
-    files (unless ``overwrite``: then the files written replace those of the same name). Returns ``out``."""
+    files other than ``ignore`` (unless ``overwrite``: then the files written replace those of the same name).
+    Returns ``out``."""
     out = os.fspath(out)
     if src is not None:
         s, o = os.path.realpath(os.fspath(src)), os.path.realpath(out)
@@ -123,7 +124,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError(f"{what} {out} is an existing file, not a directory; choose a directory to write into")
     if os.path.isdir(out) and not overwrite:
-        present = sorted(os.listdir(out))
+        present = sorted(set(os.listdir(out)) - set(ignore))
         if present:
             listed = ", ".join(present[:5]) + (f", ... ({len(present)} entries)" if len(present) > 5 else "")
             raise InputError(f"{what} {out} is not empty (it holds {listed}); pass --overwrite to replace the files "

@@ -45,6 +45,12 @@ from squeezebert_jax.errors import InputError, MissingExtraError
 log = logging.getLogger(__name__)
 
 MAX_LINE_CHARS = 20_000
+# A text file in which more than this share of the bytes is not UTF-8 text (invalid sequences, or NUL bytes: a
+# binary file, UTF-16, Latin-1 prose, ...) is refused; below it, lines holding such bytes are kept with U+FFFD and
+# counted. Checked after every _CHECK_BYTES read (a 10 GB binary file fails at once) and at the end of each file.
+MAX_INVALID_UTF8 = 0.01
+_CHECK_BYTES = 1 << 20
+_STRAY_BYTES = 16  # never refused for fewer bad bytes than this (one odd character in a short file)
 FORMAT_VERSION = 2
 WRITER_OPTIONS = "group_size:1,uncompressed"  # one record per chunk: fastest random access
 
@@ -62,17 +68,51 @@ class CorpusStats:
     empty_documents: int = 0         # each extra blank line in a run of separators (nothing between them)
     one_sentence_documents: int = 0  # < 2 non-empty sentences: skipped (SOP needs two segments)
     empty_sentences: int = 0         # lines that tokenize to nothing (e.g. only control characters): dropped
-    invalid_utf8_lines: int = 0      # not valid UTF-8: decoded with U+FFFD replacement characters, kept
+    invalid_utf8_lines: int = 0      # not UTF-8 text (invalid bytes or NUL): decoded with U+FFFD / NUL dropped, kept
+    invalid_utf8_bytes: int = 0      # the bytes of those lines that are not UTF-8 text (~ one per U+FFFD, NULs)
     truncated_lines: int = 0         # longer than max_line_chars characters: cut to that length, kept
 
 
 def _decode(raw: bytes, stats: CorpusStats) -> str:
-    """UTF-8, or with U+FFFD replacement characters (counted) when the bytes are not valid UTF-8."""
+    """UTF-8, or with U+FFFD replacement characters (counted) when the bytes are not valid UTF-8; NUL bytes (never
+    in UTF-8 text: a binary file or UTF-16) count as invalid too."""
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
+        if "\0" not in text:
+            return text
+        bad = text.count("\0")
     except UnicodeDecodeError:
-        stats.invalid_utf8_lines += 1
-        return raw.decode("utf-8", errors="replace")
+        text = raw.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd") - raw.count("\ufffd".encode()) + text.count("\0")
+    stats.invalid_utf8_lines += 1
+    stats.invalid_utf8_bytes += bad
+    return text.replace("\0", "")
+
+
+def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """The corpus files, each checked to be an existing file before anything is written; a shell pattern that
+    matched nothing arrives here as itself and is named as such."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for p in map(os.fspath, paths):
+        if os.path.isdir(p):
+            raise InputError(f"{p} is a directory; give the text files in it (e.g. {os.path.join(p, '*.txt')})")
+        if not os.path.isfile(p):
+            hint = ": a pattern that matched no file" if any(c in p for c in "*?[") else ""
+            raise FileNotFoundError(2, f"no such corpus file{hint}", p)
+        out.append(p)
+    if not out:
+        raise InputError("no corpus files given")
+    return out
+
+
+def _check_invalid_share(path: str, bad: int, size: int, limit: float, at_end: bool) -> None:
+    if bad > _STRAY_BYTES and bad / size > limit:
+        where = f"its {size} bytes" if at_end else f"the first {size} bytes"
+        raise InputError(f"{path}: {bad} of {where} ({bad / size:.1%}) are not UTF-8 text (a binary file, or UTF-16 "
+                         f"or Latin-1 text?); the limit is {limit:.1%} (max_invalid_utf8): convert it to UTF-8 "
+                         "(e.g. iconv -f LATIN1 -t UTF-8) or raise the limit")
 
 
 def _clean(line: str, stats: CorpusStats, max_line_chars: int) -> str:
@@ -84,16 +124,24 @@ def _clean(line: str, stats: CorpusStats, max_line_chars: int) -> str:
 
 
 def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats | None = None,
-                        max_line_chars: int = MAX_LINE_CHARS) -> Iterator[list[str]]:
+                        max_line_chars: int = MAX_LINE_CHARS, max_invalid_utf8: float = MAX_INVALID_UTF8
+                        ) -> Iterator[list[str]]:
     """Documents (lists of sentence strings) from text files: one sentence per line, documents separated by
-    blank (or whitespace-only) lines; a document never spans two files. Odd input is counted in ``stats``."""
+    blank (or whitespace-only) lines; a document never spans two files. Odd input is counted in ``stats``; a file
+    with more than ``max_invalid_utf8`` of its bytes not UTF-8 text raises InputError naming it and the share."""
     stats = stats if stats is not None else CorpusStats()
     for path in paths:
         doc: list[str] = []
         blank_run = 0
+        lines_before, bytes_before, size = stats.invalid_utf8_lines, stats.invalid_utf8_bytes, 0
+        next_check = _CHECK_BYTES
         with open(path, "rb") as f:
             for raw in f:
                 line = _clean(_decode(raw, stats), stats, max_line_chars)
+                size += len(raw)
+                if size >= next_check:
+                    _check_invalid_share(path, stats.invalid_utf8_bytes - bytes_before, size, max_invalid_utf8, False)
+                    next_check = size + _CHECK_BYTES
                 if line:
                     doc.append(line)
                     blank_run = 0
@@ -104,6 +152,11 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
                     doc = []
                 elif blank_run > 1:
                     stats.empty_documents += 1
+        bad = stats.invalid_utf8_bytes - bytes_before
+        _check_invalid_share(path, bad, size, max_invalid_utf8, True)
+        if stats.invalid_utf8_lines > lines_before:
+            log.warning("%s: %d lines hold %d bytes (%.3f%% of the file) that are not UTF-8 text; kept with U+FFFD "
+                        "replacement characters", path, stats.invalid_utf8_lines - lines_before, bad, 100 * bad / size)
         if doc:
             yield doc
 
@@ -200,6 +253,7 @@ def _clean_documents(docs: Iterable[Sequence[str]], stats: CorpusStats, max_line
             try:
                 s.encode("utf-8")
             except UnicodeEncodeError:  # lone surrogates (e.g. from errors='surrogateescape')
+                stats.invalid_utf8_bytes += sum(0xD800 <= ord(c) <= 0xDFFF for c in s)
                 s = s.encode("utf-8", errors="replace").decode("utf-8")
                 stats.invalid_utf8_lines += 1
             s = _clean(s, stats, max_line_chars)
@@ -213,7 +267,8 @@ def _clean_documents(docs: Iterable[Sequence[str]], stats: CorpusStats, max_line
 
 def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], tokenizer, out_dir: str | os.PathLike,
             num_shards: int = 8, *, stats: CorpusStats | None = None, max_line_chars: int = MAX_LINE_CHARS,
-            batch_docs: int = 256, writer_options: str = WRITER_OPTIONS, progress: bool = True) -> dict:
+            max_invalid_utf8: float = MAX_INVALID_UTF8, batch_docs: int = 256, writer_options: str = WRITER_OPTIONS,
+            progress: bool = True) -> dict:
     """Tokenize documents into ``out_dir`` once and return its ``meta.json`` contents.
 
     ``sources``: text file paths (``read_text_documents``) or an iterable of documents (lists of sentence
@@ -222,6 +277,8 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     temporary names and atomic renames), the tokenizer file (``tokenizer.save``) and, last, ``meta.json``:
     num_docs, num_sentences, num_tokens, shards, token width, tokenizer kind/vocab_size/file, stats.
     Documents with fewer than two non-empty sentences are counted and skipped (SOP needs two segments).
+    Text files are checked to exist before anything is written; on any error (a file that is not UTF-8 text, see
+    ``read_text_documents``) the temporary shards are removed and an earlier preparation in ``out_dir`` is untouched.
     """
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
@@ -229,20 +286,21 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     if num_shards < 1:
         raise InputError(f"num_shards must be >= 1, got {num_shards}")
     out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
     stats = stats if stats is not None else CorpusStats()
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     is_files = isinstance(sources, (list, tuple)) and all(isinstance(s, (str, os.PathLike)) for s in sources)
-    docs = (read_text_documents(sources, stats, max_line_chars) if is_files
+    docs = (read_text_documents(check_text_files(sources), stats, max_line_chars, max_invalid_utf8) if is_files
             else _clean_documents(sources, stats, max_line_chars))
     width = 2 if tokenizer.vocab_size <= 2 ** 16 else 4
     names = [f"shard-{i:05d}-of-{num_shards:05d}.array_record" for i in range(num_shards)]
+    created = not os.path.isdir(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
     tmp = [os.path.join(out_dir, f".tmp{os.getpid()}-{n}") for n in names]
-    writers = [ArrayRecordWriter(p, writer_options) for p in tmp]
-    sizes, num_tokens = [0] * num_shards, 0
+    writers, sizes, num_tokens, done = [], [0] * num_shards, 0, False
     bar = tqdm(desc=f"tokenizing into {out_dir}", unit=" docs", disable=not progress, mininterval=2.0)
     try:
+        writers += [ArrayRecordWriter(p, writer_options) for p in tmp]
         for batch in iter(lambda: list(itertools.islice(docs, batch_docs)), []):
             ids = iter(tokenizer.tokenize_batch([s for d in batch for s in d]))
             for d in batch:
@@ -258,14 +316,19 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
                 stats.sentences += len(sents)
                 num_tokens += sum(map(len, sents))
             bar.update(len(batch))
+        done = sum(sizes) > 0
     finally:
         bar.close()
         for w in writers:
             w.close()
+        if not done:  # an error, or nothing to write: leave out_dir as it was
+            for p in tmp:
+                if os.path.exists(p):
+                    os.remove(p)
+            if created and not os.listdir(out_dir):
+                os.rmdir(out_dir)
     num_docs = sum(sizes)
     if num_docs == 0:
-        for p in tmp:
-            os.remove(p)
         raise InputError(f"no document with at least two non-empty sentences in the sources ({stats})")
     meta_path = os.path.join(out_dir, "meta.json")
     if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
@@ -403,6 +466,11 @@ class ExampleMaker:
             n = len(offs) - 1
             if n < 2:
                 raise InputError(f"example {example_ids[i]}: a record with {n} sentence(s); SOP needs two")
+            if toks.size and (top := int(toks.max())) >= len(self.maskable):
+                # under jax.jit an embedding lookup clamps an out-of-range id (no error, no NaN): stop it here
+                raise InputError(f"example {example_ids[i]}: token id {top} >= the tokenizer's vocab size "
+                                 f"{len(self.maskable)}: the records were tokenized with a larger vocabulary; "
+                                 "prepare the data again with this tokenizer")
             start = min(int(u_start * (n - 1)), n - 2)  # (min: float rounding at u -> 1)
             end = min(n, max(start + 2, bisect.bisect_left(offs, offs[start] + targets[i])))
             split = min(start + 1 + int(u_split * (end - start - 1)), end - 1)

@@ -11,6 +11,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
+import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import importlib.util  # noqa: E402
 import types  # noqa: E402
@@ -38,10 +39,11 @@ def run_cli(capsys):
     def run(relpath: str, *argv: str):
         mod = load_script(relpath)
         capsys.readouterr()
-        try:
-            rc = cli.run(mod.main, [str(a) for a in argv], prog=os.path.basename(relpath))
-        except SystemExit as e:  # argparse usage errors
-            rc = e.code
+        with root_logging_restored():  # as if each run were its own process: its log file handlers end with it
+            try:
+                rc = cli.run(mod.main, [str(a) for a in argv], prog=os.path.basename(relpath))
+            except SystemExit as e:  # argparse usage errors
+                rc = e.code
         out, err = capsys.readouterr()
         return rc, out, err
 
@@ -65,19 +67,28 @@ def digest():
     return tree_digest
 
 
-@pytest.fixture(autouse=True)
-def _restore_root_logging():
-    """The scripts' cli.setup_logging replaces the root handlers: put pytest's back (and close our log files)."""
+@contextlib.contextmanager
+def root_logging_restored():
+    """The scripts' cli.setup_logging replaces the root handlers: put the earlier ones back (and close our log
+    files) on exit."""
     import logging
 
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-            h.close()
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
+    try:
+        yield
+    finally:
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+                h.close()
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging():
+    with root_logging_restored():
+        yield

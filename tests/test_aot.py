@@ -34,6 +34,8 @@ needs_gpu_plugin = pytest.mark.skipif(not _have("jax_plugins.xla_cuda12"), reaso
 def _compile(*args, variant="smoke", timeout=900) -> tuple[int, str, str, list[dict]]:
     out = os.path.join(os.environ.get("PYTEST_TMP", "/tmp"), f"aot_{os.getpid()}_{abs(hash(args))}.jsonl")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the host's 8 simulated devices: not needed
+    if os.path.exists(out):  # compile.py refuses to replace an existing --json file
+        os.remove(out)
     p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), "--config", f"{CONFIGS}:{variant}", "--json",
                         out,
                         *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
@@ -103,6 +105,28 @@ def test_compile_smoke_step_for_h100_target():
 def test_unknown_topology_is_one_line_exit_2():
     rc, out, err, _ = _compile("--topology", "v5litepod-8")
     assert rc == 2 and "expected CHIP:AxB" in err and "Traceback" not in err
+
+
+def test_existing_json_and_config_typos_are_one_line(tmp_path):
+    """Refused before any compile: an existing --json file (unchanged after), a config variant typo, an override of a
+    field the config does not have -- each one line, no traceback (absl's "FATAL Flags parsing error" block before)."""
+    out = tmp_path / "rows.jsonl"
+    out.write_text("earlier rows\n")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+    def run(*args):
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), *args], capture_output=True,
+                           text=True, timeout=600, env=env, cwd=ROOT)
+        err = [ln for ln in p.stderr.splitlines() if "compile.py" in ln or "Traceback" in ln or "FATAL" in ln]
+        return p.returncode, err
+
+    rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--json", str(out))
+    assert rc == 1 and len(err) == 1 and "already exists; pass --overwrite" in err[0], err
+    assert out.read_text() == "earlier rows\n"
+    rc, err = run("--config", f"{CONFIGS}:smoek", "--topology", "v5e:2x2")
+    assert rc == 2 and len(err) == 1 and "unknown variant 'smoek'" in err[0] and "smoke" in err[0], err
+    rc, err = run("--config", f"{CONFIGS}:smoke", "--config.learnig_rate=0.1", "--topology", "v5e:2x2")
+    assert rc == 2 and len(err) == 1 and "--config.learnig_rate=0.1: the config has no field 'learnig_rate'" in err[0]
 
 
 def test_fit_finds_the_fewest_microbatches(monkeypatch):

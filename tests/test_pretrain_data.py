@@ -133,7 +133,7 @@ def test_prepare_round_trip_and_meta(demo):
     assert meta["shard_num_records"] == [100, 100, 100] and meta["token_width"] == 2
     assert meta["stats"] == dict(documents=300, sentences=meta["num_sentences"], empty_documents=0,
                                  one_sentence_documents=0, empty_sentences=0, invalid_utf8_lines=0,
-                                 truncated_lines=0)
+                                 invalid_utf8_bytes=0, truncated_lines=0)
     from array_record.python.array_record_data_source import ArrayRecordDataSource
 
     paths = pretrain_data.shard_paths(d / "prepared")
@@ -310,6 +310,7 @@ def test_odd_corpus_input_is_counted_not_fatal(tmp_path, demo):
     s = meta["stats"]
     assert s["empty_documents"] == 2 and s["one_sentence_documents"] == 1 and s["empty_sentences"] == 1
     assert s["invalid_utf8_lines"] == 1 and s["truncated_lines"] == 1 and s["documents"] == 4
+    assert s["invalid_utf8_bytes"] == 2  # \xff \xfe: two stray bytes, far below the refusal threshold
     assert meta["num_docs"] == 3 and meta["num_sentences"] == 6
     src_docs = [["ok one .", "bad \ud800 surrogate ."], [" ", ""], ["lonely ."]]
     meta = pretrain_data.prepare(src_docs, tok, tmp_path / "p", num_shards=1, progress=False)

@@ -20,7 +20,6 @@ Topologies: v4:AxBxC, v5e:AxB, v5p:AxBxC, v6e:AxB (libtpu's names), h100:1xN, a1
 """
 
 import json
-import logging
 import math
 import os
 import sys
@@ -28,7 +27,7 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host computes nothing; the targets are compile-only devices
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=False)
@@ -38,6 +37,7 @@ _MAX_BATCH = flags.DEFINE_bool("max-batch", False, "search the largest per-chip 
 _FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled again with 2x, 4x, ... microbatches "
                           "until it does; the table shows the fewest that fit")
 _JSON = flags.DEFINE_string("json", None, "also write the rows as JSON lines to this file")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace an existing --json file")
 flags.mark_flags_as_required(["config", "topology"])
 _LOG_PATH = os.path.join(tempfile.gettempdir(), "squeezebert_compile.log")
 
@@ -100,16 +100,18 @@ def main(argv) -> int:
     del argv
     import jax
 
-    from squeezebert_jax import aot, pretrain, trainer
+    from squeezebert_jax import aot, cli, io, pretrain, trainer
     from squeezebert_jax.bench import format_table
 
     config = _CONFIG.value
     log_path = _LOG_PATH
-    logging.basicConfig(filename=log_path, level=logging.INFO)
+    cli.setup_logging(log_path)
+    if _JSON.value:  # before minutes of compiling
+        io.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
     try:
         target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
-    except aot.TopologyError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
+        cli.report(e)
         return 2
     model = aot.build_model(config, _vocab_size(config))
     n = len(target.devices)
@@ -162,4 +164,6 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-    app.run(lambda argv: sys.exit(main(argv)))
+    from squeezebert_jax import cli
+
+    cli.run_absl(main)

@@ -15,11 +15,10 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from squeezebert_jax import cli, glue  # noqa: E402
-from squeezebert_jax.errors import InputError  # noqa: E402
-from squeezebert_jax.finetune import run_recipe  # noqa: E402
+from squeezebert_jax import cli, glue
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.finetune import run_recipe
 
 
 def load_get_config():

@@ -2,24 +2,36 @@
 
     python train/prepare_data.py --input corpus/*.txt --vocab vocab.txt --out data/prepared --num_shards 64
     python train/prepare_data.py --tfds wikipedia/20230601.en --vocab vocab.txt --out data/wiki --num_shards 256
-Text files: one sentence per line, a blank line between documents (BERT's create_pretraining_data format).
+Text files: one sentence per line, a blank line between documents (BERT's create_pretraining_data format), UTF-8: a
+file with more than --max_invalid_utf8 of its bytes not UTF-8 text is refused (below that, counted and reported).
 TFDS: one document per example, its text feature split into sentences (pretrain_data.split_sentences).
+An --out that already holds files (an earlier preparation) is refused unless --overwrite; the earlier preparation
+stays valid until the new meta.json is written. Library logs go to OUT/prepare_log.txt.
 """
 
 import argparse
 import json
-import logging
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from squeezebert_jax import cli, io, pretrain_data
+from squeezebert_jax.tokenizer import Tokenizer
 
-from squeezebert_jax import pretrain_data  # noqa: E402
-from squeezebert_jax.tokenizer import Tokenizer  # noqa: E402
+LOG_NAME = "prepare_log.txt"
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _share(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{v} is not a share in [0, 1]")
+    return v
+
+
+def main(argv=None) -> int:
+    p = cli.ArgumentParser(description=__doc__)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", nargs="+", help="text files")
     src.add_argument("--tfds", help="TFDS name, e.g. wikipedia/20230601.en")
@@ -28,18 +40,25 @@ def main(argv=None):
     p.add_argument("--tfds_data_dir", default=None)
     p.add_argument("--vocab", required=True, help="vocab.txt (WordPiece) or a SentencePiece .model")
     p.add_argument("--out", required=True)
-    p.add_argument("--num_shards", type=int, default=8)
-    p.add_argument("--max_line_chars", type=int, default=pretrain_data.MAX_LINE_CHARS)
+    p.add_argument("--overwrite", action="store_true", help="replace the preparation (files) already in --out")
+    p.add_argument("--num_shards", type=cli.positive_int, default=8)
+    p.add_argument("--max_line_chars", type=cli.positive_int, default=pretrain_data.MAX_LINE_CHARS)
+    p.add_argument("--max_invalid_utf8", type=_share, default=pretrain_data.MAX_INVALID_UTF8,
+                   help="refuse a text file with more than this share of its bytes not UTF-8 text (default %(default)s)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    # Everything that can be checked is checked before anything is written.
+    inputs = pretrain_data.check_text_files(args.input) if args.input else None
+    tokenizer = Tokenizer.from_file(args.vocab)
+    io.check_output_dir(args.out, overwrite=args.overwrite, ignore=(LOG_NAME,))  # (a failed run leaves its log)
+    cli.setup_logging(os.path.join(args.out, LOG_NAME))
     stats = pretrain_data.CorpusStats()
-    sources = args.input or pretrain_data.iter_tfds_documents(
+    sources = inputs or pretrain_data.iter_tfds_documents(
         args.tfds, args.tfds_split, args.tfds_text_feature, args.tfds_data_dir, stats)
-    meta = pretrain_data.prepare(sources, Tokenizer.from_file(args.vocab), args.out, args.num_shards, stats=stats,
-                                 max_line_chars=args.max_line_chars)
+    meta = pretrain_data.prepare(sources, tokenizer, args.out, args.num_shards, stats=stats,
+                                 max_line_chars=args.max_line_chars, max_invalid_utf8=args.max_invalid_utf8)
     print(json.dumps(meta, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))
