@@ -213,7 +213,7 @@ def _lower(config, phase, model, mesh, rng):
     graphdef, params, rest = pretrain.split_model(model)
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
-    batch = abstract_batch(config.global_batch_size, phase["seq_len"], phase["max_predictions_per_seq"],
+    batch = abstract_batch(config.global_batch_size, phase.seq_len, phase.max_predictions_per_seq,
                            trainer.batch_sharding(mesh))
     return ps.step_fn.lower(ps.abstract, batch, rng)
 
@@ -225,7 +225,7 @@ def _cost(lowered_or_compiled) -> dict:
     return cost
 
 
-def compile_phase(config, phase: dict, target: Target, model=None, costs: bool = True) -> PhaseReport:
+def compile_phase(config, phase, target: Target, model=None, costs: bool = True) -> PhaseReport:
     """Lower and compile ``pretrain.build_phase_step`` for ``phase`` on ``target``'s devices; XLA's numbers.
 
     XLA's cost analysis counts a while loop's body once, not once per iteration: the layer scan and the microbatch
@@ -258,7 +258,7 @@ def compile_phase(config, phase: dict, target: Target, model=None, costs: bool =
 
         host = trainer.make_mesh(devices=jax.devices("cpu")[:1])
         unrolled = set_execution(nnx.clone(model), scan_layers=False)
-        flops = _cost(_lower(config, phase | {"num_microbatches": 1}, unrolled, host, rng)).get("flops")
+        flops = _cost(_lower(config, dataclasses.replace(phase, num_microbatches=1), unrolled, host, rng)).get("flops")
         if _cost(compiled).get("bytes accessed"):
             micro = config.copy_and_resolve_references()
             micro.global_batch_size = config.global_batch_size // k
@@ -266,16 +266,16 @@ def compile_phase(config, phase: dict, target: Target, model=None, costs: bool =
             for n in (1, 2):
                 cfg = model.config.replace(num_hidden_layers=n, scan_layers=False)
                 small = SqueezeBertForPreTraining(cfg, dtype=pretrain.compute_dtype(config), rngs=nnx.Rngs(0))
-                lowered = _lower(micro, phase | {"num_microbatches": 1}, small, mesh, rng)
+                lowered = _lower(micro, dataclasses.replace(phase, num_microbatches=1), small, mesh, rng)
                 per_layers.append(_cost(lowered.compile()).get("bytes accessed"))
             nbytes = k * (per_layers[0] + (model.config.num_hidden_layers - 1) * (per_layers[1] - per_layers[0]))
-    seq_flops = pretrain.train_flops_per_sequence(model.config, phase["seq_len"], phase["max_predictions_per_seq"])
+    seq_flops = pretrain.train_flops_per_sequence(model.config, phase.seq_len, phase.max_predictions_per_seq)
     return PhaseReport(
-        phase=phase["name"], seq_len=phase["seq_len"], global_batch=config.global_batch_size,
+        phase=phase.name, seq_len=phase.seq_len, global_batch=config.global_batch_size,
         per_chip_batch=config.global_batch_size // n_chips, microbatches=k,
         **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=flops,
         analytic_flops=seq_flops * config.global_batch_size, bytes_accessed=nbytes,
-        compile_s=compile_s, num_steps=phase["num_steps"], chip=target.chip, num_chips=n_chips)
+        compile_s=compile_s, num_steps=phase.num_steps, chip=target.chip, num_chips=n_chips)
 
 
 
@@ -287,7 +287,7 @@ class DoesNotFit(Exception):
         self.required_gib = required_gib
 
 
-def compile_or_oom(config, phase: dict, target: Target, model=None, costs: bool = True) -> PhaseReport:
+def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True) -> PhaseReport:
     """``compile_phase``; XLA's out-of-memory refusal becomes ``DoesNotFit`` with the bytes it asked for."""
     try:
         return compile_phase(config, phase, target, model, costs)
@@ -306,7 +306,7 @@ def required_gib(message: str) -> float | None:
     return max(sizes) if sizes else None
 
 
-def max_per_chip_batch(config, phase: dict, target: Target, model=None, multiple: int = 8,
+def max_per_chip_batch(config, phase, target: Target, model=None, multiple: int = 8,
                        max_compiles: int = 6) -> tuple[int, list[tuple[int, float | None]]]:
     """The largest per-chip batch (a multiple of ``multiple``, one microbatch) whose step fits in HBM.
 
@@ -321,7 +321,7 @@ def max_per_chip_batch(config, phase: dict, target: Target, model=None, multiple
             c = config.copy_and_resolve_references()
             c.global_batch_size, c.num_microbatches = b * n, 1
             try:
-                tried[b] = compile_or_oom(c, phase | {"num_microbatches": 1}, target, model, costs=False).peak_gib
+                tried[b] = compile_or_oom(c, dataclasses.replace(phase, num_microbatches=1), target, model, costs=False).peak_gib
             except DoesNotFit:
                 tried[b] = None
         return tried[b]

@@ -684,8 +684,8 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     from squeezebert_jax.tokenizer import Tokenizer
 
     data_dir = pretrain.prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
-    phase = pretrain._phases(config)[0]
-    mesh = trainer.make_mesh(config.get("num_devices") or None)
+    phase = pretrain.get_phases(config)[0]
+    mesh = trainer.make_mesh(config.num_devices or None)
     model = aot.build_model(config, Tokenizer.from_dir(data_dir).vocab_size)
     graphdef, params, rest = pretrain.split_model(model)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
@@ -694,8 +694,8 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
 
     def loader():
         return iter(pretrain_data.make_pretrain_loader(
-            data_dir, seq_len=phase["seq_len"], global_batch_size=config.global_batch_size, seed=config.seed,
-            max_predictions_per_seq=phase["max_predictions_per_seq"],
+            data_dir, seq_len=phase.seq_len, global_batch_size=config.global_batch_size, seed=config.seed,
+            max_predictions_per_seq=phase.max_predictions_per_seq,
             whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers))
 
     inline = loader()

@@ -101,14 +101,46 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
 
 
 # --------------------------------------------------------------------------------------------------
-# The trainer
+# Phases and what each one trains with
 # --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One phase of the recipe: global steps ``start + 1 .. end``, its sequence length and masked predictions, and its
+    own gradient accumulation (0: the config's ``num_microbatches``)."""
+
+    name: str
+    index: int
+    start: int
+    num_steps: int
+    seq_len: int
+    max_predictions_per_seq: int
+    num_microbatches: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_steps
+
+
+def get_phases(config) -> list[Phase]:
+    """``config.phases`` (dicts, as config files write them) as consecutive ``Phase`` records."""
+    out, start = [], 0
+    for i, p in enumerate(config.phases):
+        unknown = set(p) - {f.name for f in dataclasses.fields(Phase)} - {"index", "start"}
+        if unknown:
+            raise InputError(f"config.phases[{i}]: unknown keys {sorted(unknown)}; a phase has name, num_steps, "
+                             "seq_len, max_predictions_per_seq and optionally num_microbatches")
+        out.append(Phase(p["name"], i, start, p["num_steps"], p["seq_len"], p["max_predictions_per_seq"],
+                         p.get("num_microbatches") or 0))
+        start += p["num_steps"]
+    return out
+
 
 def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
     """The architecture of ``config.model`` (preset + overrides) with its execution choices (scan, remat)."""
-    overrides = dict(config.model.get("overrides", {}))
-    overrides.setdefault("scan_layers", config.model.get("scan_layers", True))
-    overrides.setdefault("remat", config.model.get("remat", "minimal"))
+    overrides = dict(config.model.overrides)
+    overrides.setdefault("scan_layers", config.model.scan_layers)
+    overrides.setdefault("remat", config.model.remat)
     return SqueezeBertConfig.preset(config.model.preset, **overrides)
 
 
@@ -124,19 +156,19 @@ def split_model(model) -> tuple[Any, dict, dict]:
     return graphdef, nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
 
 
-def microbatches(config, phase: dict) -> int:
+def microbatches(config, phase: Phase) -> int:
     """Gradient-accumulation steps of ``phase``: its own ``num_microbatches`` (a seq-512 phase may need more than a
     seq-128 one) or the config's."""
-    k = int(phase.get("num_microbatches") or config.num_microbatches)
+    k = int(phase.num_microbatches or config.num_microbatches)
     if k < 1:
-        raise InputError(f"{phase['name']}: num_microbatches {k} must be >= 1")
+        raise InputError(f"{phase.name}: num_microbatches {k} must be >= 1")
     return k
 
 
-def check_batch_division(config, phase: dict, num_devices: int) -> None:
+def check_batch_division(config, phase: Phase, num_devices: int) -> None:
     k = microbatches(config, phase)
     if config.global_batch_size % (num_devices * k):
-        raise InputError(f"{phase['name']}: global_batch_size {config.global_batch_size} must divide by devices x "
+        raise InputError(f"{phase.name}: global_batch_size {config.global_batch_size} must divide by devices x "
                          f"microbatches ({num_devices} x {k})")
 
 
@@ -146,12 +178,52 @@ def train_flops_per_sequence(cfg: SqueezeBertConfig, seq_len: int, max_predictio
     return 3.0 * (flops(cfg, seq_len) + head + 2 * cfg.hidden_size * 2)
 
 
-def _phases(config) -> list[dict[str, Any]]:
-    out, start = [], 0
-    for i, p in enumerate(config.phases):
-        out.append(dict(p) | {"start": start, "end": start + p["num_steps"], "index": i})
-        start += p["num_steps"]
-    return out
+@dataclasses.dataclass
+class PhaseStep:
+    """What one phase trains with: optimizer, schedule, the train state's shardings and abstract shape, and the
+    jitted step. ``pretrain`` runs ``step_fn``; ``train/compile.py`` compiles the very same object for a TPU/GPU
+    topology (``aot``)."""
+
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    init: Any  # params -> fresh train state of this phase
+    shardings: Any
+    abstract: Any  # the train state as ShapeDtypeStructs carrying their shardings
+    step_fn: Any  # jax.jit(train_step) with in/out shardings and the state donated
+
+
+def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: bool) -> PhaseStep:
+    """The phase's LAMB (fresh state, schedule over the phase's steps) and its jitted, sharded train step.
+    ``params`` may be arrays or ShapeDtypeStructs: only their shapes are read."""
+    schedule = optim.warmup_polynomial_decay(config.learning_rate, phase.num_steps, config.warmup_fraction,
+                                             config.decay_power)
+    tx = optim.lamb(schedule, weight_decay=config.weight_decay, clip_norm=config.clip_norm)
+
+    def init(p):
+        return {"step": jnp.asarray(phase.start, jnp.int32), "params": p, "opt_state": tx.init(p)}
+
+    shapes = jax.eval_shape(init, params)
+    shardings = trainer.state_shardings(shapes, mesh, fsdp)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    step_fn = jax.jit(make_train_step(graphdef, rest, tx, microbatches(config, phase)),
+                      in_shardings=(shardings, trainer.batch_sharding(mesh), None),
+                      out_shardings=(shardings, None), donate_argnums=(0,))
+    return PhaseStep(tx, schedule, init, shardings, abstract, step_fn)
+
+
+def phase_batches(config, phase: Phase, data_dir: str, mesh):
+    """The phase's batch iterator: grain's loader (seeded per phase), behind a ``DevicePrefetcher`` when
+    ``data.prefetch`` > 0 (its batches are then global arrays already on the devices)."""
+    from squeezebert_jax import pretrain_data
+
+    loader = pretrain_data.make_pretrain_loader(
+        data_dir, seq_len=phase.seq_len, global_batch_size=config.global_batch_size,
+        seed=config.seed + 1000 * phase.index, max_predictions_per_seq=phase.max_predictions_per_seq,
+        whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers)
+    batches = iter(loader)
+    if config.data.prefetch > 0:  # batches made and put on the devices while the previous steps run
+        batches = trainer.DevicePrefetcher(batches, mesh, depth=config.data.prefetch)
+    return batches
 
 
 def prepare_demo_data(config, workdir: str) -> str:
@@ -176,82 +248,9 @@ def prepare_demo_data(config, workdir: str) -> str:
     return data_dir
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Pretrain as ``config`` says, in ``workdir``; returns the last logged metrics, plus ``preempted``: True when
-    the run stopped early (SIGTERM or ``stop_at_step``) with a checkpoint to resume from and no exported model."""
-    from squeezebert_jax.tokenizer import Tokenizer
-
-    workdir = os.fspath(workdir)
-    if "://" in workdir:
-        raise InputError(f"workdir {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
-                         f"or mounted path (e.g. a bucket mounted with gcsfuse)")
-
-    # -- Distributed + mesh ------------------------------------------------------------------------
-    trainer.maybe_initialize_distributed(config.get("coordinator_address") or None,
-                                         config.get("num_processes") or None, config.get("process_id", None))
-    os.makedirs(workdir, exist_ok=True)
-    mesh = trainer.make_mesh(config.get("num_devices") or None)
-
-    # -- Data --------------------------------------------------------------------------------------
-    data_dir = prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
-    tokenizer = Tokenizer.from_dir(data_dir)
-    if tokenizer is None:
-        raise FileNotFoundError(f"{data_dir}: no tokenizer file recorded by prepare_data")
-
-    # -- Model + optimizer -------------------------------------------------------------------------
-    cfg = model_config(config).replace(vocab_size=tokenizer.vocab_size) if config.model.get(
-        "vocab_from_tokenizer", True) else model_config(config)
-    dtype = compute_dtype(config)
-    if config.get("init_from"):
-        model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
-        set_execution(model, cfg.scan_layers, cfg.remat)
-        cfg = model.config
-    # Under jax.jit an id past the embedding table is not an error: XLA clamps the gather index, so id V+50 silently
-    # reads row V-1. Hence the check here, where the data meets the model (and the loader's, per record).
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise InputError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
-                         f"{cfg.vocab_size}" + (f" ({config.init_from})" if config.get("init_from") else "")
-                         + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
-    if not config.get("init_from"):
-        model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
-    graphdef, params, rest = split_model(model)
-    n_dev, fsdp = mesh.shape["data"], config.get("fsdp", False)
-    for phase in _phases(config):
-        check_batch_division(config, phase, n_dev)
-    checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
-                                        async_save=config.get("async_checkpoints", True))
-    writer = trainer.MetricsWriter(workdir)
-    try:
-        phases = _phases(config)
-        resume = _restore(config, phases, params, graphdef, rest, data_dir, mesh, fsdp, checkpointer)
-        writer.drop_after(resume[1] if resume else 0)  # rows logged after the checkpoint would be written twice
-        # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
-        if jax.process_index() == 0:
-            record_config(workdir, config, resume[1] if resume else 0)
-        last, stopped, params = _train(config, phases, resume, params, graphdef, rest, cfg, data_dir, mesh, fsdp,
-                                       checkpointer, writer)
-    finally:
-        checkpointer.close()
-        writer.close()
-    if stopped:
-        log.warning("stopped early (signal or stop_at_step): checkpoint saved, exiting cleanly; run again on %s "
-                    "to resume", workdir)
-        return last | {"preempted": True}
-
-    # -- Export: a MODEL_DIR that convert/to_pytorch.py accepts ---------------------------------------
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        params = multihost_utils.process_allgather(params, tiled=True)
-    params_state = nnx.state(model, nnx.Param)
-    nnx.replace_by_pure_dict(params_state, jax.device_get(params))
-    nnx.update(model, params_state)
-    if jax.process_index() == 0:
-        save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
-        with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
-            json.dump(last, f, indent=2)
-    return last | {"preempted": False}
-
+# --------------------------------------------------------------------------------------------------
+# The run's config history
+# --------------------------------------------------------------------------------------------------
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out = {}
@@ -325,34 +324,22 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
     return changes
 
 
-def _restore(config, phases, params, graphdef, rest, data_dir, mesh, fsdp, checkpointer):
-    """The newest readable checkpoint as (phase index, step, train state, the phase's run dict), or None: start at
-    step 0. Raises, touching nothing, on checkpoints another config wrote or none of which can be read."""
-    # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch ----------------
-    # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
-    # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
-    steps = checkpointer.all_steps()
-    if outside := [s for s in steps if not 0 < s <= phases[-1]["end"]]:
-        raise trainer.CheckpointMismatchError(
-            f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, whose "
-            f"phases end at step {phases[-1]['end']}; they are left untouched: resume with the config they were "
-            f"written with, or use a new workdir")
-    runs = {}  # step -> its phase's optimizer, data iterator and abstract train state
 
-    def target(saved_step):
-        k = next(i for i, p in enumerate(phases) if p["start"] < saved_step <= p["end"])
-        runs[saved_step] = (k, _setup_phase(config, phases[k], params, graphdef, rest, data_dir, mesh, fsdp,
-                                            materialize=False))
-        return runs[saved_step][1]["abstract"], runs[saved_step][1]["data_iter"]
+# --------------------------------------------------------------------------------------------------
+# One phase's steps
+# --------------------------------------------------------------------------------------------------
 
-    resume = None
-    if restored := checkpointer.restore(target):
-        saved_step, rstate = restored
-        k, run = runs[saved_step]
-        resume = (k, saved_step, rstate, run)
-        log.info("resuming from the checkpoint at step %d", saved_step)
-        _say(f"resuming from the checkpoint at step {saved_step} in {checkpointer.directory}")
-    return resume
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What every phase of one run shares."""
+
+    config: ml_collections.ConfigDict
+    mesh: Any
+    checkpointer: trainer.Checkpointer
+    writer: trainer.MetricsWriter
+    model_config: SqueezeBertConfig
+    peak_flops: float | None  # per device; None: MFU left out (CPU)
+    final_step: int  # the end of the last phase: the run is complete there
 
 
 def _say(line: str) -> None:
@@ -361,91 +348,9 @@ def _say(line: str) -> None:
         tqdm.write(line)
 
 
-def _train(config, phases, resume, params, graphdef, rest, cfg, data_dir, mesh, fsdp, checkpointer, writer):
-    """Run the phases from ``resume`` (or step 0); returns (last metrics, stopped early, final params)."""
-    peak = trainer.peak_flops_per_device(config.get("peak_flops_per_device"))
-
-    # -- Loop over phases --------------------------------------------------------------------------
-    last: dict[str, float] = {}
-    first_phase, stopped = 0, False
-    if resume is not None:
-        k, saved_step, rstate, run = resume
-        params = rstate["params"]
-        first_phase = k + 1 if saved_step == phases[k]["end"] else k
-    with trainer.PreemptionFlag(config.get("preemption_sync_every", 10)) as preempt:
-        for k in range(first_phase, len(phases)):
-            phase = phases[k]
-            if resume is not None and k == resume[0] and resume[1] < phase["end"]:
-                state = resume[2]
-            else:
-                run = _setup_phase(config, phase, params, graphdef, rest, data_dir, mesh, fsdp)
-                state = run.pop("state")
-            last = _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt,
-                              cfg, peak, final_step=phases[-1]["end"]) or last
-            params = run["final_params"]
-            if run["stopped"]:
-                stopped = True
-                break
-    return last, stopped, params
-
-
-@dataclasses.dataclass
-class PhaseStep:
-    """What one phase trains with: optimizer, schedule, the train state's shardings and abstract shape, and the
-    jitted step. ``pretrain`` runs ``step_fn``; ``train/compile.py`` compiles the very same object for a TPU/GPU
-    topology (``aot``)."""
-
-    tx: optax.GradientTransformation
-    schedule: optax.Schedule
-    init: Any  # params -> fresh train state of this phase
-    shardings: Any
-    abstract: Any  # the train state as ShapeDtypeStructs carrying their shardings
-    step_fn: Any  # jax.jit(train_step) with in/out shardings and the state donated
-
-
-def build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp: bool) -> PhaseStep:
-    """The phase's LAMB (fresh state, schedule over the phase's steps) and its jitted, sharded train step.
-    ``params`` may be arrays or ShapeDtypeStructs: only their shapes are read."""
-    schedule = optim.warmup_polynomial_decay(config.learning_rate, phase["num_steps"], config.warmup_fraction,
-                                             config.decay_power)
-    tx = optim.lamb(schedule, weight_decay=config.weight_decay, clip_norm=config.clip_norm)
-
-    def init(p):
-        return {"step": jnp.asarray(phase["start"], jnp.int32), "params": p, "opt_state": tx.init(p)}
-
-    shapes = jax.eval_shape(init, params)
-    shardings = trainer.state_shardings(shapes, mesh, fsdp)
-    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
-    step_fn = jax.jit(make_train_step(graphdef, rest, tx, microbatches(config, phase)),
-                      in_shardings=(shardings, trainer.batch_sharding(mesh), None),
-                      out_shardings=(shardings, None), donate_argnums=(0,))
-    return PhaseStep(tx, schedule, init, shardings, abstract, step_fn)
-
-
-def _setup_phase(config, phase, params, graphdef, rest, data_dir, mesh, fsdp,
-                 materialize: bool = True) -> dict[str, Any]:
-    """The phase's step (``build_phase_step``), data iterator and (``materialize``) a fresh train state from
-    ``params``; a run that resumes restores into ``run["abstract"]`` and never builds one."""
-    from squeezebert_jax import pretrain_data
-
-    ps = build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp)
-    loader = pretrain_data.make_pretrain_loader(
-        data_dir, seq_len=phase["seq_len"], global_batch_size=config.global_batch_size,
-        seed=config.seed + 1000 * phase["index"], max_predictions_per_seq=phase["max_predictions_per_seq"],
-        whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers)
-    data_iter = iter(loader)
-    if config.data.prefetch > 0:  # batches made and put on the devices while the previous steps run
-        data_iter = trainer.DevicePrefetcher(data_iter, mesh, depth=config.data.prefetch)
-    run = {"tx": ps.tx, "schedule": ps.schedule, "data_iter": data_iter, "shardings": ps.shardings,
-           "abstract": ps.abstract, "step_fn": ps.step_fn}
-    if materialize:
-        run["state"] = jax.device_put(ps.init(params), ps.shardings)
-    return run
-
-
-def log_line(step: int, phase: dict, m: dict) -> str:
+def log_line(step: int, phase: Phase, m: dict) -> str:
     """The console's line per log interval: what metrics.jsonl holds, readable."""
-    line = (f"step {step:>{len(str(phase['end']))}d}/{phase['end']} {phase['name']} | loss {m['loss']:.4f} "
+    line = (f"step {step:>{len(str(phase.end))}d}/{phase.end} {phase.name} | loss {m['loss']:.4f} "
             f"(mlm {m['mlm_loss']:.4f} acc {m['mlm_accuracy']:.3f}, sop {m['sop_loss']:.4f} acc {m['sop_accuracy']:.3f})"
             f" | lr {m['learning_rate']:.3g} | grad norm {m['grad_norm']:.3g} | {m['seq_per_s']:.1f} seq/s")
     return line + (f" | MFU {100 * m['mfu']:.1f}%" if m.get("mfu") else "")
@@ -456,15 +361,14 @@ def log_line(step: int, phase: dict, m: dict) -> str:
 FINITE_METRICS = ("loss", "grad_norm", "param_norm")
 
 
-def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer, writer, preempt, cfg, peak,
-               final_step):
-    """Steps ``phase['start']..phase['end']`` (or until stopped); sets ``run['final_params']`` and
-    ``run['stopped']`` (stopped before ``final_step``, the end of the last phase, by a signal or stop_at_step)."""
-    data_iter, schedule, step_fn = run["data_iter"], run["schedule"], run["step_fn"]
+def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) -> tuple[Any, dict, bool]:
+    """Steps from ``state["step"]`` to ``phase.end``, or until a signal or ``stop_at_step`` stops the run before its
+    final step. Returns ``(state, last logged metrics, stopped)``; logs, checkpoints and checks finiteness on the way."""
+    config, checkpointer = run.config, run.checkpointer
     rng = jax.random.key(config.seed)
-    n_dev = mesh.shape["data"]
+    n_dev = run.mesh.shape["data"]
     start = int(jax.device_get(state["step"]))
-    seq_flops = train_flops_per_sequence(cfg, phase["seq_len"], phase["max_predictions_per_seq"])
+    seq_flops = train_flops_per_sequence(run.model_config, phase.seq_len, phase.max_predictions_per_seq)
     pending: list[tuple[int, dict]] = []  # (step, device metrics) not yet fetched and checked
     window: list[dict] = []  # checked host metrics since the last log line
     timer, last, stop = trainer.Timer(), {}, False
@@ -484,44 +388,172 @@ def _run_phase(config, phase, k, state, run, graphdef, rest, mesh, checkpointer,
         window.extend(host)
         pending.clear()
 
-    bar = tqdm(total=phase["end"], initial=start, desc=f"{phase['name']} (seq {phase['seq_len']})",
-               disable=jax.process_index() != 0 or not config.get("progress", True), dynamic_ncols=True)
-    for step in range(start, phase["end"]):
-        batch = next(data_iter)
-        batch = batch if isinstance(data_iter, trainer.DevicePrefetcher) else trainer.global_batch(batch, mesh)
-        state, metrics = step_fn(state, batch, rng)
+    bar = tqdm(total=phase.end, initial=start, desc=f"{phase.name} (seq {phase.seq_len})",
+               disable=jax.process_index() != 0 or not config.progress, dynamic_ncols=True)
+    on_device = isinstance(batches, trainer.DevicePrefetcher)
+    for step in range(start, phase.end):
+        batch = next(batches) if on_device else trainer.global_batch(next(batches), run.mesh)
+        state, metrics = ps.step_fn(state, batch, rng)
         done = step + 1
         pending.append((done, metrics))
         timer.tick()
         bar.update(1)
         # the same decision on every host: the signal flag is agreed collectively, stop_at_step is config
-        stop = preempt.should_stop(done, boundary=done == phase["end"])
-        stop = stop or (bool(config.get("stop_at_step")) and done >= config.stop_at_step)
-        stop = stop and done < final_step  # at the last step the run is complete: finish and export
-        if done % config.log_every == 0 or done == phase["end"] or stop:
+        stop = preempt.should_stop(done, boundary=done == phase.end)
+        stop = stop or (config.stop_at_step > 0 and done >= config.stop_at_step)
+        stop = stop and done < run.final_step  # at the last step the run is complete: finish and export
+        if done % config.log_every == 0 or done == phase.end or stop:
             fetch_and_check()
             m = trainer.mean_metrics(window)
             window.clear()
             dt, n = timer.lap()
             seq_s = n * config.global_batch_size / dt
-            m |= {"learning_rate": float(schedule(done - phase["start"] - 1)), "seq_per_s": seq_s,
-                  "tokens_per_s": seq_s * phase["seq_len"], "phase": k,
-                  "mfu": seq_s * seq_flops / (peak * n_dev) if peak else None}
-            writer.write(done, m)
+            m |= {"learning_rate": float(ps.schedule(done - phase.start - 1)), "seq_per_s": seq_s,
+                  "tokens_per_s": seq_s * phase.seq_len, "phase": phase.index,
+                  "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
+            run.writer.write(done, m)
             _say(log_line(done, phase, m))
             bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}",
                             sop_acc=f"{m['sop_accuracy']:.3f}")
             last = m
-        if done % config.checkpoint_every == 0 or done == phase["end"] or stop:
+        if done % config.checkpoint_every == 0 or done == phase.end or stop:
             fetch_and_check()  # never save a state whose step has not been checked
-            checkpointer.save(done, state, data_iter, force=True)
+            checkpointer.save(done, state, batches, force=True)
         if stop:
             break
     bar.close()
-    if isinstance(data_iter, trainer.DevicePrefetcher):
-        data_iter.close()
-    run["final_params"], run["stopped"] = state["params"], stop
-    return last
+    return state, last, stop
+
+
+# --------------------------------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------------------------------
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Pretrain as ``config`` says, in ``workdir``; returns the last logged metrics, plus ``preempted``: True when
+    the run stopped early (SIGTERM or ``stop_at_step``) with a checkpoint to resume from and no exported model."""
+    from squeezebert_jax.tokenizer import Tokenizer
+
+    workdir = os.fspath(workdir)
+    if "://" in workdir:
+        raise InputError(f"workdir {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
+                         f"or mounted path (e.g. a bucket mounted with gcsfuse)")
+
+    # -- Distributed + mesh ------------------------------------------------------------------------
+    trainer.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
+                                         config.process_id)
+    os.makedirs(workdir, exist_ok=True)
+    mesh = trainer.make_mesh(config.num_devices or None)
+
+    # -- Data --------------------------------------------------------------------------------------
+    data_dir = prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
+    tokenizer = Tokenizer.from_dir(data_dir)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{data_dir}: no tokenizer file recorded by prepare_data")
+
+    # -- Model -------------------------------------------------------------------------------------
+    cfg = model_config(config)
+    if config.model.vocab_from_tokenizer:
+        cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
+    dtype = compute_dtype(config)
+    if config.init_from:
+        model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
+        set_execution(model, cfg.scan_layers, cfg.remat)
+        cfg = model.config
+    # Under jax.jit an id past the embedding table is not an error: XLA clamps the gather index, so id V+50 silently
+    # reads row V-1. Hence the check here, where the data meets the model (and the loader's, per record).
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise InputError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
+                         f"{cfg.vocab_size}" + (f" ({config.init_from})" if config.init_from else "")
+                         + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
+    if not config.init_from:
+        model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
+    graphdef, params, rest = split_model(model)
+    phases = get_phases(config)
+    for phase in phases:
+        check_batch_division(config, phase, mesh.shape["data"])
+
+    def setup(phase: Phase, params) -> tuple[PhaseStep, Any]:
+        """The phase's optimizer and jitted step, and its batches."""
+        return (build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp),
+                phase_batches(config, phase, data_dir, mesh))
+
+    checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
+                                        async_save=config.async_checkpoints)
+    writer = trainer.MetricsWriter(workdir)
+    run = Run(config, mesh, checkpointer, writer, cfg, trainer.peak_flops_per_device(config.peak_flops_per_device),
+              phases[-1].end)
+    try:
+        # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch at step 0 ----------------
+        # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
+        # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
+        if outside := [s for s in checkpointer.all_steps() if not 0 < s <= run.final_step]:
+            raise trainer.CheckpointMismatchError(
+                f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, "
+                f"whose phases end at step {run.final_step}; they are left untouched: resume with the config they "
+                "were written with, or use a new workdir")
+        built = {}  # saved step -> (its phase, PhaseStep, batches): what the checkpoint restores into
+
+        def restore_target(saved_step):
+            phase = next(p for p in phases if p.start < saved_step <= p.end)
+            built[saved_step] = (phase, *setup(phase, params))
+            return built[saved_step][1].abstract, built[saved_step][2]
+
+        step, state, resumed = 0, None, None
+        if restored := checkpointer.restore(restore_target):
+            step, state = restored
+            phase, ps, batches = built[step]
+            params = state["params"]
+            resumed = (ps, batches) if step < phase.end else None
+            if resumed is None and isinstance(batches, trainer.DevicePrefetcher):
+                batches.close()  # restored at its phase's end: the next phase starts fresh
+            log.info("resuming from the checkpoint at step %d", step)
+            _say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
+        writer.drop_after(step)  # rows logged after the checkpoint would be written twice
+        # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
+        if jax.process_index() == 0:
+            record_config(workdir, config, step)
+
+        # -- Loop over phases: each starts a fresh LAMB state and schedule from the previous phase's parameters ---
+        last, stopped = {}, False
+        with trainer.PreemptionFlag(config.preemption_sync_every) as preempt:
+            for phase in phases:
+                if phase.end <= step:
+                    continue
+                if resumed is not None:
+                    (ps, batches), resumed = resumed, None
+                else:
+                    ps, batches = setup(phase, params)
+                    state = jax.device_put(ps.init(params), ps.shardings)
+                try:
+                    state, metrics, stopped = run_phase(run, phase, ps, state, batches, preempt)
+                finally:
+                    if isinstance(batches, trainer.DevicePrefetcher):
+                        batches.close()
+                last, params = metrics or last, state["params"]
+                if stopped:
+                    break
+    finally:
+        checkpointer.close()
+        writer.close()
+    if stopped:
+        log.warning("stopped early (signal or stop_at_step): checkpoint saved, exiting cleanly; run again on %s "
+                    "to resume", workdir)
+        return last | {"preempted": True}
+
+    # -- Export: a MODEL_DIR that convert/to_pytorch.py accepts ---------------------------------------
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        params = multihost_utils.process_allgather(params, tiled=True)
+    params_state = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(params_state, jax.device_get(params))
+    nnx.update(model, params_state)
+    if jax.process_index() == 0:
+        save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
+        with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+            json.dump(last, f, indent=2)
+    return last | {"preempted": False}
 
 
 def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,

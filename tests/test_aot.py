@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from squeezebert_jax import aot, trainer
+from squeezebert_jax import aot, pretrain, trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "train", "configs", "pretrain.py")
@@ -144,17 +144,17 @@ def test_fit_finds_the_fewest_microbatches(monkeypatch):
     calls = []
 
     def fake_compile(config, phase, target, model):
-        k = phase["num_microbatches"]
+        k = phase.num_microbatches
         calls.append(k)
         need = 2 + 64 / k
         if need > chip.hbm_gib:
             raise aot.DoesNotFit("RESOURCE_EXHAUSTED", need)
-        return aot.PhaseReport(phase["name"], 128, 1024, 256, k, 1, 0, 0, need - 1, 0, need, chip.hbm_gib, None,
+        return aot.PhaseReport(phase.name, 128, 1024, 256, k, 1, 0, 0, need - 1, 0, need, chip.hbm_gib, None,
                                1e12, None, 1.0, 10, chip, 4)
 
     monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
     config = ml_collections.ConfigDict({"global_batch_size": 1024, "num_microbatches": 1})
-    phase = {"name": "phase1", "seq_len": 128, "num_steps": 10}
+    phase = pretrain.Phase("phase1", 0, 0, 10, 128, 20)
     cli.flags.FLAGS(["compile.py", "--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--fit"])
     bad = []
     r, k = cli._compile_phase(config, phase, target, None, bad)
@@ -205,7 +205,7 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
 
     def fake_compile(config, phase, target, model, costs):
         b = config.global_batch_size // 4
-        assert phase["num_microbatches"] == 1 and not costs
+        assert phase.num_microbatches == 1 and not costs
         peak = 1 + 0.04 * b
         if refuses and peak > chip.hbm_gib:
             raise aot.DoesNotFit("RESOURCE_EXHAUSTED", peak)
@@ -214,6 +214,6 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
 
     monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
     config = ml_collections.ConfigDict({"global_batch_size": 8192, "num_microbatches": 4})
-    b, tried = aot.max_per_chip_batch(config, {"name": "p", "num_microbatches": 4}, target)
+    b, tried = aot.max_per_chip_batch(config, pretrain.Phase("p", 0, 0, 10, 128, 20, num_microbatches=4), target)
     assert b == 368 and len(tried) <= 6, tried
     assert aot.fewest_microbatches(8192, 4, b) == 8  # 2048 per chip -> 8 x 256

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -82,9 +83,9 @@ def test_a_phase_may_set_its_own_microbatches():
     """A seq-512 phase needs more accumulation than a seq-128 one: a phase's num_microbatches overrides the config's,
     and a count the global batch cannot split over the devices is refused naming the phase."""
     c = smoke_config(num_microbatches=2)
-    phases = pretrain._phases(c)
+    phases = pretrain.get_phases(c)
     assert [pretrain.microbatches(c, p) for p in phases] == [2, 2]
-    phases[1]["num_microbatches"] = 4
+    phases[1] = dataclasses.replace(phases[1], num_microbatches=4)
     assert [pretrain.microbatches(c, p) for p in phases] == [2, 4]
     pretrain.check_batch_division(c, phases[1], 4)  # 16 rows = 4 devices x 4 microbatches x 1
     with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x 4\)"):

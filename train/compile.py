@@ -19,6 +19,7 @@ $TMPDIR/squeezebert_compile.log.
 Topologies: v4:AxBxC, v5e:AxB, v5p:AxBxC, v6e:AxB (libtpu's names), h100:1xN, a100:1xN.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -66,7 +67,7 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
     def attempt(k):
         try:
             with aot.quiet_native_stderr(_LOG_PATH):  # XLA's own warnings (e.g. the GPU rematerializer's)
-                r = aot.compile_or_oom(config, phase | {"num_microbatches": k}, target, model)
+                r = aot.compile_or_oom(config, dataclasses.replace(phase, num_microbatches=k), target, model)
             return r, r.peak_gib, None if r.fits else f"peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM"
         except aot.DoesNotFit as e:
             why = (f"XLA needs {e.required_gib:.2f} GiB" if e.required_gib else "XLA needs more than it has") + \
@@ -80,7 +81,7 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
         if why is None:
             break
         if not _FIT.value or per_micro % 2:
-            bad.append(f"{phase['name']} (seq {phase['seq_len']}, global batch {config.global_batch_size}, "
+            bad.append(f"{phase.name} (seq {phase.seq_len}, global batch {config.global_batch_size}, "
                        f"{per_micro} per chip per microbatch, {k} microbatches): {why}")
             return r, k
         # activations shrink ~ 1/k: jump to the power of two that would fit, at least 2x (each compile is minutes)
@@ -122,7 +123,7 @@ def main(argv) -> int:
           f"{config.compute_dtype}, scan_layers={model.config.scan_layers}, remat={model.config.remat}, "
           f"fsdp={config.fsdp}; host: {trainer.cpu_model()}", flush=True)
     rows, bad = [], []
-    for phase in pretrain._phases(config):
+    for phase in pretrain.get_phases(config):
         r, k = _compile_phase(config, phase, target, model, bad)
         if r is None:
             continue
@@ -130,7 +131,7 @@ def main(argv) -> int:
         note = ""
         if k != pretrain.microbatches(config, phase):
             note = f" (fits with num_microbatches={k}: set it in the phase, or --config.num_microbatches={k})"
-        print(f"compiled {phase['name']} in {r.compile_s:.0f} s{note}", flush=True)
+        print(f"compiled {phase.name} in {r.compile_s:.0f} s{note}", flush=True)
     if rows:
         print(format_table(aot.REPORT_HEADERS, [aot.report_row(r) for r in rows],
                            title=f"pretraining step on {target.topology} ({n} chips)"))
@@ -141,12 +142,12 @@ def main(argv) -> int:
               f"MFU), {hours[1]:.1f} h at the roofline with XLA's bytes, {hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h "
               f"at 35% MFU")
     if _MAX_BATCH.value:
-        for phase in pretrain._phases(config):
+        for phase in pretrain.get_phases(config):
             b, tried = aot.max_per_chip_batch(config, phase, target, model)
             k = aot.fewest_microbatches(config.global_batch_size, n, b)
             need = (f"; global batch {config.global_batch_size} needs >= {k} microbatches" if k else
                     f"; global batch {config.global_batch_size} cannot be split to fit")
-            print(f"{phase['name']} (seq {phase['seq_len']}): largest per-chip batch that fits ~ {b} (compiled: "
+            print(f"{phase.name} (seq {phase.seq_len}): largest per-chip batch that fits ~ {b} (compiled: "
                   + ", ".join(f"{bb} -> {'no' if p is None else f'{p:.2f} GiB'}" for bb, p in tried) + f"){need}",
                   flush=True)
     if _JSON.value:
