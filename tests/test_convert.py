@@ -126,9 +126,29 @@ def test_new_head_on_headless_checkpoint_is_reported(tmp_path, caplog):
     assert set(m.newly_initialized) == {"classifier/kernel", "classifier/bias"}
     assert "classifier/kernel" in caplog.text
     with pytest.raises(ValueError, match="classifier.weight"):
-        convert.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
+        sj.io.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
                                       "SqueezeBertForSequenceClassification")
 
+
+
+def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
+    """load_pretrained (what init_from calls) and import_torch build the model once, with another head or label
+    count too; every head class holds one SqueezeBertModel, so its constructor counts the builds."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY,
+                                                                                                    num_labels=3)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    built = []
+    init = sj.SqueezeBertModel.__init__
+    monkeypatch.setattr(sj.SqueezeBertModel, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+    for load in (lambda: sj.io.import_torch(src, str(tmp_path / "m")),
+                 lambda: sj.load_pretrained(src),
+                 lambda: sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2),
+                 lambda: sj.load_pretrained(src, "SqueezeBertForMaskedLM"),
+                 lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForSequenceClassification", num_labels=2),
+                 lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForQuestionAnswering")):
+        built.clear()
+        load()
+        assert len(built) == 1
 
 # ---- bad checkpoints ------------------------------------------------------------------------------
 
@@ -140,29 +160,29 @@ def _sd():
 def test_unexpected_tensor_is_named():
     sd = _sd() | {"transformer.encoder.layers.0.attention.extra.weight": np.zeros(3, np.float32)}
     with pytest.raises(ValueError, match="attention.extra.weight"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_missing_tensor_is_named():
     sd = _sd()
     del sd["transformer.encoder.layers.1.output.layernorm.bias"]
     with pytest.raises(ValueError, match=r"layers\.1\.output\.layernorm\.bias"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_misshapen_tensor_and_wrong_config_are_named():
     sd = _sd()
     sd["transformer.encoder.layers.0.attention.query.weight"] = np.zeros((32, 32, 1), np.float32)
     with pytest.raises(ValueError, match=r"attention\.query\.weight has shape \(32, 32, 1\)"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
     with pytest.raises(ValueError, match="does config.json match"):  # right weights, wrong groups
-        convert.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
+        sj.io.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
 
 
 def test_untied_decoder_rejected():
     sd = _sd() | {"cls.predictions.decoder.weight": np.zeros((99, 32), np.float32)}
     with pytest.raises(ValueError, match="decoder.weight differs"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_native_model_dir_errors(tmp_path):
