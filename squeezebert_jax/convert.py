@@ -1,9 +1,11 @@
 """Exact weight conversion between transformers' PyTorch SqueezeBERT / BERT and our Flax NNX model.
 
-The mapping is an explicit name table (``_table``) plus a per-tensor reshape (``_TO_FLAX`` / ``_TO_TORCH``).
-Every target parameter must be found, every source tensor consumed, every shape right; otherwise the error
-names the tensor. Known non-parameter buffers (``embeddings.position_ids``) and the tied MLM decoder
-(``cls.predictions.decoder.*``, which must equal the word embeddings / MLM bias) are recognised and skipped.
+The mapping is an explicit name table (``_table``) plus a per-tensor reshape (``_to_flax`` / ``_to_torch``), dict to
+dict: ``torch_to_flat`` (state_dict -> our parameter paths, with the torch names and shapes for messages) and
+``flat_to_torch``. No model is built here: ``io.build_model`` builds it and checks that every parameter is found,
+every tensor used and every shape right, naming the tensor otherwise. Known non-parameter buffers
+(``embeddings.position_ids``) and the tied MLM decoder (``cls.predictions.decoder.*``, which must equal the word
+embeddings / MLM bias) are recognised and skipped.
 
 Layouts: torch Conv1d weight ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``; torch Linear ``[out, in]``
 (BERT's dense layers are the G=1 case) <-> ``[in, out]``; LayerNorm ``weight`` <-> ``scale``.
@@ -11,7 +13,7 @@ Layouts: torch Conv1d weight ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import os
 from typing import Mapping
 
@@ -20,8 +22,6 @@ from flax import nnx
 
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
 from squeezebert_jax.errors import InputError
-
-log = logging.getLogger(__name__)
 
 SKIPPED_BUFFERS = ("embeddings.position_ids",)
 
@@ -195,19 +195,44 @@ def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -
 
 
 # --------------------------------------------------------------------------------------------------
-# torch state_dict -> Flax model
+# torch state_dict -> our parameter names
 # --------------------------------------------------------------------------------------------------
 
-def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str | None = None,
-                          *, architectures: list[str] | None = None, num_labels: int | None = None, seed: int = 0,
-                          allow_new_heads: bool = False, source: str = "state_dict") -> nnx.Module:
-    """Build our ``head`` model from a transformers state_dict (numpy arrays; SqueezeBERT or BERT keys).
+@dataclasses.dataclass(frozen=True)
+class Mapped:
+    """A checkpoint's tensors under our parameter paths, and what ``io.build_model`` needs to name them in the
+    checkpoint's own terms. Paths are relative to the encoder's owner: the head classes' ``transformer/`` prefix
+    is dropped (``encoder/layers/0/attention/query/kernel``, ``classifier/kernel``), so a bare
+    ``SqueezeBertModel`` and a head class match the same keys."""
 
-    ``head`` defaults to what the checkpoint holds; a different one drops the checkpoint's own head tensors
-    (logged). Head or pooler parameters the checkpoint lacks (e.g. a classifier on a headless checkpoint, or the
-    pooler of a BertForMaskedLM) are an error unless ``allow_new_heads``, in which case they keep their random
-    initialisation and are *reported* (logged, and listed in ``model.newly_initialized``). A missing encoder
-    tensor is always an error.
+    head: str  # the head class the checkpoint was saved as
+    params: dict[str, np.ndarray]  # our path -> array in our layout; a tensor the table does not name keeps its own
+    names: dict[str, str] = dataclasses.field(default_factory=dict)  # our path -> the checkpoint's name for it
+    shapes: dict[str, tuple] = dataclasses.field(default_factory=dict)  # our path -> the checkpoint tensor's shape
+    layouts: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)  # our path -> (kind, groups)
+
+    def name(self, path: str) -> str:
+        return self.names.get(path, path)
+
+    def source_shape(self, path: str) -> tuple:
+        return tuple(self.shapes.get(path, self.params[path].shape))
+
+    def implied_shape(self, path: str, ours) -> tuple:
+        """The shape the checkpoint's tensor must have for our parameter of shape ``ours``."""
+        kind, groups = self.layouts.get(path, ("copy", 1))
+        return _expected_torch_shape(tuple(ours), kind, groups)
+
+
+def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str | None = None, *,
+                  architectures: list[str] | None = None, source: str = "state_dict") -> Mapped:
+    """A transformers state_dict (numpy arrays; SqueezeBERT or BERT keys) under our parameter paths.
+
+    Names and reshapes only: no model is built and nothing is checked against one (``io.build_model`` does that).
+    The tensors of ``head`` (default: the head the checkpoint holds, inferred from its keys and ``architectures``)
+    and of the checkpoint's own head are mapped through the name table; ``names`` gives the torch key of every path
+    in those tables (so a missing tensor is reported by its torch name), and tensors the table does not name are
+    passed through under their torch keys (reported as unexpected). Known buffers are skipped; a tied MLM
+    decoder is checked equal to the embeddings and dropped.
     """
     head = check_head(head)
     sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
@@ -217,64 +242,26 @@ def from_torch_state_dict(state_dict: Mapping[str, np.ndarray], config: SqueezeB
     saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, style, head)
-    if head != saved:  # e.g. a classifier on a pretraining checkpoint: its MLM/SOP head is not used
-        dropped = sorted(k for k in sd if k.split(".")[0] in _HEAD_KEY_ROOTS
-                         and k not in {t for t, _, _ in _table(config, head, style)})
-        if dropped:
-            log.info("%s: %s drops the checkpoint's %s tensors: %s", source, head, saved, ", ".join(dropped))
-        sd = {k: v for k, v in sd.items() if k not in dropped}
     word_key = ("" if head == "SqueezeBertModel" else ("transformer." if style == "squeezebert" else "bert.")) \
         + "embeddings.word_embeddings.weight"
     _check_tied(sd, word_key, source)
-
-    kwargs = {"num_labels": num_labels or _classifier_size(sd)} if "Classification" in head else {}
-    model = HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
-    params = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    flat = {"/".join(str(p) for p in path): var for path, var in params}
-
-    missing, used = [], set()
-    for tkey, fpath, kind in _table(config, head, style):
-        if fpath not in flat:
-            raise AssertionError(f"name table names {fpath}, which {head} does not have")
-        var = flat[fpath]
-        groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
+    rows = _table(config, head, style)
+    named = {t for t, _, _ in rows}
+    rows += [r for part in _HEAD_PARTS[saved] for r in _HEAD_TABLE[part] if r[0] not in named]  # the saved head's
+    params, names, shapes, layouts = {}, {}, {}, {}
+    for tkey, fpath, kind in rows:
+        path = fpath.removeprefix("transformer/")
+        names[path] = tkey
         if tkey not in sd:
-            missing.append(tkey)
             continue
-        x = sd[tkey]
-        want = _expected_torch_shape(var.get_value().shape, kind, groups)
-        if tuple(x.shape) != want:
-            raise InputError(f"{source}: tensor {tkey} has shape {tuple(x.shape)}, but the config implies {want} "
-                             "(does config.json match the weights?)")
-        var.set_value(np.ascontiguousarray(_to_flax(x, kind, groups)).astype(np.float32))
-        used.add(tkey)
-    unexpected = sorted(set(sd) - used)
-    if unexpected:
-        raise InputError(f"{source}: unexpected tensors not used by {head}: {', '.join(unexpected)}")
-    if missing:
-        encoder = [k for k in missing if not _is_head_key(k)]
-        if encoder or not allow_new_heads:
-            raise InputError(f"{source}: tensors missing for {head}: {', '.join(encoder or missing)}")
-        log.warning("%s: %d tensors not in the checkpoint were randomly initialised: %s", source, len(missing),
-                    ", ".join(missing))
-    nnx.update(model, nnx.from_flat_state(params))
-    model.newly_initialized = tuple(missing)
-    return model
-
-
-_HEAD_KEY_ROOTS = ("cls", "classifier", "qa_outputs")
-
-
-def _is_head_key(torch_key: str) -> bool:
-    """A task head's tensor, or the pooler's (BertForMaskedLM and friends have none): the only tensors that
-    ``allow_new_heads`` may initialise at random. A missing encoder tensor is always an error."""
-    parts = torch_key.split(".")
-    return parts[0] in _HEAD_KEY_ROOTS or "pooler" in parts[:2]
-
-
-def _classifier_size(sd) -> int | None:
-    w = sd.get("classifier.weight")
-    return None if w is None else int(w.shape[0])
+        x = sd.pop(tkey)
+        groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
+        shapes[path], layouts[path] = tuple(x.shape), (kind, groups)
+        try:
+            params[path] = _to_flax(x, kind, groups)
+        except (ValueError, IndexError):  # a shape no reshape fits: kept as is, build_model reports it
+            params[path] = x
+    return Mapped(saved, params | sd, names, shapes, layouts)
 
 
 def _check_tied(sd: dict, word_key: str, source: str) -> None:
@@ -303,22 +290,33 @@ def head_name(model: nnx.Module) -> str:
     raise TypeError(f"not a SqueezeBERT model: {type(model).__name__}")
 
 
-def to_torch_state_dict(model: nnx.Module, style: str = "squeezebert") -> dict[str, np.ndarray]:
-    """transformers state_dict (numpy float32) of ``model`` in SqueezeBERT or (if all groups are 1) BERT keys."""
-    config, head = model.config, head_name(model)
+def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
+    """Parameters by path, float32, C-contiguous: safetensors.numpy writes a Fortran-ordered array's memory as if it
+    were C-ordered (a transposed or column-indexed parameter would come back scrambled)."""
+    return {"/".join(str(p) for p in path): np.ascontiguousarray(np.asarray(v.get_value(), np.float32))
+            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str,
+                  style: str = "squeezebert") -> dict[str, np.ndarray]:
+    """Our parameters of ``head`` (by path) as a transformers state_dict in SqueezeBERT or BERT keys."""
     if style == "bert" and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
-    flat = {"/".join(str(p) for p in path): np.asarray(v.get_value())
-            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    flat = dict(flat)
     out = {}
     for tkey, fpath, kind in _table(config, head, style):
         groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
-        out[tkey] = np.ascontiguousarray(_to_torch(flat.pop(fpath), kind, groups))
+        out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
     if style == "bert" and head in _BERT_HEADS_WITHOUT_POOLER:
         out = {k: v for k, v in out.items() if not k.startswith("bert.pooler.")}
     return out
+
+
+def to_torch_state_dict(model: nnx.Module, style: str = "squeezebert") -> dict[str, np.ndarray]:
+    """transformers state_dict (numpy float32) of ``model`` in SqueezeBERT or (if all groups are 1) BERT keys."""
+    return flat_to_torch(flat_params(model), model.config, head_name(model), style)
 
 
 def torch_architecture(model: nnx.Module, style: str = "squeezebert") -> str:

@@ -17,7 +17,9 @@ import os
 import re
 
 import numpy as np
+
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import atomic_write
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _NAMES = {"she": ["anna", "maria", "lena", "sofia", "clara", "emma", "nora", "julia", "rosa", "ida"],
@@ -90,13 +92,12 @@ def template_index(sentence: str) -> int:
 def write_corpus(path: str | os.PathLike, num_docs: int = 4000, seed: int = 0) -> str:
     """Write ``generate_documents(num_docs, seed)`` in BERT's create_pretraining_data format (one sentence per
     line, a blank line after each document), atomically; returns the path."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for doc in generate_documents(num_docs, seed):
-            f.write("\n".join(doc) + "\n\n")
-    os.replace(tmp, path)
-    return path
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for doc in generate_documents(num_docs, seed):
+                f.write("\n".join(doc) + "\n\n")
+
+    return atomic_write(path, write)
 
 
 def grammar_words() -> set[str]:
@@ -120,12 +121,7 @@ def demo_vocab() -> list[str]:
 
 def write_demo_vocab(path: str | os.PathLike) -> str:
     """Write ``demo_vocab()`` (one token per line) to ``path`` atomically; returns the path."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(demo_vocab()) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, "\n".join(demo_vocab()) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------

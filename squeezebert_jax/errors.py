@@ -9,3 +9,8 @@ class InputError(ValueError):
 
 class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message gives the ``pip install`` line."""
+
+
+class CheckpointMismatchError(InputError):
+    """Weights that do not fit the model asked for: a tensor missing, unexpected or misshapen. The message names the
+    file and the tensors (in the checkpoint's own names)."""

@@ -12,6 +12,7 @@ logits are computed once from any teacher MODEL_DIR and cached on disk.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -29,7 +30,12 @@ from tqdm.auto import tqdm
 
 from squeezebert_jax import glue, optim, trainer
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.io import _read_config, load_pretrained, save_pretrained
+from squeezebert_jax.io import (
+    _read_config,
+    atomic_write,
+    load_pretrained,
+    save_pretrained,
+)
 from squeezebert_jax.model import SqueezeBertForSequenceClassification
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -136,19 +142,37 @@ def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | 
         yield b
 
 
+class _Structure:
+    """A model's graphdef as a static jit argument. SqueezeBertConfig, which the graphdef holds, is a mutable (so
+    unhashable) dataclass: the graphdef's repr, config values included, is the key instead."""
+
+    def __init__(self, graphdef):
+        self.graphdef, self._key = graphdef, repr(graphdef)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Structure) and self._key == other._key
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _eval_logits(structure: _Structure, state, b):
+    """The eval forward as a pure function of (graphdef, state, batch), jitted once at import: every split and
+    epoch of a model (and any model of the same structure) with the same batch shape reuses one program."""
+    m = nnx.merge(structure.graphdef, state)
+    return m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
+
+
 def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None) -> np.ndarray:
-    """Logits for every row of ``arrays`` with a jitted eval forward (dropout off)."""
+    """Logits for every row of ``arrays`` with the jitted eval forward (dropout off)."""
     model.eval()
     graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def fwd(state, b):
-        return nnx.merge(graphdef, state)(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
-
+    structure = _Structure(graphdef)
     out = []
     for b in batches({k: arrays[k] for k in INPUT_KEYS}, batch_size):
         n = int(b.pop("weights").sum())
-        out.append(np.asarray(fwd(state, b))[:n])
+        out.append(np.asarray(_eval_logits(structure, state, b))[:n])
     return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
 
 
@@ -173,9 +197,7 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
     logits = predict_logits(teacher, arrays)
     os.makedirs(cache_dir, exist_ok=True)
-    tmp = path + ".tmp.npy"
-    np.save(tmp, logits)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: np.save(tmp, logits))
     return logits
 
 

@@ -26,7 +26,9 @@ import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
 from squeezebert_jax.errors import InputError, MissingExtraError
+from squeezebert_jax.io import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -375,12 +377,7 @@ def write_glue_tsv(task: str, split: str, examples: Sequence[GlueExample], data_
         lines.append("\t".join(cols))
     out_dir = os.path.join(data_dir, spec.glue_dir)
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, lay.filename)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(os.path.join(out_dir, lay.filename), "\n".join(lines) + "\n")
 
 
 def load_tfds(task: str, split: str, *, data_dir: str | None = None, download: bool = False,
@@ -650,12 +647,7 @@ def write_predictions(task: str, idx, predictions, out_dir: str, split_name: str
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, submission_name(task, split_name))
     order = np.argsort(idx, kind="stable")
-    with open(path + ".tmp", "w", encoding="utf-8", newline="\n") as f:
-        f.write(HEADER + "\n")
-        for i in order:
-            f.write(f"{idx[i]}\t{format_prediction(spec, p[i])}\n")
-    os.replace(path + ".tmp", path)
-    return path
+    return atomic_write(path, HEADER + "\n" + "".join(f"{idx[i]}\t{format_prediction(spec, p[i])}\n" for i in order))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,11 @@ A MODEL_DIR holds ``config.json`` (transformers field names; ``architectures`` n
 ``params.safetensors`` (our parameter paths, e.g. ``transformer/encoder/layers/0/attention/query/kernel``,
 float32) and the tokenizer file(s) of the source (``vocab.txt`` or a SentencePiece model).
 ``load_pretrained`` also accepts a transformers directory (``model.safetensors`` / ``pytorch_model.bin``)
-and converts it on the fly.
+and converts it on the fly (``convert`` maps the names and layouts).
+
+``build_model`` is the one place a model is built from weights (a MODEL_DIR, a transformers directory or state_dict)
+and the one check for missing, unexpected and misshapen tensors; ``atomic_write`` is the project's one way to write
+a file whole or not at all.
 """
 
 from __future__ import annotations
@@ -12,16 +16,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
-import tempfile
+from collections.abc import Callable
 
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from squeezebert_jax import convert
+from squeezebert_jax.convert import flat_params
+from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
-from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -30,25 +35,39 @@ TOKENIZER_FILES = ("vocab.txt", "spiece.model", "sentencepiece.model", "tokenize
                    "tokenizer_config.json", "special_tokens_map.json")
 
 
-def _atomic_write(path: str, write) -> None:
-    """Write through a temp file in the same directory, then rename: never a half-written file."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    os.close(fd)
+def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], None]) -> str:
+    """Write ``path`` whole or not at all: into a temp file in the same directory, flushed to disk, then renamed over
+    ``path`` (``os.replace``), so a reader or a crash never sees a half-written file. ``data`` is text (UTF-8, ``\\n``
+    line ends), bytes, or a function that writes the file at the path it is given (e.g.
+    ``lambda tmp: np.save(tmp, x)``; the temp name ends with ``path``'s name, so its extension is kept).
+    The file gets the usual permissions (umask), not a temp file's 0600. Returns ``path``."""
+    path = os.fspath(path)
+    d, base = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(d, f".tmp{os.getpid()}-{secrets.token_hex(4)}-{base}")
     try:
-        write(tmp)
+        if callable(data):
+            data(tmp)
+        else:
+            with open(tmp, "w" if isinstance(data, str) else "wb",
+                      **({"encoding": "utf-8", "newline": "\n"} if isinstance(data, str) else {})) as f:
+                f.write(data)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    return path
+
+
+_atomic_write = atomic_write  # the name pretrain.record_config imports; switch it to atomic_write, then drop this
 
 
 def _write_json(path: str, d: dict) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(d, f, indent=2, sort_keys=True)
-            f.write("\n")
-    _atomic_write(path, w)
+    atomic_write(path, json.dumps(d, indent=2, sort_keys=True) + "\n")
 
 
 def copy_tokenizer_files(src_dir: str | None, dst_dir: str) -> list[str]:
@@ -65,13 +84,6 @@ def copy_tokenizer_files(src_dir: str | None, dst_dir: str) -> list[str]:
     return copied
 
 
-def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
-    """Parameters by path, float32, C-contiguous: safetensors.numpy writes a Fortran-ordered array's memory as if it
-    were C-ordered (a transposed or column-indexed parameter would come back scrambled)."""
-    return {"/".join(str(p) for p in path): np.ascontiguousarray(np.asarray(v.get_value(), np.float32))
-            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-
-
 def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None) -> str:
     """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``)."""
     from safetensors.numpy import save_file
@@ -84,7 +96,7 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     if hasattr(model, "num_labels"):
         d["num_labels"] = model.num_labels
     d["library"] = "squeezebert_jax"
-    _atomic_write(os.path.join(model_dir, PARAMS_FILE),
+    atomic_write(os.path.join(model_dir, PARAMS_FILE),
                   lambda tmp: save_file(flat_params(model), tmp, metadata={"head": head}))
     _write_json(os.path.join(model_dir, "config.json"), d)
     copy_tokenizer_files(tokenizer_dir, model_dir)
@@ -161,18 +173,18 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     ``head``: a class or class name from ``squeezebert_jax.HEADS``; by default the class that was saved.
     When a different head is asked for (e.g. a classifier on a pretraining checkpoint), the encoder is
     loaded, the saved head is dropped and the new head's parameters keep their random initialisation;
-    both are reported in the log and ``model.newly_initialized`` lists the new ones.
+    both are reported in the log and ``model.newly_initialized`` lists the new ones. So is a classifier whose
+    ``num_labels`` differs from the saved one (e.g. MNLI's 3 -> RTE's 2). The model is built once.
     """
     model_dir = os.fspath(model_dir)
     head = convert.check_head(head)
     config, raw = _read_config(model_dir)
     if config_overrides:
         config = config.replace(**config_overrides)
-    native = os.path.isfile(os.path.join(model_dir, PARAMS_FILE))
-    if native:
+    path = os.path.join(model_dir, PARAMS_FILE)
+    if os.path.isfile(path):
         from safetensors.numpy import load_file
 
-        path = os.path.join(model_dir, PARAMS_FILE)
         try:
             flat = load_file(path)
         except Exception as e:
@@ -180,58 +192,97 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         saved = (raw.get("architectures") or ["SqueezeBertModel"])[0]
         if saved not in HEADS:
             raise InputError(f"{model_dir}/config.json: unknown architecture {saved!r}")
-        model = _from_flat(flat, config, saved, head or saved, num_labels, seed, path)
-    else:
-        sd = convert.read_torch_checkpoint(model_dir)
-        arch = raw.get("architectures")
-        saved = convert.infer_head(convert._strip_prefix(sd, convert.detect_style(sd), "SqueezeBertModel"), arch)
-        model = convert.from_torch_state_dict(sd, config, saved, architectures=arch, num_labels=None, seed=seed,
-                                              source=model_dir, allow_new_heads=True)
-        relabel = num_labels is not None and getattr(model, "num_labels", num_labels) != num_labels
-        if (head and head != saved) or relabel:  # another head, or a classifier with another label count
-            model = _from_flat(flat_params(model), config, saved, head or saved, num_labels, seed, model_dir)
+        mapped = convert.Mapped(saved, {k.removeprefix("transformer/"): v for k, v in flat.items()})
+        allow_new = head not in (None, saved) or num_labels is not None
+    else:  # a transformers directory: its pooler may be missing (BertForMaskedLM has none)
+        path = model_dir
+        mapped = convert.torch_to_flat(convert.read_torch_checkpoint(model_dir), config,
+                                       architectures=raw.get("architectures"), source=model_dir)
+        allow_new = True
+    model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
+                        source=path)
     if dtype != jnp.float32:
         model = cast_compute_dtype(model, dtype)
     return model
 
 
-def _from_flat(flat: dict[str, np.ndarray], config, saved: str, head: str, num_labels, seed, source) -> nnx.Module:
-    convert.check_head(head)
-    kwargs = {}
-    if "Classification" in head:
-        n = num_labels
-        if n is None and head == saved and "classifier/kernel" in flat:
-            n = int(flat["classifier/kernel"].shape[-1])
-        kwargs["num_labels"] = n
-    model = HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
-    target = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    # Match on paths without the head classes' "transformer/" prefix (a bare SqueezeBertModel has none).
-    src = {k.removeprefix("transformer/"): v for k, v in flat.items()}
-    saved_labels = src["classifier/kernel"].shape[-1] if "classifier/kernel" in src else None
-    if head == saved and num_labels and saved_labels not in (None, num_labels):
+def from_torch_state_dict(state_dict, config: SqueezeBertConfig, head: str | None = None, *,
+                          architectures: list[str] | None = None, num_labels: int | None = None, seed: int = 0,
+                          allow_new_heads: bool = False, source: str = "state_dict") -> nnx.Module:
+    """Build our ``head`` model from a transformers state_dict (numpy arrays; SqueezeBERT or BERT keys).
+
+    ``head`` defaults to what the checkpoint holds; a different one drops the checkpoint's own head tensors
+    (logged). Head or pooler parameters the checkpoint lacks (e.g. a classifier on a headless checkpoint, or the
+    pooler of a BertForMaskedLM) are an error unless ``allow_new_heads``, in which case they keep their random
+    initialisation and are *reported* (logged, and listed in ``model.newly_initialized`` by their torch names).
+    A missing encoder tensor is always an error.
+    """
+    mapped = convert.torch_to_flat(state_dict, config, head, architectures=architectures, source=source)
+    return build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new_heads,
+                       source=source)
+
+
+def _is_head_param(path: str) -> bool:
+    """A task head's parameter or the pooler's: the only ones a checkpoint may lack (``allow_new_heads``)."""
+    return path.split("/")[0] in ("cls", "classifier", "qa_outputs", "pooler")
+
+
+def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | None = None, *,
+                num_labels: int | None = None, seed: int = 0, allow_new_heads: bool = False,
+                source: str = "") -> nnx.Module:
+    """The one place a model is built from weights: ``head`` (default: the saved one) from ``mapped``'s tensors.
+
+    Every parameter must be in the checkpoint, every tensor used, every shape right; otherwise a
+    ``CheckpointMismatchError`` names ``source`` and the tensors (in the checkpoint's names). Exceptions:
+    the saved head's tensors that ``head`` has no use for are dropped (logged); with ``allow_new_heads``, task-head
+    and pooler parameters the checkpoint lacks keep their random initialisation (logged, and listed in
+    ``model.newly_initialized``), as does a classifier when ``num_labels`` differs from the saved one. A missing
+    encoder tensor is always an error. A classifier's size is ``num_labels``, else the saved classifier's.
+    """
+    saved = mapped.head
+    head = convert.check_head(head) or saved
+    src, names = dict(mapped.params), dict(mapped.names)
+    kernel = src.get("classifier/kernel")
+    saved_labels = int(kernel.shape[-1]) if kernel is not None and kernel.ndim == 2 else None
+    kwargs = {"num_labels": num_labels or saved_labels} if "Classification" in head else {}
+    if "Classification" in head and allow_new_heads and num_labels and saved_labels not in (None, num_labels):
         # e.g. MNLI (3 labels) -> RTE (2): the encoder transfers, the classifier is new.
+        log.info("%s: a new %d-label classifier replaces the saved %d-label one", source, num_labels, saved_labels)
         src = {k: v for k, v in src.items() if not k.startswith("classifier/")}
-        saved = f"{saved} with {saved_labels} labels"
-    missing, used = [], set()
-    for path, var in target:
+        names = {k: v for k, v in names.items() if not k.startswith("classifier/")}
+    model = HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
+    params = nnx.to_flat_state(nnx.state(model, nnx.Param))
+    missing, misshapen, used = [], [], set()
+    for path, var in params:
         key = "/".join(str(p) for p in path).removeprefix("transformer/")
         if key not in src:
             missing.append(key)
             continue
-        if tuple(src[key].shape) != tuple(var.get_value().shape):
-            raise InputError(f"{source}: tensor {key} has shape {tuple(src[key].shape)}, the config implies "
-                             f"{tuple(var.get_value().shape)} (does config.json match the weights?)")
+        have, want = mapped.source_shape(key), mapped.implied_shape(key, var.get_value().shape)
+        if have != want:
+            misshapen.append(f"tensor {names.get(key, key)} has shape {have}, but the config implies {want}")
+            continue
         var.set_value(jnp.asarray(src[key], jnp.float32))
         used.add(key)
+    if misshapen:
+        raise CheckpointMismatchError(f"{source}: {'; '.join(misshapen)} (does config.json match the weights?)")
+    order = {k: i for i, k in enumerate(names)}  # the checkpoint's order where it names them (weight, then bias)
+    missing.sort(key=lambda k: order.get(k, len(order)))
     unused = sorted(set(src) - used)
-    if head == saved and (missing or unused):
-        raise InputError(f"{source}: weights do not match {head}: missing {missing}, unexpected {unused}")
+    dropped = [k for k in unused if head != saved and _is_head_param(k)]
+    unexpected = [k for k in unused if k not in dropped]
+    refused = [k for k in missing if not (allow_new_heads and _is_head_param(k))]
+    if unexpected or refused:
+        parts = [f"{what} {', '.join(names.get(k, k) for k in keys)}"
+                 for what, keys in (("missing", refused), ("unexpected", unexpected)) if keys]
+        raise CheckpointMismatchError(f"{source}: the weights do not match {head}: {'; '.join(parts)}")
+    if dropped:
+        log.info("%s: %s drops the saved %s tensors: %s", source, head, saved, ", ".join(names.get(k, k) for k in dropped))
+    model.newly_initialized = tuple(names.get(k, k) for k in missing)
     if missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
-                    ", ".join(missing))
-    if unused:
-        log.info("%s: %s drops the saved %s parameters: %s", source, head, saved, ", ".join(unused))
-    model.newly_initialized = tuple(missing)
+                    ", ".join(model.newly_initialized))
+    nnx.update(model, nnx.from_flat_state(params))
     return model
 
 
@@ -263,7 +314,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str = "squ
         if model.config.id2label is None:
             d["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
             d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
-    _atomic_write(os.path.join(hf_dir, "model.safetensors"), lambda tmp: save_file(sd, tmp, metadata={"format": "pt"}))
+    atomic_write(os.path.join(hf_dir, "model.safetensors"), lambda tmp: save_file(sd, tmp, metadata={"format": "pt"}))
     _write_json(os.path.join(hf_dir, "config.json"), d)
     copy_tokenizer_files(tokenizer_dir, hf_dir)
     return hf_dir
@@ -280,8 +331,8 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     head = convert.check_head(head)
     config, raw = _read_config(hf_dir)
     sd = convert.read_torch_checkpoint(hf_dir)
-    model = convert.from_torch_state_dict(sd, config, head, architectures=raw.get("architectures"),
-                                          source=hf_dir, allow_new_heads=True)
+    model = from_torch_state_dict(sd, config, head, architectures=raw.get("architectures"), source=hf_dir,
+                                  allow_new_heads=True)
     if label_names:
         n = getattr(model, "num_labels", None)
         if n != len(label_names) or len(set(label_names)) != len(label_names):

@@ -1,11 +1,15 @@
 """Tokenizers: uncased BERT WordPiece (``vocab.txt``) and SentencePiece (``*.model``) behind one interface.
 
-``Tokenizer.from_file("vocab.txt")`` builds the uncased BERT WordPiece pipeline with the ``tokenizers``
+``load(path)`` (also ``Tokenizer.from_file``; ``Tokenizer.from_dir`` finds the file) returns one of two small classes
+behind the ``Tokenizer`` interface, which holds everything they share (specials, the encoding layout, decoding,
+word starts); each kind supplies only its vocabulary and the native library's encode/decode.
+
+``WordPieceTokenizer`` (``vocab.txt``) builds the uncased BERT WordPiece pipeline with the ``tokenizers``
 library — BertNormalizer (clean text, CJK split, lowercase, strip accents), BertPreTokenizer, WordPiece
 (unk ``[UNK]``, words over 100 characters -> ``[UNK]``), the five specials matched verbatim in raw text —
 so ids equal ``transformers.BertTokenizerFast(vocab_file, do_lower_case=True)`` on any text.
 
-``Tokenizer.from_file("spiece.model")`` wraps a ``sentencepiece`` model. It must hold BERT-style specials:
+``SentencePieceTokenizer`` (``*.model``) wraps a ``sentencepiece`` model. It must hold BERT-style specials:
 ``[CLS]`` (or ``<cls>``), ``[SEP]`` (or ``<sep>``), ``[MASK]`` (or ``<mask>``), a pad piece (the model's
 ``pad_id``, else ``[PAD]`` or ``<pad>``); the unknown id is the model's own ``unk_id`` (``[UNK]``/``<unk>``).
 ALBERT's ``spiece.model`` qualifies, as does every model ``train_tokenizer(..., kind="sentencepiece")``
@@ -24,7 +28,9 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import atomic_write
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -152,9 +158,12 @@ def truncated_lengths(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]
 # --------------------------------------------------------------------------------------------------
 
 class Tokenizer:
-    """A WordPiece or SentencePiece tokenizer with BERT specials; build it with ``from_file``/``from_dir``."""
+    """What both tokenizers share: BERT specials, tokens <-> ids, ``[CLS] a [SEP] (b [SEP])`` encoding, decoding and
+    word starts. The two kinds, ``WordPieceTokenizer`` and ``SentencePieceTokenizer``, supply the vocabulary and the
+    native library's encode/decode; ``load(path)`` (or ``Tokenizer.from_file``/``from_dir``) picks the kind."""
 
-    kind: str
+    kind: str  # "wordpiece" or "sentencepiece"
+    file_name: str  # the name ``save`` writes
     vocab_size: int
     pad_id: int
     unk_id: int
@@ -163,82 +172,43 @@ class Tokenizer:
     mask_id: int
     special_ids: frozenset[int]
 
-    def __init__(self, path: str | os.PathLike):
-        """Load ``path``: a ``*.txt`` vocabulary (uncased BERT WordPiece) or a ``*.model`` (SentencePiece)."""
-        path = os.fspath(path)
-        if os.path.isdir(path):
-            raise IsADirectoryError(f"{path} is a directory; use Tokenizer.from_dir to find the tokenizer file in it")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"tokenizer file not found: {path}")
-        self.path = path
-        with open(path, "rb") as f:
-            self._blob = f.read()
-        if path.endswith(".txt"):
-            self._init_wordpiece()
-        elif path.endswith(".model"):
-            self._init_sentencepiece()
-        else:
-            raise InputError(f"{path}: unknown tokenizer file extension; expected a WordPiece vocab.txt (*.txt) "
-                             "or a SentencePiece model (*.model)")
-        self.vocab_size = len(self._tokens)
+    def __init__(self, path: str, blob: bytes, tokens: list[str], specials: Sequence[int], unk_starts_word: bool):
+        """``specials``: the ids of [PAD] [UNK] [CLS] [SEP] [MASK]; ``unk_starts_word``: whether [UNK] begins a word
+        (WordPiece) or stands for characters inside one (SentencePiece)."""
+        self.path, self._blob, self._tokens = path, blob, tokens
+        self.vocab_size = len(tokens)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = specials
         self.special_ids = frozenset({self.pad_id, self.cls_id, self.sep_id, self.mask_id})
-        word_start = np.array([self._starts_word(t) for t in self._tokens], dtype=bool)
-        for i in (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id):
-            word_start[i] = self.kind == "wordpiece" or i != self.unk_id  # SP: [UNK] continues a word
+        word_start = np.array([self._starts_word(t) for t in tokens], dtype=bool)
+        for i in specials:
+            word_start[i] = unk_starts_word or i != self.unk_id
         self._word_start = word_start
 
-    def _init_wordpiece(self) -> None:
-        self.kind = "wordpiece"
-        self._tokens = read_vocab(self.path, self._blob)
-        self._backend = _wordpiece_backend(self._tokens)
-        self._sp = None
-        index = {t: i for i, t in enumerate(self._tokens)}
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[s] for s in BERT_SPECIALS)
-
-    def _init_sentencepiece(self) -> None:
-        import sentencepiece as spm
-
-        self.kind = "sentencepiece"
-        self._backend = None
-        try:
-            self._sp = spm.SentencePieceProcessor(model_proto=self._blob)
-        except (RuntimeError, OSError) as e:
-            raise InputError(f"{self.path}: not a readable SentencePiece model ({e})") from None
-        sp = self._sp
-        self._tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-        index = {t: i for i, t in enumerate(self._tokens)}
-        found: dict[str, int] = {}
-        if sp.unk_id() >= 0:
-            found["unk"] = sp.unk_id()
-        if sp.pad_id() >= 0:
-            found["pad"] = sp.pad_id()
-        for role, names in SP_SPECIAL_NAMES.items():
-            if role not in found:
-                hit = next((index[n] for n in names if n in index), None)
-                if hit is not None:
-                    found[role] = hit
-        missing = [" or ".join(SP_SPECIAL_NAMES[r]) for r in SP_SPECIAL_NAMES if r not in found]
-        if missing:
-            raise InputError(f"{self.path}: the SentencePiece model lacks the special piece(s) {'; '.join(missing)} "
-                             "(train it with user_defined_symbols=[CLS],[SEP],[MASK] and a pad_id, as "
-                             "squeezebert_jax.tokenizer.train_tokenizer does)")
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            found[r] for r in ("pad", "unk", "cls", "sep", "mask"))
+    # -- what each kind supplies ------------------------------------------------------------------
 
     def _starts_word(self, token: str) -> bool:
-        if self.kind == "wordpiece":
-            return not token.startswith("##")
-        return token.startswith("\u2581")
+        raise NotImplementedError
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of vocabulary entry ``token``, or None if it is not in the vocabulary."""
+        raise NotImplementedError
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text (no specials), in the native library's batch call."""
+        raise NotImplementedError
+
+    def _text(self, ids: list[int]) -> str:
+        raise NotImplementedError
 
     # -- construction / saving --------------------------------------------------------------------
 
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> Tokenizer:
-        """``vocab.txt`` (any ``*.txt``) -> uncased BERT WordPiece; ``*.model`` -> SentencePiece."""
-        return cls(path)
+    @staticmethod
+    def from_file(path: str | os.PathLike) -> Tokenizer:
+        """``vocab.txt`` (any ``*.txt``) -> uncased BERT WordPiece; ``*.model`` -> SentencePiece (``load``)."""
+        return load(path)
 
-    @classmethod
-    def from_dir(cls, directory: str | os.PathLike) -> Tokenizer | None:
+    @staticmethod
+    def from_dir(directory: str | os.PathLike) -> Tokenizer | None:
         """The tokenizer in ``directory`` (the first of ``TOKENIZER_FILE_NAMES`` present), or None if none is.
 
         A ``tokenizer_config.json`` beside a ``vocab.txt`` that says ``do_lower_case: false`` (a cased BERT) is
@@ -248,9 +218,9 @@ class Tokenizer:
         for name in TOKENIZER_FILE_NAMES:
             path = os.path.join(directory, name)
             if os.path.isfile(path):
-                tok = cls(path)
+                tok = load(path)
                 cfg_path = os.path.join(directory, "tokenizer_config.json")
-                if tok.kind == "wordpiece" and os.path.isfile(cfg_path):
+                if isinstance(tok, WordPieceTokenizer) and os.path.isfile(cfg_path):
                     try:
                         with open(cfg_path) as f:
                             lower = json.load(f).get("do_lower_case", True)
@@ -262,24 +232,15 @@ class Tokenizer:
                 return tok
         return None
 
-    @property
-    def file_name(self) -> str:
-        """The name ``save`` writes: ``vocab.txt`` or ``spiece.model``."""
-        return "vocab.txt" if self.kind == "wordpiece" else "spiece.model"
-
     def save(self, directory: str | os.PathLike) -> str:
         """Write the tokenizer file (the bytes it was loaded from) into ``directory``; returns its file name."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
-        dst = os.path.join(directory, self.file_name)
-        tmp = f"{dst}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(self._blob)
-        os.replace(tmp, dst)
+        atomic_write(os.path.join(directory, self.file_name), self._blob)
         return self.file_name
 
     def __repr__(self) -> str:
-        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, path={self.path!r})"
+        return f"{type(self).__name__}(vocab_size={self.vocab_size}, path={self.path!r})"
 
     # -- tokens <-> ids ---------------------------------------------------------------------------
 
@@ -287,24 +248,11 @@ class Tokenizer:
         """The vocabulary entry (WordPiece token or SentencePiece piece) of id ``i``."""
         return self._tokens[i]
 
-    def token_to_id(self, token: str) -> int | None:
-        """The id of vocabulary entry ``token``, or None if it is not in the vocabulary."""
-        if self.kind == "wordpiece":
-            return self._backend.token_to_id(token)
-        i = self._sp.piece_to_id(token)
-        return i if self._tokens[i] == token else None
-
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``: no special tokens added, no truncation."""
         if not isinstance(text, str):
             raise TypeError(f"text is {type(text).__name__}, expected str")
-        try:
-            if self.kind == "wordpiece":
-                return self._backend.encode(text, add_special_tokens=False).ids
-            return self._sp.encode(text, out_type=int)
-        except (TypeError, RuntimeError, UnicodeError):
-            _check_encodable([text], "text", single=True)  # the likely cause, named; else the library's error
-            raise
+        return self._tokenize_batch([text], "text", single=True)[0]
 
     def tokenize_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``[tokenize(t) for t in texts]``, computed in the native library's (multi-threaded) batch call."""
@@ -314,9 +262,7 @@ class Tokenizer:
         if not texts:
             return []
         try:
-            if self.kind == "wordpiece":
-                return [e.ids for e in self._backend.encode_batch_fast(texts, add_special_tokens=False)]
-            return self._sp.encode(texts, out_type=int)
+            return self._ids(texts)
         except (TypeError, RuntimeError, UnicodeError):
             # Checked only on failure (free otherwise): a lone surrogate makes both libraries raise a cryptic
             # TypeError / RuntimeError that names neither the text nor the character.
@@ -354,9 +300,7 @@ class Tokenizer:
         seq = [int(i) for i in arr.tolist()]
         if skip_special_tokens:
             seq = [i for i in seq if i not in self.special_ids]
-        if self.kind == "wordpiece":
-            return self._backend.decode(seq, skip_special_tokens=False)
-        return self._sp.decode(seq)
+        return self._text(seq)
 
     # -- model inputs -----------------------------------------------------------------------------
 
@@ -414,6 +358,101 @@ class Tokenizer:
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
 
 
+class WordPieceTokenizer(Tokenizer):
+    """Uncased BERT WordPiece from a ``vocab.txt``: ids equal ``BertTokenizerFast(vocab_file, do_lower_case=True)``."""
+
+    kind, file_name = "wordpiece", "vocab.txt"
+
+    def __init__(self, path: str | os.PathLike):
+        path = os.fspath(path)
+        blob = _read_bytes(path)
+        tokens = read_vocab(path, blob)
+        self._backend = _wordpiece_backend(tokens)
+        index = {t: i for i, t in enumerate(tokens)}
+        super().__init__(path, blob, tokens, [index[s] for s in BERT_SPECIALS], unk_starts_word=True)
+
+    def _starts_word(self, token: str) -> bool:
+        return not token.startswith("##")
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._backend.token_to_id(token)
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._backend.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def _text(self, ids: list[int]) -> str:
+        return self._backend.decode(ids, skip_special_tokens=False)
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A ``sentencepiece`` model (``*.model``) holding BERT-style specials (see ``SP_SPECIAL_NAMES``)."""
+
+    kind, file_name = "sentencepiece", "spiece.model"
+
+    def __init__(self, path: str | os.PathLike):
+        import sentencepiece as spm
+
+        path = os.fspath(path)
+        blob = _read_bytes(path)
+        try:
+            self._sp = sp = spm.SentencePieceProcessor(model_proto=blob)
+        except (RuntimeError, OSError) as e:
+            raise InputError(f"{path}: not a readable SentencePiece model ({e})") from None
+        tokens = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        index = {t: i for i, t in enumerate(tokens)}
+        found: dict[str, int] = {}
+        if sp.unk_id() >= 0:
+            found["unk"] = sp.unk_id()
+        if sp.pad_id() >= 0:
+            found["pad"] = sp.pad_id()
+        for role, names in SP_SPECIAL_NAMES.items():
+            if role not in found:
+                hit = next((index[n] for n in names if n in index), None)
+                if hit is not None:
+                    found[role] = hit
+        missing = [" or ".join(SP_SPECIAL_NAMES[r]) for r in SP_SPECIAL_NAMES if r not in found]
+        if missing:
+            raise InputError(f"{path}: the SentencePiece model lacks the special piece(s) {'; '.join(missing)} "
+                             "(train it with user_defined_symbols=[CLS],[SEP],[MASK] and a pad_id, as "
+                             "squeezebert_jax.tokenizer.train_tokenizer does)")
+        super().__init__(path, blob, tokens, [found[r] for r in ("pad", "unk", "cls", "sep", "mask")],
+                         unk_starts_word=False)  # [UNK] stands for characters inside a word
+
+    def _starts_word(self, token: str) -> bool:
+        return token.startswith("\u2581")
+
+    def token_to_id(self, token: str) -> int | None:
+        i = self._sp.piece_to_id(token)
+        return i if self._tokens[i] == token else None
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode(texts, out_type=int)
+
+    def _text(self, ids: list[int]) -> str:
+        return self._sp.decode(ids)
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def load(path: str | os.PathLike) -> Tokenizer:
+    """The tokenizer in file ``path``: a ``*.txt`` vocabulary (uncased BERT WordPiece) or a ``*.model``
+    (SentencePiece)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory; use Tokenizer.from_dir to find the tokenizer file in it")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"tokenizer file not found: {path}")
+    if path.endswith(".txt"):
+        return WordPieceTokenizer(path)
+    if path.endswith(".model"):
+        return SentencePieceTokenizer(path)
+    raise InputError(f"{path}: unknown tokenizer file extension; expected a WordPiece vocab.txt (*.txt) "
+                     "or a SentencePiece model (*.model)")
+
+
 # --------------------------------------------------------------------------------------------------
 # Training a vocabulary
 # --------------------------------------------------------------------------------------------------
@@ -437,12 +476,7 @@ def _train_wordpiece(files: list[str], out_dir: str, vocab_size: int) -> str:
     bad = [t for t in tokens if not t or "\n" in t or t != t.rstrip(_RUST_WHITESPACE)]
     if bad:
         raise RuntimeError(f"the WordPiece trainer produced tokens that vocab.txt cannot hold: {bad[:5]!r}")
-    path = os.path.join(out_dir, "vocab.txt")
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    os.replace(tmp, path)
-    return path
+    return atomic_write(os.path.join(out_dir, "vocab.txt"), "".join(t + "\n" for t in tokens))
 
 
 def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbose: bool) -> str:
@@ -500,7 +534,7 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         path = _train_wordpiece(files, out_dir, vocab_size)
     else:
         path = _train_sentencepiece(files, out_dir, vocab_size, verbose)
-    tok = Tokenizer.from_file(path)
+    tok = load(path)
     if tok.vocab_size < vocab_size:
         logging.warning("%s: the corpus supports only %d of the %d vocabulary entries asked for",
                         path, tok.vocab_size, vocab_size)

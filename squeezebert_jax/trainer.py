@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -430,12 +431,7 @@ class MetricsWriter:
             if row_step <= step:
                 keep.append(line + "\n")
         if len(keep) < len(lines):
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.writelines(keep)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            atomic_write(self.path, "".join(keep))
             log.info("%s: dropped %d rows logged after step %d", self.path, len(lines) - len(keep), step)
         return len(lines) - len(keep)
 

@@ -126,9 +126,29 @@ def test_new_head_on_headless_checkpoint_is_reported(tmp_path, caplog):
     assert set(m.newly_initialized) == {"classifier/kernel", "classifier/bias"}
     assert "classifier/kernel" in caplog.text
     with pytest.raises(ValueError, match="classifier.weight"):
-        convert.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
+        sj.io.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
                                       "SqueezeBertForSequenceClassification")
 
+
+
+def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
+    """load_pretrained (what init_from calls) and import_torch build the model once, with another head or label
+    count too; every head class holds one SqueezeBertModel, so its constructor counts the builds."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY,
+                                                                                                    num_labels=3)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    built = []
+    init = sj.SqueezeBertModel.__init__
+    monkeypatch.setattr(sj.SqueezeBertModel, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+    for load in (lambda: sj.io.import_torch(src, str(tmp_path / "m")),
+                 lambda: sj.load_pretrained(src),
+                 lambda: sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2),
+                 lambda: sj.load_pretrained(src, "SqueezeBertForMaskedLM"),
+                 lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForSequenceClassification", num_labels=2),
+                 lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForQuestionAnswering")):
+        built.clear()
+        load()
+        assert len(built) == 1
 
 # ---- bad checkpoints ------------------------------------------------------------------------------
 
@@ -140,29 +160,29 @@ def _sd():
 def test_unexpected_tensor_is_named():
     sd = _sd() | {"transformer.encoder.layers.0.attention.extra.weight": np.zeros(3, np.float32)}
     with pytest.raises(ValueError, match="attention.extra.weight"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_missing_tensor_is_named():
     sd = _sd()
     del sd["transformer.encoder.layers.1.output.layernorm.bias"]
     with pytest.raises(ValueError, match=r"layers\.1\.output\.layernorm\.bias"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_misshapen_tensor_and_wrong_config_are_named():
     sd = _sd()
     sd["transformer.encoder.layers.0.attention.query.weight"] = np.zeros((32, 32, 1), np.float32)
     with pytest.raises(ValueError, match=r"attention\.query\.weight has shape \(32, 32, 1\)"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
     with pytest.raises(ValueError, match="does config.json match"):  # right weights, wrong groups
-        convert.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
+        sj.io.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
 
 
 def test_untied_decoder_rejected():
     sd = _sd() | {"cls.predictions.decoder.weight": np.zeros((99, 32), np.float32)}
     with pytest.raises(ValueError, match="decoder.weight differs"):
-        convert.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_native_model_dir_errors(tmp_path):
@@ -272,3 +292,25 @@ def test_label_names_name_a_converted_classifier(tmp_path):
     assert sj.load_pretrained(tmp_path / "m").config.id2label == {0: "contradiction", 1: "entailment", 2: "neutral"}
     with pytest.raises(ValueError, match="2 label names"):
         sj.io.import_torch(src, str(tmp_path / "m2"), label_names=["a", "b"])
+
+
+def test_atomic_write_text_bytes_and_writer(tmp_path):
+    """One helper for every whole-or-nothing file: text, bytes or a writer function (np.save keeps its name); a
+    failing writer leaves the old file and no temp file; the file gets the umask's permissions, not 0600."""
+    p = tmp_path / "a.txt"
+    assert sj.io.atomic_write(p, "één\n") == str(p) and p.read_text(encoding="utf-8") == "één\n"
+    sj.io.atomic_write(p, b"\x00\x01")
+    sj.io.atomic_write(tmp_path / "x.npy", lambda tmp: np.save(tmp, np.arange(3)))
+    assert np.array_equal(np.load(tmp_path / "x.npy"), np.arange(3))
+
+    def half(tmp):
+        with open(tmp, "w") as f:
+            f.write("half")
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        sj.io.atomic_write(p, half)
+    assert p.read_bytes() == b"\x00\x01" and sorted(os.listdir(tmp_path)) == ["a.txt", "x.npy"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(p).st_mode & 0o777 == 0o666 & ~umask

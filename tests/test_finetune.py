@@ -61,6 +61,31 @@ def test_batches_pad_with_zero_weight():
     assert out[-1]["input_ids"].shape == (2, 2)
 
 
+
+def test_predict_logits_compiles_once_per_model():
+    """Two splits and a second epoch (new parameter values) with the same batch shape: one trace, right logits."""
+    cfg = sj.SqueezeBertConfig(vocab_size=23, hidden_size=24, embedding_size=24, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=48, max_position_embeddings=16,
+                               q_groups=2, k_groups=2, v_groups=2, post_attention_groups=1, intermediate_groups=2,
+                               output_groups=2)  # dims no other test uses: the first call must trace
+    model = sj.SqueezeBertForSequenceClassification(cfg, num_labels=5, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        return {"input_ids": rng.integers(0, 23, (n, 8)).astype(np.int32), "attention_mask": np.ones((n, 8), np.int32),
+                "token_type_ids": np.zeros((n, 8), np.int32)}
+
+    before = ft._eval_logits._cache_size()
+    dev, test = split(11), split(3)
+    for epoch in range(2):
+        for arr in (dev, test):
+            logits = ft.predict_logits(model, arr, batch_size=4)
+            want = model(jnp.asarray(arr["input_ids"]), jnp.asarray(arr["attention_mask"]),
+                         jnp.asarray(arr["token_type_ids"])).logits
+            np.testing.assert_allclose(logits, want, atol=1e-5)
+        model.classifier.bias.set_value(model.classifier.bias[...] + 1.0)  # the next epoch's parameters
+    assert ft._eval_logits._cache_size() - before == 1
+
 # ---- end to end on GLUE-format files ------------------------------------------------------------------
 
 def _write_sst2(d, n_train=384, n_dev=32, seed=0):

@@ -209,7 +209,7 @@ def test_scanned_model_keeps_per_layer_names_and_the_converter_round_trip():
     assert "transformer/encoder/layers/1/attention/query/kernel" in names(scanned)
     sd = convert.to_torch_state_dict(scanned)
     assert sorted(sd) == sorted(convert.to_torch_state_dict(unrolled))
-    back = convert.from_torch_state_dict(sd, scanned.config, head="SqueezeBertForPreTraining")
+    back = sj.io.from_torch_state_dict(sd, scanned.config, head="SqueezeBertForPreTraining")
     scanned.eval(), back.eval()
     assert back.config.scan_layers
     a, b = sj.io.flat_params(back), sj.io.flat_params(scanned)

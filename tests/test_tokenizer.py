@@ -319,3 +319,13 @@ def test_cased_tokenizer_config_is_refused(hand_vocab, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
     with pytest.raises(ValueError, match="do_lower_case is false"):
         Tokenizer.from_dir(tmp_path)
+
+
+def test_load_picks_the_kind_behind_one_interface(hand_vocab, sp_tok):
+    from squeezebert_jax.tokenizer import SentencePieceTokenizer, WordPieceTokenizer, load
+
+    wp = load(hand_vocab)
+    assert type(wp) is WordPieceTokenizer and type(Tokenizer.from_file(hand_vocab)) is WordPieceTokenizer
+    assert type(sp_tok) is SentencePieceTokenizer
+    for tok, kind, name in ((wp, "wordpiece", "vocab.txt"), (sp_tok, "sentencepiece", "spiece.model")):
+        assert isinstance(tok, Tokenizer) and (tok.kind, tok.file_name) == (kind, name)
