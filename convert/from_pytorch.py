@@ -18,11 +18,9 @@ task's label order (MNLI: entailment, neutral, contradiction, as TFDS).
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from squeezebert_jax import cli, count_params, import_torch  # noqa: E402
-from squeezebert_jax.convert import check_head, head_name  # noqa: E402
-from squeezebert_jax.io import check_output_dir  # noqa: E402
+from squeezebert_jax import cli, count_params, import_torch
+from squeezebert_jax.convert import check_head, head_name
+from squeezebert_jax.io import check_output_dir
 
 
 def main(argv=None):

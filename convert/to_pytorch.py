@@ -12,11 +12,9 @@ writes BERT keys (only for models whose group counts are all 1). HF_DIR must be 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from squeezebert_jax import cli, export_torch, load_pretrained  # noqa: E402
-from squeezebert_jax.io import check_output_dir  # noqa: E402
-from squeezebert_jax.convert import torch_architecture  # noqa: E402
+from squeezebert_jax import cli, export_torch, load_pretrained
+from squeezebert_jax.io import check_output_dir
+from squeezebert_jax.convert import torch_architecture
 
 
 def main(argv=None):

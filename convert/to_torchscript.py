@@ -16,11 +16,9 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from squeezebert_jax import cli, load_pretrained  # noqa: E402
-from squeezebert_jax.io import check_output_file  # noqa: E402
-from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite  # noqa: E402
+from squeezebert_jax import cli, load_pretrained
+from squeezebert_jax.io import check_output_file
+from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite
 
 
 def nonnegative_float(s: str) -> float:

@@ -8,15 +8,12 @@ The console shows a progress bar, warnings and the best epoch's metrics; WORKDIR
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app, flags
+from ml_collections import config_flags
 
-from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from squeezebert_jax import cli  # noqa: E402
-from squeezebert_jax.finetune import finetune  # noqa: E402
+from squeezebert_jax import cli
+from squeezebert_jax.finetune import finetune
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: metrics.jsonl, eval_results.json, model/")

@@ -14,12 +14,11 @@ import importlib.util
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from squeezebert_jax import cli, glue
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.finetune import run_recipe
 
-from squeezebert_jax import cli, glue  # noqa: E402
-from squeezebert_jax.errors import InputError  # noqa: E402
-from squeezebert_jax.finetune import run_recipe  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_get_config():

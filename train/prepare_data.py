@@ -9,13 +9,10 @@ TFDS: one document per example, its text feature split into sentences (pretrain_
 import argparse
 import json
 import logging
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from squeezebert_jax import pretrain_data  # noqa: E402
-from squeezebert_jax.tokenizer import Tokenizer  # noqa: E402
+from squeezebert_jax import pretrain_data
+from squeezebert_jax.tokenizer import Tokenizer
 
 
 def main(argv=None):

@@ -7,16 +7,13 @@ WORKDIR/metrics.jsonl the metrics, WORKDIR/config_history.jsonl the config of ev
 """
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags
+from ml_collections import config_flags
 
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from squeezebert_jax import cli  # noqa: E402
-from squeezebert_jax.pretrain import train_and_evaluate  # noqa: E402
+from squeezebert_jax import cli
+from squeezebert_jax.pretrain import train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, model/")

@@ -8,13 +8,10 @@ SentencePiece: unigram, lowercased, the same specials at ids 0-4, writes OUT/spi
 Either file loads with squeezebert_jax.tokenizer.Tokenizer.from_dir(OUT).
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from squeezebert_jax import cli  # noqa: E402
-from squeezebert_jax.tokenizer import train_tokenizer  # noqa: E402
+from squeezebert_jax import cli
+from squeezebert_jax.tokenizer import train_tokenizer
 
 
 def main(argv=None) -> int:
