@@ -1,4 +1,5 @@
-"""The paper's mobile latency path: our model -> transformers (PyTorch) -> TorchScript lite-interpreter file.
+"""The paper's mobile export path: our model -> transformers (PyTorch) -> TorchScript lite-interpreter file.
+(Its latency table, the paper's Table 2, is ``squeezebert_jax.benchmarks.latency``.)
 
 The paper (Sec. 5 / appendix) exports with ``torch.jit.trace`` and times the result on a Pixel 3 with
 PyTorch's mobile runtime, batch 1, sequence length 128. Here:

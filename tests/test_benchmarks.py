@@ -1,5 +1,5 @@
-"""The benchmarks (squeezebert_jax.benchmarks) through their eval/ scripts and on their own: the latency, Table 1 profile,
-inference and train-step tables on tiny configs (well-formed tables, no timing asserts), the XLA-profile attribution,
+"""The benchmarks (squeezebert_jax.benchmarks) through their eval/ scripts and on their own: the latency, Table 1
+profile, inference and train-step tables on tiny configs (well-formed tables, no timing asserts), the XLA-profile attribution,
 the HLO reader and the interleaved timer."""
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def stdlib_named_files(root: str = ROOT) -> list[str]:
 def sys_path_edits(root: str = ROOT) -> list[str]:
     """``sys.path.insert/append/extend(...)``, ``sys.path[...] = ...`` and ``sys.path += ...`` in any file."""
     def is_sys_path(n):
-        return isinstance(n, ast.Attribute) and n.attr == "path" and isinstance(n.value, ast.Name) and n.value.id == "sys"
+        return (isinstance(n, ast.Attribute) and n.attr == "path" and isinstance(n.value, ast.Name)
+                and n.value.id == "sys")
 
     out = []
     for f in (f for top in (PACKAGE, *SCRIPT_DIRS) for f in python_files(root, top)):

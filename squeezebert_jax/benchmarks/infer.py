@@ -80,7 +80,7 @@ def bench_infer(tiny: bool = False, batches: Sequence[int] = (1, 8), seq_len: in
 
 
 # --------------------------------------------------------------------------------------------------
-# Micro-benchmark: formulations of the grouped 1x1 conv and the attention core on XLA:CPU
+# Micro-benchmark: other formulations of the grouped 1x1 conv and of the layer on XLA:CPU
 # --------------------------------------------------------------------------------------------------
 
 

@@ -26,9 +26,9 @@ def latency_results(names: Sequence[str], runs: int = 20, warmup: int = 3, batch
 
     Each model is a preset's random-weight sequence classifier or a MODEL_DIR's model, exported with
     ``mobile.export_lite`` (which checks the .ptl against Flax) and timed through ``_load_for_lite_interpreter``
-    in this process, interleaved with the other models. Returns ``{"rows": [one dict per model], "notes": [...], "title": str}``; a row has
-    model, params_m, gflops, paper_gflops, lite_ms, lite_speedup, flax_ms, flax_speedup, paper_ms,
-    paper_speedup (None where the paper has no number, and for tiny configs).
+    in this process, interleaved with the other models. Returns ``{"rows": [one dict per model], "notes": [...],
+    "title": str}``; a row has model, params_m, gflops, paper_gflops, lite_ms, lite_speedup, flax_ms, flax_speedup,
+    paper_ms, paper_speedup (None where the paper has no number, and for tiny configs and MODEL_DIRs).
     """
     names = list(dict.fromkeys(names))
     notes = []

@@ -40,7 +40,8 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
              "masked_lm_ids": rng.integers(5, cfg.vocab_size, (b, p)).astype(np.int32),
              "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
     batch = trainer.global_batch(batch, mesh)
-    step = jax.jit(pretrain.make_train_step(graphdef, rest, tx, 1), in_shardings=(shardings, trainer.batch_sharding(mesh), None),
+    step = jax.jit(pretrain.make_train_step(graphdef, rest, tx, 1),
+                   in_shardings=(shardings, trainer.batch_sharding(mesh), None),
                    out_shardings=(shardings, None), donate_argnums=(0,))
     key = jax.random.key(0)
     for _ in range(warmup):
