@@ -8,47 +8,57 @@ ratios printed.
     python eval/bench_train.py --feeding            # only: the demo step fed by the real pipeline vs a fixed batch
 Targets (issue): on one H100, >= 35% MFU (SqueezeBERT) / >= 45% (BERT-base) in bf16, SqueezeBERT >= 2.5x
 BERT-base sequences/s; input pipeline >= 20k sequences/s per core at seq 128. MFU needs a known accelerator
-(trainer.PEAK_FLOPS) or --peak_flops; on CPU it is left out.
+(trainer.PEAK_FLOPS) or --peak-flops; on CPU it is left out. --out FILE [--overwrite] also writes what it prints.
 """
 
-import argparse
+import importlib.util
 import os
 import sys
 import tempfile
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
-    sys.path.pop(0)  # eval/profile.py would shadow the stdlib `profile`
-sys.path.insert(0, os.path.dirname(_HERE))
+import jax
+import jax.numpy as jnp
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+from squeezebert_jax import cli, corpus, pretrain_data
+from squeezebert_jax.benchmarks.timing import Report, add_out_args, format_table
+from squeezebert_jax.benchmarks.train_step import benchmark_train_step, feeding_benchmark
+from squeezebert_jax.model import SqueezeBertConfig
+from squeezebert_jax.tokenizer import Tokenizer
+from squeezebert_jax.trainer import cpu_model
 
-from squeezebert_jax import corpus, pretrain_data  # noqa: E402
-from squeezebert_jax.bench import format_table  # noqa: E402
-from squeezebert_jax.model import SqueezeBertConfig  # noqa: E402
-from squeezebert_jax.pretrain import benchmark_train_step  # noqa: E402
-from squeezebert_jax.tokenizer import Tokenizer  # noqa: E402
-from squeezebert_jax.trainer import cpu_model  # noqa: E402
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train", "configs", "pretrain.py")
 
 TINY = dict(hidden_size=64, embedding_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             vocab_size=512)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--tiny", action="store_true")
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512])
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=cli.positive_int, default=64)
+    p.add_argument("--seq-lens", type=cli.positive_int, nargs="+", default=[128, 512])
+    p.add_argument("--steps", type=cli.positive_int, default=10)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--peak-flops", type=float, default=None,
+                   help="peak FLOP/s per device for MFU (default: trainer.PEAK_FLOPS by device kind)")
     p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
     p.add_argument("--feeding", action="store_true",
                    help="only the demo step fed by the real pipeline (inline / prefetched) vs a fixed batch")
+    add_out_args(p)
     args = p.parse_args(argv)
-    print(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
-    if args.feeding:
-        return feeding(args.tiny)
+    cli.setup_logging(None)
+    report = Report(args.out, args.overwrite)
+    report.add(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
+    if not args.feeding:
+        throughput(args, report)
+    if args.feeding or not args.pipeline_only:
+        feeding(args.tiny, report)
+    report.write()
+    return 0
+
+
+def throughput(args, report: Report) -> None:
+    """The train step of SqueezeBERT and BERT-base per --seq-lens, then the input pipeline's rate per core."""
     if args.pipeline_only:
         args.seq_lens = []
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
@@ -57,16 +67,17 @@ def main(argv=None) -> int:
         preds = 20 if seq_len <= 128 else 77
         for name in ("squeezebert-uncased", "bert-base-uncased"):
             cfg = SqueezeBertConfig.preset(name, **(TINY if args.tiny else {}))
-            r = benchmark_train_step(cfg, seq_len, args.batch, preds, dtype, steps=args.steps)
+            r = benchmark_train_step(cfg, seq_len, args.batch, preds, dtype, steps=args.steps,
+                                     peak_flops=args.peak_flops)
             seq[(name, seq_len)] = r["seq_per_s"]
             rows.append([name, seq_len, args.batch, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}",
                          f"{r['tokens_per_s']:.0f}", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
     if rows:
-        print(format_table(["model", "seq", "batch", "step ms", "seq/s", "tokens/s", "MFU"], rows,
-                           title=f"train step (LAMB, {args.dtype})"))
+        report.add(format_table(["model", "seq", "batch", "step ms", "seq/s", "tokens/s", "MFU"], rows,
+                                title=f"train step (LAMB, {args.dtype})"))
     for seq_len in args.seq_lens:
         ratio = seq[("squeezebert-uncased", seq_len)] / seq[("bert-base-uncased", seq_len)]
-        print(f"seq {seq_len}: SqueezeBERT / BERT-base sequences/s = {ratio:.2f}x (target >= 2.5x on an H100)")
+        report.add(f"seq {seq_len}: SqueezeBERT / BERT-base sequences/s = {ratio:.2f}x (target >= 2.5x on an H100)")
     with tempfile.TemporaryDirectory() as d:  # input pipeline, one process = one core
         tok = Tokenizer.from_file(corpus.write_demo_vocab(os.path.join(d, "v.txt")))
         stories = corpus.generate_documents(400 if args.tiny else 20_000, seed=0)
@@ -83,36 +94,29 @@ def main(argv=None) -> int:
                     rate = pretrain_data.sequences_per_second(path, seq_len, 256, 4 if args.tiny else 20, preds, wwm)
                     rate128.setdefault(name, rate)
                     rows.append([name, seq_len, "yes" if wwm else "no", f"{rate:.0f}"])
-    print(format_table(["corpus", "seq", "whole-word", "seq/s per core"], rows,
-                       title="input pipeline (grain + ArrayRecord, batches of 256 made in one thread, CPU time)"))
-    print("input pipeline, seq 128: " + ", ".join(f"{k} {v:.0f}" for k, v in rate128.items())
-          + " sequences/s per core (target >= 20000)")
-    return 0 if args.pipeline_only else feeding(args.tiny)
+    report.add(format_table(["corpus", "seq", "whole-word", "seq/s per core"], rows,
+                            title="input pipeline (grain + ArrayRecord, batches of 256 made in one thread, CPU time)"))
+    report.add("input pipeline, seq 128: " + ", ".join(f"{k} {v:.0f}" for k, v in rate128.items())
+               + " sequences/s per core (target >= 20000)")
 
 
-def feeding(tiny: bool) -> int:
+def feeding(tiny: bool, report: Report) -> None:
     """The demo pretraining step (train/configs/pretrain.py:demo; :smoke with --tiny) fed by the real pipeline."""
-    import importlib.util
-
-    from squeezebert_jax.bench import feeding_benchmark
-
-    spec = importlib.util.spec_from_file_location("pretrain_configs", os.path.join(
-        os.path.dirname(_HERE), "train", "configs", "pretrain.py"))
+    spec = importlib.util.spec_from_file_location("pretrain_configs", CONFIGS)
     configs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(configs)
     config = configs.get_config("smoke" if tiny else "demo")
     with tempfile.TemporaryDirectory() as d:
         r = feeding_benchmark(config, d, steps_per_run=4 if tiny else 10, runs=2 if tiny else 6)
     phase = config.phases[0]
-    print(format_table(["fed by", "steps/s", "vs synthetic"],
-                       [[k, f"{v:.2f}", f"{v / r['synthetic']:.3f}x"] for k, v in r.items()],
-                       title=f"demo pretraining step ({config.model.preset} {dict(config.model.overrides)}, batch "
-                             f"{config.global_batch_size}, seq {phase['seq_len']}, {config.compute_dtype}): "
-                             f"real input pipeline vs one fixed batch"))
-    print(f"device fed: prefetched / synthetic steps/s = {r['prefetched'] / r['synthetic']:.3f} (target >= 0.95), "
-          f"inline / synthetic = {r['inline'] / r['synthetic']:.3f}")
-    return 0
+    report.add(format_table(["fed by", "steps/s", "vs synthetic"],
+                            [[k, f"{v:.2f}", f"{v / r['synthetic']:.3f}x"] for k, v in r.items()],
+                            title=f"demo pretraining step ({config.model.preset} {dict(config.model.overrides)}, "
+                                  f"batch {config.global_batch_size}, seq {phase['seq_len']}, {config.compute_dtype}): "
+                                  f"real input pipeline vs one fixed batch"))
+    report.add(f"device fed: prefetched / synthetic steps/s = {r['prefetched'] / r['synthetic']:.3f} "
+               f"(target >= 0.95), inline / synthetic = {r['inline'] / r['synthetic']:.3f}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -12,14 +12,8 @@ import json
 import os
 import sys
 
-# The repo root replaces this script's folder on sys.path: eval/profile.py would shadow the stdlib `profile`.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if sys.path and os.path.abspath(sys.path[0] or os.curdir) == _HERE:
-    sys.path.pop(0)
-sys.path.insert(0, os.path.dirname(_HERE))
-
-from squeezebert_jax import cli, glue  # noqa: E402
-from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test, table_results  # noqa: E402
+from squeezebert_jax import cli, glue
+from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test, table_results
 
 ALL = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")
 

@@ -63,8 +63,6 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
     return path
 
 
-_atomic_write = atomic_write  # the name pretrain.record_config imports; switch it to atomic_write, then drop this
-
 
 def _write_json(path: str, d: dict) -> None:
     atomic_write(path, json.dumps(d, indent=2, sort_keys=True) + "\n")

@@ -1,4 +1,5 @@
-"""The paper's mobile latency path: our model -> transformers (PyTorch) -> TorchScript lite-interpreter file.
+"""The paper's mobile export path: our model -> transformers (PyTorch) -> TorchScript lite-interpreter file.
+(Its latency table, the paper's Table 2, is ``squeezebert_jax.benchmarks.latency``.)
 
 The paper (Sec. 5 / appendix) exports with ``torch.jit.trace`` and times the result on a Pixel 3 with
 PyTorch's mobile runtime, batch 1, sequence length 128. Here:
@@ -32,8 +33,7 @@ from flax import nnx
 
 from squeezebert_jax import convert
 from squeezebert_jax.io import export_torch
-from squeezebert_jax.flops import PAPER_GFLOPS, flops
-from squeezebert_jax.model import SqueezeBertConfig, count_params
+from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -50,19 +50,6 @@ OUTPUT_NAMES = {
     "SqueezeBertForMultipleChoice": ("logits",),
     "SqueezeBertForQuestionAnswering": ("start_logits", "end_logits"),
 }
-
-# Small dimensions with the preset's group structure (4 divides 64 and 128), for --tiny runs and tests.
-TINY_DIMS = dict(vocab_size=128, hidden_size=64, embedding_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=128, max_position_embeddings=128)
-
-
-def tiny_config(name: str = "squeezebert-uncased", **overrides) -> SqueezeBertConfig:
-    """The preset ``name`` (its group counts) at tiny dimensions: seconds to build, trace and time."""
-    base = SqueezeBertConfig.preset(name)
-    groups = {f: getattr(base, f) for f in ("q_groups", "k_groups", "v_groups", "post_attention_groups",
-                                            "intermediate_groups", "output_groups")}
-    return SqueezeBertConfig(**(TINY_DIMS | groups | overrides))
-
 
 def example_inputs(config: SqueezeBertConfig, batch: int = 1, seq_len: int = 128, seed: int = 0,
                    num_choices: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,7 +94,7 @@ def make_flax_forward(model: nnx.Module, dtype=None):
     ``jnp.bfloat16``) sets the compute dtype and stores the parameters in it (inference-only weights);
     LayerNorm and softmax statistics stay float32 (see model.py). The layers run unrolled (``set_execution``):
     a scan would stack every layer's weights on each call, a copy that inference need not pay, and the op
-    profile (``bench.op_profile``) attributes each layer's ops by their scopes.
+    profile (``benchmarks.profile_table.op_profile``) attributes each layer's ops by their scopes.
     """
     from squeezebert_jax.io import cast_compute_dtype
     from squeezebert_jax.model import set_execution
@@ -128,7 +115,7 @@ def make_flax_forward(model: nnx.Module, dtype=None):
     def call(ids, mask, tt):
         return fwd(state, ids, mask, tt)
 
-    # the compiled executable for given inputs (its HLO, for bench.op_profile)
+    # the compiled executable for given inputs (its HLO, for benchmarks.profile_table.op_profile)
     call.compile = lambda ids, mask, tt: (fwd.lower(state, ids, mask, tt).compile(), state)
     return call
 
@@ -328,81 +315,3 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
         raise ParityError(f"{path}: lite-interpreter outputs differ from the Flax model by more than {tol}: "
                           + ", ".join(f"{k} {v:.3e}" for k, v in bad.items()))
     return result
-
-
-# --------------------------------------------------------------------------------------------------
-# The paper's latency comparison (Table 2)
-# --------------------------------------------------------------------------------------------------
-
-# Paper Table 2 (and Table 3): Google Pixel 3, batch 1, seq 128, TorchScript.
-PAPER_LATENCY_MS = {"bert-base-uncased": 1690.0, "squeezebert-uncased": 390.0}
-
-
-def latency_results(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: int = 1, seq_len: int = 128,
-                    tiny: bool = False, workdir: str | None = None) -> dict:
-    """Lite-interpreter and jitted-Flax latency of each model, speedups vs BERT-base, beside the paper.
-
-    Each model is a random-weight sequence classifier, exported with ``mobile.export_lite`` (which checks
-    the .ptl against Flax) and timed through ``_load_for_lite_interpreter`` in this process, interleaved
-    with the other models. Returns ``{"rows": [one dict per model], "notes": [...], "title": str}``; a row has
-    model, params_m, gflops, paper_gflops, lite_ms, lite_speedup, flax_ms, flax_speedup, paper_ms,
-    paper_speedup (None where the paper has no number, and for tiny configs).
-    """
-    from squeezebert_jax.bench import REFERENCE, LoadMonitor, _tensor, _torch_call, blocking, build_classifier, \
-        time_interleaved
-
-    names = list(dict.fromkeys(names))
-    notes = []
-    if REFERENCE not in names:
-        names.insert(0, REFERENCE)
-        notes.append(f"{REFERENCE} added: speedups are relative to it")
-    fns, info = {}, {}
-    with tempfile.TemporaryDirectory(prefix="sqb-latency-", dir=workdir) as d:
-        for name in names:
-            model = build_classifier(name, tiny)
-            fwd = make_flax_forward(model)
-            res = export_lite(model, os.path.join(d, f"{name}.ptl"), batch=batch, seq_len=seq_len, flax_forward=fwd)
-            ids, mask, tt = example_inputs(model.config, batch, seq_len, seed=2)
-            lite = load_lite(res.path)
-            tids, tmask, ttt = (_tensor(a) for a in (ids, mask, tt))
-            fns[("lite", name)] = _torch_call(lite, tids, tmask, ttt)
-            fns[("flax", name)] = blocking(fwd, ids, mask, tt)
-            info[name] = (count_params(model) / 1e6, flops(model.config, seq_len, 2) / 1e9, res.worst_diff)
-            notes.append(f"{name}: {res.note}; lite vs Flax max |diff| {res.worst_diff:.1e}")
-        mon = LoadMonitor()
-        t = time_interleaved(fns, runs, warmup)
-    ref_lite, ref_flax = t[("lite", REFERENCE)].median, t[("flax", REFERENCE)].median
-    rows = []
-    for name in names:
-        params, gflops, _ = info[name]
-        lite_ms, flax_ms = t[("lite", name)].median, t[("flax", name)].median
-        paper = PAPER_LATENCY_MS.get(name) if not tiny else None
-        rows.append(dict(model=name, params_m=params, gflops=gflops,
-                         paper_gflops=None if tiny else PAPER_GFLOPS.get(name), lite_ms=lite_ms,
-                         lite_speedup=ref_lite / lite_ms, flax_ms=flax_ms, flax_speedup=ref_flax / flax_ms,
-                         paper_ms=paper, paper_speedup=PAPER_LATENCY_MS[REFERENCE] / paper if paper else None))
-    title = (f"Latency, batch {batch}, seq {seq_len}{' (tiny configs)' if tiny else ''}: median of {runs} runs "
-             f"after {warmup} warm-up, interleaved; {mon.note()}")
-    return {"rows": rows, "notes": notes, "title": title}
-
-
-def format_latency(results: dict, title: bool = True) -> str:
-    """``latency_results`` as a Markdown table (under its title line unless ``title=False``)."""
-    from squeezebert_jax.bench import format_table
-
-    x = lambda v: None if v is None else f"{v:.2f}x"  # noqa: E731
-    ms = lambda v: None if v is None else f"{v:.1f}"  # noqa: E731
-    rows = [[r["model"], f"{r['params_m']:.1f}", f"{r['gflops']:.3g}", r["paper_gflops"], ms(r["lite_ms"]),
-             x(r["lite_speedup"]), ms(r["flax_ms"]), x(r["flax_speedup"]),
-             None if r["paper_ms"] is None else f"{r['paper_ms']:.0f}",
-             None if r["paper_speedup"] is None else f"{r['paper_speedup']:.1f}x"] for r in results["rows"]]
-    headers = ["model", "MParams", "GFLOPs", "paper GFLOPs", "lite ms", "lite speedup", "Flax ms", "Flax speedup",
-               "paper Pixel 3 ms", "paper speedup"]
-    return format_table(headers, rows, results["title"] if title else None)
-
-
-def latency_table(names: Sequence[str], runs: int = 20, warmup: int = 3, batch: int = 1, seq_len: int = 128,
-                  tiny: bool = False, workdir: str | None = None) -> tuple[str, list[str]]:
-    """``latency_results`` formatted: (Markdown table, notes)."""
-    res = latency_results(names, runs, warmup, batch, seq_len, tiny, workdir)
-    return format_latency(res), res["notes"]

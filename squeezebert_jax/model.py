@@ -2,8 +2,9 @@
 
 Numerically this is transformers' PyTorch ``SqueezeBertModel`` family (max |diff| <= 1e-5 in float32, see
 tests/test_parity.py). Activations are channels-last ``[batch, seq, channels]`` throughout; the paper's
-grouped 1x1 convolutions are block-diagonal einsums (``GroupedConv1x1``), never a conv op. With every group
-count = 1 the model *is* BERT, so BERT checkpoints load as the same architecture.
+grouped 1x1 convolutions are block-diagonal matmuls on a ``[G, Cin/G, Cout/G]`` kernel (``GroupedConv1x1``: a
+batched ``dot_general`` over group-major activations on CPU and GPU, an einsum with the group axis in place on TPU),
+never a conv op. With every group count = 1 the model *is* BERT, so BERT checkpoints load as the same architecture.
 
 Parameter names mirror the PyTorch state_dict (``encoder.layers.{i}.attention.query`` ...), so the
 converter in ``convert.py`` is a plain name table. Parameters are float32; ``dtype`` is the compute dtype
@@ -316,7 +317,8 @@ def _normal(std: float):
 
 
 class GroupedConv1x1(nnx.Module):
-    """A grouped 1x1 Conv1d over channels-last input: a block-diagonal einsum, never a conv op.
+    """A grouped 1x1 Conv1d over channels-last input: a block-diagonal matmul, never a conv op (``_group_major`` on
+    CPU and GPU, ``_in_place`` on TPU; one compiled program holds only the branch of its platform).
 
     kernel ``[G, Cin/G, Cout/G]``: group g maps input channels ``[g*Cin/G, (g+1)*Cin/G)`` to output channels
     ``[g*Cout/G, (g+1)*Cout/G)``, exactly torch.nn.Conv1d(Cin, Cout, kernel_size=1, groups=G).
@@ -342,7 +344,7 @@ class GroupedConv1x1(nnx.Module):
 
     def _group_major(self, x, kernel):
         """CPU and GPU: a batched matmul [G, N, Cin/G] x [G, Cin/G, Cout/G] between two transposes; the fastest form on
-        XLA:CPU (eval/bench_infer.py --matmuls), and on an H100 target the paper step's peak is 33.4 GiB per GPU
+        XLA:CPU (eval/bench_infer.py --sweep), and on an H100 target the paper step's peak is 33.4 GiB per GPU
         this way against 39.8 GiB with the in-place einsum (1024 sequences x 128 per GPU)."""
         g = self.groups
         xg = x.reshape(-1, g, self.cin // g).transpose(1, 0, 2)
@@ -450,7 +452,7 @@ class SqueezeBertLayer(nnx.Module):
 
     def __call__(self, x, mask_bias):
         # Named scopes (one per Table 1 component) label the HLO, so an XLA profile reads by component
-        # (bench.op_profile, eval/profile.py); they cost nothing at run time.
+        # (benchmarks.profile_table.op_profile, eval/profile_table1.py); they cost nothing at run time.
         y = self.attention(x, mask_bias)
         with jax.named_scope("post_attention"):
             a = self.post_attention(y, x, name="attention_sum")

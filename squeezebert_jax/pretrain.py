@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from squeezebert_jax import optim, trainer
 from squeezebert_jax.flops import flops
-from squeezebert_jax.io import load_pretrained, save_pretrained
+from squeezebert_jax.io import atomic_write, load_pretrained, save_pretrained
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, set_execution
 from squeezebert_jax.errors import InputError
 
@@ -290,8 +290,6 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
     changes never get here: the checkpoint restore refuses them."""
     import datetime
 
-    from squeezebert_jax.io import _atomic_write
-
     new = json.loads(config.to_json_best_effort())
     history = read_config_history(workdir)
     hist_path, cfg_path = os.path.join(workdir, "config_history.jsonl"), os.path.join(workdir, "config.json")
@@ -315,12 +313,7 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
         f.writelines(json.dumps(r) + "\n" for r in rows)
         f.flush()
         os.fsync(f.fileno())
-
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(config.to_json_best_effort(indent=2))
-
-    _atomic_write(cfg_path, write)
+    atomic_write(cfg_path, config.to_json_best_effort(indent=2))
     return changes
 
 
@@ -551,45 +544,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     nnx.update(model, params_state)
     if jax.process_index() == 0:
         save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
-        with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
-            json.dump(last, f, indent=2)
+        atomic_write(os.path.join(workdir, "final_metrics.json"), json.dumps(last, indent=2))
     return last | {"preempted": False}
 
-
-def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
-                         dtype=jnp.bfloat16, steps: int = 10, warmup: int = 2, fsdp: bool = False) -> dict[str, float]:
-    """Sequences/s, tokens/s and MFU of the jitted LAMB train step on synthetic batches, on all devices."""
-    import time
-
-    mesh = trainer.make_mesh()
-    model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
-    graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
-    params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
-    tx = optim.lamb(optim.warmup_polynomial_decay(2.5e-3, 1000, 0.28))
-    state = {"step": jnp.asarray(0, jnp.int32), "params": params, "opt_state": tx.init(params)}
-    shardings = trainer.state_shardings(state, mesh, fsdp)
-    state = jax.device_put(state, shardings)
-    rng = np.random.default_rng(0)
-    b, s, p = batch_size, seq_len, max_predictions
-    batch = {"input_ids": rng.integers(5, cfg.vocab_size, (b, s)).astype(np.int32),
-             "token_type_ids": (np.arange(s)[None] >= s // 2).repeat(b, 0).astype(np.int32),
-             "attention_mask": np.ones((b, s), np.int32),
-             "masked_lm_positions": np.sort(rng.integers(1, s, (b, p)), 1).astype(np.int32),
-             "masked_lm_ids": rng.integers(5, cfg.vocab_size, (b, p)).astype(np.int32),
-             "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
-    batch = trainer.global_batch(batch, mesh)
-    step = jax.jit(make_train_step(graphdef, rest, tx, 1), in_shardings=(shardings, trainer.batch_sharding(mesh), None),
-                   out_shardings=(shardings, None), donate_argnums=(0,))
-    key = jax.random.key(0)
-    for _ in range(warmup):
-        state, m = step(state, batch, key)
-    jax.block_until_ready(m)
-    t = time.perf_counter()
-    for _ in range(steps):
-        state, m = step(state, batch, key)
-    jax.block_until_ready(m)
-    dt = (time.perf_counter() - t) / steps
-    peak = trainer.peak_flops_per_device()
-    seq_s = b / dt
-    mfu = seq_s * train_flops_per_sequence(cfg, s, p) / (peak * mesh.shape["data"]) if peak else None
-    return {"seq_per_s": seq_s, "tokens_per_s": seq_s * s, "step_ms": 1000 * dt, "mfu": mfu}

@@ -283,6 +283,8 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
+    from squeezebert_jax.io import atomic_write
+
     if num_shards < 1:
         raise InputError(f"num_shards must be >= 1, got {num_shards}")
     out_dir = os.fspath(out_dir)
@@ -344,9 +346,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
             "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                           "file": tokenizer.save(out_dir)},
             "stats": dataclasses.asdict(stats)}
-    with open(meta_path + ".tmp", "w") as f:
-        json.dump(meta, f, indent=2)
-    os.replace(meta_path + ".tmp", meta_path)
+    atomic_write(meta_path, json.dumps(meta, indent=2))
     log.info("prepared %d documents, %d sentences, %d tokens into %s; %s", num_docs, stats.sentences,
              num_tokens, out_dir, stats)
     return meta

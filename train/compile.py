@@ -102,7 +102,7 @@ def main(argv) -> int:
     import jax
 
     from squeezebert_jax import aot, cli, io, pretrain, trainer
-    from squeezebert_jax.bench import format_table
+    from squeezebert_jax.benchmarks.timing import format_table
 
     config = _CONFIG.value
     log_path = _LOG_PATH

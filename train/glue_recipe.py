@@ -14,11 +14,11 @@ import importlib.util
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 from squeezebert_jax import cli, glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import run_recipe
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_get_config():

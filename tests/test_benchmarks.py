@@ -1,0 +1,190 @@
+"""The benchmarks (squeezebert_jax.benchmarks) through their eval/ scripts and on their own: the latency, Table 1
+profile, inference and train-step tables on tiny configs (well-formed tables, no timing asserts), the XLA-profile attribution,
+the HLO reader and the interleaved timer."""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from flax import nnx  # noqa: E402
+
+import squeezebert_jax as sj  # noqa: E402
+from squeezebert_jax.benchmarks import profile_table, timing  # noqa: E402
+from conftest import load_script  # noqa: E402
+
+@pytest.fixture
+def restore_threads():
+    """The scripts pin this process (affinity, torch threads); undo it for the tests that follow."""
+    cpus, n = os.sched_getaffinity(0), torch.get_num_threads()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="set_threads")
+        yield
+    os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(n)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Cells of every Markdown table line; asserts the separator and a constant cell count per table."""
+    tables, cur = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            assert line.endswith("|"), line
+            cur.append([c.strip() for c in line.strip("|").split("|")])
+        elif cur:
+            tables.append(cur)
+            cur = []
+    for t in tables:
+        assert len(t) >= 3 and set("".join(t[1])) <= {"-"}, t[:2]
+        assert all(len(r) == len(t[0]) for r in t), t
+    return tables
+
+
+def test_latency_tiny_table(restore_threads, capsys, tmp_path):
+    """Presets and a MODEL_DIR (its own weights and head) in one table; --out holds what was printed."""
+    model_dir = str(tmp_path / "mlm")
+    sj.save_pretrained(sj.SqueezeBertForMaskedLM(timing.tiny_config(), rngs=nnx.Rngs(0)), model_dir)
+    script = load_script("eval/latency.py")
+    assert script.main(["--tiny", "--runs", "1", "--warmup", "1", "--seq-len", "8",
+                        "--models", "squeezebert-uncased", model_dir, "--out", str(tmp_path / "lat.md")]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "lat.md").read_text() == out
+    (t,) = table_rows(out)
+    assert t[0][:4] == ["model", "MParams", "GFLOPs", "paper GFLOPs"] and "lite ms" in t[0] and "Flax ms" in t[0]
+    # the reference is added
+    assert [r[0] for r in t[2:]] == ["bert-base-uncased", "squeezebert-uncased", model_dir]
+    assert t[-1][t[0].index("paper Pixel 3 ms")] == "-"
+    ref = t[2]
+    assert ref[t[0].index("lite speedup")] == "1.00x" and ref[t[0].index("Flax speedup")] == "1.00x"
+    for r in t[2:]:
+        assert float(r[t[0].index("lite ms")]) > 0 and re.fullmatch(r"\d+\.\d\dx", r[t[0].index("Flax speedup")])
+    assert "lite vs Flax max |diff|" in out and os.sched_getaffinity(0).__len__() == 1
+
+
+def test_profile_tiny_table(restore_threads, capsys):
+    script = load_script("eval/profile_table1.py")
+    assert script.main(["--tiny", "--runs", "2", "--warmup", "1", "--seq-len", "16"]) == 0
+    tables = table_rows(capsys.readouterr().out)
+    assert len(tables) == 2
+    for name, t in zip(["bert-base-uncased", "squeezebert-uncased"], tables):
+        assert [r[0] for r in t[2:]] == list(profile_table.COMPONENTS.values()) + ["Total (sum of components)"]
+        fl = sj.flops_breakdown(timing.model_config(name, tiny=True), 16, num_labels=2)
+        shares = [float(r[1].rstrip("%")) for r in t[2:-1]]
+        assert shares == pytest.approx([100 * fl[k] / sum(fl.values()) for k in profile_table.COMPONENTS], abs=0.006)
+        for col in (3, 4):  # latency shares are percentages that add up to ~100
+            assert sum(float(r[col].split("%")[0]) for r in t[2:-1]) == pytest.approx(100, abs=0.05)
+
+
+def test_profile_of_a_model_dir_with_another_head(restore_threads, capsys, tmp_path):
+    """A MODEL_DIR is profiled with its own weights and head: a masked-LM model's head counts in the last row."""
+    model_dir = str(tmp_path / "mlm")
+    sj.save_pretrained(sj.SqueezeBertForMaskedLM(timing.tiny_config(), rngs=nnx.Rngs(0)), model_dir)
+    script = load_script("eval/profile_table1.py")
+    assert script.main(["--models", model_dir, "--runs", "1", "--warmup", "1", "--seq-len", "16"]) == 0
+    (t,) = table_rows(capsys.readouterr().out)
+    assert [r[0] for r in t[2:]] == list(profile_table.COMPONENTS.values()) + ["Total (sum of components)"]
+    for col in (1, 3, 4):
+        assert sum(float(r[col].split("%")[0]) for r in t[2:-1]) == pytest.approx(100, abs=0.05)
+
+
+def test_table1_flops_reproduce_the_paper_for_bert_base():
+    """flops_breakdown gives the paper's BERT-base Table 1 FLOPs shares to its three significant digits."""
+    fl = sj.flops_breakdown(sj.SqueezeBertConfig.preset("bert-base-uncased"), 128)
+    for key, (paper_flops, _) in profile_table.PAPER_TABLE1.items():
+        assert 100 * fl[key] / sum(fl.values()) == pytest.approx(paper_flops, abs=0.05), key
+    assert sum(v[1] for v in profile_table.PAPER_TABLE1.values()) == pytest.approx(100, abs=0.2)
+
+
+def test_bench_infer_tiny_tables(restore_threads, capsys):
+    script = load_script("eval/bench_infer.py")
+    assert script.main(["--tiny", "--batch", "2", "--runs", "1", "--warmup", "1", "--seq-len", "8",
+                        "--threads", "1", "--formulation", "group-major", "--breakdown"]) == 0
+    out = capsys.readouterr().out
+    t1, t2, t3, t4 = table_rows(out)
+    f = "float32, group-major"
+    assert [(r[0], r[1]) for r in t1[2:]] == [("2", "float32"), ("2", f)]
+    assert all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in t1[2:])
+    assert [(r[0], r[1]) for r in t2[2:]] == [("2", v) for v in ("float32", f, "bfloat16")]
+    assert [(r[0], r[1]) for r in t3[2:]] == [(n, "2") for n in ("squeezebert-uncased", "bert-base-uncased")]
+    # the profile breakdown: a row per named scope, then the sum; the bound on the ratio is stated
+    assert [r[0] for r in t4[2:]] == list(profile_table.SCOPES.values()) + ["sum of ops"]
+    assert re.search(r"forward wall time .*: SqueezeBERT \d+\.\d ms, BERT-base \d+\.\d ms -> \d+\.\d\dx", out)
+    assert re.search(r"position-wise matmuls .*: SqueezeBERT \d+\.\d ms, BERT-base \d+\.\d ms -> \d+\.\d\dx", out)
+    assert re.search(r"SqueezeBERT >= 3x BERT-base (would need everything else <= -?\d|is out of reach)", out)
+
+
+def test_op_profile_attributes_every_op_to_its_component():
+    """The XLA profile sees every component of the model through its named scope: matmuls in the position-wise
+    layers and the attention core, and the op times add up to (most of) the forward's wall time."""
+    model = timing.build_classifier("squeezebert-uncased", tiny=True)
+    prof = profile_table.op_profile(model, batch=2, seq_len=16, runs=2, warmup=1)
+    ms = prof["ms"]
+    for scope in profile_table.POSITION_WISE + ("attention_core",):
+        assert ms.get((scope, "matmul"), 0) > 0, scope
+    assert ms.get(("embedding", "other"), 0) > 0 and ms.get(("embedding", "matmul"), 0) == 0
+    assert {s for s, _ in ms} <= set(profile_table.SCOPES)
+    assert prof["ops_ms"] == pytest.approx(sum(ms.values()))
+    assert 0 < prof["ops_ms"] <= prof["wall_ms"] * 1.5  # ops run inside the forward (timed in separate runs)
+
+
+def test_hlo_ops_reads_scopes_and_matmuls():
+    hlo = """HloModule jit_f, entry_computation_layout={(f32[2,3]{1,0})->f32[2,3]{1,0}}
+
+%inner (p: f32[2,3]) -> f32[2,3] {
+  %p = f32[2,3]{1,0} parameter(0)
+  ROOT %d = f32[2,3]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused (q: f32[2,3]) -> f32[2,3] {
+  %q = f32[2,3]{1,0} parameter(0)
+  ROOT %c = f32[2,3]{1,0} call(%q), to_apply=%inner
+}
+
+ENTRY %main.1 (x: f32[2,3]) -> f32[2,3] {
+  %x = f32[2,3]{1,0} parameter(0)
+  %ynn_fusion.2 = f32[2,3]{1,0} fusion(%x), kind=kCustom, calls=%fused, metadata={op_name="jit(f)/jvp(g)/qkv/dot_general"}
+  %dot.5 = f32[2,3]{1,0} dot(%ynn_fusion.2, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %add.3 = f32[2,3]{1,0} add(%dot.5, %x), metadata={op_name="jit(f)/ffn_act/add"}
+  ROOT %neg.4 = f32[2,3]{1,0} negate(%add.3), metadata={op_name="jit(f)/neg"}
+}
+"""
+    module, ops = profile_table.hlo_ops(hlo)
+    assert module == "jit_f"
+    # dot.5 has no metadata: it counts where its user add.3 is
+    assert ops == {"ynn_fusion.2": ("qkv", True), "dot.5": ("ffn_act", True), "add.3": ("ffn_act", False),
+                   "neg.4": ("other", False)}
+    with pytest.raises(ValueError, match="HloModule"):
+        profile_table.hlo_ops("ENTRY %main {\n}")
+
+
+def test_time_interleaved_counts_and_settles():
+    """Exactly ``runs`` timings per callable; each round starts every callable with one untimed settling call."""
+    order = []
+    fns = {k: (lambda k=k: order.append(k)) for k in "ab"}
+    t = timing.time_interleaved(fns, runs=7, warmup=2, rounds=3)
+    assert [len(v.times_ms) for v in t.values()] == [7, 7]
+    assert order[:4] == ["a", "a", "b", "b"]  # warm-up
+    rounds = order[4:]
+    assert rounds == ["a"] * (1 + 3) + ["b"] * (1 + 3) + ["a"] * (1 + 2) + ["b"] * (1 + 2) + ["a"] * 3 + ["b"] * 3
+
+
+def test_bench_train_tiny_prints_tables(tmp_path, capsys):
+    """eval/bench_train.py on tiny dims: well-formed tables and ratios (no timing asserts)."""
+    mod = load_script("eval/bench_train.py")
+    report = tmp_path / "train.md"
+    assert mod.main(["--tiny", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--out", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert report.read_text() == out  # --out holds what was printed
+    rows = [line.split("|")[1].strip() for line in out.splitlines()
+            if line.startswith("| ") and "seq/s" not in line and "steps/s" not in line]
+    assert rows == (["squeezebert-uncased", "bert-base-uncased"] + ["stories"] * 4 + ["long documents"] * 4
+                    + ["synthetic", "inline", "prefetched"])
+    assert "SqueezeBERT / BERT-base sequences/s = " in out and "sequences/s per core" in out
+    assert "host: " in out and "cores" in out  # the CPU beside the timings
+    assert "device fed: prefetched / synthetic steps/s = " in out
