@@ -1,11 +1,18 @@
 """Test setup: CPU only, 8 simulated devices, float32 matmuls at full precision."""
 import os
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# XLA's persistent compilation cache, shared by the xdist workers and the subprocesses the tests start: many tests
+# compile the same tiny steps (the smoke run's two phases, resumed, on other meshes); the second compile of a
+# program is a file read. Cold on a fresh machine (CI), so the suite's time there includes every compile once.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "squeezebert_jax_test_xla_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import jax  # noqa: E402
 
