@@ -37,6 +37,29 @@ def load_script(relpath: str) -> types.ModuleType:
     return mod
 
 
+def smoke_config(**overrides):
+    """train/configs/pretrain.py:smoke (two phases of 6 + 2 steps, hidden 32, the embedded corpus) with overrides by
+    dotted name: ``smoke_config(num_devices=1, **{"model.overrides": {...}})``."""
+    spec = importlib.util.spec_from_file_location("pretrain_cfg", os.path.join(ROOT, "train", "configs", "pretrain.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config("smoke")
+    for k, v in overrides.items():
+        node = c
+        *path, last = k.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = v
+    return c
+
+
+def losses(workdir) -> dict[int, float]:
+    """{step: loss} of a run's metrics.jsonl."""
+    from squeezebert_jax import trainer
+
+    return {m["step"]: m["loss"] for m in trainer.read_metrics(str(workdir))}
+
+
 @pytest.fixture
 def run_cli(capsys):
     """``run_cli("convert/to_pytorch.py", "--src", ...) -> (exit status, stdout, stderr)``: the script's ``main`` through

@@ -13,7 +13,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from test_pretrain import ROOT, losses, smoke_config
+from conftest import ROOT, losses, smoke_config
 
 from squeezebert_jax import pretrain, trainer
 from squeezebert_jax.tokenizer import Tokenizer
