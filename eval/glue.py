@@ -15,7 +15,6 @@ import sys
 from squeezebert_jax import cli, glue
 from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test, table_results
 
-ALL = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")
 
 
 def main(argv=None):
@@ -33,7 +32,7 @@ def main(argv=None):
             args.task = glue.get_task(args.task).name  # also takes GLUE directory names (SST-2)
         except glue.UnknownTaskError as e:
             raise glue.UnknownTaskError(f"--task: {e.args[0]}; or 'all'") from None
-    tasks = ALL if args.task == "all" else (args.task,)
+    tasks = glue.RECIPE_ORDER if args.task == "all" else (args.task,)
     per_task = {}
     for task in tasks:
         model_dir = args.model

@@ -129,7 +129,6 @@ def write_demo_vocab(path: str | os.PathLike) -> str:
 # --------------------------------------------------------------------------------------------------
 
 _POSITIVE = {"beautiful", "valuable", "funny", "wonderful", "rare"}  # _REACT words; the rest are negative
-GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "ax")
 
 
 def _glue_examples(task: str, n: int, rng: np.random.Generator) -> list:
@@ -186,13 +185,14 @@ def _glue_examples(task: str, n: int, rng: np.random.Generator) -> list:
 
 
 def write_glue_tasks(data_dir: str | os.PathLike, num_train: int = 800, num_dev: int = 200, num_test: int = 100,
-                     seed: int = 0, tasks: tuple[str, ...] = GLUE_TASKS) -> str:
+                     seed: int = 0, tasks: tuple[str, ...] | None = None) -> str:
     """A GLUE_DIR of story tasks (see ``_glue_examples``) for ``tasks``, in the exact file layouts of the GLUE
     download script (``glue.write_glue_tsv``): every split, unlabeled test files, AX as diagnostic.tsv.
-    Deterministic in ``seed``; returns ``data_dir``."""
+    Deterministic in ``seed``; returns ``data_dir``. ``tasks``: all of ``glue.TASKS`` (AX included) by default."""
     from squeezebert_jax import glue
 
     data_dir = os.fspath(data_dir)
+    tasks = tuple(glue.TASKS) if tasks is None else tasks
     for t, task in enumerate(tasks):
         spec = glue.get_task(task)
         for s, split in enumerate(spec.splits):

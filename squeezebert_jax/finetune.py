@@ -361,7 +361,7 @@ def run_recipe(make_config, init_from: str, workdir: str, tasks=None, transfer: 
     distillation from ``teacher_root/<task>`` MODEL_DIRs; return the paper's Table 2 form.
 
     ``make_config(task)`` gives each task's fine-tuning config (train/configs/glue.py plus overrides)."""
-    tasks = list(tasks or ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli"))
+    tasks = list(tasks or glue.RECIPE_ORDER)
     if transfer and "mnli" in tasks:
         tasks.remove("mnli")
         tasks.insert(0, "mnli")

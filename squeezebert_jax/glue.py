@@ -134,6 +134,12 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
              {"test": "AX.tsv"}, {"test": TsvLayout("diagnostic.tsv", True, 1, 2, None, 0)}),
 ]}
 
+# The one list of tasks, in two orders: GLUE's (the registry above; AX is a test-only diagnostic) and the recipe's,
+# which is the paper's table order with MNLI first (the other tasks may start from its fine-tuned model).
+FINETUNE_TASKS = tuple(n for n in TASKS if n != "ax")
+RECIPE_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")
+assert sorted(RECIPE_ORDER) == sorted(FINETUNE_TASKS)
+
 SPLIT_ALIASES = {"dev": "validation", "dev_matched": "validation_matched", "dev_mismatched": "validation_mismatched"}
 
 

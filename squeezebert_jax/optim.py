@@ -15,7 +15,8 @@ import optax
 from squeezebert_jax.errors import InputError
 
 
-def _key_name(k) -> str:
+def key_name(k) -> str:
+    """A pytree path entry's name: a dict key, an attribute name or a sequence index."""
     return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
 
 
@@ -23,7 +24,7 @@ def decay_mask(params) -> Any:
     """True for weights that get weight decay and the trust ratio; False for LayerNorm params and biases."""
 
     def keep(path, _):
-        names = [_key_name(k).lower() for k in path]
+        names = [key_name(k).lower() for k in path]
         if any("layernorm" in n or "layer_norm" in n for n in names):
             return False
         return names[-1] not in ("bias", "scale")

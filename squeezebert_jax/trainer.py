@@ -17,12 +17,12 @@ import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import atomic_write
+from squeezebert_jax.optim import key_name
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +200,10 @@ class UnreadableCheckpointsError(InputError, RuntimeError):
     """A checkpoint directory none of whose checkpoints can be read: the run refuses to start over them."""
 
 
-def _key_str(k) -> str:
-    return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
-
-
 def _flat_shapes(tree) -> dict[str, tuple[int, ...]]:
     """``{"opt_state/1/mu/...": shape}``: tuples/namedtuples/dicts and orbax's saved lists/dicts name alike."""
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {"/".join(_key_str(k) for k in path): tuple(getattr(x, "shape", ())) for path, x in leaves}
+    return {"/".join(key_name(k) for k in path): tuple(getattr(x, "shape", ())) for path, x in leaves}
 
 
 def state_mismatch(saved_metadata, abstract_state, limit: int = 4) -> str:
@@ -449,10 +445,6 @@ def mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:
     """Average a window of per-step device metrics, fetched from the device in one transfer."""
     host = jax.device_get(window)
     return {k: float(np.mean([m[k] for m in host])) for k in host[0]}
-
-
-def tree_norm(tree) -> jax.Array:
-    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_profile_tiny_table(restore_threads, capsys):
     assert len(tables) == 2
     for name, t in zip(["bert-base-uncased", "squeezebert-uncased"], tables):
         assert [r[0] for r in t[2:]] == list(profile_table.COMPONENTS.values()) + ["Total (sum of components)"]
-        fl = sj.flops_breakdown(timing.model_config(name, tiny=True), 16, num_labels=2)
+        fl = sj.flops_breakdown(timing.preset_config(name, tiny=True), 16, num_labels=2)
         shares = [float(r[1].rstrip("%")) for r in t[2:-1]]
         assert shares == pytest.approx([100 * fl[k] / sum(fl.values()) for k in profile_table.COMPONENTS], abs=0.006)
         for col in (3, 4):  # latency shares are percentages that add up to ~100

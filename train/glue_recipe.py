@@ -61,7 +61,7 @@ def main(argv=None):
 
 def trainable_task(task: str) -> str:
     """A --tasks entry as its TFDS name; one-line errors for an unknown task and for AX (test only)."""
-    trainable = sorted(glue.TASKS.keys() - {"ax"})
+    trainable = sorted(glue.FINETUNE_TASKS)
     try:
         name = glue.get_task(task).name
     except glue.UnknownTaskError:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from squeezebert_jax import mobile
 from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, build_classifier, format_table,
-                                               model_config, time_interleaved, torch_call, torch_tensor)
+                                               preset_config, time_interleaved, torch_call, torch_tensor)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
 
@@ -60,7 +60,7 @@ def bench_infer(tiny: bool = False, batches: Sequence[int] = (1, 8), seq_len: in
     f32 = [v for v in variants if v.startswith("float32")]
     rows1 = [[b, v, f"{t[(sq, b, v)]:.1f}", f"{t[(sq, b, 'torchscript')]:.1f}",
               f"{t[(sq, b, 'torchscript')] / t[(sq, b, v)]:.2f}x", ">= 1.2x"] for b in batches for v in f32]
-    fl_ratio = flops(model_config(REFERENCE, tiny), seq_len) / flops(model_config(sq, tiny), seq_len)
+    fl_ratio = flops(preset_config(REFERENCE, tiny), seq_len) / flops(preset_config(sq, tiny), seq_len)
     rows2 = [[b, v, f"{t[(sq, b, v)]:.1f}", f"{t[(REFERENCE, b, v)]:.1f}",
               f"{t[(REFERENCE, b, v)] / t[(sq, b, v)]:.2f}x", f"{fl_ratio:.2f}x",
               ">= 3x" if b == 8 and v.startswith("float32") else None]

@@ -21,7 +21,7 @@ from flax import nnx
 
 from squeezebert_jax import mobile
 from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, build_classifier, format_table,
-                                               is_model_dir, load_model, model_config, time_interleaved)
+                                               is_model_dir, load_model, preset_config, time_interleaved)
 from squeezebert_jax.flops import flops_breakdown
 
 
@@ -283,7 +283,7 @@ def op_breakdown(tiny: bool = False, batch: int = 8, seq_len: int = 128, runs: i
                  f"{prof[REFERENCE]['ops_ms'] / prof[sq]['ops_ms']:.2f}x"])
     mm = {n: sum(get(n, sc, "matmul") for sc in POSITION_WISE) for n in names}
     rest = {n: prof[n]["ops_ms"] - mm[n] for n in names}
-    fl = {n: flops_breakdown(model_config(n, tiny), seq_len) for n in names}
+    fl = {n: flops_breakdown(preset_config(n, tiny), seq_len) for n in names}
     fl_ratio = (fl[REFERENCE]["attention_fc"] + fl[REFERENCE]["ffn_fc"]) / (fl[sq]["attention_fc"] + fl[sq]["ffn_fc"])
     budget = (mm[REFERENCE] - 3 * mm[sq]) / 2
     lines = [f"forward wall time (median of {runs}, not profiled): SqueezeBERT {prof[sq]['wall_ms']:.1f} ms, BERT-base "

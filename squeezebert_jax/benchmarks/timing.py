@@ -163,14 +163,14 @@ def tiny_config(name: str = "squeezebert-uncased", **overrides) -> SqueezeBertCo
     return SqueezeBertConfig(**(TINY_DIMS | groups | overrides))
 
 
-def model_config(name: str, tiny: bool = False) -> SqueezeBertConfig:
+def preset_config(name: str, tiny: bool = False) -> SqueezeBertConfig:
     """A preset (squeezebert-uncased, bert-base-uncased, BERT miniatures); ``tiny`` keeps only its groups."""
     return tiny_config(name) if tiny else SqueezeBertConfig.preset(name)
 
 
 def build_classifier(name: str, tiny: bool = False, num_labels: int = 2, seed: int = 0) -> nnx.Module:
     """Randomly initialised sequence classifier of preset ``name`` (nothing downloads)."""
-    return HEADS["SqueezeBertForSequenceClassification"](model_config(name, tiny), num_labels=num_labels,
+    return HEADS["SqueezeBertForSequenceClassification"](preset_config(name, tiny), num_labels=num_labels,
                                                          rngs=nnx.Rngs(seed))
 
 

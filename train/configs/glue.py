@@ -14,7 +14,8 @@ Paper (and its appendix Table 4): AdamW, batch 16, b1 0.9, b2 0.999, no weight d
 
 import ml_collections
 
-TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.glue import FINETUNE_TASKS as TASKS
 # The paper's chosen learning rates with bells and whistles (appendix Table 5), as defaults.
 PAPER_LR = {"mnli": 3e-5, "qqp": 3e-5, "qnli": 4e-5, "sst2": 3e-5, "cola": 3e-5, "stsb": 2e-5, "mrpc": 4e-5,
             "rte": 3e-5, "wnli": 3e-5}
@@ -23,7 +24,7 @@ PAPER_LR = {"mnli": 3e-5, "qqp": 3e-5, "qnli": 4e-5, "sst2": 3e-5, "cola": 3e-5,
 def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     task, *settings = arg.split(",")
     if task not in TASKS:
-        raise ValueError(f"unknown GLUE task {task!r}; one of {', '.join(TASKS)}")
+        raise InputError(f"unknown GLUE task {task!r}; one of {', '.join(TASKS)}")
     c = ml_collections.ConfigDict()
     c.task = task
     c.init_from = ""  # MODEL_DIR (pretrained, or MNLI-finetuned for transfer)
