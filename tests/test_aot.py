@@ -73,12 +73,15 @@ def test_roofline_bound_and_hours():
 @needs_tpu
 def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch():
     """The demo model (hidden 128): at the smoke config's hidden 32 element-wise work (LayerNorm, softmax, GELU)
-    is 36% of the FLOPs, which the analytic (matmul) count leaves out; at 128 it is 8%, at full size 2%."""
+    is 36% of the FLOPs, which the analytic (matmul) count leaves out; at 128 it is 8%, at full size 2%.
+    --phase: the demo's second phase only (seq 128; each phase is three TPU compiles); the oversized batch below
+    reports every phase."""
     # remat=none: the analytic count has no recomputation in it (the default "minimal" adds ~12% at this width)
-    rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.model.remat=none", variant="demo")
+    rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.model.remat=none", "--phase", "phase2",
+                                  variant="demo")
     assert rc == 0, err[-3000:]
     assert "4 x TPU v5 lite" in out and "cores" in out  # the chips, and the host that compiled
-    assert [r["phase"] for r in rows] == ["phase1", "phase2"]
+    assert [r["phase"] for r in rows] == ["phase2"]
     for r in rows:
         assert r["fits"] and 0 < r["peak_gib"] < trainer.CHIPS["v5e"].hbm_gib
         for k in ("argument_gib", "output_gib", "temp_gib", "code_gib", "bytes_accessed", "roofline_s"):
@@ -90,16 +93,18 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch():
     rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.global_batch_size=1048576")
     assert rc == 1, (out, err[-2000:])
     assert "does not fit" in err and "XLA needs" in err and "GiB" in err and "Traceback" not in err
+    assert [ln.split()[3] for ln in err.splitlines() if ln.startswith("does not fit: ")] == ["phase1", "phase2"]
 
 
 
 
 @needs_gpu_plugin
 def test_compile_smoke_step_for_h100_target():
-    rc, out, err, rows = _compile("--topology", "h100:1x2")
+    """The smoke config's first phase (every phase: the TPU test's oversized batch)."""
+    rc, out, err, rows = _compile("--topology", "h100:1x2", "--phase", "phase1")
     assert rc == 0, err[-3000:]
     assert "NVIDIA H100 80GB HBM3" in out
-    assert rows and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
+    assert [r["phase"] for r in rows] == ["phase1"] and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
 
 
 def test_unknown_topology_is_one_line_exit_2():
@@ -127,6 +132,8 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     assert rc == 2 and len(err) == 1 and "unknown variant 'smoek'" in err[0] and "smoke" in err[0], err
     rc, err = run("--config", f"{CONFIGS}:smoke", "--config.learnig_rate=0.1", "--topology", "v5e:2x2")
     assert rc == 2 and len(err) == 1 and "--config.learnig_rate=0.1: the config has no field 'learnig_rate'" in err[0]
+    rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--phase", "phase3")
+    assert rc == 2 and len(err) == 1 and "--phase phase3: the config's phases are phase1, phase2" in err[0], err
 
 
 def test_fit_finds_the_fewest_microbatches(monkeypatch):

@@ -5,6 +5,7 @@
     python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x8 --config.num_microbatches=4
     python train/compile.py --config train/configs/pretrain.py:paper --topology v4:2x2x1 --fit
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5p:2x2x2 --num_slices 2
+    python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4 --phase phase2
 
 The same config files and --config.x=... overrides as train/pretrain.py; for every phase it compiles the exact step
 pretrain.py runs (pretrain.build_phase_step) over the topology's compile-only devices and prints one table: per-chip
@@ -13,7 +14,8 @@ per step vs the analytic count, XLA's bytes accessed, the roofline (max(FLOPs / 
 FLOP term is a strict lower bound, the byte term XLA's cost-model estimate) and the phase's hours at the FLOP bound,
 at the roofline and at 50% / 35% MFU. --max-batch finds the largest per-chip batch that fits and the fewest
 microbatches for the config's global batch; --fit multiplies a phase's microbatches until its step fits and reports
-that step. Exit 1 when a phase does not fit. TPU targets need the `tpu` extra (libtpu), GPU targets the `gpu-aot`
+that step. --phase NAME (repeatable) compiles only the named phases (each compile of a full-size step is
+minutes). Exit 1 when a phase does not fit. TPU targets need the `tpu` extra (libtpu), GPU targets the `gpu-aot`
 extra (no CUDA libraries or GPU needed). Library logs and libtpu's start-up chatter go to
 $TMPDIR/squeezebert_compile.log.
 Topologies: v4:AxBxC, v5e:AxB, v5p:AxBxC, v6e:AxB (libtpu's names), h100:1xN, a100:1xN.
@@ -37,6 +39,7 @@ _SLICES = flags.DEFINE_integer("num_slices", 1, "TPU slices (data parallel over 
 _MAX_BATCH = flags.DEFINE_bool("max-batch", False, "search the largest per-chip batch that fits (each phase)")
 _FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled again with 2x, 4x, ... microbatches "
                           "until it does; the table shows the fewest that fit")
+_PHASE = flags.DEFINE_multi_string("phase", None, "compile only this phase (by name; repeatable); default: all")
 _JSON = flags.DEFINE_string("json", None, "also write the rows as JSON lines to this file")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace an existing --json file")
 flags.mark_flags_as_required(["config", "topology"])
@@ -103,12 +106,21 @@ def main(argv) -> int:
 
     from squeezebert_jax import aot, cli, io, pretrain, trainer
     from squeezebert_jax.benchmarks.timing import format_table
+    from squeezebert_jax.errors import InputError
 
     config = _CONFIG.value
     log_path = _LOG_PATH
     cli.setup_logging(log_path)
     if _JSON.value:  # before minutes of compiling
         io.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
+    phases = pretrain.get_phases(config)
+    if _PHASE.value:
+        unknown = sorted(set(_PHASE.value) - {p.name for p in phases})
+        if unknown:  # a usage error, before any compile
+            cli.report(InputError(f"--phase {', '.join(unknown)}: the config's phases are "
+                                  f"{', '.join(p.name for p in phases)}"))
+            return 2
+        phases = [p for p in phases if p.name in _PHASE.value]
     try:
         target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
@@ -123,7 +135,7 @@ def main(argv) -> int:
           f"{config.compute_dtype}, scan_layers={model.config.scan_layers}, remat={model.config.remat}, "
           f"fsdp={config.fsdp}; host: {trainer.cpu_model()}", flush=True)
     rows, bad = [], []
-    for phase in pretrain.get_phases(config):
+    for phase in phases:
         r, k = _compile_phase(config, phase, target, model, bad)
         if r is None:
             continue
@@ -142,7 +154,7 @@ def main(argv) -> int:
               f"MFU), {hours[1]:.1f} h at the roofline with XLA's bytes, {hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h "
               f"at 35% MFU")
     if _MAX_BATCH.value:
-        for phase in pretrain.get_phases(config):
+        for phase in phases:
             b, tried = aot.max_per_chip_batch(config, phase, target, model)
             k = aot.fewest_microbatches(config.global_batch_size, n, b)
             need = (f"; global batch {config.global_batch_size} needs >= {k} microbatches" if k else
