@@ -28,7 +28,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from squeezebert_jax import glue, optim, trainer
+from squeezebert_jax import glue, optim, prune, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -269,6 +269,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
+    pruner = prune.Pruner.from_config(config.prune, model.config.num_attention_heads, total)
+
     # -- Loop: train an epoch, evaluate, keep the best ----------------------------------------------
     os.makedirs(workdir, exist_ok=True)
     writer = trainer.MetricsWriter(workdir)
@@ -283,6 +285,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             params, opt_state, loss = train_step(params, opt_state, b, jax.random.fold_in(rng, step))
             losses.append(loss)
             step += 1
+            if pruner is not None:  # the update may regrow pruned weights: masked again (and re-scored on schedule)
+                params = pruner(step, params)
             bar.update(1)
         train_loss = float(np.mean(jax.device_get(losses)))
         if not math.isfinite(train_loss):
@@ -290,6 +294,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         nnx.replace_by_pure_dict(params_state, params)
         nnx.update(model, params_state)
         result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
+        if pruner is not None:
+            result["sparsity"] = pruner.report(params)["reached"]
         for split, (ex, arr) in evals.items():
             logits = predict_logits(model, arr)
             preds = logits[:, 0] if regression else logits.argmax(-1)
@@ -299,13 +305,19 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         history.append(result)
         writer.write(step, {k: v for k, v in result.items() if k not in ("epoch", "step")})
         bar.set_postfix(score=f"{result['score']:.4f}", loss=f"{train_loss:.4f}")
-        if best is None or _better(result["score"], best["score"]):
+        # a pruned run keeps only epochs at the target sparsity (the schedule ends by the last step at the latest)
+        at_target = pruner is None or pruner.at_target
+        if at_target and (best is None or _better(result["score"], best["score"])):
             best = result
             save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=config.init_from)
     bar.close()
     writer.close()
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
                "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task)}
+    if pruner is not None:
+        results["prune"] = dict(config.prune) | {"report": pruner.report(params)}
+        log.info("%s: %s sparsity %.3f (target %.3f)", config.task, config.prune.kind,
+                 results["prune"]["report"]["reached"], config.prune.target)
     with open(os.path.join(workdir, "eval_results.json"), "w") as f:
         json.dump(results, f, indent=2)
     return results

@@ -387,3 +387,30 @@ def test_teacher_cache_is_keyed_by_the_data_and_the_teacher(tmp_path):
 def test_nan_score_never_wins_nor_blocks():
     assert ft._better(0.5, float("nan")) and not ft._better(float("nan"), 0.5)
     assert not ft._better(float("nan"), float("nan")) and ft._better(0.6, 0.5) and not ft._better(0.5, 0.5)
+
+
+@pytest.mark.parametrize("kind, target", [("unstructured", 0.5), ("ffn", 0.25)])
+def test_pruning_during_finetuning_reaches_the_scheduled_sparsity(tmp_path, kind, target):
+    """Gradual magnitude pruning (prune block of the config): the saved best model has the target sparsity (within 1%),
+    the run records it per epoch and per layer, only epochs at the target compete for best, and the task is still
+    learned."""
+    import ml_collections
+
+    from squeezebert_jax import prune
+
+    _write_sst2(tmp_path / "glue")
+    init = _tiny_model_dir(tmp_path / "init")
+    c = _config("sst2", init, tmp_path / "glue", learning_rate=3e-3, num_epochs=4, dropout=0.0)
+    c.prune = ml_collections.ConfigDict({"target": target, "kind": kind, "begin": 0.0, "end": 0.5, "every": 4})
+    res = ft.finetune(c, str(tmp_path / "run"))
+    rep = res["prune"]["report"]
+    assert rep["reached"] == pytest.approx(target, abs=0.01) and res["history"][-1]["sparsity"] == rep["reached"]
+    if kind == "unstructured":  # every layer, every kernel
+        assert all(v == pytest.approx(target, abs=0.01) for v in rep["per_layer"].values())
+    else:  # a quarter of each layer's FFN channels: those kernels' zeros, the attention kernels untouched
+        assert rep["per_kernel"]["intermediate/conv1d"] == pytest.approx(target, abs=0.01)
+        assert rep["per_kernel"]["attention/query"] == 0.0
+    saved = sj.load_pretrained(tmp_path / "run" / "model")  # zeros kept in the saved model
+    assert prune.Pruner(kind, target, 4, 1).report(nnx.to_pure_dict(nnx.state(saved, nnx.Param)))["reached"] == \
+        pytest.approx(target, abs=0.01)
+    assert res["best"]["score"] > 0.7  # still learns (chance: ~0.5; unpruned, this task reaches 1.0)

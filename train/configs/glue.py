@@ -43,6 +43,10 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.max_train_examples = 0  # 0: all
     c.progress = True
     c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": ""})
+    # Gradual magnitude pruning (squeezebert_jax.prune): target sparsity (0: off), unstructured | heads | ffn, the
+    # cubic ramp from begin to end (fractions of the run), masks recomputed every `every` steps.
+    c.prune = ml_collections.ConfigDict({"target": 0.0, "kind": "unstructured", "begin": 0.0, "end": 0.75,
+                                         "every": 10})
     for s in settings:
         key, _, value = s.partition("=")
         if key == "lr":
