@@ -5,4 +5,5 @@
     infer.py          CPU inference: Flax vs TorchScript, SqueezeBERT vs BERT-base, bf16; other formulations
     latency.py        the paper's Table 2 latency through the lite interpreter (eval/latency.py)
     train_step.py     train-step throughput and MFU, and whether the input pipeline feeds the step
+    compare.py        the seeds' comparison table: params, FLOPs, CPU latency beside the published figures
 """

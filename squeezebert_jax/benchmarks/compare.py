@@ -1,0 +1,258 @@
+"""The seeds' comparison table: parameters, FLOPs at seq 128 and our CPU latency of BERT-base, PKD-style students,
+the 24 BERT miniatures, SqueezeBERT and a 50%-pruned BERT-base, beside the published figures of seed 003 and the
+SqueezeBERT paper (seed 001), each quoted with its source.
+
+Ours: parameters counted from the built Flax ``SqueezeBertModel`` (embeddings, encoder, pooler: what the published
+"#Params" of BERT-base, 109M, counts), built abstractly (``nnx.eval_shape``, nothing allocated); FLOPs from
+``squeezebert_jax.flops`` (the paper's count: matmuls only, a multiply-add is 2 FLOPs); latency of the jitted
+forward of a random-weight sequence classifier (values do not change the time), batch 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from squeezebert_jax import mobile
+from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, format_table, time_interleaved,
+                                               tiny_config)
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.flops import flops, flops_breakdown
+from squeezebert_jax.model import HEADS, GroupedConv1x1, SqueezeBertConfig, SqueezeBertModel, count_params
+
+# --------------------------------------------------------------------------------------------------
+# What is compared, and what was published (copied from shared/seeds/001_*, 003_*, 004_*)
+# --------------------------------------------------------------------------------------------------
+
+SOURCES = {
+    "003": "seed 003: MobileBERT (Sun et al.), Table 3 as quoted there: #Params, #FLOPS, GLUE test MNLI-m/mm",
+    "004": "seed 004: BERT miniatures (Turc et al.), GLUE test MNLI-m/mm",
+    "P3": "seed 001: SqueezeBERT paper, Table 3 (GLUE test): #MParams, GFLOPs, Pixel 3 latency (batch 1, seq 128), "
+          "MNLI-m/mm",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    source: str  # a key of SOURCES
+    params_m: float | None = None
+    gflops: float | None = None
+    pixel3_ms: float | None = None
+    mnli: str | None = None  # MNLI-m/mm accuracy, as printed
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One row: a preset (with overrides) built here, or ``preset=None`` for published numbers only."""
+    name: str
+    preset: str | None
+    overrides: dict = dataclasses.field(default_factory=dict)
+    published: tuple[Published, ...] = ()
+    sparsity: float = 0.0  # unstructured, of the encoder's position-wise kernels
+
+    def config(self, tiny: bool = False) -> SqueezeBertConfig:
+        if tiny:  # the preset's groups at tiny dimensions: checks the plumbing, not the numbers
+            return tiny_config(self.preset)
+        return SqueezeBertConfig.preset(self.preset, **self.overrides)
+
+
+def _miniatures() -> list[Entry]:
+    named = {(2, 128): ("BERT-Tiny", "70.2/70.3"), (4, 256): ("BERT-Mini", "74.8/74.3"),
+             (4, 512): ("BERT-Small", "77.6/77.0"), (8, 512): ("BERT-Medium", "80.0/79.1")}
+    out = []
+    for layers in (2, 4, 6, 8, 10, 12):
+        for hidden in (128, 256, 512, 768):
+            alias, mnli = named.get((layers, hidden), (None, None))
+            pub = (Published("004", mnli=mnli),) if mnli else ()
+            if (layers, hidden) == (6, 768):  # the paper's "Turc 6/768" (pre-trained distillation)
+                pub = (Published("P3", 67.5, 11.3, 814, "82.8/82.2"),)
+            name = f"BERT-L{layers}-H{hidden}" + (f" ({alias})" if alias else "")
+            out.append(Entry(name, f"bert-L{layers}-H{hidden}", published=pub))
+    return out
+
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry("BERT-base", REFERENCE, published=(Published("003", 109, 22.5, mnli="84.6/83.4"),
+                                             Published("P3", 109, 22.5, 1690, "84.6/83.4"))),
+    Entry("PKD-6 (BERT-base, 6 layers)", REFERENCE, dict(num_hidden_layers=6),
+          (Published("003", 66.5, 11.3, mnli="81.5/81.0"), Published("P3", 67.0, 11.3, 814, "81.5/81.0"))),
+    Entry("PKD-3 (BERT-base, 3 layers)", REFERENCE, dict(num_hidden_layers=3),
+          (Published("003", 45.3, 5.7, mnli="76.7/76.3"),)),
+    Entry("SqueezeBERT (groups 4/4/4/1/4/4)", "squeezebert-uncased",
+          published=(Published("P3", 51.1, 7.42, 390, "82.0/81.1"),)),
+    Entry("BERT-base, 50% pruned*", REFERENCE, sparsity=0.5),
+    Entry("MobileBERT (published only)", None, published=(Published("003", 25.3, 5.7, mnli="83.3/82.6"),
+                                                         Published("P3", 25.3, 5.36, 572, "84.3/83.4"))),
+    *_miniatures(),
+)
+
+PAPER_BERT_MS = 1690.0  # the paper's BERT-base on the Pixel 3: its speedups are against it
+
+FOOTNOTES = [
+    "pub.: published, [source]; ours: measured or counted here. "
+    "Ours: MParams = parameters of the built Flax SqueezeBertModel (embeddings, encoder, pooler; no task head), "
+    "as BERT-base's published 109M counts them; GFLOPs = squeezebert_jax.flops at seq 128 (the paper's count: "
+    "the encoder's position-wise matmuls, QK^T and probs.V, the pooler; a multiply-add is 2 FLOPs); (+x%) is ours "
+    "against the first published value; speedup = our BERT-base ms / the row's ms, timed in the same run.",
+    "* {pct:.0f}% pruned: the encoder's position-wise kernels (Q, K, V, post-attention, FFN expand and contract; "
+    "{kernels:.1f}M of BERT-base's {total:.1f}M parameters) at {pct:.0f}% unstructured sparsity. MParams counts "
+    "nonzero parameters: those kernels' nonzero part plus everything else dense (embeddings, biases, LayerNorms, "
+    "pooler). GFLOPs are dense (zeros multiplied, as a dense kernel does); skipping the zeros would take "
+    "{pct:.0f}% off the position-wise matmuls: {sparse_gflops:.2f} GFLOPs. Latency: BERT-base with those "
+    "kernels magnitude-pruned, run dense. Seed 003's pruning rows are "
+    "BERT-Large (e.g. NIP at 50.0%: MNLI 77.0 (-9.1)); no BERT-base figures are published there.",
+    "PKD-6/PKD-3: BERT-base's first 6 / 3 layers' shapes (PKD's students). BERT-L12-H768 is BERT-base's shape "
+    "(seed 004: included for completeness) and BERT-L6-H768 PKD-6's.",
+    "Published FLOPs of BERT-base and its 6- and 3-layer students (22.5, 11.3, 5.7) rise by 1.87 GFLOPs a layer, "
+    "as ours (1.86), on top of a constant 0.11-0.15 GFLOPs that our count does not have, so ours are "
+    "0.7% / 1.1% / 2.0% lower. MobileBERT's FLOPs differ between its sources (5.7 in seed 003, 5.36 in the paper).",
+    "MNLI-m/mm: GLUE test accuracy of the model so named in the source, each trained its own way (PKD: patient "
+    "distillation; Turc 6/768: pre-trained distillation; MobileBERT: distillation of encoder layers; SqueezeBERT: "
+    "without bells and whistles); not measured here.",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Counts
+# --------------------------------------------------------------------------------------------------
+
+
+def _encoder_kernels(model: nnx.Module) -> list[GroupedConv1x1]:
+    """The encoder's position-wise layers (Q, K, V, post-attention, FFN expand and contract)."""
+    return [m for path, m in nnx.iter_graph(model) if isinstance(m, GroupedConv1x1) and "encoder" in path]
+
+
+def param_counts(config: SqueezeBertConfig, sparsity: float = 0.0) -> int:
+    """Nonzero parameters of ``SqueezeBertModel(config)`` with the encoder's position-wise kernels at ``sparsity``
+    (counted from the abstract model: nothing is allocated)."""
+    model = nnx.eval_shape(lambda: SqueezeBertModel(config, rngs=nnx.Rngs(0)))
+    pruned = sum(int(sparsity * m.kernel.size) for m in _encoder_kernels(model))
+    return count_params(model) - pruned
+
+
+def magnitude_prune(model: nnx.Module, sparsity: float) -> nnx.Module:
+    """Zero the ``sparsity`` fraction of smallest-magnitude weights of each encoder position-wise kernel, in place."""
+    for m in _encoder_kernels(model):
+        k = m.kernel[...]
+        n = int(sparsity * k.size)
+        if n:
+            thr = jnp.sort(jnp.abs(k).ravel())[n - 1]
+            m.kernel[...] = jnp.where(jnp.abs(k) <= thr, 0.0, k)
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# Latency: every row timed interleaved with BERT-base in chunks (bounded memory), ratios within a chunk
+# --------------------------------------------------------------------------------------------------
+
+
+def _forward(entry: Entry, tiny: bool, seq_len: int):
+    config = entry.config(tiny)
+    model = HEADS["SqueezeBertForSequenceClassification"](config, num_labels=2, rngs=nnx.Rngs(0))
+    if entry.sparsity:
+        magnitude_prune(model, entry.sparsity)
+    ids, mask, tt = mobile.example_inputs(config, 1, seq_len, seed=4)
+    return blocking(mobile.make_flax_forward(model), ids, mask, tt)
+
+
+def latencies(entries: Sequence[Entry], tiny: bool = False, seq_len: int = 128, runs: int = 10, warmup: int = 2,
+              chunk: int = 6) -> tuple[dict[str, tuple[float, float]], str]:
+    """``({row name: (median ms, BERT-base ms / row ms)}, load note)``, batch 1. Rows are timed ``chunk`` at a time,
+    interleaved with BERT-base, so that at most ``chunk + 1`` models are in memory; each speedup is against the
+    BERT-base timings of its own chunk, and BERT-base's ms is the median over all chunks."""
+    ref = next(e for e in entries if e.preset == REFERENCE and not e.overrides and not e.sparsity)
+    ref_fwd = _forward(ref, tiny, seq_len)
+    others = [e for e in entries if e.preset is not None and e is not ref]
+    out, ref_times, mon = {}, [], LoadMonitor()
+    for i in range(0, len(others), chunk):
+        fns = {"__ref__": ref_fwd} | {e.name: _forward(e, tiny, seq_len) for e in others[i:i + chunk]}
+        t = time_interleaved(fns, runs, warmup)
+        ref_times += t["__ref__"].times_ms
+        for e in others[i:i + chunk]:
+            out[e.name] = (t[e.name].median, t["__ref__"].median / t[e.name].median)
+        del fns
+    out[ref.name] = (float(np.median(ref_times)), 1.0)
+    return out, mon.note()
+
+
+# --------------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------------
+
+
+def _published(entry: Entry, field: str) -> str | None:
+    """``entry``'s published values of ``field``, each with its sources: "66.5 [003]; 67.0 [P3]"."""
+    vals: dict[float, list[str]] = {}
+    for p in entry.published:
+        if getattr(p, field) is not None:
+            vals.setdefault(getattr(p, field), []).append(p.source)
+    return "; ".join(f"{v} [{', '.join(s)}]" for v, s in vals.items()) or None
+
+
+def _ours(value: float, entry: Entry, field: str, comparable: bool) -> str:
+    """Our count, with its difference from the first published value of ``field`` where ``comparable``."""
+    pub = None if not comparable else next((getattr(p, field) for p in entry.published if getattr(p, field)), None)
+    return f"{value:.2f}" + (f" ({100 * (value / pub - 1):+.1f}%)" if pub else "")
+
+
+def _row(e: Entry, tiny: bool, seq_len: int, lat: dict[str, tuple[float, float]]) -> list:
+    pix = next((p for p in e.published if p.pixel3_ms), None)
+    pixel3 = f"{pix.pixel3_ms:.0f}, {PAPER_BERT_MS / pix.pixel3_ms:.1f}x [{pix.source}]" if pix else None
+    params = fl = ms = speedup = None
+    if e.preset is not None:
+        c = e.config(tiny)
+        params = _ours(param_counts(c, e.sparsity) / 1e6, e, "params_m", not tiny)
+        fl = _ours(flops(c, seq_len) / 1e9, e, "gflops", not tiny and seq_len == 128)  # published at seq 128
+    if e.name in lat:
+        t, x = lat[e.name]
+        ms, speedup = f"{t:.1f}", f"{x:.2f}x" if x < 10 else f"{x:.1f}x"
+    return [e.name, params, _published(e, "params_m"), fl, _published(e, "gflops"), ms, speedup, pixel3,
+            _published(e, "mnli")]
+
+
+def _pruning_facts(entries: Sequence[Entry], tiny: bool, seq_len: int) -> dict[str, float]:
+    """What the pruned row's footnote states: its sparsity, the pruned kernels' and the whole model's size (M),
+    and its FLOPs were the zeros skipped."""
+    e = next((e for e in entries if e.sparsity), Entry("", REFERENCE, sparsity=0.5))
+    c = e.config(tiny)
+    fl = flops_breakdown(c, seq_len)
+    model = nnx.eval_shape(lambda: SqueezeBertModel(c, rngs=nnx.Rngs(0)))
+    return dict(pct=100 * e.sparsity, kernels=sum(m.kernel.size for m in _encoder_kernels(model)) / 1e6,
+                total=count_params(model) / 1e6,
+                sparse_gflops=(sum(fl.values()) - e.sparsity * (fl["attention_fc"] + fl["ffn_fc"])) / 1e9)
+
+
+def select(patterns: Sequence[str] | None) -> tuple[Entry, ...]:
+    """The rows whose name contains one of ``patterns`` (case-insensitive), BERT-base always first (speedups are
+    against it); all rows for None."""
+    if not patterns:
+        return ENTRIES
+    for p in patterns:
+        if not any(p.lower() in e.name.lower() for e in ENTRIES):
+            raise InputError(f"--only {p}: no row's name contains it; rows: {', '.join(e.name for e in ENTRIES)}")
+    return tuple(e for i, e in enumerate(ENTRIES) if i == 0 or any(p.lower() in e.name.lower() for p in patterns))
+
+
+def compare_table(entries: Sequence[Entry] = ENTRIES, tiny: bool = False, seq_len: int = 128,
+                  latency: bool = True, runs: int = 10, warmup: int = 2, host: str = "") -> str:
+    """The comparison table (Markdown) under its title, the sources and footnotes below it. ``entries[0]`` is
+    BERT-base."""
+    lat, note = latencies(entries, tiny, seq_len, runs, warmup) if latency else ({}, "")
+    rows = [_row(e, tiny, seq_len, lat) for e in entries]
+    headers = ["model", "MParams ours", "MParams pub.", "GFLOPs ours", "GFLOPs pub.", "CPU ms ours",
+               "speedup ours", "Pixel 3 ms, speedup pub.", "MNLI-m/mm pub."]
+    timing = "latency not measured (--no-latency)"
+    if latency:
+        timing = (f"our CPU latency: batch 1, jitted float32 forward, random weights, median of {runs}, interleaved "
+                  f"with BERT-base; {host}{'; ' if host else ''}{note}")
+    title = (f"Compression methods compared, seq {seq_len}{' (tiny configs: plumbing only)' if tiny else ''}; "
+             f"{timing}")
+    facts = _pruning_facts(entries, tiny, seq_len)
+    notes = [f"[{k}] {v}" for k, v in SOURCES.items()] + [n.format(**facts) for n in FOOTNOTES]
+    return format_table(headers, rows, title) + "\n\n" + "\n".join(notes)
+
+
