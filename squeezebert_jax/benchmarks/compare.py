@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -135,13 +134,17 @@ def param_counts(config: SqueezeBertConfig, sparsity: float = 0.0) -> int:
 
 
 def magnitude_prune(model: nnx.Module, sparsity: float) -> nnx.Module:
-    """Zero the ``sparsity`` fraction of smallest-magnitude weights of each encoder position-wise kernel, in place."""
-    for m in _encoder_kernels(model):
-        k = m.kernel[...]
-        n = int(sparsity * k.size)
-        if n:
-            thr = jnp.sort(jnp.abs(k).ravel())[n - 1]
-            m.kernel[...] = jnp.where(jnp.abs(k) <= thr, 0.0, k)
+    """Zero the ``sparsity`` fraction of smallest-magnitude weights of each encoder position-wise kernel, in place:
+    the masks of the pruning recipe (``squeezebert_jax.prune``, unstructured) at its final sparsity."""
+    import jax
+
+    from squeezebert_jax import prune
+
+    state = nnx.state(model, nnx.Param)
+    params = nnx.to_pure_dict(state)
+    masks = prune.compute_masks(params, "unstructured", sparsity, model.config.num_attention_heads)
+    nnx.replace_by_pure_dict(state, jax.tree.map(lambda p, m: p * m, params, masks))
+    nnx.update(model, state)
     return model
 
 
