@@ -159,34 +159,41 @@ def test_jit_of_pure_function_matches_eager():
 # Layers under lax.scan and remat: the same numbers, the same parameter tree
 # --------------------------------------------------------------------------------------------------
 
-def _loss_and_grads(scan: bool, remat: str, train: bool, layers: int = 3):
-    """Pretraining-model hidden states and gradients, jitted as pretrain.make_train_step does (pure-dict state)."""
-    cfg = sj.SqueezeBertConfig(**(TINY | {"num_hidden_layers": layers}), scan_layers=scan, remat=remat)
-    m = sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(params=0, dropout=1))
-    m.train() if train else m.eval()
-    g, p, r = nnx.split(m, nnx.Param, ...)
-    p, r = nnx.to_pure_dict(p), nnx.to_pure_dict(r)
+EXECUTIONS = ((False, "none"), (True, "none"), (True, "minimal"), (True, "lean"), (True, "dots_saveable"),
+              (True, "full"), (False, "minimal"))  # (scan_layers, remat); the first is the reference
+
+
+def _loss_and_grads(executions, train: bool, layers: int = 2):
+    """Per (scan, remat): pretraining-model hidden states and gradients, as pretrain.make_train_step computes them
+    (pure-dict state, dropout reseeded inside). Two layers: enough for the scan to have to keep a dropout stream per
+    layer. All variants in one jitted program: one XLA compile instead of one each."""
     ids, mask = _tiny_inputs()
     tt = (jnp.arange(10)[None] >= 5).astype(jnp.int32).repeat(2, 0)
+    grad_fns, params = [], []
+    for scan, remat in executions:
+        cfg = sj.SqueezeBertConfig(**(TINY | {"num_hidden_layers": layers}), scan_layers=scan, remat=remat)
+        m = sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(params=0, dropout=1))
+        m.train() if train else m.eval()
+        g, p, r = nnx.split(m, nnx.Param, ...)
 
-    def f(p):
-        mm = nnx.merge(g, p, r)
-        nnx.reseed(mm, dropout=jax.random.key(5))
-        out = mm(ids, mask, tt, masked_positions=jnp.asarray([[1, 3], [2, 4]]))
-        return jnp.sum(out.mlm_logits ** 2) + jnp.sum(out.sop_logits) + jnp.sum(out.pooler_output), out
+        def f(p, g=g, r=nnx.to_pure_dict(r)):
+            mm = nnx.merge(g, p, r)
+            nnx.reseed(mm, dropout=jax.random.key(5))
+            out = mm(ids, mask, tt, masked_positions=jnp.asarray([[1, 3], [2, 4]]))
+            return jnp.sum(out.mlm_logits ** 2) + jnp.sum(out.sop_logits) + jnp.sum(out.pooler_output), out
 
-    (_, out), grads = jax.jit(jax.value_and_grad(f, has_aux=True))(p)
-    return out, grads
+        grad_fns.append(jax.value_and_grad(f, has_aux=True))
+        params.append(nnx.to_pure_dict(p))
+    results = jax.jit(lambda ps: [vg(p) for vg, p in zip(grad_fns, ps)])(params)
+    return [(out, grads) for (_, out), grads in results]
 
 
 @pytest.mark.parametrize("train", [False, True])
 def test_scan_and_remat_equal_the_unrolled_layers(train):
     """Every execution choice gives the unrolled loop's outputs and gradients; with dropout on, the same masks
     (each layer keeps its own dropout stream under the scan)."""
-    ref_out, ref_g = _loss_and_grads(False, "none", train)
-    for scan, remat in ((True, "none"), (True, "minimal"), (True, "lean"), (True, "dots_saveable"), (True, "full"),
-                        (False, "minimal")):
-        out, g = _loss_and_grads(scan, remat, train)
+    (ref_out, ref_g), *rest = _loss_and_grads(EXECUTIONS, train)
+    for (scan, remat), (out, g) in zip(EXECUTIONS[1:], rest, strict=True):
         for a, b in ((out.last_hidden_state, ref_out.last_hidden_state), (out.mlm_logits, ref_out.mlm_logits)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(b))))
         assert jax.tree.structure(g) == jax.tree.structure(ref_g)
