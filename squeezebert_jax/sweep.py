@@ -44,6 +44,7 @@ NOT_SWEPT = {"task": "--tasks picks the tasks", "init_from": "--init_from", "dat
 _POSITIVE = {"learning_rate", "batch_size", "num_epochs"}
 _FRACTION = {"dropout", "attention_dropout", "warmup_fraction", "weight_decay", "distill.teacher_weight"}
 RECORD = "sweep.jsonl"
+_PER_RUN = {"seed", "init_from", "progress", "distill.teacher", "distill.cache_dir"}  # not compared on a restart
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,12 +290,18 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     os.makedirs(workdir, exist_ok=True)
     record = os.path.join(workdir, RECORD)
     settings_list = expand(grid)
-    done = {run_key(r["task"], r["settings"], r["seed"]) for r in read_rows(record)}
-    plan = []
+    done = {run_key(r["task"], r["settings"], r["seed"]): r for r in read_rows(record)}
+    plan, drift = [], {}
     for task in tasks:
         for s in settings_list:
-            seed = int(apply(make_config(task), s).seed)
-            plan.append((task, {k: v for k, v in s.items() if k != "seed"}, seed))
+            c = apply(make_config(task), s)
+            plan.append((task, {k: v for k, v in s.items() if k != "seed"}, int(c.seed)))
+            row = done.get(run_key(*plan[-1]))
+            if row and row.get("config"):
+                drift.update(dict.fromkeys(_drift(row["config"], c.to_dict())))
+    if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
+        log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
+                    "skipped: use another --workdir to run them again", record, "; ".join(drift))
     todo = [p for p in plan if run_key(*p) not in done]
     line = (f"sweep: {len(plan)} runs ({len(tasks)} task(s) x {len(settings_list)} settings), "
             f"{len(plan) - len(todo)} recorded, {len(todo)} to run; record {record}")
@@ -324,7 +331,7 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
             dev = {k: v for k, v in res["best"].items() if "/" in k}
             row = {"task": task, "settings": s, "seed": seed, "score": dev[metric], "metric": metric, "dev": dev,
                    "epoch": res["best"]["epoch"], "wall_s": round(wall, 2), "run_dir": run_dir,
-                   "init_from": c.init_from, "teacher": c.distill.teacher}
+                   "init_from": c.init_from, "teacher": c.distill.teacher, "config": c.to_dict()}
             append_row(record, row)
             finished += 1
             elapsed = time.time() - start
@@ -343,6 +350,18 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
         {t: {"settings": c.settings, "score": c.score, "metric": selection_metric(t),
              "run_dirs": [r["run_dir"] for r in c.rows]} for t, c in choices.items()}, indent=2) + "\n")
     return text
+
+
+def _drift(recorded: dict, now: dict, prefix: str = "") -> list[str]:
+    """``field: was -> now`` for the config values that differ, leaving out what a sweep sets per run."""
+    out = []
+    for k in sorted(set(recorded) | set(now)):
+        name, a, b = prefix + k, recorded.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _drift(a, b, name + ".")
+        elif a != b and name not in _PER_RUN:
+            out.append(f"{name}: {show(a)} -> {show(b)}")
+    return out
 
 
 def _clock(seconds: float) -> str:

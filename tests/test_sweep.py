@@ -112,7 +112,7 @@ def recipe_configs(get_config, tmp_path):
     return make_config
 
 
-def test_a_restart_skips_recorded_runs_and_reruns_an_unfinished_one(tmp_path, get_config, monkeypatch):
+def test_a_restart_skips_recorded_runs_and_reruns_an_unfinished_one(tmp_path, get_config, monkeypatch, caplog):
     scores = {(1e-5, 0.0): (0.5, 0.5), (1e-5, 0.1): (0.7, 0.6), (2e-5, 0.0): (0.6, 0.9), (2e-5, 0.1): (0.7, 0.6)}
     grid = sweep.parse_grid("lr=1e-5,2e-5;dropout=0.0,0.1", get_config("rte"))
     make_config, wd = recipe_configs(get_config, tmp_path), str(tmp_path / "sweep")
@@ -141,6 +141,14 @@ def test_a_restart_skips_recorded_runs_and_reruns_an_unfinished_one(tmp_path, ge
     monkeypatch.setattr(ft, "finetune", fake)
     table = sweep.run_sweep(make_config, grid, wd, ["rte"], echo=lambda s: None)
     assert fake.calls == [] and "70.0" in table
+    assert rows[0]["config"]["learning_rate"] == 1e-5 and rows[0]["config"]["num_epochs"] == 3
+
+    def five_epochs(task):  # a flag outside the grid changed: the recorded runs are kept, with a warning
+        return sweep.apply(make_config(task), {"epochs": 5})
+
+    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+        sweep.run_sweep(five_epochs, grid, wd, ["rte"], echo=lambda s: None)
+    assert fake.calls == [] and "other values outside the grid (num_epochs: 3 -> 5)" in caplog.text
 
 
 def test_mnli_is_chosen_by_matched_accuracy_and_seeds_are_averaged(tmp_path, get_config, monkeypatch):
