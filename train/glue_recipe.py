@@ -6,6 +6,11 @@
     # and MNLI -> task transfer (every task but CoLA starts from the MNLI-finetuned student)
     python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/ds \
         --transfer --teacher_root TEACHERS --teacher_weight 0.5 --predict
+    # a sweep per task (the paper's appendix: lr and dropout), the best dev setting chosen, runs in WORKDIR/sweep.jsonl
+    python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/sweep \
+        --sweep "lr=1e-5,2e-5,3e-5,4e-5,5e-5;dropout=0.0,0.1;batch=16,32"
+    # seed 004's grid (BERT miniatures): batch 8/16/32/64/128 x lr 3e-4/1e-4/5e-5/3e-5, 4 epochs
+    python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/mini --preset miniatures
 
 The console shows progress bars, warnings and the table; WORKDIR/log.txt has the full log.
 """
@@ -14,7 +19,7 @@ import importlib.util
 import os
 import sys
 
-from squeezebert_jax import cli, glue
+from squeezebert_jax import cli, glue, sweep
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import run_recipe
 
@@ -41,20 +46,34 @@ def main(argv=None):
     p.add_argument("--max_train_examples", type=int, default=0)
     p.add_argument("--max_seq_length", type=cli.positive_int, default=128)
     p.add_argument("--predict", action="store_true", help="write GLUE-server test files (AX from MNLI)")
+    p.add_argument("--sweep", default=None, metavar="GRID",
+                   help='a grid per task, e.g. "lr=1e-5,2e-5;dropout=0.0,0.1;batch=16,32" (any config field; aliases '
+                        'lr, dropout, batch, epochs, seed); the best dev setting per task is chosen')
+    p.add_argument("--preset", default="", choices=sorted(sweep.PRESETS),
+                   help="a named grid (miniatures: seed 004's); --sweep adds fields to it or replaces them")
     args = p.parse_args(argv)
     get_config = load_get_config()
     if args.tasks:
         args.tasks = [trainable_task(t) for t in args.tasks]
+    sweeping = args.sweep is not None or args.preset
+    if sweeping and args.predict:
+        raise InputError("--predict with --sweep: not yet; run eval/glue.py --predict test on the chosen run's model "
+                         "(WORKDIR/chosen.json names it)")
+    grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else None
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
 
     def make_config(task):
         c = get_config(task)
         c.data_dir, c.max_train_examples, c.max_seq_length = args.data_dir, args.max_train_examples, args.max_seq_length
+        c.init_from = args.init_from  # run_recipe may start a task from the MNLI model instead
         c.distill.teacher_weight = args.teacher_weight
         if args.epochs:
             c.num_epochs = args.epochs
         return c
 
+    if sweeping:
+        print(sweep.run_sweep(make_config, grid, args.workdir, args.tasks, args.transfer, args.teacher_root))
+        return
     print(run_recipe(make_config, args.init_from, args.workdir, args.tasks, args.transfer, args.teacher_root,
                      args.predict))
 

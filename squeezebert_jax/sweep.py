@@ -1,0 +1,369 @@
+"""Hyper-parameter sweeps over GLUE fine-tuning: a grid per task, one JSON line per run, the best dev setting per task.
+
+A grid is ``"lr=1e-5,2e-5;dropout=0.0,0.1;batch=16,32"``: fields of train/configs/glue.py (short aliases ``lr``,
+``dropout``, ``batch``, ``epochs``, ``seed``; dotted names such as ``distill.teacher_weight``), each with its values;
+every combination runs on every task (the first field outermost). Presets: ``miniatures`` is seed 004's grid (batch
+8/16/32/64/128 x lr 3e-4/1e-4/5e-5/3e-5, 4 epochs).
+
+Every finished run is one row of ``WORKDIR/sweep.jsonl`` (task, settings, seed, the best epoch's dev metrics, the
+selection score, wall time, run dir), written whole or not at all. A restarted sweep skips the runs whose key (task +
+settings + seed) has a row; a run without a row (interrupted) starts again from an empty run dir.
+
+Selection, per task: the setting with the highest dev score in the task's main metric (``glue.TaskSpec.main_metric``,
+on the task's first eval split, so MNLI is chosen by matched accuracy), averaged over seeds when seeds are swept.
+Ties go to the setting that comes first in the grid; a NaN score never wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ml_collections
+from tqdm.auto import tqdm
+
+from squeezebert_jax import finetune as ft
+from squeezebert_jax import glue
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import atomic_write
+
+log = logging.getLogger(__name__)
+
+ALIASES = {"lr": "learning_rate", "dropout": "dropout", "batch": "batch_size", "epochs": "num_epochs", "seed": "seed"}
+SHORT = {field: alias for alias, field in ALIASES.items()}
+PRESETS = {"miniatures": "batch=8,16,32,64,128;lr=3e-4,1e-4,5e-5,3e-5;epochs=4"}  # seed 004 (Turc et al.)
+NOT_SWEPT = {"task": "--tasks picks the tasks", "init_from": "--init_from", "data_dir": "--data_dir"}
+_POSITIVE = {"learning_rate", "batch_size", "num_epochs"}
+_FRACTION = {"dropout", "attention_dropout", "warmup_fraction", "weight_decay", "distill.teacher_weight"}
+RECORD = "sweep.jsonl"
+_PER_RUN = {"seed", "init_from", "progress", "distill.teacher", "distill.cache_dir"}  # not compared on a restart
+
+
+# --------------------------------------------------------------------------------------------------
+# The grid
+# --------------------------------------------------------------------------------------------------
+
+def parse_grid(text: str, config: ml_collections.ConfigDict, preset: str = "") -> dict[str, list]:
+    """``"lr=1e-5,2e-5;dropout=0.0,0.1"`` -> ``{"lr": [1e-5, 2e-5], "dropout": [0.0, 0.1]}`` (names as ``SHORT``
+    gives them, else the dotted field name; values of the field's type in ``config``). ``preset``'s grid comes first;
+    a field that ``text`` names again takes ``text``'s values. InputError names the bad part."""
+    if preset and preset not in PRESETS:
+        raise InputError(f"--preset: unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    grid = _parse(PRESETS[preset], config) if preset else {}
+    if text is not None:
+        if not text.strip():
+            raise InputError("--sweep: empty grid; e.g. --sweep \"lr=1e-5,2e-5;dropout=0.0,0.1\"")
+        grid.update(_parse(text, config))
+    return grid
+
+
+def _parse(text: str, config: ml_collections.ConfigDict) -> dict[str, list]:
+    grid = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue  # a trailing ";"
+        key, eq, values = (s.strip() for s in part.partition("="))
+        if not eq or not key:
+            raise InputError(f"--sweep: {part!r} is not FIELD=V1,V2,... (e.g. lr=1e-5,2e-5)")
+        field = ALIASES.get(key, key)
+        name = SHORT.get(field, field)
+        if name in grid:
+            raise InputError(f"--sweep: {key!r} is named twice")
+        kind = field_type(config, field, part)
+        items = [v.strip() for v in values.split(",")]
+        if not values.strip() or "" in items:
+            raise InputError(f"--sweep: {part!r}: an empty value; give {key}=V1,V2,...")
+        parsed = [_value(v, kind, field, part) for v in items]
+        if len(set(parsed)) != len(parsed):
+            raise InputError(f"--sweep: {part!r} repeats a value")
+        grid[name] = parsed
+    if not grid:
+        raise InputError("--sweep: empty grid; e.g. --sweep \"lr=1e-5,2e-5;dropout=0.0,0.1\"")
+    return grid
+
+
+def field_type(config: ml_collections.ConfigDict, field: str, part: str) -> type:
+    """The type of ``config``'s dotted ``field``; InputError for one it does not have, a group, or a field that
+    is not swept."""
+    if field in NOT_SWEPT:
+        raise InputError(f"--sweep: {part!r}: {field} is not swept ({NOT_SWEPT[field]})")
+    node, *path, last = [config, *field.split(".")]
+    for p in path:
+        if not isinstance(node, ml_collections.ConfigDict) or p not in node:
+            node = None
+            break
+        node = node[p]
+    if not isinstance(node, ml_collections.ConfigDict) or last not in node:
+        raise InputError(f"--sweep: {part!r}: the glue config has no field {field!r} (aliases: "
+                         f"{', '.join(f'{a}={f}' for a, f in ALIASES.items() if a != f)}; dotted names such as "
+                         f"distill.teacher_weight; train/configs/glue.py lists the fields)")
+    kind = node.get_type(last)
+    if kind is ml_collections.ConfigDict:
+        raise InputError(f"--sweep: {part!r}: {field} is a group; name one of its fields "
+                         f"({', '.join(f'{field}.{k}' for k in node[last])})")
+    return kind
+
+
+def _value(text: str, kind: type, field: str, part: str):
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            value = text.lower() in ("true", "1")
+        else:
+            value = kind(text)
+    except ValueError:
+        raise InputError(f"--sweep: {part!r}: {text!r} is not {'an' if kind is int else 'a'} {kind.__name__} "
+                         f"({field})") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"--sweep: {part!r}: {text!r} is not a finite number ({field})")
+    if field in _POSITIVE and value <= 0:
+        raise InputError(f"--sweep: {part!r}: {field} must be > 0, not {text}")
+    if field in _FRACTION and not 0 <= value <= 1:
+        raise InputError(f"--sweep: {part!r}: {field} must lie in [0, 1], not {text}")
+    return value
+
+
+def expand(grid: dict[str, list]) -> list[dict[str, Any]]:
+    """Every combination, the first field outermost: [{"lr": 1e-5, "dropout": 0.0}, {"lr": 1e-5, "dropout": 0.1}, ...]."""
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def apply(config: ml_collections.ConfigDict, settings: dict[str, Any]) -> ml_collections.ConfigDict:
+    """``config`` with ``settings`` (names as in a grid) set in place; returns it."""
+    for name, value in settings.items():
+        node, *path, last = [config, *ALIASES.get(name, name).split(".")]
+        for p in path:
+            node = node[p]
+        node[last] = value
+    return config
+
+
+def show(value) -> str:
+    """A setting's value as written in run dir names and tables: repr for numbers (exact: 1e-05, 0.1), else str."""
+    return json.dumps(value) if isinstance(value, (bool, int, float)) else str(value)
+
+
+def run_name(settings: dict[str, Any], seed: int) -> str:
+    """``lr=1e-05,dropout=0.1,seed=0``: the run dir under WORKDIR/<task>/."""
+    parts = [f"{k}={show(v)}" for k, v in settings.items()] + [f"seed={seed}"]
+    return ",".join(parts).replace(os.sep, "_").replace(" ", "_")
+
+
+# --------------------------------------------------------------------------------------------------
+# The record: WORKDIR/sweep.jsonl
+# --------------------------------------------------------------------------------------------------
+
+def run_key(task: str, settings: dict[str, Any], seed: int) -> str:
+    """What makes two runs the same run: the task, the settings (in any order) and the seed."""
+    return json.dumps([task, sorted(settings.items()), int(seed)])
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    """The rows of a sweep record (none when it does not exist). A line that is not a JSON row is an InputError
+    naming ``path:line`` (the file is only ever rewritten whole, so it is not a crash's leftover)."""
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                row["task"], row["settings"], row["seed"]  # the key's fields must be there
+            except (ValueError, KeyError, TypeError) as e:
+                raise InputError(f"{path}:{lineno}: not a sweep row ({e}); move the file away to start afresh, or "
+                                 f"delete that line to re-run its run") from None
+            rows.append(row)
+    return rows
+
+
+def append_row(path: str, row: dict[str, Any]) -> None:
+    """Add one row to the record, atomically: the whole file is rewritten with the row and renamed into place
+    (io.atomic_write), so a crash leaves the record with or without the row, never half of it."""
+    old = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+    if old and not old.endswith("\n"):
+        old += "\n"
+    atomic_write(path, old + json.dumps(row) + "\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Selection
+# --------------------------------------------------------------------------------------------------
+
+def selection_metric(task: str) -> str:
+    """The dev metric a task's setting is chosen by: its main metric on its first eval split (MNLI: matched)."""
+    spec = glue.get_task(task)
+    return f"{spec.eval_splits[0]}/{spec.main_metric}"
+
+
+@dataclasses.dataclass
+class Choice:
+    """The chosen setting of one task: its settings, mean score over its seeds, rows, and the task's run count."""
+    task: str
+    settings: dict[str, Any]
+    score: float
+    rows: list[dict[str, Any]]
+    num_runs: int
+
+
+def choose(rows: list[dict[str, Any]], grid_order: list[dict[str, Any]] | None = None) -> dict[str, Choice]:
+    """{task: Choice}: per task the setting with the highest mean score over its seeds; ties (and all-NaN tasks) go
+    to the setting first in ``grid_order`` (else first recorded); a NaN score never wins."""
+    order: dict[str, int] = {}
+    for s in grid_order or []:  # a row's settings leave its seed out
+        order.setdefault(run_key("", {k: v for k, v in s.items() if k != "seed"}, 0), len(order))
+    out = {}
+    for task in dict.fromkeys(r["task"] for r in rows):
+        groups: dict[str, list] = {}
+        for r in rows:
+            if r["task"] == task:
+                groups.setdefault(run_key("", r["settings"], 0), []).append(r)
+        ranked = sorted(groups.items(), key=lambda kv: order.get(kv[0], len(order)))  # stable: recorded order after
+        best = None
+        for _, rs in ranked:
+            score = sum(r["score"] for r in rs) / len(rs)
+            if best is None or (not math.isnan(score) and (math.isnan(best.score) or score > best.score)):
+                best = Choice(task, rs[0]["settings"], score, rs, sum(len(g) for g in groups.values()))
+        out[task] = best
+    return out
+
+
+def settings_table(choices: dict[str, Choice]) -> str:
+    """The paper's appendix form (its Table 5): a row per swept setting, a column per task, the chosen values; then
+    the best epoch (per seed), the chosen setting's dev score (percent, main metric; MNLI matched) and the runs."""
+    tasks = [t for t in glue.RECIPE_ORDER if t in choices] + [t for t in choices if t not in glue.RECIPE_ORDER]
+    names = list(dict.fromkeys(k for t in tasks for k in choices[t].settings))
+    lines = [["setting"] + [glue.get_task(t).glue_dir for t in tasks]]
+    for name in names:
+        lines.append([name] + [show(choices[t].settings[name]) if name in choices[t].settings else "-" for t in tasks])
+    lines.append(["best epoch"] + ["/".join(str(r["epoch"]) for r in choices[t].rows) for t in tasks])
+    lines.append(["dev score"] + [f"{100 * choices[t].score:.1f}" for t in tasks])
+    lines.append(["runs"] + [str(choices[t].num_runs) for t in tasks])
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in lines)
+
+
+def results_table(choices: dict[str, Choice], name: str = "best of sweep") -> str:
+    """The Table 2 form of the chosen settings' dev metrics (mean over seeds), then the chosen settings."""
+    per_task = {}
+    for task, c in choices.items():
+        splits: dict[str, dict[str, float]] = {}
+        for k in c.rows[0]["dev"]:
+            split, metric = k.split("/")
+            splits.setdefault(split, {})[metric] = sum(r["dev"][k] for r in c.rows) / len(c.rows)
+        per_task[task] = splits
+    return (glue.table(ft.table_results(per_task), name=name) + "\n\nchosen settings (best dev main metric; "
+            "MNLI: matched accuracy)\n" + settings_table(choices))
+
+
+# --------------------------------------------------------------------------------------------------
+# Running a sweep
+# --------------------------------------------------------------------------------------------------
+
+def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], workdir: str,
+              tasks=None, transfer: bool = False, teacher_root: str = "",
+              echo: Callable[[str], None] = tqdm.write) -> str:
+    """Fine-tune every setting of ``grid`` on every task (MNLI first), record each run in WORKDIR/sweep.jsonl,
+    skip runs already recorded, and return the results table with the chosen settings (also WORKDIR/table.md).
+
+    ``make_config(task)`` gives each task's base config (train/configs/glue.py plus the script's flags; its
+    ``init_from`` set); the grid's settings go on top. As ``finetune.run_recipe``: teachers from
+    ``teacher_root/<task>``; with ``transfer`` every task but CoLA starts from MNLI's chosen model. ``echo`` gets one
+    line per finished run (task, settings, score, elapsed / ETA)."""
+    tasks = list(tasks or glue.RECIPE_ORDER)
+    if transfer and "mnli" in tasks:
+        tasks.insert(0, tasks.pop(tasks.index("mnli")))
+    os.makedirs(workdir, exist_ok=True)
+    record = os.path.join(workdir, RECORD)
+    settings_list = expand(grid)
+    done = {run_key(r["task"], r["settings"], r["seed"]): r for r in read_rows(record)}
+    plan, drift = [], {}
+    for task in tasks:
+        for s in settings_list:
+            c = apply(make_config(task), s)
+            plan.append((task, {k: v for k, v in s.items() if k != "seed"}, int(c.seed)))
+            row = done.get(run_key(*plan[-1]))
+            if row and row.get("config"):
+                drift.update(dict.fromkeys(_drift(row["config"], c.to_dict())))
+    if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
+        log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
+                    "skipped: use another --workdir to run them again", record, "; ".join(drift))
+    todo = [p for p in plan if run_key(*p) not in done]
+    line = (f"sweep: {len(plan)} runs ({len(tasks)} task(s) x {len(settings_list)} settings), "
+            f"{len(plan) - len(todo)} recorded, {len(todo)} to run; record {record}")
+    echo(line)
+    log.info("%s; grid %s", line, grid)
+    start, finished = time.time(), 0
+    for task in tasks:
+        for s, seed in ((s, seed) for t, s, seed in plan if t == task):
+            if run_key(task, s, seed) in done:
+                continue
+            c = apply(make_config(task), {**s, "seed": seed})
+            if transfer and task not in ("mnli", "cola"):
+                mnli = choose([r for r in read_rows(record) if r["task"] == "mnli"], settings_list).get("mnli")
+                if mnli is not None:  # MNLI swept first, here or in an earlier sweep of this workdir
+                    c.init_from = os.path.join(mnli.rows[0]["run_dir"], "model")
+            teacher = os.path.join(teacher_root, task) if teacher_root else ""
+            c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
+            c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
+            run_dir = os.path.join(workdir, task, run_name(s, seed))
+            if os.path.exists(run_dir):  # a run that did not finish: no row, so start it afresh
+                log.info("removing %s (a run without a row in %s)", run_dir, record)
+                shutil.rmtree(run_dir)
+            t0 = time.time()
+            res = ft.finetune(c, run_dir)
+            wall = time.time() - t0
+            metric = selection_metric(task)
+            dev = {k: v for k, v in res["best"].items() if "/" in k}
+            row = {"task": task, "settings": s, "seed": seed, "score": dev[metric], "metric": metric, "dev": dev,
+                   "epoch": res["best"]["epoch"], "wall_s": round(wall, 2), "run_dir": run_dir,
+                   "init_from": c.init_from, "teacher": c.distill.teacher, "config": c.to_dict()}
+            append_row(record, row)
+            finished += 1
+            elapsed = time.time() - start
+            eta = elapsed / finished * (len(todo) - finished)
+            line = (f"[{finished}/{len(todo)}] {task} {run_name(s, seed)}: {metric} {100 * dev[metric]:.1f} "
+                    f"({wall:.0f} s; elapsed {_clock(elapsed)}, ETA {_clock(eta)})")
+            echo(line)
+            log.info(line)
+    rows = [r for r in read_rows(record) if r["task"] in tasks and run_key(r["task"], r["settings"], r["seed"]) in
+            {run_key(*p) for p in plan}]
+    choices = choose(rows, settings_list)
+    label = "best of sweep" + (" (D)" if teacher_root else "") + (" (S)" if transfer else "")
+    text = results_table(choices, label)
+    atomic_write(os.path.join(workdir, "table.md"), text + "\n")
+    atomic_write(os.path.join(workdir, "chosen.json"), json.dumps(
+        {t: {"settings": c.settings, "score": c.score, "metric": selection_metric(t),
+             "run_dirs": [r["run_dir"] for r in c.rows]} for t, c in choices.items()}, indent=2) + "\n")
+    return text
+
+
+def _drift(recorded: dict, now: dict, prefix: str = "") -> list[str]:
+    """``field: was -> now`` for the config values that differ, leaving out what a sweep sets per run."""
+    out = []
+    for k in sorted(set(recorded) | set(now)):
+        name, a, b = prefix + k, recorded.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _drift(a, b, name + ".")
+        elif a != b and name not in _PER_RUN:
+            out.append(f"{name}: {show(a)} -> {show(b)}")
+    return out
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"

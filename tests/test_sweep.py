@@ -1,0 +1,272 @@
+"""Sweeps (issue 13, item 1): a 2 x 2 grid on a tiny model picks the setting with the best recorded dev score; a
+restart skips recorded runs and re-runs an unfinished one from a clean dir; grid parsing and its one-line errors;
+seed 004's miniatures preset."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import load_script
+from flax import nnx
+
+import squeezebert_jax as sj
+from squeezebert_jax import corpus, sweep
+from squeezebert_jax import finetune as ft
+from squeezebert_jax.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def get_config():
+    return load_script("train/configs/glue.py").get_config
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    cfg = sj.SqueezeBertConfig(vocab_size=len(corpus.demo_vocab()), hidden_size=16, embedding_size=16,
+                               num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                               max_position_embeddings=32)
+    sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), tmp_path / "init")
+    corpus.write_demo_vocab(tmp_path / "init" / "vocab.txt")
+    return str(tmp_path / "init")
+
+
+def rows_of(workdir):
+    return sweep.read_rows(os.path.join(workdir, sweep.RECORD))
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def best_by_hand(rows, grid_order):
+    """The expected choice from the rows alone: the highest score, ties to the first setting of the grid."""
+    top = max(r["score"] for r in rows)
+    return next(s for s in grid_order for r in rows if r["settings"] == s and r["score"] == top)
+
+
+# -- (a) a real 2 x 2 sweep through the script --------------------------------------------------------------------
+
+def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_cli):
+    data = corpus.write_glue_tasks(tmp_path / "glue", num_train=16, num_dev=8, num_test=2, tasks=("rte",))
+    wd = tmp_path / "sweep"
+    rc, out, err = run_cli("train/glue_recipe.py", "--init_from", model_dir, "--data_dir", data, "--workdir", wd,
+                           "--tasks", "rte", "--epochs", "1", "--max_seq_length", "32",
+                           "--sweep", "lr=1e-3,1e-2;batch=4,8")
+    assert rc == 0, err
+    rows = rows_of(wd)
+    grid = [{"lr": lr, "batch": b} for lr in (1e-3, 1e-2) for b in (4, 8)]
+    assert [r["settings"] for r in rows] == grid and {r["seed"] for r in rows} == {0}
+    for r in rows:
+        assert r["metric"] == "validation/accuracy" and r["score"] == r["dev"]["validation/accuracy"]
+        assert r["epoch"] == 1 and r["wall_s"] > 0 and os.path.isdir(os.path.join(r["run_dir"], "model"))
+        saved = read_json(os.path.join(r["run_dir"], "eval_results.json"))
+        assert saved["best"]["validation/accuracy"] == r["score"]  # the row is the run's own dev result
+    want = best_by_hand(rows, grid)
+    chosen = read_json(wd / "chosen.json")["rte"]
+    assert chosen["settings"] == want and chosen["score"] == max(r["score"] for r in rows)
+    # the console: a line per run, then Table 2 with the chosen run's score and the chosen settings beside it
+    assert sum(line.startswith("[") and "] rte lr=" in line for line in out.splitlines()) == 4
+    table = out[out.index("model "):]
+    assert f"{100 * chosen['score']:.1f}" in table.splitlines()[1]
+    assert table.splitlines()[-5].split() == ["lr", sweep.show(want["lr"])]
+    assert table.splitlines()[-4].split() == ["batch", str(want["batch"])]
+    assert (wd / "table.md").read_text() == out[out.index("model "):]
+    log = (wd / "log.txt").read_text()
+    assert "sweep: 4 runs" in log and "[4/4] rte lr=0.01,batch=8,seed=0" in log
+
+
+# -- (b) restart ------------------------------------------------------------------------------------------------
+
+class FakeFinetune:
+    """finetune() with a score read from the settings; counts its calls and checks each starts in a clean dir.
+    ``crash_at``: the call that dies after writing into its run dir (an interrupted run: files, no row)."""
+
+    def __init__(self, scores, crash_at=None):
+        self.scores, self.crash_at, self.calls, self.sources = scores, crash_at, [], {}
+
+    def __call__(self, config, workdir):
+        assert not os.path.exists(workdir), f"{workdir} not cleaned"
+        os.makedirs(workdir)
+        open(os.path.join(workdir, "half_written"), "w").close()
+        self.calls.append((config.task, config.learning_rate, config.dropout, config.seed))
+        self.sources[(config.task, config.dropout)] = (config.init_from, config.distill.teacher)
+        if len(self.calls) == self.crash_at:
+            raise KeyboardInterrupt
+        m, mm = self.scores[(config.learning_rate, config.dropout)]
+        best = {"epoch": 2, "score": (m + mm) / 2}
+        if config.task == "mnli":
+            best.update({"validation_matched/accuracy": m, "validation_mismatched/accuracy": mm})
+        else:
+            best[sweep.selection_metric(config.task)] = m
+        return {"best": best}
+
+
+def recipe_configs(get_config, tmp_path):
+    def make_config(task):
+        c = get_config(task)
+        c.init_from, c.progress = str(tmp_path / "init"), False
+        return c
+    return make_config
+
+
+def test_a_restart_skips_recorded_runs_and_reruns_an_unfinished_one(tmp_path, get_config, monkeypatch, caplog):
+    scores = {(1e-5, 0.0): (0.5, 0.5), (1e-5, 0.1): (0.7, 0.6), (2e-5, 0.0): (0.6, 0.9), (2e-5, 0.1): (0.7, 0.6)}
+    grid = sweep.parse_grid("lr=1e-5,2e-5;dropout=0.0,0.1", get_config("rte"))
+    make_config, wd = recipe_configs(get_config, tmp_path), str(tmp_path / "sweep")
+    fake = FakeFinetune(scores, crash_at=3)
+    monkeypatch.setattr(ft, "finetune", fake)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(make_config, grid, wd, ["rte"], echo=lambda s: None)
+    assert len(fake.calls) == 3 and len(rows_of(wd)) == 2
+    unfinished = os.path.join(wd, "rte", "lr=2e-05,dropout=0.0,seed=0")
+    assert os.path.exists(os.path.join(unfinished, "half_written"))
+
+    fake = FakeFinetune(scores)
+    monkeypatch.setattr(ft, "finetune", fake)
+    lines = []
+    sweep.run_sweep(make_config, grid, wd, ["rte"], echo=lines.append)
+    assert fake.calls == [("rte", 2e-5, 0.0, 0), ("rte", 2e-5, 0.1, 0)]  # the two recorded runs skipped
+    assert lines[0].startswith("sweep: 4 runs (1 task(s) x 4 settings), 2 recorded, 2 to run")
+    assert len(lines) == 3 and lines[1].startswith("[1/2] rte lr=2e-05,dropout=0.0,seed=0: validation/accuracy 60.0")
+    rows = rows_of(wd)
+    assert len(rows) == 4 and len({sweep.run_key(r["task"], r["settings"], r["seed"]) for r in rows}) == 4
+    # 0.7 twice: the tie goes to the setting first in the grid
+    chosen = read_json(os.path.join(wd, "chosen.json"))["rte"]
+    assert chosen["settings"] == {"lr": 1e-5, "dropout": 0.1} == best_by_hand(rows, sweep.expand(grid))
+
+    fake = FakeFinetune(scores)  # all recorded: nothing runs, the same table
+    monkeypatch.setattr(ft, "finetune", fake)
+    table = sweep.run_sweep(make_config, grid, wd, ["rte"], echo=lambda s: None)
+    assert fake.calls == [] and "70.0" in table
+    assert rows[0]["config"]["learning_rate"] == 1e-5 and rows[0]["config"]["num_epochs"] == 3
+
+    def five_epochs(task):  # a flag outside the grid changed: the recorded runs are kept, with a warning
+        return sweep.apply(make_config(task), {"epochs": 5})
+
+    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+        sweep.run_sweep(five_epochs, grid, wd, ["rte"], echo=lambda s: None)
+    assert fake.calls == [] and "other values outside the grid (num_epochs: 3 -> 5)" in caplog.text
+
+
+def test_mnli_is_chosen_by_matched_accuracy_and_seeds_are_averaged(tmp_path, get_config, monkeypatch):
+    scores = {(1e-5, 0.0): (0.6, 0.9), (1e-5, 0.1): (0.7, 0.5)}  # by (m + mm) / 2 the first would win
+    monkeypatch.setattr(ft, "finetune", FakeFinetune(scores))
+    grid = sweep.parse_grid("lr=1e-5;dropout=0.0,0.1;seed=0,1", get_config("mnli"))
+    table = sweep.run_sweep(recipe_configs(get_config, tmp_path), grid, str(tmp_path / "w"), ["mnli"],
+                            echo=lambda s: None)
+    chosen = sweep.choose(rows_of(tmp_path / "w"), sweep.expand(grid))["mnli"]
+    assert chosen.settings == {"lr": 1e-5, "dropout": 0.1} and len(chosen.rows) == 2 and chosen.num_runs == 4
+    assert {r["seed"] for r in chosen.rows} == {0, 1}
+    lines = table.splitlines()
+    assert lines[1].split()[3:5] == ["70.0", "50.0"]  # MNLI-m, MNLI-mm of the chosen setting
+    assert lines[-3].split() == ["best", "epoch", "2/2"] and lines[-1].split() == ["runs", "4"]
+
+
+def test_transfer_starts_tasks_from_mnlis_chosen_run_and_teachers_come_from_the_root(tmp_path, get_config,
+                                                                                        monkeypatch):
+    scores = {(1e-5, 0.0): (0.6, 0.6), (1e-5, 0.1): (0.8, 0.6)}
+    fake = FakeFinetune(scores)
+    monkeypatch.setattr(ft, "finetune", fake)
+    (tmp_path / "teachers" / "rte").mkdir(parents=True)
+    grid = sweep.parse_grid("lr=1e-5;dropout=0.0,0.1", get_config("rte"))
+    wd = str(tmp_path / "w")
+    sweep.run_sweep(recipe_configs(get_config, tmp_path), grid, wd, ["rte", "cola", "mnli"], transfer=True,
+                    teacher_root=str(tmp_path / "teachers"), echo=lambda s: None)
+    assert [t for t, *_ in fake.calls] == ["mnli", "mnli", "rte", "rte", "cola", "cola"]
+    mnli_model = os.path.join(wd, "mnli", "lr=1e-05,dropout=0.1,seed=0", "model")
+    assert fake.sources[("rte", 0.0)] == (mnli_model, str(tmp_path / "teachers" / "rte"))
+    assert fake.sources[("cola", 0.0)] == (str(tmp_path / "init"), "")  # as the paper: CoLA not from MNLI; no teacher dir
+
+
+def test_a_nan_score_never_wins():
+    rows = [{"task": "stsb", "settings": {"lr": lr}, "seed": 0, "score": s, "dev": {}}
+            for lr, s in ((1e-5, float("nan")), (2e-5, 0.1), (3e-5, float("nan")))]
+    assert sweep.choose(rows)["stsb"].settings == {"lr": 2e-5}
+
+
+# -- (c) grid parsing and the script's one-line errors --------------------------------------------------------------
+
+def test_grid_parsing(get_config):
+    c = get_config("rte")
+    grid = sweep.parse_grid(" learning_rate = 1e-5, 2E-5 ; batch=16;distill.teacher_weight=0.5,1;progress=false;",
+                            c)
+    assert grid == {"lr": [1e-5, 2e-5], "batch": [16], "distill.teacher_weight": [0.5, 1.0], "progress": [False]}
+    assert type(grid["batch"][0]) is int and type(grid["distill.teacher_weight"][1]) is float
+    s = sweep.expand(grid)
+    assert len(s) == 4 and s[1] == {"lr": 1e-5, "batch": 16, "distill.teacher_weight": 1.0, "progress": False}
+    sweep.apply(c, {**s[1], "dropout": 0.1})
+    assert (c.learning_rate, c.batch_size, c.distill.teacher_weight, c.progress, c.dropout) == (1e-5, 16, 1.0, False,
+                                                                                                  0.1)
+    assert sweep.run_name({"lr": 1e-5, "dropout": 0.0}, 3) == "lr=1e-05,dropout=0.0,seed=3"
+    assert sweep.run_key("rte", {"lr": 1e-5, "batch": 8}, 0) == sweep.run_key("rte", {"batch": 8, "lr": 1e-5}, 0)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("lr=abc", "'lr=abc': 'abc' is not a float (learning_rate)"),
+    ("batch=16,1.5", "'batch=16,1.5': '1.5' is not an int (batch_size)"),
+    ("lrr=1e-5", "'lrr=1e-5': the glue config has no field 'lrr' (aliases: lr=learning_rate"),
+    ("distill.nope=1", "no field 'distill.nope'"),
+    ("distill=1", "distill is a group; name one of its fields (distill.cache_dir, distill.teacher, "),
+    ("lr=", "'lr=': an empty value"),
+    ("lr=1e-5,,2e-5", "an empty value"),
+    ("lr", "'lr' is not FIELD=V1,V2,..."),
+    ("=1", "'=1' is not FIELD=V1,V2,..."),
+    ("", "empty grid"),
+    (" ; ", "empty grid"),
+    ("lr=1e-5;learning_rate=2e-5", "'learning_rate' is named twice"),
+    ("lr=1e-5,1e-5", "repeats a value"),
+    ("batch=0", "batch_size must be > 0"),
+    ("dropout=1.5", "dropout must lie in [0, 1]"),
+    ("lr=nan", "not a finite number"),
+    ("task=rte", "task is not swept (--tasks picks the tasks)"),
+    ("progress=maybe", "'maybe' is not a bool"),
+])
+def test_malformed_grids_name_the_bad_part(get_config, text, msg):
+    with pytest.raises(InputError, match="^--sweep: ") as e:
+        sweep.parse_grid(text, get_config("rte"))
+    assert msg in str(e.value)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--sweep", "lr=abc"], "--sweep: 'lr=abc': 'abc' is not a float (learning_rate)"),
+    (["--sweep", "lr=1e-5;dropout="], "--sweep: 'dropout=': an empty value"),
+    (["--sweep", "colour=red"], "the glue config has no field 'colour'"),
+    (["--sweep", "lr=1e-5", "--predict"], "--predict with --sweep: not yet"),
+])
+def test_the_script_prints_one_line_and_writes_nothing(tmp_path, run_cli, argv, msg):
+    rc, out, err = run_cli("train/glue_recipe.py", "--init_from", tmp_path, "--workdir", tmp_path / "runs", *argv)
+    lines = err.strip().splitlines()
+    assert rc == 1 and len(lines) == 1 and lines[0].startswith("glue_recipe.py: error: ") and msg in lines[0], err
+    assert out == "" and not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_preset_is_a_usage_error(tmp_path, run_cli):
+    rc, _, err = run_cli("train/glue_recipe.py", "--init_from", tmp_path, "--workdir", tmp_path / "runs",
+                         "--preset", "tiny")
+    assert rc == 2 and "invalid choice: 'tiny'" in err
+
+
+def test_a_record_line_that_is_not_a_row_is_named(tmp_path):
+    path = tmp_path / sweep.RECORD
+    sweep.append_row(str(path), {"task": "rte", "settings": {"lr": 1e-5}, "seed": 0, "score": 0.5})
+    with open(path, "a") as f:
+        f.write('{"task": "rte"}\n')
+    with pytest.raises(InputError, match=f"{path}:2: not a sweep row"):
+        sweep.read_rows(str(path))
+
+
+# -- (d) seed 004's grid ----------------------------------------------------------------------------------------
+
+def test_preset_miniatures_is_seed_004s_20_setting_grid(get_config):
+    c = get_config("rte")
+    settings = sweep.expand(sweep.parse_grid(None, c, "miniatures"))
+    assert len(settings) == 20 and all(s["epochs"] == 4 for s in settings)
+    assert {(s["batch"], s["lr"]) for s in settings} == {(b, lr) for b in (8, 16, 32, 64, 128)
+                                                         for lr in (3e-4, 1e-4, 5e-5, 3e-5)}
+    assert sweep.apply(c, settings[-1]).num_epochs == 4 and c.batch_size == 128 and c.learning_rate == 3e-5
+    # --sweep on top adds a field, or replaces the preset's values of one
+    more = sweep.parse_grid("seed=0,1;epochs=2", c, "miniatures")
+    assert more["epochs"] == [2] and len(sweep.expand(more)) == 40
