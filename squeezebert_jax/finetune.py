@@ -28,7 +28,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from squeezebert_jax import glue, optim, trainer
+from squeezebert_jax import distill, glue, optim, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -244,7 +244,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
                                    ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}
-    model = load_pretrained(config.init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
+    init_from = config.init_from
+    if config.student_layers:  # a shallower student from init_from's layers (PKD / DistilBERT start)
+        init_from = os.path.join(workdir, "student_init")
+        distill.init_student_from_teacher(config.init_from, config.student_layers, config.student_layer_map,
+                                          out_dir=init_from)
+    model = load_pretrained(init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
     model = align_to_task(model, config.task, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)

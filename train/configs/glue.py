@@ -42,6 +42,10 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.compute_dtype = "float32"
     c.max_train_examples = 0  # 0: all
     c.progress = True
+    # A student of fewer layers built from init_from's (squeezebert_jax.distill): 0 keeps init_from's depth;
+    # layer map "skip" (every k-th: 1,3,5 of 6), "first" (the first k) or 1-based layers "1,3,5".
+    c.student_layers = 0
+    c.student_layer_map = "skip"
     c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": ""})
     for s in settings:
         key, _, value = s.partition("=")

@@ -1,0 +1,205 @@
+"""Layer-wise distillation: students built from a teacher's layers, and PKD / TinyBERT intermediate-layer losses.
+
+Layers are numbered as the papers do, 1..L (layer i's output is ``EncoderStates.hidden_states[i]``); in a layer
+map, 0 is the embeddings' output.
+
+Students (``init_student_from_teacher``): the embeddings, the chosen layers, the pooler and the head are copied
+exactly. "skip" takes every k-th layer starting with the first (1, 3, 5 of 6: DistilBERT's and PKD-Skip's start),
+"first" the first k (PKD's and Turc et al.'s "truncated" start), or an explicit list of 1-based layers.
+
+Losses (added to the final-layer loss of ``finetune.task_loss``; teacher states computed in the train step):
+  - patient (PKD, Sun et al. 2019): per mapped pair, the squared L2 distance between the L2-normalised [CLS]
+    hidden states of student and teacher, averaged over pairs and examples;
+  - hidden (TinyBERT, Jiao et al. 2019): MSE between hidden states, over real tokens, channels and pairs;
+  - attention (TinyBERT): MSE between attention probabilities (softmax, before dropout), over real query
+    tokens, heads, keys and pairs (pairs with layer 0 are skipped: the embeddings have no attention).
+When student and teacher widths differ, the student's states go through a learned linear projection
+(``init_projection``) trained with the student and not saved with it.
+Layer maps (``layer_pairs``): "skip" = PKD-Skip (student i -> teacher i*T/S, i < S), "last" = PKD-Last (student
+i -> teacher T-S+i, i < S), "uniform" = TinyBERT (0 -> 0 and i -> i*T/S for every i <= S), or "s:t,s:t,...".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from squeezebert_jax import convert
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import build_model, load_pretrained, save_pretrained
+
+_LAYER = re.compile(r"^encoder/layers/(\d+)/")
+
+
+# --------------------------------------------------------------------------------------------------
+# Students from a teacher's layers
+# --------------------------------------------------------------------------------------------------
+
+def student_layer_choice(mapping, num_layers: int, teacher_layers: int) -> list[int]:
+    """The teacher layers (1-based) a ``num_layers`` student is built from: "skip", "first", or a list / "1,3,5"."""
+    if not 1 <= num_layers <= teacher_layers:
+        raise InputError(f"a student of {num_layers} layers cannot be built from a {teacher_layers}-layer teacher "
+                         f"(1 <= student layers <= {teacher_layers})")
+    if mapping == "skip":
+        return [1 + i * teacher_layers // num_layers for i in range(num_layers)]
+    if mapping == "first":
+        return list(range(1, num_layers + 1))
+    try:
+        chosen = [int(x) for x in (mapping.split(",") if isinstance(mapping, str) else mapping)]
+    except (TypeError, ValueError):
+        raise InputError(f"student layer map {mapping!r}: expected 'skip', 'first' or 1-based teacher layers "
+                         f"such as '1,3,5'") from None
+    if len(chosen) != num_layers or not all(1 <= t <= teacher_layers for t in chosen):
+        raise InputError(f"student layer map {mapping!r}: expected {num_layers} teacher layers in 1..{teacher_layers}")
+    return chosen
+
+
+def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir: str | None = None) -> nnx.Module:
+    """A ``num_layers`` student of the teacher's class whose embeddings, chosen layers (``student_layer_choice``),
+    pooler and head are the teacher's tensors. ``teacher``: a model or a MODEL_DIR; ``out_dir``: also saved there
+    as a MODEL_DIR (with the teacher directory's tokenizer)."""
+    source = teacher if isinstance(teacher, (str, os.PathLike)) else None
+    model = load_pretrained(source) if source is not None else teacher
+    chosen = student_layer_choice(mapping, num_layers, model.config.num_hidden_layers)
+    new_index = {t - 1: i for i, t in enumerate(chosen)}
+    flat = {}
+    for key, value in convert.flat_params(model).items():
+        key = key.removeprefix("transformer/")
+        m = _LAYER.match(key)
+        if m is None:
+            flat[key] = value
+        elif int(m[1]) in new_index:
+            flat[f"encoder/layers/{new_index[int(m[1])]}/{key[m.end():]}"] = value
+    config = model.config.replace(num_hidden_layers=num_layers)
+    head = convert.head_name(model)
+    student = build_model(convert.Mapped(head, flat), config, head, source=f"student of {source or head}")
+    if out_dir is not None:
+        save_pretrained(student, out_dir, tokenizer_dir=os.fspath(source) if source is not None else None)
+    return student
+
+
+# --------------------------------------------------------------------------------------------------
+# Layer maps
+# --------------------------------------------------------------------------------------------------
+
+def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[int, int], ...]:
+    """(student layer, teacher layer) pairs of a layer map (see the module docstring); 0 is the embeddings."""
+    s, t = student_layers, teacher_layers
+    if spec == "skip":
+        pairs = [(i, i * t // s) for i in range(1, s)]
+    elif spec == "last":
+        pairs = [(i, t - s + i) for i in range(1, s)]
+    elif spec == "uniform":
+        pairs = [(i, i * t // s) for i in range(0, s + 1)]
+    else:
+        try:
+            items = spec.split(",") if isinstance(spec, str) else list(spec)
+            pairs = [tuple(int(x) for x in (p.split(":") if isinstance(p, str) else p)) for p in items]
+            if any(len(p) != 2 for p in pairs):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise InputError(f"layer map {spec!r}: expected 'skip', 'last', 'uniform' or pairs "
+                             f"'student:teacher,...' such as '1:2,2:4'") from None
+        for a, b in pairs:
+            if not (0 <= a <= s and 0 <= b <= t):
+                raise InputError(f"layer map {spec!r}: pair {a}:{b} names a layer the student ({s} layers) or the "
+                                 f"teacher ({t} layers) lacks (0 is the embeddings)")
+    if not pairs:
+        raise InputError(f"layer map {spec!r} pairs no layers of a {s}-layer student with a {t}-layer teacher: "
+                         f"give the pairs, e.g. '{s}:{t}'")
+    return tuple(pairs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses (weights [B]: 0 on padding rows; mask [B, S]: the attention mask)
+# --------------------------------------------------------------------------------------------------
+
+def _normalise(x):
+    x = x.astype(jnp.float32)
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def patient_loss(student_cls, teacher_cls, weights):
+    """PKD: student_cls, teacher_cls [P, B, H] -> mean over pairs and examples of |s/|s| - t/|t||^2."""
+    per = jnp.sum(jnp.square(_normalise(student_cls) - _normalise(teacher_cls)), -1).mean(0)
+    w = weights.astype(jnp.float32)
+    return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def hidden_mse(student, teacher, mask, weights):
+    """TinyBERT hidden states: [P, B, S, H] each -> mean squared difference over real tokens, channels and pairs."""
+    m = (mask.astype(jnp.float32) * weights.astype(jnp.float32)[:, None])[None, :, :, None]
+    sq = jnp.square(student.astype(jnp.float32) - teacher.astype(jnp.float32))
+    return jnp.sum(sq * m) / jnp.maximum(jnp.sum(m) * sq.shape[0] * sq.shape[-1], 1.0)
+
+
+def attention_mse(student, teacher, mask, weights):
+    """TinyBERT attention: [P, B, heads, S, S] each -> mean squared difference over real query rows, heads, keys
+    and pairs."""
+    m = (mask.astype(jnp.float32) * weights.astype(jnp.float32)[:, None])[None, :, None, :, None]
+    sq = jnp.square(student.astype(jnp.float32) - teacher.astype(jnp.float32))
+    return jnp.sum(sq * m) / jnp.maximum(jnp.sum(m) * sq.shape[0] * sq.shape[2] * sq.shape[-1], 1.0)
+
+
+def init_projection(student_width: int, teacher_width: int, seed: int = 0) -> dict:
+    """The learned student -> teacher width projection ({} when the widths agree: no projection)."""
+    if student_width == teacher_width:
+        return {}
+    kernel = jax.random.normal(jax.random.key(seed), (student_width, teacher_width)) * 0.02
+    return {"kernel": kernel, "bias": jnp.zeros((teacher_width,))}
+
+
+def _project(h, proj):
+    return h if not proj else h.astype(jnp.float32) @ proj["kernel"] + proj["bias"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerLoss:
+    """The weighted sum of the intermediate-layer losses for one layer map."""
+
+    pairs: tuple[tuple[int, int], ...]
+    patient_weight: float = 0.0
+    hidden_weight: float = 0.0
+    attention_weight: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return any((self.patient_weight, self.hidden_weight, self.attention_weight))
+
+    def __call__(self, student, teacher, proj, mask, weights) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """student, teacher: ``EncoderStates``; returns (weighted sum, {name: unweighted loss})."""
+        s_idx = np.array([s for s, _ in self.pairs])
+        t_idx = np.array([t for _, t in self.pairs])
+        parts = {}
+        if self.patient_weight or self.hidden_weight:
+            hs = _project(student.hidden_states[s_idx], proj)
+            ht = jax.lax.stop_gradient(teacher.hidden_states[t_idx])
+            if self.patient_weight:
+                parts["patient"] = patient_loss(hs[:, :, 0], ht[:, :, 0], weights)
+            if self.hidden_weight:
+                parts["hidden"] = hidden_mse(hs, ht, mask, weights)
+        if self.attention_weight:
+            att = [(s - 1, t - 1) for s, t in self.pairs if s and t]
+            sa = student.attentions[np.array([s for s, _ in att])]
+            ta = jax.lax.stop_gradient(teacher.attentions[np.array([t for _, t in att])])
+            parts["attention"] = attention_mse(sa, ta, mask, weights)
+        total = sum(getattr(self, f"{k}_weight") * v for k, v in parts.items())
+        return total, parts
+
+
+def check_pair(student_config, teacher_config, loss: LayerLoss, student_dir: str, teacher_dir: str) -> None:
+    """The student and teacher can be compared layer by layer: the attention loss needs the same head count and
+    sequence positions (the teacher reads the student's inputs)."""
+    if loss.attention_weight and student_config.num_attention_heads != teacher_config.num_attention_heads:
+        raise InputError(f"attention distillation needs the same number of heads: {student_dir} has "
+                         f"{student_config.num_attention_heads}, teacher {teacher_dir} has "
+                         f"{teacher_config.num_attention_heads} (set distill.attention_weight=0)")
+    if loss.attention_weight and not any(s and t for s, t in loss.pairs):
+        raise InputError(f"layer map {loss.pairs} has no pair of encoder layers for the attention loss "
+                         f"(0 is the embeddings)")
