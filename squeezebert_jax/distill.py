@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,7 @@ from flax import nnx
 from squeezebert_jax import convert
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import build_model, load_pretrained, save_pretrained
+from squeezebert_jax.tokenizer import Tokenizer
 
 _LAYER = re.compile(r"^encoder/layers/(\d+)/")
 
@@ -193,9 +195,52 @@ class LayerLoss:
         return total, parts
 
 
+# --------------------------------------------------------------------------------------------------
+# The teacher in the train step
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LayerTeacher:
+    """A teacher's encoder as (graphdef, params) for a jitted train step: its per-layer states are recomputed for
+    each batch (caching them would take [layers, N, S, H] floats), without gradient. Pass ``state`` to the step as
+    an argument (closing over it would embed the weights in the program as constants)."""
+
+    graphdef: Any
+    state: Any
+
+    def states(self, state, input_ids, attention_mask, token_type_ids):
+        encoder = nnx.merge(self.graphdef, state)
+        return jax.lax.stop_gradient(encoder(input_ids, attention_mask, token_type_ids, collect=True).states)
+
+
+def _tokens(model_dir: str, role: str) -> list[str]:
+    tok = Tokenizer.from_dir(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
+    return [tok.id_to_token(i) for i in range(tok.vocab_size)]
+
+
+def layer_teacher(teacher_dir: str, student_dir: str, student_config, loss: LayerLoss, max_length: int,
+                  dtype=jnp.float32) -> LayerTeacher:
+    """Load ``teacher_dir``'s encoder for the layer losses, after checking that it reads the student's inputs (the
+    same vocabulary, ``max_length`` positions) and fits ``loss`` (``check_pair``)."""
+    if _tokens(teacher_dir, "teacher ") != _tokens(student_dir, ""):
+        raise InputError(f"layer-wise distillation feeds the student's token ids to the teacher, but the "
+                         f"vocabularies of {student_dir} and teacher {teacher_dir} differ: use a teacher with the "
+                         f"student's tokenizer, or only the final-layer loss (patient/hidden/attention weights 0)")
+    teacher = load_pretrained(teacher_dir, dtype=dtype)
+    encoder = teacher.transformer if hasattr(teacher, "transformer") else teacher
+    if max_length > encoder.config.max_position_embeddings:
+        raise InputError(f"max_seq_length {max_length} is more than the max_position_embeddings "
+                         f"{encoder.config.max_position_embeddings} of teacher {teacher_dir}")
+    check_pair(student_config, encoder.config, loss, student_dir, teacher_dir)
+    encoder.eval()
+    graphdef, state = nnx.split(encoder)
+    return LayerTeacher(graphdef, nnx.to_pure_dict(state))
+
+
 def check_pair(student_config, teacher_config, loss: LayerLoss, student_dir: str, teacher_dir: str) -> None:
-    """The student and teacher can be compared layer by layer: the attention loss needs the same head count and
-    sequence positions (the teacher reads the student's inputs)."""
+    """The student and teacher can be compared layer by layer: the attention loss needs the same head count."""
     if loss.attention_weight and student_config.num_attention_heads != teacher_config.num_attention_heads:
         raise InputError(f"attention distillation needs the same number of heads: {student_dir} has "
                          f"{student_config.num_attention_heads}, teacher {teacher_dir} has "

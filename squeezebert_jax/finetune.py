@@ -210,6 +210,25 @@ def _better(score: float, best: float) -> bool:
     return not math.isnan(score) and (math.isnan(best) or score > best)
 
 
+def _layer_distillation(config, model, dtype):
+    """(LayerLoss, LayerTeacher, projection params) for the config's intermediate-layer losses, or (None, None, {})
+    when their weights are all 0."""
+    d = config.distill
+    loss_weights = {k: float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
+    if not any(loss_weights.values()):
+        return None, None, {}
+    if not d.teacher:
+        raise InputError("distill.patient_weight / hidden_weight / attention_weight need a distill.teacher MODEL_DIR")
+    teacher_cfg = _read_config(d.teacher)[0]
+    pairs = distill.layer_pairs(d.layer_map, model.config.num_hidden_layers, teacher_cfg.num_hidden_layers)
+    loss = distill.LayerLoss(pairs, **{f"{k}_weight": v for k, v in loss_weights.items()})
+    teacher = distill.layer_teacher(d.teacher, config.init_from, model.config, loss, config.max_seq_length, dtype)
+    proj = distill.init_projection(model.config.hidden_size, teacher_cfg.hidden_size, config.seed)
+    log.info("layer distillation from %s: pairs %s, weights %s%s", d.teacher, pairs, loss_weights,
+             f", projection {model.config.hidden_size} -> {teacher_cfg.hidden_size}" if proj else "")
+    return loss, teacher, proj
+
+
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict.
 
@@ -254,25 +273,34 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     model = align_to_task(model, config.task, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
+    layer_loss, layer_teacher, proj = _layer_distillation(config, model, dtype)
     steps_per_epoch = math.ceil(len(train["input_ids"]) / config.batch_size)
     total = steps_per_epoch * config.num_epochs
     tx = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
                               weight_decay=config.weight_decay)
-    opt_state = tx.init(params)
+    trainable = (params, proj)  # proj: the layer losses' width projection ({} without), trained, never saved
+    opt_state = tx.init(trainable)
     w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
 
-    def loss_fn(params, b, rng):
+    def loss_fn(trainable, b, rng, teacher_state):
+        params, proj = trainable
         m = nnx.merge(graphdef, params, rest)
         nnx.reseed(m, dropout=rng, default=rng)
         m.train()
-        logits = m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
-        return task_loss(logits, b["labels"], b["weights"], b.get("teacher"), w_teacher, regression)
+        inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+        out = m(*inputs, collect=layer_loss is not None)
+        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), w_teacher, regression)
+        if layer_loss is None:
+            return loss, {}
+        extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), proj,
+                                  b["attention_mask"], b["weights"])
+        return loss + extra, parts
 
     @jax.jit
-    def train_step(params, opt_state, b, rng):
-        loss, grads = jax.value_and_grad(loss_fn)(params, b, rng)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    def train_step(trainable, opt_state, b, rng, teacher_state):
+        (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, b, rng, teacher_state)
+        updates, opt_state = tx.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, loss, parts
 
     # -- Loop: train an epoch, evaluate, keep the best ----------------------------------------------
     os.makedirs(workdir, exist_ok=True)
@@ -280,21 +308,26 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     rng = jax.random.key(config.seed)
     history, best, step = [], None, 0
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher") if k in train]
+    teacher_state = layer_teacher.state if layer_teacher is not None else {}
     bar = tqdm(total=total, desc=f"{config.task}", disable=not config.progress, dynamic_ncols=True)
     for epoch in range(config.num_epochs):
         order = np.random.default_rng(config.seed + epoch).permutation(len(train["input_ids"]))
-        losses = []
+        losses, layer_parts = [], []
         for b in batches({k: train[k] for k in keys}, config.batch_size, order):
-            params, opt_state, loss = train_step(params, opt_state, b, jax.random.fold_in(rng, step))
+            trainable, opt_state, loss, parts = train_step(trainable, opt_state, b, jax.random.fold_in(rng, step),
+                                                           teacher_state)
             losses.append(loss)
+            layer_parts.append(parts)
             step += 1
             bar.update(1)
         train_loss = float(np.mean(jax.device_get(losses)))
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
-        nnx.replace_by_pure_dict(params_state, params)
+        nnx.replace_by_pure_dict(params_state, trainable[0])
         nnx.update(model, params_state)
         result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
+        for name in layer_parts[0] if layer_parts else ():  # the layer losses, unweighted: train_patient, ...
+            result[f"train_{name}"] = float(np.mean(jax.device_get([p[name] for p in layer_parts])))
         for split, (ex, arr) in evals.items():
             logits = predict_logits(model, arr)
             preds = logits[:, 0] if regression else logits.argmax(-1)

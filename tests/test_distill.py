@@ -17,10 +17,10 @@ from squeezebert_jax.errors import InputError
 from test_finetune import VOCAB, _config, _write_sst2
 
 
-def _model(layers=6, hidden=32, head="SqueezeBertForSequenceClassification", seed=0, **kw):
+def _model(layers=6, hidden=32, head="SqueezeBertForSequenceClassification", seed=0, heads=4):
     cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=hidden, embedding_size=hidden,
-                               num_hidden_layers=layers, num_attention_heads=4, intermediate_size=2 * hidden,
-                               max_position_embeddings=64, **kw)
+                               num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * hidden,
+                               max_position_embeddings=64)
     return sj.HEADS[head](cfg, rngs=nnx.Rngs(seed), **({"num_labels": 2} if "Classification" in head else {}))
 
 
@@ -73,3 +73,128 @@ def test_finetune_starts_a_student_from_init_from(tmp_path):
     start, src = _flat(sj.load_pretrained(tmp_path / "run" / "student_init")), _flat(sj.load_pretrained(init))
     np.testing.assert_array_equal(start["encoder/layers/1/output/conv1d/kernel"],
                                   src["encoder/layers/1/output/conv1d/kernel"])
+
+
+# ---- layer maps and losses ---------------------------------------------------------------------------------------
+
+def test_layer_maps():
+    assert distill.layer_pairs("skip", 6, 12) == ((1, 2), (2, 4), (3, 6), (4, 8), (5, 10))  # PKD-Skip
+    assert distill.layer_pairs("last", 6, 12) == ((1, 7), (2, 8), (3, 9), (4, 10), (5, 11))  # PKD-Last
+    assert distill.layer_pairs("uniform", 3, 6) == ((0, 0), (1, 2), (2, 4), (3, 6))  # TinyBERT
+    assert distill.layer_pairs("1:3, 2:6", 2, 6) == ((1, 3), (2, 6))
+    with pytest.raises(InputError, match="pair 3:6 names a layer the student \\(2 layers\\)"):
+        distill.layer_pairs("1:3,3:6", 2, 6)
+    with pytest.raises(InputError, match="expected 'skip', 'last', 'uniform' or pairs"):
+        distill.layer_pairs("1-3", 2, 6)
+    with pytest.raises(InputError, match="pairs no layers"):
+        distill.layer_pairs("skip", 1, 6)
+
+
+def _np_normalise(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_losses_equal_numpy_references():
+    rng = np.random.default_rng(0)
+    P, B, S, H, heads = 2, 3, 5, 8, 2
+    s, t = rng.normal(size=(P, B, S, H)), rng.normal(size=(P, B, S, H))
+    sa, ta = rng.dirichlet(np.ones(S), size=(P, B, heads, S)), rng.dirichlet(np.ones(S), size=(P, B, heads, S))
+    mask = np.ones((B, S)); mask[1, 3:] = 0
+    w = np.array([1.0, 1.0, 0.0])  # the last row is batch padding
+
+    per = np.sum((_np_normalise(s[:, :, 0]) - _np_normalise(t[:, :, 0])) ** 2, -1).mean(0)
+    want = np.sum(per * w) / w.sum()
+    got = distill.patient_loss(jnp.asarray(s[:, :, 0]), jnp.asarray(t[:, :, 0]), jnp.asarray(w))
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+    m = mask * w[:, None]
+    want = sum(np.sum((s[p, b, i] - t[p, b, i]) ** 2) for p in range(P) for b in range(B) for i in range(S)
+               if m[b, i]) / (m.sum() * P * H)
+    np.testing.assert_allclose(float(distill.hidden_mse(jnp.asarray(s), jnp.asarray(t), jnp.asarray(mask),
+                                                        jnp.asarray(w))), want, rtol=1e-5)
+
+    want = sum(np.sum((sa[p, b, h, i] - ta[p, b, h, i]) ** 2) for p in range(P) for b in range(B)
+               for h in range(heads) for i in range(S) if m[b, i]) / (m.sum() * P * heads * S)
+    np.testing.assert_allclose(float(distill.attention_mse(jnp.asarray(sa), jnp.asarray(ta), jnp.asarray(mask),
+                                                           jnp.asarray(w))), want, rtol=1e-5)
+
+
+def test_layer_loss_picks_the_mapped_layers_and_projects():
+    rng = np.random.default_rng(1)
+    B, S, heads = 2, 4, 2
+    student = sj.model.EncoderStates(jnp.asarray(rng.normal(size=(3, B, S, 4))),
+                                     jnp.asarray(rng.dirichlet(np.ones(S), size=(2, B, heads, S))))
+    teacher = sj.model.EncoderStates(jnp.asarray(rng.normal(size=(5, B, S, 6))),
+                                     jnp.asarray(rng.dirichlet(np.ones(S), size=(4, B, heads, S))))
+    proj = distill.init_projection(4, 6, seed=3)
+    assert proj["kernel"].shape == (4, 6) and distill.init_projection(6, 6) == {}
+    mask, w = jnp.ones((B, S)), jnp.ones((B,))
+    loss = distill.LayerLoss(((0, 0), (2, 4)), patient_weight=2.0, hidden_weight=3.0, attention_weight=5.0)
+    total, parts = loss(student, teacher, proj, mask, w)
+    hs = np.asarray(student.hidden_states)[[0, 2]] @ np.asarray(proj["kernel"]) + np.asarray(proj["bias"])
+    ht = np.asarray(teacher.hidden_states)[[0, 4]]
+    np.testing.assert_allclose(float(parts["patient"]), float(distill.patient_loss(hs[:, :, 0], ht[:, :, 0], w)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(parts["hidden"]), np.mean((hs - ht) ** 2), rtol=1e-5)
+    att = np.mean((np.asarray(student.attentions)[[1]] - np.asarray(teacher.attentions)[[3]]) ** 2)  # 0:0 skipped
+    np.testing.assert_allclose(float(parts["attention"]), att, rtol=1e-5)
+    np.testing.assert_allclose(float(total), 2 * parts["patient"] + 3 * parts["hidden"] + 5 * parts["attention"],
+                               rtol=1e-6)
+
+
+# ---- a student trained with the layer losses moves toward its teacher ---------------------------------------------
+
+def _agreement(model_or_dir, teacher_logits, arrays):
+    model = sj.load_pretrained(model_or_dir) if isinstance(model_or_dir, (str, os.PathLike)) else model_or_dir
+    return float(np.mean(ft.predict_logits(model, arrays).argmax(-1) == teacher_logits.argmax(-1)))
+
+
+def test_layer_distillation_moves_the_student_toward_the_teacher(tmp_path):
+    _write_sst2(tmp_path / "glue", n_train=384, n_dev=64)
+    init = _model_dir(tmp_path / "init", layers=2, head="SqueezeBertForPreTraining")
+    ft.finetune(_config("sst2", init, tmp_path / "glue", learning_rate=3e-3, num_epochs=4, dropout=0.0),
+                str(tmp_path / "teacher"))
+    teacher = str(tmp_path / "teacher" / "model")
+    # a narrower student (hidden 16 vs 32: the projection is used), 2 layers, random weights
+    student = _model_dir(tmp_path / "student", layers=2, hidden=16, head="SqueezeBertForPreTraining", seed=2)
+    c = _config("sst2", student, tmp_path / "glue", learning_rate=1e-2, num_epochs=3, dropout=0.0,
+                attention_dropout=0.0, warmup_fraction=0.0)
+    c.distill.update(teacher=teacher, teacher_weight=1.0, patient_weight=1.0, hidden_weight=1.0,
+                     attention_weight=100.0, layer_map="uniform")  # attention MSE is ~1e-4: weighted up
+    tok = ft.model_tokenizer(teacher)
+    dev = sj.glue.encode_examples(sj.glue.load_examples("sst2", "dev", data_dir=str(tmp_path / "glue")), tok, 16,
+                                  task="sst2")
+    t_logits = ft.predict_logits(sj.load_pretrained(teacher), dev)
+    assert 0.2 < t_logits.argmax(-1).mean() < 0.8  # the teacher's predictions are not one class
+    before = _agreement(sj.load_pretrained(student, "SqueezeBertForSequenceClassification", num_labels=2), t_logits,
+                        dev)
+    res = ft.finetune(c, str(tmp_path / "run"))
+    hist = res["history"]
+    for name in ("train_loss", "train_patient", "train_hidden", "train_attention"):
+        assert hist[-1][name] < hist[0][name], (name, [h[name] for h in hist])
+    after = _agreement(str(tmp_path / "run" / "model"), t_logits, dev)
+    assert after > before and after >= 0.9, (before, after)
+    # the projection is not part of the exported student
+    assert not any("proj" in k for k in sj.convert.flat_params(sj.load_pretrained(tmp_path / "run" / "model")))
+
+
+def test_layer_distillation_input_errors(tmp_path):
+    _write_sst2(tmp_path / "glue", n_train=16, n_dev=8)
+    student = _model_dir(tmp_path / "student", layers=2)
+    teacher = _model_dir(tmp_path / "teacher", layers=4)
+    c = _config("sst2", student, tmp_path / "glue", num_epochs=1)
+    c.distill.update(teacher=str(teacher), hidden_weight=1.0, layer_map="1:2,3:4")
+    with pytest.raises(InputError, match="pair 3:4 names a layer the student \\(2 layers\\)"):
+        ft.finetune(c, str(tmp_path / "run"))
+    c.distill.layer_map = "skip"
+    (teacher / "vocab.txt").write_text("\n".join(VOCAB[:-1] + ["other"]) + "\n")
+    with pytest.raises(InputError, match="vocabularies of .* differ"):
+        ft.finetune(c, str(tmp_path / "run"))
+    c.distill.teacher = ""
+    with pytest.raises(InputError, match="need a distill.teacher"):
+        ft.finetune(c, str(tmp_path / "run"))
+    c.distill.update(teacher=str(_model_dir(tmp_path / "heads8", layers=4, heads=8)), hidden_weight=0.0,
+                     attention_weight=1.0)
+    with pytest.raises(InputError, match="same number of heads: .* has 4, teacher .* has 8"):
+        ft.finetune(c, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")

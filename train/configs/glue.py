@@ -46,7 +46,12 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     # layer map "skip" (every k-th: 1,3,5 of 6), "first" (the first k) or 1-based layers "1,3,5".
     c.student_layers = 0
     c.student_layer_map = "skip"
-    c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": ""})
+    # Distillation from distill.teacher: the final-layer target mix (teacher_weight) and, when their weights are
+    # > 0, PKD's patient loss and TinyBERT's hidden-state and attention MSE over layer_map ("skip" = PKD-Skip,
+    # "last" = PKD-Last, "uniform" = TinyBERT, or "student:teacher,..." pairs, 0 = embeddings).
+    c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": "",
+                                           "patient_weight": 0.0, "hidden_weight": 0.0, "attention_weight": 0.0,
+                                           "layer_map": "skip"})
     for s in settings:
         key, _, value = s.partition("=")
         if key == "lr":
