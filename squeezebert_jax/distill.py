@@ -1,4 +1,5 @@
-"""Layer-wise distillation: students built from a teacher's layers, and PKD / TinyBERT intermediate-layer losses.
+"""Layer-wise and pre-trained distillation: students built from a teacher's layers, PKD / TinyBERT intermediate-layer
+losses, and unlabeled transfer text for the teacher's soft labels.
 
 Layers are numbered as the papers do, 1..L (layer i's output is ``EncoderStates.hidden_states[i]``); in a layer
 map, 0 is the embeddings' output.
@@ -15,6 +16,10 @@ Losses (added to the final-layer loss of ``finetune.task_loss``; teacher states 
     tokens, heads, keys and pairs (pairs with layer 0 are skipped: the embeddings have no attention).
 When student and teacher widths differ, the student's states go through a learned linear projection
 (``init_projection``) trained with the student and not saved with it.
+
+Pre-trained distillation (Turc et al. 2019, "Well-Read Students Learn Better"): unlabeled text
+(``read_transfer_text``) labelled by the teacher's logits (cached as the labeled set's) joins the labeled set; its
+rows are trained on the teacher's soft labels alone (teacher weight 1).
 Layer maps (``layer_pairs``): "skip" = PKD-Skip (student i -> teacher i*T/S, i < S), "last" = PKD-Last (student
 i -> teacher T-S+i, i < S), "uniform" = TinyBERT (0 -> 0 and i -> i*T/S for every i <= S), or "s:t,s:t,...".
 """
@@ -31,8 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert
+from squeezebert_jax import convert, glue
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.io import build_model, load_pretrained, save_pretrained
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -84,6 +90,35 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
     if out_dir is not None:
         save_pretrained(student, out_dir, tokenizer_dir=os.fspath(source) if source is not None else None)
     return student
+
+
+# --------------------------------------------------------------------------------------------------
+# Pre-trained distillation: unlabeled transfer text (Turc et al., 2019)
+# --------------------------------------------------------------------------------------------------
+
+def read_transfer_text(paths, task: str) -> list[GlueExample]:
+    """Unlabeled examples for ``task`` from text files (``paths``: a list or "a.txt,b.txt"): one sentence per line,
+    or for a sentence-pair task two tab-separated sentences per line; blank lines are skipped."""
+    pair = len(glue.get_task(task).text_columns) == 2
+    files = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
+    examples = []
+    for path in filter(None, files):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"transfer text {path}: no such file")
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                cols = line.split("\t")
+                if len(cols) != (2 if pair else 1):
+                    want = "two tab-separated sentences" if pair else "one sentence (no tab)"
+                    raise InputError(f"transfer text {path}:{lineno}: {task} needs {want} per line, got "
+                                     f"{len(cols)} field(s)")
+                examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
+    if not examples:
+        raise InputError(f"transfer text {paths!r}: no lines")
+    return examples
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ Distillation (paper §4.2.2, final layer only): the target is ``w * teacher + (1
 cross-entropy against the mix of the teacher's softmax and the one-hot label for classification, mean squared
 error against the mixed score for STS-B. ``w`` = ``distill.teacher_weight`` (the paper's 1 - alpha). Teacher
 logits are computed once from any teacher MODEL_DIR and cached on disk.
+
+Beyond the paper (``squeezebert_jax.distill``): a student of fewer layers built from ``init_from``'s
+(``student_layers``), PKD / TinyBERT intermediate-layer losses against the teacher's states, recomputed in the train
+step (``distill.patient_weight`` ...), and unlabeled transfer text on the teacher's soft labels
+(``distill.transfer_text``).
 """
 
 from __future__ import annotations
@@ -48,20 +53,23 @@ INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 # Losses
 # --------------------------------------------------------------------------------------------------
 
-def task_loss(logits, labels, weights, teacher=None, teacher_weight: float = 0.0, regression: bool = False):
-    """Weighted mean loss over real examples (weights 0 on padding). See the module docstring."""
+def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regression: bool = False):
+    """Weighted mean loss over real examples (weights 0 on padding). See the module docstring. ``teacher_weight``:
+    a number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
     w = weights.astype(jnp.float32)
+    tw = jnp.asarray(teacher_weight, jnp.float32)  # a scalar, or per example [B] (transfer rows: 1)
     if regression:
         pred = logits[..., 0]
         target = labels.astype(jnp.float32)
         if teacher is not None:
-            target = teacher_weight * teacher[..., 0] + (1.0 - teacher_weight) * target
+            target = tw * teacher[..., 0] + (1.0 - tw) * target
         per = jnp.square(pred - target)
     else:
         logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
         target = jax.nn.one_hot(labels, logits.shape[-1])
         if teacher is not None:
-            target = teacher_weight * jax.nn.softmax(teacher.astype(jnp.float32), -1) + (1.0 - teacher_weight) * target
+            tw = tw[..., None]
+            target = tw * jax.nn.softmax(teacher.astype(jnp.float32), -1) + (1.0 - tw) * target
         per = -jnp.sum(target * logp, -1)
     return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
 
@@ -254,10 +262,23 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     train = glue.encode_examples(train_ex, tok, config.max_seq_length, task=config.task)
     evals = {s: (ex, glue.encode_examples(ex, tok, config.max_seq_length, task=config.task))
              for s in spec.eval_splits for ex in [load(s)]}
+    if config.distill.transfer_text and not config.distill.teacher:
+        raise InputError("distill.transfer_text is labelled by the teacher's logits: set distill.teacher")
+    transfer_ex = distill.read_transfer_text(config.distill.transfer_text, config.task) \
+        if config.distill.transfer_text else []
     if config.distill.teacher:
         cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
         train["teacher"] = teacher_logits(config.distill.teacher, config.task, "train", train_ex,
                                           config.max_seq_length, cache).astype(np.float32)
+    if transfer_ex:  # pre-trained distillation: unlabeled rows trained on the teacher's soft labels alone
+        extra = glue.encode_examples(transfer_ex, tok, config.max_seq_length, task=config.task)
+        extra["labels"] = np.zeros_like(extra["labels"])  # unused: teacher weight 1
+        extra["teacher"] = teacher_logits(config.distill.teacher, config.task, "transfer", transfer_ex,
+                                          config.max_seq_length, cache).astype(np.float32)
+        train["teacher_weight"] = np.full(len(train["input_ids"]), config.distill.teacher_weight, np.float32)
+        extra["teacher_weight"] = np.ones(len(transfer_ex), np.float32)
+        train = {k: np.concatenate([v, extra[k]]) for k, v in train.items() if k in extra}
+        log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
 
     # -- Model + optimizer -------------------------------------------------------------------------
     dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
@@ -289,7 +310,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         m.train()
         inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
         out = m(*inputs, collect=layer_loss is not None)
-        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), w_teacher, regression)
+        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), b.get("teacher_weight", w_teacher),
+                         regression)
         if layer_loss is None:
             return loss, {}
         extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), proj,
@@ -307,7 +329,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     writer = trainer.MetricsWriter(workdir)
     rng = jax.random.key(config.seed)
     history, best, step = [], None, 0
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher") if k in train]
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher", "teacher_weight")
+            if k in train]
     teacher_state = layer_teacher.state if layer_teacher is not None else {}
     bar = tqdm(total=total, desc=f"{config.task}", disable=not config.progress, dynamic_ncols=True)
     for epoch in range(config.num_epochs):
@@ -343,6 +366,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     bar.close()
     writer.close()
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
+               "train_examples": len(train_ex), "transfer_examples": len(transfer_ex),
                "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task)}
     with open(os.path.join(workdir, "eval_results.json"), "w") as f:
         json.dump(results, f, indent=2)

@@ -198,3 +198,65 @@ def test_layer_distillation_input_errors(tmp_path):
     with pytest.raises(InputError, match="same number of heads: .* has 4, teacher .* has 8"):
         ft.finetune(c, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+
+
+# ---- pre-trained distillation on transfer text --------------------------------------------------------------------
+
+def test_transfer_rows_are_trained_on_the_soft_labels_alone():
+    rng = np.random.default_rng(2)
+    logits, teacher = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    labels, w = np.array([0, 2, 0, 0]), np.ones(4)
+    tw = np.array([0.5, 0.5, 1.0, 1.0])  # two labeled rows (mix 0.5), two transfer rows
+    p_t = np.exp(teacher) / np.exp(teacher).sum(-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    target = tw[:, None] * p_t + (1 - tw[:, None]) * np.eye(3)[labels]
+    want = np.mean(-np.sum(target * logp, -1))
+    got = ft.task_loss(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(w), jnp.asarray(teacher), jnp.asarray(tw))
+    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+    soft = ft.task_loss(jnp.asarray(logits[2:]), jnp.asarray(labels[2:]), jnp.asarray(w[2:]), jnp.asarray(teacher[2:]),
+                        jnp.asarray(tw[2:]))
+    np.testing.assert_allclose(float(soft), np.mean(-np.sum(p_t[2:] * logp[2:], -1)), rtol=1e-6)
+    # regression: the transfer rows' target is the teacher's score (their labels are not read)
+    got = ft.task_loss(jnp.asarray(logits[:, :1]), jnp.asarray([1.0, 2.0, 0.0, 0.0]), jnp.asarray(w),
+                       jnp.asarray(teacher[:, :1]), jnp.asarray(tw), regression=True)
+    target = tw * teacher[:, 0] + (1 - tw) * np.array([1.0, 2.0, 0.0, 0.0])
+    np.testing.assert_allclose(float(got), np.mean((logits[:, 0] - target) ** 2), rtol=1e-6)
+
+
+def test_transfer_text_joins_the_training_set(tmp_path):
+    _write_sst2(tmp_path / "glue", n_train=32, n_dev=16)
+    student = _model_dir(tmp_path / "student", layers=2, head="SqueezeBertForPreTraining")
+    teacher = _model_dir(tmp_path / "teacher", layers=2, seed=3)
+    text = tmp_path / "unlabeled.txt"
+    text.write_text("\n".join(f"the movie was {w} truly" for w in VOCAB[5:] * 2) + "\n\n")  # 26 lines, a blank one
+    more = tmp_path / "more.txt"
+    more.write_text("a very good plot\n")
+    c = _config("sst2", student, tmp_path / "glue", num_epochs=2, batch_size=16)
+    c.distill.update(teacher=str(teacher), transfer_text=f"{text},{more}")
+    res = ft.finetune(c, str(tmp_path / "run"))
+    assert (res["train_examples"], res["transfer_examples"]) == (32, 27)
+    assert res["history"][-1]["step"] == 2 * 4  # ceil((32 + 27) / 16) steps an epoch, against 2 without
+    assert any(f.startswith("teacher_sst2_transfer") for f in os.listdir(tmp_path / "run" / "teacher_cache"))
+
+    c.distill.transfer_text = ""
+    assert ft.finetune(c, str(tmp_path / "run2"))["history"][-1]["step"] == 2 * 2
+
+
+def test_transfer_text_input_errors(tmp_path):
+    _write_sst2(tmp_path / "glue", n_train=16, n_dev=8)
+    student = _model_dir(tmp_path / "student", layers=2)
+    text = tmp_path / "t.txt"
+    text.write_text("good movie\tbad movie\n")
+    c = _config("sst2", student, tmp_path / "glue", num_epochs=1)
+    c.distill.transfer_text = str(text)
+    with pytest.raises(InputError, match="set distill.teacher"):
+        ft.finetune(c, str(tmp_path / "run"))
+    c.distill.teacher = str(student)
+    with pytest.raises(InputError, match=r"t.txt:1: sst2 needs one sentence \(no tab\) per line, got 2"):
+        ft.finetune(c, str(tmp_path / "run"))
+    assert distill.read_transfer_text(str(text), "rte")[0].text_b == "bad movie"
+    (tmp_path / "single.txt").write_text("good movie\n")
+    with pytest.raises(InputError, match="rte needs two tab-separated sentences per line, got 1"):
+        distill.read_transfer_text([str(tmp_path / "single.txt")], "rte")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        distill.read_transfer_text(str(tmp_path / "missing.txt"), "rte")

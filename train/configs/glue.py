@@ -7,6 +7,10 @@ settings: "rte", "rte,lr=3e-5,dropout=0.1", "stsb,lr=4e-5,epochs=5".
     python train/finetune.py --config train/configs/glue.py:rte,lr=3e-5 --config.init_from runs/mnli/model \
         --config.distill.teacher bert_base_rte --config.distill.teacher_weight 0.5 --config.data_dir glue_data \
         --workdir runs/rte_ds
+    # layer-wise and pre-trained distillation (README, "Distillation recipes"): a PKD-Skip 6-layer student
+    python train/finetune.py --config train/configs/glue.py:rte --config.init_from TEACHER \
+        --config.student_layers 6 --config.distill.teacher TEACHER --config.distill.patient_weight 100 \
+        --config.distill.transfer_text unlabeled_pairs.txt --config.data_dir glue_data --workdir runs/rte_pkd6
 
 Paper (and its appendix Table 4): AdamW, batch 16, b1 0.9, b2 0.999, no weight decay; learning rate in
 {1e-5 .. 5e-5} and dropout swept per task.
@@ -51,7 +55,9 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     # "last" = PKD-Last, "uniform" = TinyBERT, or "student:teacher,..." pairs, 0 = embeddings).
     c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": "",
                                            "patient_weight": 0.0, "hidden_weight": 0.0, "attention_weight": 0.0,
-                                           "layer_map": "skip"})
+                                           "layer_map": "skip", "transfer_text": ""})
+    # distill.transfer_text: "a.txt,b.txt", unlabeled text (a sentence per line, tab-separated pairs for pair
+    # tasks) the student also learns from, on the teacher's soft labels (pre-trained distillation, Turc et al.).
     for s in settings:
         key, _, value = s.partition("=")
         if key == "lr":
