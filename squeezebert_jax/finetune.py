@@ -218,9 +218,9 @@ def _better(score: float, best: float) -> bool:
     return not math.isnan(score) and (math.isnan(best) or score > best)
 
 
-def _layer_distillation(config, model, dtype):
+def _layer_distillation(config, student_cfg, dtype):
     """(LayerLoss, LayerTeacher, projection params) for the config's intermediate-layer losses, or (None, None, {})
-    when their weights are all 0."""
+    when their weights are all 0. ``student_cfg``: the student's architecture."""
     d = config.distill
     loss_weights = {k: float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
     if not any(loss_weights.values()):
@@ -228,12 +228,12 @@ def _layer_distillation(config, model, dtype):
     if not d.teacher:
         raise InputError("distill.patient_weight / hidden_weight / attention_weight need a distill.teacher MODEL_DIR")
     teacher_cfg = _read_config(d.teacher)[0]
-    pairs = distill.layer_pairs(d.layer_map, model.config.num_hidden_layers, teacher_cfg.num_hidden_layers)
+    pairs = distill.layer_pairs(d.layer_map, student_cfg.num_hidden_layers, teacher_cfg.num_hidden_layers)
     loss = distill.LayerLoss(pairs, **{f"{k}_weight": v for k, v in loss_weights.items()})
-    teacher = distill.layer_teacher(d.teacher, config.init_from, model.config, loss, config.max_seq_length, dtype)
-    proj = distill.init_projection(model.config.hidden_size, teacher_cfg.hidden_size, config.seed)
+    teacher = distill.layer_teacher(d.teacher, config.init_from, student_cfg, loss, config.max_seq_length, dtype)
+    proj = distill.init_projection(student_cfg.hidden_size, teacher_cfg.hidden_size, config.seed)
     log.info("layer distillation from %s: pairs %s, weights %s%s", d.teacher, pairs, loss_weights,
-             f", projection {model.config.hidden_size} -> {teacher_cfg.hidden_size}" if proj else "")
+             f", projection {student_cfg.hidden_size} -> {teacher_cfg.hidden_size}" if proj else "")
     return loss, teacher, proj
 
 
@@ -254,6 +254,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                          f"{model_cfg.max_position_embeddings}")
     if config.distill.teacher:
         model_tokenizer(config.distill.teacher, role="teacher ")
+    student_cfg = model_cfg
+    if config.student_layers:
+        distill.student_layer_choice(config.student_layer_map, config.student_layers, model_cfg.num_hidden_layers)
+        student_cfg = model_cfg.replace(num_hidden_layers=config.student_layers)
+    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    layer_loss, layer_teacher, proj = _layer_distillation(config, student_cfg, dtype)
     load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
                                             skip_malformed=config.skip_malformed)
     train_ex = load("train")
@@ -281,7 +287,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
 
     # -- Model + optimizer -------------------------------------------------------------------------
-    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
                                    ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}
     init_from = config.init_from
@@ -294,7 +299,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     model = align_to_task(model, config.task, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
-    layer_loss, layer_teacher, proj = _layer_distillation(config, model, dtype)
     steps_per_epoch = math.ceil(len(train["input_ids"]) / config.batch_size)
     total = steps_per_epoch * config.num_epochs
     tx = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,

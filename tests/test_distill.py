@@ -186,6 +186,11 @@ def test_layer_distillation_input_errors(tmp_path):
     c.distill.update(teacher=str(teacher), hidden_weight=1.0, layer_map="1:2,3:4")
     with pytest.raises(InputError, match="pair 3:4 names a layer the student \\(2 layers\\)"):
         ft.finetune(c, str(tmp_path / "run"))
+    c.student_layers, c.distill.layer_map = 1, "skip"  # a 1-layer student has no layer below its last to map
+    with pytest.raises(InputError, match="'skip' pairs no layers of a 1-layer student"):
+        ft.finetune(c, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")  # checked before anything is written
+    c.student_layers = 0
     c.distill.layer_map = "skip"
     (teacher / "vocab.txt").write_text("\n".join(VOCAB[:-1] + ["other"]) + "\n")
     with pytest.raises(InputError, match="vocabularies of .* differ"):
