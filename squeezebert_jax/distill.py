@@ -133,7 +133,7 @@ def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[i
     elif spec == "last":
         pairs = [(i, t - s + i) for i in range(1, s)]
     elif spec == "uniform":
-        pairs = [(i, i * t // s) for i in range(0, s + 1)]
+        pairs = [(i, i * t // s) for i in range(s + 1)]
     else:
         try:
             items = spec.split(",") if isinstance(spec, str) else list(spec)

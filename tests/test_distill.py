@@ -1,20 +1,18 @@
 """Layer-wise distillation: students from a teacher's layers, PKD / TinyBERT losses against numpy, a student moving
 toward its teacher, and pre-trained distillation on unlabeled transfer text."""
 
-import json
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from test_finetune import VOCAB, _config, _write_sst2
 
 import squeezebert_jax as sj
 from squeezebert_jax import distill
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
-from test_finetune import VOCAB, _config, _write_sst2
 
 
 def _model(layers=6, hidden=32, head="SqueezeBertForSequenceClassification", seed=0, heads=4):
