@@ -8,6 +8,11 @@ Distillation (paper §4.2.2, final layer only): the target is ``w * teacher + (1
 cross-entropy against the mix of the teacher's softmax and the one-hot label for classification, mean squared
 error against the mixed score for STS-B. ``w`` = ``distill.teacher_weight`` (the paper's 1 - alpha). Teacher
 logits are computed once from any teacher MODEL_DIR and cached on disk.
+
+Beyond the paper (``squeezebert_jax.distill``): a student of fewer layers built from ``init_from``'s
+(``student_layers``), PKD / TinyBERT intermediate-layer losses against the teacher's states, recomputed in the train
+step (``distill.patient_weight`` ...), and unlabeled transfer text on the teacher's soft labels
+(``distill.transfer_text``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from squeezebert_jax import glue, optim, prune, trainer
+from squeezebert_jax import distill, glue, optim, prune, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -48,20 +53,23 @@ INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 # Losses
 # --------------------------------------------------------------------------------------------------
 
-def task_loss(logits, labels, weights, teacher=None, teacher_weight: float = 0.0, regression: bool = False):
-    """Weighted mean loss over real examples (weights 0 on padding). See the module docstring."""
+def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regression: bool = False):
+    """Weighted mean loss over real examples (weights 0 on padding). See the module docstring. ``teacher_weight``:
+    a number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
     w = weights.astype(jnp.float32)
+    tw = jnp.asarray(teacher_weight, jnp.float32)  # a scalar, or per example [B] (transfer rows: 1)
     if regression:
         pred = logits[..., 0]
         target = labels.astype(jnp.float32)
         if teacher is not None:
-            target = teacher_weight * teacher[..., 0] + (1.0 - teacher_weight) * target
+            target = tw * teacher[..., 0] + (1.0 - tw) * target
         per = jnp.square(pred - target)
     else:
         logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
         target = jax.nn.one_hot(labels, logits.shape[-1])
         if teacher is not None:
-            target = teacher_weight * jax.nn.softmax(teacher.astype(jnp.float32), -1) + (1.0 - teacher_weight) * target
+            tw = tw[..., None]
+            target = tw * jax.nn.softmax(teacher.astype(jnp.float32), -1) + (1.0 - tw) * target
         per = -jnp.sum(target * logp, -1)
     return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
 
@@ -210,6 +218,25 @@ def _better(score: float, best: float) -> bool:
     return not math.isnan(score) and (math.isnan(best) or score > best)
 
 
+def _layer_distillation(config, student_cfg, dtype):
+    """(LayerLoss, LayerTeacher, projection params) for the config's intermediate-layer losses, or (None, None, {})
+    when their weights are all 0. ``student_cfg``: the student's architecture."""
+    d = config.distill
+    loss_weights = {k: float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
+    if not any(loss_weights.values()):
+        return None, None, {}
+    if not d.teacher:
+        raise InputError("distill.patient_weight / hidden_weight / attention_weight need a distill.teacher MODEL_DIR")
+    teacher_cfg = _read_config(d.teacher)[0]
+    pairs = distill.layer_pairs(d.layer_map, student_cfg.num_hidden_layers, teacher_cfg.num_hidden_layers)
+    loss = distill.LayerLoss(pairs, **{f"{k}_weight": v for k, v in loss_weights.items()})
+    teacher = distill.layer_teacher(d.teacher, config.init_from, student_cfg, loss, config.max_seq_length, dtype)
+    proj = distill.init_projection(student_cfg.hidden_size, teacher_cfg.hidden_size, config.seed)
+    log.info("layer distillation from %s: pairs %s, weights %s%s", d.teacher, pairs, loss_weights,
+             f", projection {student_cfg.hidden_size} -> {teacher_cfg.hidden_size}" if proj else "")
+    return loss, teacher, proj
+
+
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict.
 
@@ -227,6 +254,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                          f"{model_cfg.max_position_embeddings}")
     if config.distill.teacher:
         model_tokenizer(config.distill.teacher, role="teacher ")
+    student_cfg = model_cfg
+    if config.student_layers:
+        distill.student_layer_choice(config.student_layer_map, config.student_layers, model_cfg.num_hidden_layers)
+        student_cfg = model_cfg.replace(num_hidden_layers=config.student_layers)
+    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    layer_loss, layer_teacher, proj = _layer_distillation(config, student_cfg, dtype)
     load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
                                             skip_malformed=config.skip_malformed)
     train_ex = load("train")
@@ -235,16 +268,33 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     train = glue.encode_examples(train_ex, tok, config.max_seq_length, task=config.task)
     evals = {s: (ex, glue.encode_examples(ex, tok, config.max_seq_length, task=config.task))
              for s in spec.eval_splits for ex in [load(s)]}
+    if config.distill.transfer_text and not config.distill.teacher:
+        raise InputError("distill.transfer_text is labelled by the teacher's logits: set distill.teacher")
+    transfer_ex = distill.read_transfer_text(config.distill.transfer_text, config.task) \
+        if config.distill.transfer_text else []
     if config.distill.teacher:
         cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
         train["teacher"] = teacher_logits(config.distill.teacher, config.task, "train", train_ex,
                                           config.max_seq_length, cache).astype(np.float32)
+    if transfer_ex:  # pre-trained distillation: unlabeled rows trained on the teacher's soft labels alone
+        extra = glue.encode_examples(transfer_ex, tok, config.max_seq_length, task=config.task)
+        extra["labels"] = np.zeros_like(extra["labels"])  # unused: teacher weight 1
+        extra["teacher"] = teacher_logits(config.distill.teacher, config.task, "transfer", transfer_ex,
+                                          config.max_seq_length, cache).astype(np.float32)
+        train["teacher_weight"] = np.full(len(train["input_ids"]), config.distill.teacher_weight, np.float32)
+        extra["teacher_weight"] = np.ones(len(transfer_ex), np.float32)
+        train = {k: np.concatenate([v, extra[k]]) for k, v in train.items() if k in extra}
+        log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
 
     # -- Model + optimizer -------------------------------------------------------------------------
-    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
                                    ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}
-    model = load_pretrained(config.init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
+    init_from = config.init_from
+    if config.student_layers:  # a shallower student from init_from's layers (PKD / DistilBERT start)
+        init_from = os.path.join(workdir, "student_init")
+        distill.init_student_from_teacher(config.init_from, config.student_layers, config.student_layer_map,
+                                          out_dir=init_from)
+    model = load_pretrained(init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
     model = align_to_task(model, config.task, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
@@ -253,21 +303,30 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     total = steps_per_epoch * config.num_epochs
     tx = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
                               weight_decay=config.weight_decay)
-    opt_state = tx.init(params)
+    trainable = (params, proj)  # proj: the layer losses' width projection ({} without), trained, never saved
+    opt_state = tx.init(trainable)
     w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
 
-    def loss_fn(params, b, rng):
+    def loss_fn(trainable, b, rng, teacher_state):
+        params, proj = trainable
         m = nnx.merge(graphdef, params, rest)
         nnx.reseed(m, dropout=rng, default=rng)
         m.train()
-        logits = m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
-        return task_loss(logits, b["labels"], b["weights"], b.get("teacher"), w_teacher, regression)
+        inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+        out = m(*inputs, collect=layer_loss is not None)
+        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), b.get("teacher_weight", w_teacher),
+                         regression)
+        if layer_loss is None:
+            return loss, {}
+        extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), proj,
+                                  b["attention_mask"], b["weights"])
+        return loss + extra, parts
 
     @jax.jit
-    def train_step(params, opt_state, b, rng):
-        loss, grads = jax.value_and_grad(loss_fn)(params, b, rng)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    def train_step(trainable, opt_state, b, rng, teacher_state):
+        (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, b, rng, teacher_state)
+        updates, opt_state = tx.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, loss, parts
 
     pruner = prune.Pruner.from_config(config.prune, model.config.num_attention_heads, total)
 
@@ -276,26 +335,32 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     writer = trainer.MetricsWriter(workdir)
     rng = jax.random.key(config.seed)
     history, best, step = [], None, 0
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher") if k in train]
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher", "teacher_weight")
+            if k in train]
+    teacher_state = layer_teacher.state if layer_teacher is not None else {}
     bar = tqdm(total=total, desc=f"{config.task}", disable=not config.progress, dynamic_ncols=True)
     for epoch in range(config.num_epochs):
         order = np.random.default_rng(config.seed + epoch).permutation(len(train["input_ids"]))
-        losses = []
+        losses, layer_parts = [], []
         for b in batches({k: train[k] for k in keys}, config.batch_size, order):
-            params, opt_state, loss = train_step(params, opt_state, b, jax.random.fold_in(rng, step))
+            trainable, opt_state, loss, parts = train_step(trainable, opt_state, b, jax.random.fold_in(rng, step),
+                                                           teacher_state)
             losses.append(loss)
+            layer_parts.append(parts)
             step += 1
             if pruner is not None:  # the update may regrow pruned weights: masked again (and re-scored on schedule)
-                params = pruner(step, params)
+                trainable = (pruner(step, trainable[0]), trainable[1])
             bar.update(1)
         train_loss = float(np.mean(jax.device_get(losses)))
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
-        nnx.replace_by_pure_dict(params_state, params)
+        nnx.replace_by_pure_dict(params_state, trainable[0])
         nnx.update(model, params_state)
         result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
         if pruner is not None:
-            result["sparsity"] = pruner.report(params)["reached"]
+            result["sparsity"] = pruner.report(trainable[0])["reached"]
+        for name in layer_parts[0] if layer_parts else ():  # the layer losses, unweighted: train_patient, ...
+            result[f"train_{name}"] = float(np.mean(jax.device_get([p[name] for p in layer_parts])))
         for split, (ex, arr) in evals.items():
             logits = predict_logits(model, arr)
             preds = logits[:, 0] if regression else logits.argmax(-1)
@@ -313,9 +378,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     bar.close()
     writer.close()
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
+               "train_examples": len(train_ex), "transfer_examples": len(transfer_ex),
                "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task)}
     if pruner is not None:
-        results["prune"] = dict(config.prune) | {"report": pruner.report(params)}
+        results["prune"] = dict(config.prune) | {"report": pruner.report(trainable[0])}
         log.info("%s: %s sparsity %.3f (target %.3f)", config.task, config.prune.kind,
                  results["prune"]["report"]["reached"], config.prune.target)
     with open(os.path.join(workdir, "eval_results.json"), "w") as f:

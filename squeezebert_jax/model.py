@@ -422,7 +422,7 @@ class SelfAttention(nnx.Module):
         self.value = GroupedConv1x1(h, h, c.v_groups, init_std=std, dtype=dtype, rngs=rngs)
         self.dropout = nnx.Dropout(c.attention_probs_dropout_prob, rngs=rngs)
 
-    def __call__(self, x, mask_bias):
+    def __call__(self, x, mask_bias, with_probs: bool = False):
         b, s, _ = x.shape  # heads to [B, h, S, d]: batched dot_generals beat the einsum on XLA:CPU
         split = lambda t: t.reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # noqa: E731
         with jax.named_scope("qkv"):
@@ -432,9 +432,11 @@ class SelfAttention(nnx.Module):
             scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))),
                                          preferred_element_type=jnp.float32)
             scores = scores / math.sqrt(self.head_dim) + mask_bias
-            probs = self.dropout(jax.nn.softmax(scores, axis=-1)).astype(self.dtype)
+            p = jax.nn.softmax(scores, axis=-1)
+            probs = self.dropout(p).astype(self.dtype)
             ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))
-            return checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context")
+            ctx = checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context")
+            return (ctx, p) if with_probs else ctx
 
 
 class SqueezeBertLayer(nnx.Module):
@@ -450,10 +452,17 @@ class SqueezeBertLayer(nnx.Module):
                                                            dtype=dtype, rngs=rngs))
         self.output = ConvDropoutLayerNorm(i, h, c.output_groups, c, dtype=dtype, rngs=rngs)
 
-    def __call__(self, x, mask_bias):
+    def __call__(self, x, mask_bias, with_probs: bool = False):
+        """The layer's output, or (output, attention probabilities [B, heads, S, S] before dropout) ``with_probs``."""
         # Named scopes (one per Table 1 component) label the HLO, so an XLA profile reads by component
         # (benchmarks.profile_table.op_profile, eval/profile_table1.py); they cost nothing at run time.
-        y = self.attention(x, mask_bias)
+        y = self.attention(x, mask_bias, with_probs)
+        if with_probs:
+            y, probs = y
+            return self._after_attention(x, y), probs
+        return self._after_attention(x, y)
+
+    def _after_attention(self, x, y):
         with jax.named_scope("post_attention"):
             a = self.post_attention(y, x, name="attention_sum")
         with jax.named_scope("ffn_expand"):
@@ -497,14 +506,21 @@ class Encoder(nnx.Module):
         self.layers = nnx.List([SqueezeBertLayer(config, dtype=dtype, rngs=rngs)
                                 for _ in range(config.num_hidden_layers)])
 
-    def __call__(self, x, mask_bias):
+    def __call__(self, x, mask_bias, collect: bool = False):
+        """The last layer's output; with ``collect``, ``(output, EncoderStates)``: every layer's hidden states and
+        attention probabilities, for layer-wise distillation (the default path computes and keeps neither)."""
         policy = REMAT_POLICIES[self.remat]
         if not self.scan_layers or len(self.layers) < 2:
-            run = (lambda layer, h: layer(h, mask_bias)) if self.remat == "none" else nnx.remat(
-                lambda layer, h: layer(h, mask_bias), policy=policy)
+            call = lambda layer, h: layer(h, mask_bias, collect)  # noqa: E731
+            run = call if self.remat == "none" else nnx.remat(call, policy=policy)
+            hidden, probs = [x], []
             for layer in self.layers:
                 x = run(layer, x)
-            return x
+                if collect:
+                    x, p = x
+                    hidden.append(x)
+                    probs.append(p)
+            return (x, EncoderStates(jnp.stack(hidden), jnp.stack(probs))) if collect else x
         splits = [nnx.split(layer, nnx.Param, ...) for layer in self.layers]
         graphdef = splits[0][0]
         if any(g != graphdef for g, _, _ in splits[1:]):
@@ -516,15 +532,22 @@ class Encoder(nnx.Module):
 
         def body(h, layer_state):
             layer = nnx.merge(graphdef, *layer_state)
-            h = layer(h, mask_bias)
-            return h, nnx.state(layer, nnx.Not(nnx.Param))
+            if not collect:
+                h = layer(h, mask_bias)
+                return h, nnx.state(layer, nnx.Not(nnx.Param))
+            h, p = layer(h, mask_bias, True)
+            return h, (nnx.state(layer, nnx.Not(nnx.Param)), h, p)
 
         if policy is not None:
             body = jax.checkpoint(body, policy=policy, prevent_cse=False)
-        x, new_rest = jax.lax.scan(body, x, (params, rest))
+        x0 = x
+        x, ys = jax.lax.scan(body, x, (params, rest))
+        new_rest = ys[0] if collect else ys
         if _draws_dropout(self.layers[0]):  # the dropout streams advance as in the unrolled loop
             for i, layer in enumerate(self.layers):
                 nnx.update(layer, jax.tree.map(lambda a: a[i], new_rest))
+        if collect:
+            return x, EncoderStates(jnp.concatenate([x0[None], ys[1]]), ys[2])
         return x
 
 
@@ -533,9 +556,18 @@ class Encoder(nnx.Module):
 # --------------------------------------------------------------------------------------------------
 
 @struct.dataclass
+class EncoderStates:
+    """Per-layer states (``collect=True``): hidden_states [L+1, B, S, H], index 0 the embeddings' output and i the
+    output of layer i; attentions [L, B, heads, S, S], layer i+1's softmax probabilities before dropout."""
+    hidden_states: jax.Array
+    attentions: jax.Array
+
+
+@struct.dataclass
 class ModelOutput:
     last_hidden_state: jax.Array
     pooler_output: jax.Array
+    states: EncoderStates | None = None
 
 
 @struct.dataclass
@@ -543,6 +575,7 @@ class LogitsOutput:
     logits: jax.Array
     last_hidden_state: jax.Array
     pooler_output: jax.Array
+    states: EncoderStates | None = None
 
 
 @struct.dataclass
@@ -602,7 +635,9 @@ class SqueezeBertModel(nnx.Module):
                 if lo_v < 0 or hi_v >= hi:
                     raise InputError(f"{name} values must be in [0, {hi}); got min {lo_v}, max {hi_v}")
 
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> ModelOutput:
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                 collect: bool = False) -> ModelOutput:
+        """``collect``: also return every layer's states (``ModelOutput.states``, see ``EncoderStates``)."""
         self._check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
@@ -615,10 +650,10 @@ class SqueezeBertModel(nnx.Module):
             mask_bias = (1.0 - m) * jnp.finfo(jnp.float32).min
         with jax.named_scope("embedding"):
             x = self.embeddings(input_ids, token_type_ids, position_ids)
-        x = self.encoder(x, mask_bias)
+        x, states = self.encoder(x, mask_bias, True) if collect else (self.encoder(x, mask_bias), None)
         with jax.named_scope("pooler"):
             pooled = jnp.tanh(self.pooler["dense"](x[:, 0]))
-        return ModelOutput(last_hidden_state=x, pooler_output=pooled)
+        return ModelOutput(last_hidden_state=x, pooler_output=pooled, states=states)
 
 
 class MLMHead(nnx.Module):
@@ -698,10 +733,11 @@ class SqueezeBertForSequenceClassification(_Head):
         self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
         self.classifier = self._dense(self.num_labels, rngs)
 
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
-        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                 collect: bool = False) -> LogitsOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids, collect)
         logits = self.classifier(self.dropout(out.pooler_output)).astype(jnp.float32)
-        return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
+        return LogitsOutput(logits, out.last_hidden_state, out.pooler_output, out.states)
 
 
 class SqueezeBertForTokenClassification(_Head):

@@ -7,6 +7,10 @@ settings: "rte", "rte,lr=3e-5,dropout=0.1", "stsb,lr=4e-5,epochs=5".
     python train/finetune.py --config train/configs/glue.py:rte,lr=3e-5 --config.init_from runs/mnli/model \
         --config.distill.teacher bert_base_rte --config.distill.teacher_weight 0.5 --config.data_dir glue_data \
         --workdir runs/rte_ds
+    # layer-wise and pre-trained distillation (README, "Distillation recipes"): a PKD-Skip 6-layer student
+    python train/finetune.py --config train/configs/glue.py:rte --config.init_from TEACHER \
+        --config.student_layers 6 --config.distill.teacher TEACHER --config.distill.patient_weight 100 \
+        --config.distill.transfer_text unlabeled_pairs.txt --config.data_dir glue_data --workdir runs/rte_pkd6
 
 Paper (and its appendix Table 4): AdamW, batch 16, b1 0.9, b2 0.999, no weight decay; learning rate in
 {1e-5 .. 5e-5} and dropout swept per task.
@@ -42,7 +46,18 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.compute_dtype = "float32"
     c.max_train_examples = 0  # 0: all
     c.progress = True
-    c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": ""})
+    # A student of fewer layers built from init_from's (squeezebert_jax.distill): 0 keeps init_from's depth;
+    # layer map "skip" (every k-th: 1,3,5 of 6), "first" (the first k) or 1-based layers "1,3,5".
+    c.student_layers = 0
+    c.student_layer_map = "skip"
+    # Distillation from distill.teacher: the final-layer target mix (teacher_weight) and, when their weights are
+    # > 0, PKD's patient loss and TinyBERT's hidden-state and attention MSE over layer_map ("skip" = PKD-Skip,
+    # "last" = PKD-Last, "uniform" = TinyBERT, or "student:teacher,..." pairs, 0 = embeddings).
+    c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": "",
+                                           "patient_weight": 0.0, "hidden_weight": 0.0, "attention_weight": 0.0,
+                                           "layer_map": "skip", "transfer_text": ""})
+    # distill.transfer_text: "a.txt,b.txt", unlabeled text (a sentence per line, tab-separated pairs for pair
+    # tasks) the student also learns from, on the teacher's soft labels (pre-trained distillation, Turc et al.).
     # Gradual magnitude pruning (squeezebert_jax.prune): target sparsity (0: off), unstructured | heads | ffn, the
     # cubic ramp from begin to end (fractions of the run), masks recomputed every `every` steps.
     c.prune = ml_collections.ConfigDict({"target": 0.0, "kind": "unstructured", "begin": 0.0, "end": 0.75,

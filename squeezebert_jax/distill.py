@@ -1,0 +1,285 @@
+"""Layer-wise and pre-trained distillation: students built from a teacher's layers, PKD / TinyBERT intermediate-layer
+losses, and unlabeled transfer text for the teacher's soft labels.
+
+Layers are numbered as the papers do, 1..L (layer i's output is ``EncoderStates.hidden_states[i]``); in a layer
+map, 0 is the embeddings' output.
+
+Students (``init_student_from_teacher``): the embeddings, the chosen layers, the pooler and the head are copied
+exactly. "skip" takes every k-th layer starting with the first (1, 3, 5 of 6: DistilBERT's and PKD-Skip's start),
+"first" the first k (PKD's and Turc et al.'s "truncated" start), or an explicit list of 1-based layers.
+
+Losses (added to the final-layer loss of ``finetune.task_loss``; teacher states computed in the train step):
+  - patient (PKD, Sun et al. 2019): per mapped pair, the squared L2 distance between the L2-normalised [CLS]
+    hidden states of student and teacher, averaged over pairs and examples;
+  - hidden (TinyBERT, Jiao et al. 2019): MSE between hidden states, over real tokens, channels and pairs;
+  - attention (TinyBERT): MSE between attention probabilities (softmax, before dropout), over real query
+    tokens, heads, keys and pairs (pairs with layer 0 are skipped: the embeddings have no attention).
+When student and teacher widths differ, the student's states go through a learned linear projection
+(``init_projection``) trained with the student and not saved with it.
+
+Pre-trained distillation (Turc et al. 2019, "Well-Read Students Learn Better"): unlabeled text
+(``read_transfer_text``) labelled by the teacher's logits (cached as the labeled set's) joins the labeled set; its
+rows are trained on the teacher's soft labels alone (teacher weight 1).
+Layer maps (``layer_pairs``): "skip" = PKD-Skip (student i -> teacher i*T/S, i < S), "last" = PKD-Last (student
+i -> teacher T-S+i, i < S), "uniform" = TinyBERT (0 -> 0 and i -> i*T/S for every i <= S), or "s:t,s:t,...".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from squeezebert_jax import convert, glue
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.glue import GlueExample
+from squeezebert_jax.io import build_model, load_pretrained, save_pretrained
+from squeezebert_jax.tokenizer import Tokenizer
+
+_LAYER = re.compile(r"^encoder/layers/(\d+)/")
+
+
+# --------------------------------------------------------------------------------------------------
+# Students from a teacher's layers
+# --------------------------------------------------------------------------------------------------
+
+def student_layer_choice(mapping, num_layers: int, teacher_layers: int) -> list[int]:
+    """The teacher layers (1-based) a ``num_layers`` student is built from: "skip", "first", or a list / "1,3,5"."""
+    if not 1 <= num_layers <= teacher_layers:
+        raise InputError(f"a student of {num_layers} layers cannot be built from a {teacher_layers}-layer teacher "
+                         f"(1 <= student layers <= {teacher_layers})")
+    if mapping == "skip":
+        return [1 + i * teacher_layers // num_layers for i in range(num_layers)]
+    if mapping == "first":
+        return list(range(1, num_layers + 1))
+    try:
+        chosen = [int(x) for x in (mapping.split(",") if isinstance(mapping, str) else mapping)]
+    except (TypeError, ValueError):
+        raise InputError(f"student layer map {mapping!r}: expected 'skip', 'first' or 1-based teacher layers "
+                         f"such as '1,3,5'") from None
+    if len(chosen) != num_layers or not all(1 <= t <= teacher_layers for t in chosen):
+        raise InputError(f"student layer map {mapping!r}: expected {num_layers} teacher layers in 1..{teacher_layers}")
+    return chosen
+
+
+def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir: str | None = None) -> nnx.Module:
+    """A ``num_layers`` student of the teacher's class whose embeddings, chosen layers (``student_layer_choice``),
+    pooler and head are the teacher's tensors. ``teacher``: a model or a MODEL_DIR; ``out_dir``: also saved there
+    as a MODEL_DIR (with the teacher directory's tokenizer)."""
+    source = teacher if isinstance(teacher, (str, os.PathLike)) else None
+    model = load_pretrained(source) if source is not None else teacher
+    chosen = student_layer_choice(mapping, num_layers, model.config.num_hidden_layers)
+    new_index = {t - 1: i for i, t in enumerate(chosen)}
+    flat = {}
+    for key, value in convert.flat_params(model).items():
+        key = key.removeprefix("transformer/")
+        m = _LAYER.match(key)
+        if m is None:
+            flat[key] = value
+        elif int(m[1]) in new_index:
+            flat[f"encoder/layers/{new_index[int(m[1])]}/{key[m.end():]}"] = value
+    config = model.config.replace(num_hidden_layers=num_layers)
+    head = convert.head_name(model)
+    student = build_model(convert.Mapped(head, flat), config, head, source=f"student of {source or head}")
+    if out_dir is not None:
+        save_pretrained(student, out_dir, tokenizer_dir=os.fspath(source) if source is not None else None)
+    return student
+
+
+# --------------------------------------------------------------------------------------------------
+# Pre-trained distillation: unlabeled transfer text (Turc et al., 2019)
+# --------------------------------------------------------------------------------------------------
+
+def read_transfer_text(paths, task: str) -> list[GlueExample]:
+    """Unlabeled examples for ``task`` from text files (``paths``: a list or "a.txt,b.txt"): one sentence per line,
+    or for a sentence-pair task two tab-separated sentences per line; blank lines are skipped."""
+    pair = len(glue.get_task(task).text_columns) == 2
+    files = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
+    examples = []
+    for path in filter(None, files):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"transfer text {path}: no such file")
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                cols = line.split("\t")
+                if len(cols) != (2 if pair else 1):
+                    want = "two tab-separated sentences" if pair else "one sentence (no tab)"
+                    raise InputError(f"transfer text {path}:{lineno}: {task} needs {want} per line, got "
+                                     f"{len(cols)} field(s)")
+                examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
+    if not examples:
+        raise InputError(f"transfer text {paths!r}: no lines")
+    return examples
+
+
+# --------------------------------------------------------------------------------------------------
+# Layer maps
+# --------------------------------------------------------------------------------------------------
+
+def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[int, int], ...]:
+    """(student layer, teacher layer) pairs of a layer map (see the module docstring); 0 is the embeddings."""
+    s, t = student_layers, teacher_layers
+    if spec == "skip":
+        pairs = [(i, i * t // s) for i in range(1, s)]
+    elif spec == "last":
+        pairs = [(i, t - s + i) for i in range(1, s)]
+    elif spec == "uniform":
+        pairs = [(i, i * t // s) for i in range(s + 1)]
+    else:
+        try:
+            items = spec.split(",") if isinstance(spec, str) else list(spec)
+            pairs = [tuple(int(x) for x in (p.split(":") if isinstance(p, str) else p)) for p in items]
+            if any(len(p) != 2 for p in pairs):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise InputError(f"layer map {spec!r}: expected 'skip', 'last', 'uniform' or pairs "
+                             f"'student:teacher,...' such as '1:2,2:4'") from None
+        for a, b in pairs:
+            if not (0 <= a <= s and 0 <= b <= t):
+                raise InputError(f"layer map {spec!r}: pair {a}:{b} names a layer the student ({s} layers) or the "
+                                 f"teacher ({t} layers) lacks (0 is the embeddings)")
+    if not pairs:
+        raise InputError(f"layer map {spec!r} pairs no layers of a {s}-layer student with a {t}-layer teacher: "
+                         f"give the pairs, e.g. '{s}:{t}'")
+    return tuple(pairs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses (weights [B]: 0 on padding rows; mask [B, S]: the attention mask)
+# --------------------------------------------------------------------------------------------------
+
+def _normalise(x):
+    x = x.astype(jnp.float32)
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def patient_loss(student_cls, teacher_cls, weights):
+    """PKD: student_cls, teacher_cls [P, B, H] -> mean over pairs and examples of |s/|s| - t/|t||^2."""
+    per = jnp.sum(jnp.square(_normalise(student_cls) - _normalise(teacher_cls)), -1).mean(0)
+    w = weights.astype(jnp.float32)
+    return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def hidden_mse(student, teacher, mask, weights):
+    """TinyBERT hidden states: [P, B, S, H] each -> mean squared difference over real tokens, channels and pairs."""
+    m = (mask.astype(jnp.float32) * weights.astype(jnp.float32)[:, None])[None, :, :, None]
+    sq = jnp.square(student.astype(jnp.float32) - teacher.astype(jnp.float32))
+    return jnp.sum(sq * m) / jnp.maximum(jnp.sum(m) * sq.shape[0] * sq.shape[-1], 1.0)
+
+
+def attention_mse(student, teacher, mask, weights):
+    """TinyBERT attention: [P, B, heads, S, S] each -> mean squared difference over real query rows, heads, keys
+    and pairs."""
+    m = (mask.astype(jnp.float32) * weights.astype(jnp.float32)[:, None])[None, :, None, :, None]
+    sq = jnp.square(student.astype(jnp.float32) - teacher.astype(jnp.float32))
+    return jnp.sum(sq * m) / jnp.maximum(jnp.sum(m) * sq.shape[0] * sq.shape[2] * sq.shape[-1], 1.0)
+
+
+def init_projection(student_width: int, teacher_width: int, seed: int = 0) -> dict:
+    """The learned student -> teacher width projection ({} when the widths agree: no projection)."""
+    if student_width == teacher_width:
+        return {}
+    kernel = jax.random.normal(jax.random.key(seed), (student_width, teacher_width)) * 0.02
+    return {"kernel": kernel, "bias": jnp.zeros((teacher_width,))}
+
+
+def _project(h, proj):
+    return h if not proj else h.astype(jnp.float32) @ proj["kernel"] + proj["bias"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerLoss:
+    """The weighted sum of the intermediate-layer losses for one layer map."""
+
+    pairs: tuple[tuple[int, int], ...]
+    patient_weight: float = 0.0
+    hidden_weight: float = 0.0
+    attention_weight: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return any((self.patient_weight, self.hidden_weight, self.attention_weight))
+
+    def __call__(self, student, teacher, proj, mask, weights) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """student, teacher: ``EncoderStates``; returns (weighted sum, {name: unweighted loss})."""
+        s_idx = np.array([s for s, _ in self.pairs])
+        t_idx = np.array([t for _, t in self.pairs])
+        parts = {}
+        if self.patient_weight or self.hidden_weight:
+            hs = _project(student.hidden_states[s_idx], proj)
+            ht = jax.lax.stop_gradient(teacher.hidden_states[t_idx])
+            if self.patient_weight:
+                parts["patient"] = patient_loss(hs[:, :, 0], ht[:, :, 0], weights)
+            if self.hidden_weight:
+                parts["hidden"] = hidden_mse(hs, ht, mask, weights)
+        if self.attention_weight:
+            att = [(s - 1, t - 1) for s, t in self.pairs if s and t]
+            sa = student.attentions[np.array([s for s, _ in att])]
+            ta = jax.lax.stop_gradient(teacher.attentions[np.array([t for _, t in att])])
+            parts["attention"] = attention_mse(sa, ta, mask, weights)
+        total = sum(getattr(self, f"{k}_weight") * v for k, v in parts.items())
+        return total, parts
+
+
+# --------------------------------------------------------------------------------------------------
+# The teacher in the train step
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LayerTeacher:
+    """A teacher's encoder as (graphdef, params) for a jitted train step: its per-layer states are recomputed for
+    each batch (caching them would take [layers, N, S, H] floats), without gradient. Pass ``state`` to the step as
+    an argument (closing over it would embed the weights in the program as constants)."""
+
+    graphdef: Any
+    state: Any
+
+    def states(self, state, input_ids, attention_mask, token_type_ids):
+        encoder = nnx.merge(self.graphdef, state)
+        return jax.lax.stop_gradient(encoder(input_ids, attention_mask, token_type_ids, collect=True).states)
+
+
+def _tokens(model_dir: str, role: str) -> list[str]:
+    tok = Tokenizer.from_dir(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
+    return [tok.id_to_token(i) for i in range(tok.vocab_size)]
+
+
+def layer_teacher(teacher_dir: str, student_dir: str, student_config, loss: LayerLoss, max_length: int,
+                  dtype=jnp.float32) -> LayerTeacher:
+    """Load ``teacher_dir``'s encoder for the layer losses, after checking that it reads the student's inputs (the
+    same vocabulary, ``max_length`` positions) and fits ``loss`` (``check_pair``)."""
+    if _tokens(teacher_dir, "teacher ") != _tokens(student_dir, ""):
+        raise InputError(f"layer-wise distillation feeds the student's token ids to the teacher, but the "
+                         f"vocabularies of {student_dir} and teacher {teacher_dir} differ: use a teacher with the "
+                         f"student's tokenizer, or only the final-layer loss (patient/hidden/attention weights 0)")
+    teacher = load_pretrained(teacher_dir, dtype=dtype)
+    encoder = teacher.transformer if hasattr(teacher, "transformer") else teacher
+    if max_length > encoder.config.max_position_embeddings:
+        raise InputError(f"max_seq_length {max_length} is more than the max_position_embeddings "
+                         f"{encoder.config.max_position_embeddings} of teacher {teacher_dir}")
+    check_pair(student_config, encoder.config, loss, student_dir, teacher_dir)
+    encoder.eval()
+    graphdef, state = nnx.split(encoder)
+    return LayerTeacher(graphdef, nnx.to_pure_dict(state))
+
+
+def check_pair(student_config, teacher_config, loss: LayerLoss, student_dir: str, teacher_dir: str) -> None:
+    """The student and teacher can be compared layer by layer: the attention loss needs the same head count."""
+    if loss.attention_weight and student_config.num_attention_heads != teacher_config.num_attention_heads:
+        raise InputError(f"attention distillation needs the same number of heads: {student_dir} has "
+                         f"{student_config.num_attention_heads}, teacher {teacher_dir} has "
+                         f"{teacher_config.num_attention_heads} (set distill.attention_weight=0)")
+    if loss.attention_weight and not any(s and t for s, t in loss.pairs):
+        raise InputError(f"layer map {loss.pairs} has no pair of encoder layers for the attention loss "
+                         f"(0 is the embeddings)")
