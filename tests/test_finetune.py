@@ -193,12 +193,13 @@ def _write_pair_task(d, glue_dir, labels, n, seed, mnli=False):
 
 
 @pytest.mark.slow
-def test_recipe_with_transfer_distillation_and_predictions(tmp_path):
+def test_recipe_with_transfer_distillation_and_predictions(tmp_path, capsys):
     """The whole-table command end to end: MNLI first, RTE from the MNLI student with a cached teacher,
-    test files for the GLUE server (AX by the MNLI model), and eval/glue.py over the runs."""
+    test files for the GLUE server (AX by the MNLI model), and eval/glue.py over the runs (in-process; its command
+    line runs in test_whole_table_on_a_converted_checkpoint)."""
     import importlib.util
-    import subprocess
-    import sys
+
+    from conftest import load_script
 
     from squeezebert_jax import glue
 
@@ -227,11 +228,10 @@ def test_recipe_with_transfer_distillation_and_predictions(tmp_path):
     assert preds == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "RTE.tsv"]
     back = glue.read_predictions(str(runs / "predictions" / "RTE.tsv"), expected_rows=24)
     assert len(back.idx) == 24
-    r = subprocess.run([sys.executable, os.path.join(root, "eval", "glue.py"), "--model", str(runs), "--task", "all",
-                        "--data_dir", str(data)], capture_output=True, text=True,
-                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "MNLI-mm" in r.stdout and "sst2: no" in r.stdout
+    capsys.readouterr()
+    load_script("eval/glue.py").main(["--model", str(runs), "--task", "all", "--data_dir", str(data)])
+    out = capsys.readouterr().out
+    assert "MNLI-mm" in out and "sst2: no" in out
 
 
 def test_stsb_regression_lowers_mse(tmp_path):
