@@ -175,8 +175,9 @@ def _loss_and_grads(executions, train: bool, layers: int = 2):
         m = sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(params=0, dropout=1))
         m.train() if train else m.eval()
         g, p, r = nnx.split(m, nnx.Param, ...)
+        r = nnx.to_pure_dict(r)
 
-        def f(p, g=g, r=nnx.to_pure_dict(r)):
+        def f(p, g=g, r=r):
             mm = nnx.merge(g, p, r)
             nnx.reseed(mm, dropout=jax.random.key(5))
             out = mm(ids, mask, tt, masked_positions=jnp.asarray([[1, 3], [2, 4]]))
