@@ -60,6 +60,42 @@ def losses(workdir) -> dict[int, float]:
     return {m["step"]: m["loss"] for m in trainer.read_metrics(str(workdir))}
 
 
+# GLUE fine-tuning helpers (tests/test_finetune.py, tests/test_distill.py): a 13-word vocabulary, a separable task
+WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "a", "plot", "very", "truly"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+
+
+def write_sst2(d, n_train=384, n_dev=32, seed=0):
+    """A separable SST-2 in GLUE's file layout: the label is which of two word sets the sentence holds."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    os.makedirs(d / "SST-2", exist_ok=True)
+
+    def rows(n):
+        out = []
+        for _ in range(n):
+            y = int(rng.integers(0, 2))
+            word = rng.choice(WORDS[:3] if y else WORDS[3:6])
+            filler = " ".join(rng.choice(WORDS[6:], 3))
+            out.append(f"{filler} {word} {filler}\t{y}")
+        return out
+
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        (d / "SST-2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows(n)) + "\n")
+    (d / "SST-2" / "test.tsv").write_text("index\tsentence\n" + "\n".join(
+        f"{i}\t{r.split(chr(9))[0]}" for i, r in enumerate(rows(8))) + "\n")
+
+
+def glue_config(task, init_from, data_dir, **kw):
+    """train/configs/glue.py's config for ``task`` on a MODEL_DIR and GLUE_DIR, seq 16, no progress bar."""
+    c = load_script("train/configs/glue.py").get_config(task)
+    c.init_from, c.data_dir, c.progress, c.max_seq_length = str(init_from), str(data_dir), False, 16
+    for k, v in kw.items():
+        setattr(c, k, v)
+    return c
+
+
 @pytest.fixture
 def run_cli(capsys):
     """``run_cli("convert/to_pytorch.py", "--src", ...) -> (exit status, stdout, stderr)``: the script's ``main`` through

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from test_finetune import VOCAB, _config, _write_sst2
+from conftest import VOCAB, glue_config as _config, write_sst2 as _write_sst2
 
 import squeezebert_jax as sj
 from squeezebert_jax import distill

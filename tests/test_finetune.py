@@ -12,10 +12,10 @@ import pytest
 from flax import nnx
 
 import squeezebert_jax as sj
+from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_sst2
+
 from squeezebert_jax import finetune as ft
 
-WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "a", "plot", "very", "truly"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
 
 
 def test_distillation_teacher_weight_0_is_hard_label_loss():
@@ -88,25 +88,6 @@ def test_predict_logits_compiles_once_per_model():
 
 # ---- end to end on GLUE-format files ------------------------------------------------------------------
 
-def _write_sst2(d, n_train=384, n_dev=32, seed=0):
-    rng = np.random.default_rng(seed)
-    os.makedirs(d / "SST-2", exist_ok=True)
-
-    def rows(n):
-        out = []
-        for _ in range(n):
-            y = int(rng.integers(0, 2))
-            word = rng.choice(WORDS[:3] if y else WORDS[3:6])
-            filler = " ".join(rng.choice(WORDS[6:], 3))
-            out.append(f"{filler} {word} {filler}\t{y}")
-        return out
-
-    for split, n in (("train", n_train), ("dev", n_dev)):
-        (d / "SST-2" / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows(n)) + "\n")
-    (d / "SST-2" / "test.tsv").write_text("index\tsentence\n" + "\n".join(
-        f"{i}\t{r.split(chr(9))[0]}" for i, r in enumerate(rows(8))) + "\n")
-
-
 def _tiny_model_dir(path, head="SqueezeBertForPreTraining", seed=0):
     cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=2,
                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
@@ -114,20 +95,6 @@ def _tiny_model_dir(path, head="SqueezeBertForPreTraining", seed=0):
     sj.save_pretrained(model, path)
     (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     return path
-
-
-def _config(task, init_from, data_dir, **kw):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "glue_cfg", os.path.join(os.path.dirname(__file__), "..", "train", "configs", "glue.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    c = mod.get_config(task)
-    c.init_from, c.data_dir, c.progress, c.max_seq_length = str(init_from), str(data_dir), False, 16
-    for k, v in kw.items():
-        setattr(c, k, v)
-    return c
 
 
 def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path):

@@ -209,7 +209,7 @@ def test_grid_parsing(get_config):
     ("batch=16,1.5", "'batch=16,1.5': '1.5' is not an int (batch_size)"),
     ("lrr=1e-5", "'lrr=1e-5': the glue config has no field 'lrr' (aliases: lr=learning_rate"),
     ("distill.nope=1", "no field 'distill.nope'"),
-    ("distill=1", "distill is a group; name one of its fields (distill.cache_dir, distill.teacher, "),
+    ("distill=1", "distill is a group; name one of its fields (distill.attention_weight, distill.cache_dir, "),
     ("lr=", "'lr=': an empty value"),
     ("lr=1e-5,,2e-5", "an empty value"),
     ("lr", "'lr' is not FIELD=V1,V2,..."),
