@@ -118,10 +118,12 @@ def _core_bhsd(att, q, k, v, mask_bias):
     return ctx.transpose(0, 2, 1, 3).reshape(*ctx.shape[:1], ctx.shape[2], -1)
 
 
-def _layer_group_major(self, x, mask_bias):
+def _layer_group_major(self, x, mask_bias, with_probs: bool = False):
     """Q/K/V as one batched dot on a group-major input, heads taken straight from it; the FFN stays group-major
     from the first grouped conv through GELU into the second (when their groups line up), so the 3072-wide
-    activation is never transposed."""
+    activation is never transposed. (Inference timing only: no attention probabilities for distillation.)"""
+    if with_probs:
+        raise NotImplementedError("the group-major benchmark layer does not return attention probabilities")
     att, (b, s, h) = self.attention, x.shape
     dt, d, convs = att.dtype, att.head_dim, (att.query, att.key, att.value)
 
