@@ -20,18 +20,9 @@ from squeezebert_jax.benchmarks import latency, timing
 
 
 def main(argv=None) -> int:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--models", nargs="+", default=["squeezebert-uncased", "bert-base-uncased"],
-                   help="presets (squeezebert-uncased, bert-base-uncased, bert-L{2..12}-H{128..768}, bert-tiny ...) "
-                        "or MODEL_DIRs")
-    p.add_argument("--batch", type=cli.positive_int, default=1)
-    timing.add_timing_args(p, runs=20, warmup=3, threads=1)  # the paper: 1 phone CPU
-    timing.add_out_args(p)
-    args = p.parse_args(argv)
-    cli.setup_logging(None)
-    timing.check_models(args.models)
-    report = timing.Report(args.out, args.overwrite)
-    timing.set_threads(args.threads)
+    args, report = timing.per_model_cli(
+        __doc__, ["squeezebert-uncased", "bert-base-uncased"],
+        "presets (squeezebert-uncased, bert-base-uncased, bert-L{2..12}-H{128..768}, bert-tiny ...) or MODEL_DIRs", argv)
     table, notes = latency.latency_table(args.models, runs=args.runs, warmup=args.warmup, batch=args.batch,
                                          seq_len=args.seq_len, tiny=args.tiny)
     report.add(table)

@@ -23,17 +23,8 @@ from squeezebert_jax.benchmarks import profile_table, timing
 
 
 def main(argv=None) -> int:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--models", nargs="+", default=["bert-base-uncased", "squeezebert-uncased"],
-                   help="presets or MODEL_DIRs")
-    p.add_argument("--batch", type=cli.positive_int, default=1)
-    timing.add_timing_args(p, runs=20, warmup=3, threads=1)
-    timing.add_out_args(p)
-    args = p.parse_args(argv)
-    cli.setup_logging(None)
-    timing.check_models(args.models)
-    report = timing.Report(args.out, args.overwrite)
-    timing.set_threads(args.threads)
+    args, report = timing.per_model_cli(__doc__, ["bert-base-uncased", "squeezebert-uncased"],
+                                        "presets or MODEL_DIRs", argv)
     for name in args.models:
         report.add(profile_table.profile_table(name, tiny=args.tiny, batch=args.batch, seq_len=args.seq_len,
                                                runs=args.runs, warmup=args.warmup) + "\n")

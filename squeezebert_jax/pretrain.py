@@ -126,7 +126,7 @@ def get_phases(config) -> list[Phase]:
     """``config.phases`` (dicts, as config files write them) as consecutive ``Phase`` records."""
     out, start = [], 0
     for i, p in enumerate(config.phases):
-        unknown = set(p) - {f.name for f in dataclasses.fields(Phase)} - {"index", "start"}
+        unknown = set(p) - ({f.name for f in dataclasses.fields(Phase)} - {"index", "start"})  # those two: derived
         if unknown:
             raise InputError(f"config.phases[{i}]: unknown keys {sorted(unknown)}; a phase has name, num_steps, "
                              "seq_len, max_predictions_per_seq and optionally num_microbatches")

@@ -141,9 +141,9 @@ class Pruner:
     def __call__(self, step: int, params):
         """``params`` with the masks of ``step`` applied (the masks recomputed when the schedule says so)."""
         s = self.sparsity_at(step)
-        # every `every` steps while the ramp rises; at the target the masks stay (Zhu & Gupta stop updating there)
-        if self.masks is None or (step - self._updated_at >= self.every and self._sparsity < self.target) \
-                or (s == self.target and self._sparsity < self.target):
+        # every `every` steps while the ramp rises (and once it ends); at the target the masks stay, as Zhu & Gupta's do
+        ramping = self._sparsity < self.target and (step - self._updated_at >= self.every or s == self.target)
+        if self.masks is None or ramping:
             self.masks = compute_masks(params, self.kind, s, self.num_heads)
             self._updated_at, self._sparsity = step, s
         return self._apply(params, self.masks)

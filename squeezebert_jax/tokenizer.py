@@ -22,6 +22,7 @@ padding to ``max_length``.
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
@@ -157,7 +158,7 @@ def truncated_lengths(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]
 # Tokenizer
 # --------------------------------------------------------------------------------------------------
 
-class Tokenizer:
+class Tokenizer(abc.ABC):
     """What both tokenizers share: BERT specials, tokens <-> ids, ``[CLS] a [SEP] (b [SEP])`` encoding, decoding and
     word starts. The two kinds, ``WordPieceTokenizer`` and ``SentencePieceTokenizer``, supply the vocabulary and the
     native library's encode/decode; ``load(path)`` (or ``Tokenizer.from_file``/``from_dir``) picks the kind."""
@@ -186,19 +187,21 @@ class Tokenizer:
 
     # -- what each kind supplies ------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _starts_word(self, token: str) -> bool:
-        raise NotImplementedError
+        """Whether vocabulary entry ``token`` begins a word (whole-word masking)."""
 
+    @abc.abstractmethod
     def token_to_id(self, token: str) -> int | None:
         """The id of vocabulary entry ``token``, or None if it is not in the vocabulary."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text (no specials), in the native library's batch call."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _text(self, ids: list[int]) -> str:
-        raise NotImplementedError
+        """The text of token ids (specials skipped)."""
 
     # -- construction / saving --------------------------------------------------------------------
 

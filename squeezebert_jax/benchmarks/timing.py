@@ -245,6 +245,25 @@ def add_out_args(p) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
 
 
+def per_model_cli(description: str, default_models: Sequence[str], models_help: str, argv=None):
+    """The arguments of the per-model table scripts (eval/latency.py, eval/profile_table1.py): --models (presets or
+    MODEL_DIRs, checked), --batch, the timing arguments (20 runs, 3 warm-up, 1 thread: the paper's one phone CPU) and
+    --out; parsed, with the threads set. Returns ``(args, Report)``."""
+    from squeezebert_jax import cli
+
+    p = cli.ArgumentParser(description=description)
+    p.add_argument("--models", nargs="+", default=list(default_models), help=models_help)
+    p.add_argument("--batch", type=cli.positive_int, default=1)
+    add_timing_args(p, runs=20, warmup=3, threads=1)
+    add_out_args(p)
+    args = p.parse_args(argv)
+    cli.setup_logging(None)
+    check_models(args.models)
+    report = Report(args.out, args.overwrite)
+    set_threads(args.threads)
+    return args, report
+
+
 class Report:
     """What a benchmark script prints, block by block (tables, notes), also written to ``out`` at the end. ``out``
     is checked when the report is made (``io.check_output_file``: not a directory, not an existing file unless
