@@ -158,3 +158,15 @@ def root_logging_restored():
 def _restore_root_logging():
     with root_logging_restored():
         yield
+
+
+# --------------------------------------------------------------------------------------------------
+# Scheduling under xdist (-n 2): the slow tests first, handed out one test at a time (--maxschedchunk=1 in
+# pyproject.toml), so that the long ones run side by side at the start instead of one of them keeping a worker busy
+# after the other has finished. Fixtures that build something (a smoke run, a corpus) are session-scoped: with tests of
+# different modules interleaved on a worker, a module-scoped one would be built again each time its module came back.
+# --------------------------------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the order within each group stays

@@ -46,6 +46,7 @@ def table_rows(text: str) -> list[list[str]]:
     return tables
 
 
+@pytest.mark.slow
 def test_latency_tiny_table(restore_threads, capsys, tmp_path):
     """Presets and a MODEL_DIR (its own weights and head) in one table; --out holds what was printed."""
     model_dir = str(tmp_path / "mlm")
@@ -174,6 +175,7 @@ def test_time_interleaved_counts_and_settles():
     assert rounds == ["a"] * (1 + 3) + ["b"] * (1 + 3) + ["a"] * (1 + 2) + ["b"] * (1 + 2) + ["a"] * 3 + ["b"] * 3
 
 
+@pytest.mark.slow
 def test_bench_train_tiny_prints_tables(tmp_path, capsys):
     """eval/bench_train.py on tiny dims: well-formed tables and ratios (no timing asserts)."""
     mod = load_script("eval/bench_train.py")

@@ -276,7 +276,7 @@ def test_tokenizer_command_line(tmp_path):
 
 # -- 7. a lone surrogate in tokenizer input ----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tokenizers(tmp_path_factory):
     d = tmp_path_factory.mktemp("tok")
     (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")

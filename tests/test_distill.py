@@ -147,6 +147,7 @@ def _agreement(model_or_dir, teacher_logits, arrays):
     return float(np.mean(ft.predict_logits(model, arrays).argmax(-1) == teacher_logits.argmax(-1)))
 
 
+@pytest.mark.slow
 def test_layer_distillation_moves_the_student_toward_the_teacher(tmp_path):
     _write_sst2(tmp_path / "glue", n_train=384, n_dev=64)
     init = _model_dir(tmp_path / "init", layers=2, head="SqueezeBertForPreTraining")
@@ -226,6 +227,7 @@ def test_transfer_rows_are_trained_on_the_soft_labels_alone():
     np.testing.assert_allclose(float(got), np.mean((logits[:, 0] - target) ** 2), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_transfer_text_joins_the_training_set(tmp_path):
     _write_sst2(tmp_path / "glue", n_train=32, n_dev=16)
     student = _model_dir(tmp_path / "student", layers=2, head="SqueezeBertForPreTraining")

@@ -189,6 +189,7 @@ def _loss_and_grads(executions, train: bool, layers: int = 2):
     return [(out, grads) for (_, out), grads in results]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train", [False, True])
 def test_scan_and_remat_equal_the_unrolled_layers(train):
     """Every execution choice gives the unrolled loop's outputs and gradients; with dropout on, the same masks

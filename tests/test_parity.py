@@ -200,6 +200,7 @@ def test_gelu_equals_torch_gelu_and_its_gradient():
     assert np.max(np.abs(g - g_ref)) <= 2e-6
 
 
+@pytest.mark.slow
 def test_param_count_equals_reference():
     tm = transformers.SqueezeBertModel(transformers.SqueezeBertConfig(vocab_size=30528))
     ours = sj.count_params(sj.SqueezeBertModel(sj.SqueezeBertConfig.preset("squeezebert-uncased"),

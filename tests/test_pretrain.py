@@ -19,7 +19,7 @@ from conftest import ROOT, losses, smoke_config
 
 from squeezebert_jax import pretrain, trainer
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference_run(tmp_path_factory):
     """One uninterrupted smoke run on all 8 simulated devices (data parallel)."""
     wd = tmp_path_factory.mktemp("ref")
@@ -83,6 +83,7 @@ def _assert_same_params(a, b, rtol):
         np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * scale)
 
 
+@pytest.mark.slow
 def test_one_device_equals_eight_devices_and_fsdp():
     """Data parallel over 8 devices and FSDP (parameters and LAMB state sharded over them) take the 1-device steps."""
     c = smoke_config()
@@ -97,6 +98,7 @@ def test_one_device_equals_eight_devices_and_fsdp():
     _assert_same_params(p_fsdp, p_one, 2e-5)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_large_batch():
     """Dropout off (microbatches draw their own dropout masks): k=2 microbatches == one batch of 16, including the
     normalisation by the masked predictions of the whole batch (the microbatches hold different numbers)."""

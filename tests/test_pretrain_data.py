@@ -38,7 +38,7 @@ def _cat(batches):
     return {k: np.concatenate([np.atleast_1d(b[k]) for b in batches]) for k in batches[0]}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     d = tmp_path_factory.mktemp("demo")
     text = corpus.write_corpus(d / "corpus.txt", num_docs=300, seed=1)
@@ -57,7 +57,7 @@ def _numbered_docs():
             for i in range(NUM_NUMBERED)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def numbered(tmp_path_factory):
     d = tmp_path_factory.mktemp("numbered")
     words = [f"d{i}" for i in range(NUM_NUMBERED)] + [f"s{j}" for j in range(8)]

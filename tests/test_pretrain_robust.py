@@ -29,7 +29,7 @@ def listing(directory):
     return sorted(os.listdir(directory))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """An uninterrupted tiny run: metrics and checkpoints at steps 2 and 4, an exported model."""
     wd = tmp_path_factory.mktemp("tiny")
@@ -82,6 +82,7 @@ def test_a_refused_restart_leaves_config_and_history_as_they_were(tiny_run, tmp_
     assert digest(wd) == before  # config.json, config_history.jsonl, metrics, checkpoints: all as they were
 
 
+@pytest.mark.slow
 def test_a_changed_hyperparameter_resumes_with_a_warning_and_the_history_keeps_every_start(tmp_path, caplog):
     wd = tmp_path / "lr"
     pretrain.train_and_evaluate(tiny_config(stop_at_step=2), str(wd))

@@ -17,7 +17,7 @@ from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def get_config():
     return load_script("train/configs/glue.py").get_config
 
@@ -49,6 +49,7 @@ def best_by_hand(rows, grid_order):
 
 # -- (a) a real 2 x 2 sweep through the script --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_cli):
     data = corpus.write_glue_tasks(tmp_path / "glue", num_train=16, num_dev=8, num_test=2, tasks=("rte",))
     wd = tmp_path / "sweep"

@@ -58,7 +58,7 @@ def _hf(vocab_path: str):
     return transformers.BertTokenizerFast(str(vocab_path), do_lower_case=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hand_vocab(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("hand") / "vocab.txt"
     path.write_text("".join(t + "\n" for t in HAND_VOCAB), encoding="utf-8")
@@ -82,21 +82,21 @@ def _corpus_lines(n: int, seed: int) -> list[str]:
     return lines
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def corpus_file(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("\n".join(_corpus_lines(600, 0)) + "\n", encoding="utf-8")
     return str(path)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained_vocab(corpus_file, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("wp")
     train_tokenizer([corpus_file], out, vocab_size=300, kind="wordpiece")
     return str(out / "vocab.txt")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sp_tok(corpus_file, tmp_path_factory) -> Tokenizer:
     return train_tokenizer([corpus_file], tmp_path_factory.mktemp("sp"), vocab_size=120, kind="sentencepiece")
 
