@@ -10,10 +10,10 @@ Paper Table 2, seq 128: SqueezeBERT 7.42 GFLOPs, BERT-base 22.5 GFLOPs.
 
 The BERT-family figures of seed 003 (MobileBERT's Table 3: BERT-base 22.5, its 6- and 3-layer PKD students 11.3 and
 5.7 GFLOPs), which the paper quotes for BERT-base, are this count plus the pooler's hidden x hidden matmul at the
-other 127 positions (2 * 127 * 768^2 = 0.150 GFLOPs at seq 128, as if the pooler ran on every token): with it ours are 22.50,
-11.32 and 5.74, each equal to the published figure at its printed precision; without it 22.35, 11.17 and 5.59. The
-sources do not say how they counted; ``pooler_every_token=True`` gives that count. The paper's own SqueezeBERT figure,
-7.42, is this module's default count (7.40), not that one (7.55).
+other 127 positions (2 * 127 * 768^2 = 0.150 GFLOPs at seq 128, as if the pooler ran on every token): with it ours
+are 22.50, 11.32 and 5.74, each equal to the published figure at its printed precision; without it 22.35, 11.17 and
+5.59. The sources do not say how they counted; ``pooler_every_token=True`` gives that count. The paper's own
+SqueezeBERT figure, 7.42, is this module's default count (7.40), not that one (7.55).
 """
 
 from __future__ import annotations
