@@ -428,15 +428,18 @@ class SelfAttention(nnx.Module):
         with jax.named_scope("qkv"):
             q, k, v = (checkpoint_name(f(x), n) for f, n in ((self.query, "q"), (self.key, "k"), (self.value, "v")))
         with jax.named_scope("attention_core"):
-            q, k, v = split(q), split(k), split(v)
-            scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))),
-                                         preferred_element_type=jnp.float32)
-            scores = scores / math.sqrt(self.head_dim) + mask_bias
-            p = jax.nn.softmax(scores, axis=-1)
-            probs = self.dropout(p).astype(self.dtype)
-            ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))
-            ctx = checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context")
+            ctx, p = self.core(split(q), split(k), split(v), mask_bias)
             return (ctx, p) if with_probs else ctx
+
+    def core(self, q, k, v, mask_bias):
+        """``(context [B, S, heads * d], attention probabilities [B, heads, S, S] before dropout)`` of q, k, v as
+        [B, heads, S, d]: dot_generals with (batch, head) batch dims."""
+        b, _, s, _ = q.shape
+        scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))), preferred_element_type=jnp.float32)
+        p = jax.nn.softmax(scores / math.sqrt(self.head_dim) + mask_bias, axis=-1)
+        probs = self.dropout(p).astype(self.dtype)
+        ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))
+        return checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context"), p
 
 
 class SqueezeBertLayer(nnx.Module):

@@ -120,6 +120,28 @@ def test_bench_infer_tiny_tables(restore_threads, capsys):
     assert re.search(r"SqueezeBERT >= 3x BERT-base (would need everything else <= -?\d|is out of reach)", out)
 
 
+@pytest.mark.parametrize("overrides", [{}, {"output_groups": 1}])  # FFN kept group-major; groups that differ
+def test_group_major_layer_equals_the_models_layer_with_its_probabilities(overrides):
+    """bench_infer's "group-major" layer gives model.py's layer output and, ``with_probs``, the same attention
+    probabilities (the attention core is the model's ``SelfAttention.core``)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from squeezebert_jax.benchmarks import infer
+
+    config = timing.tiny_config("squeezebert-uncased", **overrides)
+    layer = sj.SqueezeBertModel(config, rngs=nnx.Rngs(0)).encoder.layers[0]
+    layer.eval()
+    x = jax.random.normal(jax.random.key(1), (2, 8, config.hidden_size))
+    mask_bias = jnp.where(jnp.arange(8)[None, None, None] < jnp.asarray([8, 5])[:, None, None, None], 0.0, -1e9)
+    ref, ref_probs = layer(x, mask_bias, with_probs=True)
+    out, probs = infer._layer_group_major(layer, x, mask_bias, with_probs=True)
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    np.testing.assert_allclose(probs, ref_probs, atol=1e-6)
+    np.testing.assert_allclose(infer._layer_group_major(layer, x, mask_bias), ref, atol=1e-5)
+
+
 def test_op_profile_attributes_every_op_to_its_component():
     """The XLA profile sees every component of the model through its named scope: matmuls in the position-wise
     layers and the attention core, and the op times add up to (most of) the forward's wall time."""

@@ -9,7 +9,6 @@ einsum with the group axis left in place. Its attention core is two ``dot_genera
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import jax
@@ -110,20 +109,11 @@ def _conv_loop(self, x):
     return y + self.bias[...].astype(self.dtype)
 
 
-def _core_bhsd(att, q, k, v, mask_bias):
-    """softmax(q kᵀ/√d + mask) v on [B, heads, S, d] operands: dot_generals with (batch, head) batch dims."""
-    scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))), preferred_element_type=jnp.float32)
-    probs = att.dropout(jax.nn.softmax(scores / math.sqrt(att.head_dim) + mask_bias, axis=-1)).astype(att.dtype)
-    ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))  # [B, h, S, d]
-    return ctx.transpose(0, 2, 1, 3).reshape(*ctx.shape[:1], ctx.shape[2], -1)
-
-
 def _layer_group_major(self, x, mask_bias, with_probs: bool = False):
     """Q/K/V as one batched dot on a group-major input, heads taken straight from it; the FFN stays group-major
     from the first grouped conv through GELU into the second (when their groups line up), so the 3072-wide
-    activation is never transposed. (Inference timing only: no attention probabilities for distillation.)"""
-    if with_probs:
-        raise NotImplementedError("the group-major benchmark layer does not return attention probabilities")
+    activation is never transposed. The attention core is the model's (``SelfAttention.core``); ``with_probs``:
+    (output, attention probabilities), as ``SqueezeBertLayer``."""
     att, (b, s, h) = self.attention, x.shape
     dt, d, convs = att.dtype, att.head_dim, (att.query, att.key, att.value)
 
@@ -140,14 +130,18 @@ def _layer_group_major(self, x, mask_bias, with_probs: bool = False):
     else:
         q, k, v = (heads(_bdot(_gm(x.astype(dt), m.groups), m.kernel[...].astype(dt))
                          + m.bias[...].astype(dt).reshape(m.groups, 1, -1), m.groups) for m in convs)
-    a = self.post_attention(_core_bhsd(att, q, k, v, mask_bias), x)
+    ctx, probs = att.core(q, k, v, mask_bias)
+    a = self.post_attention(ctx, x)
     c1, c2 = self.intermediate["conv1d"], self.output.conv1d
     if c1.groups != c2.groups:
-        return self.output(self.act(c1(a)), a)
-    gi = c1.groups
-    hid = self.act(_bdot(_gm(a.astype(dt), gi), c1.kernel[...].astype(dt)) + c1.bias[...].astype(dt).reshape(gi, 1, -1))
-    y = _bdot(hid, c2.kernel[...].astype(dt)).transpose(1, 0, 2).reshape(b, s, -1) + c2.bias[...].astype(dt)
-    return self.output.layernorm(self.output.dropout(y) + a)
+        out = self.output(self.act(c1(a)), a)
+    else:
+        gi = c1.groups
+        hid = self.act(_bdot(_gm(a.astype(dt), gi), c1.kernel[...].astype(dt))
+                       + c1.bias[...].astype(dt).reshape(gi, 1, -1))
+        y = _bdot(hid, c2.kernel[...].astype(dt)).transpose(1, 0, 2).reshape(b, s, -1) + c2.bias[...].astype(dt)
+        out = self.output.layernorm(self.output.dropout(y) + a)
+    return (out, probs) if with_probs else out
 
 
 # key -> (description, (GroupedConv1x1.__call__, SelfAttention.__call__, SqueezeBertLayer.__call__)); None keeps
