@@ -188,21 +188,6 @@ def abstract_batch(batch: int, seq_len: int, max_predictions: int, sharding) -> 
             for k, (shape, dt) in batch_spec(batch, seq_len, max_predictions).items()}
 
 
-def build_model(config, vocab_size: int | None = None):
-    """The pretraining model ``train_and_evaluate`` would build for ``config`` (random weights: only the shapes and
-    the step's program matter here)."""
-    from flax import nnx
-
-    from squeezebert_jax import pretrain
-    from squeezebert_jax.model import SqueezeBertForPreTraining
-
-    cfg = pretrain.model_config(config)
-    if vocab_size and config.model.vocab_from_tokenizer:
-        cfg = cfg.replace(vocab_size=vocab_size)
-    return SqueezeBertForPreTraining(cfg, dtype=pretrain.compute_dtype(config),
-                                     rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
-
-
 def _lower(config, phase, model, mesh, rng):
     """The phase's jitted step (``pretrain.build_phase_step``) for ``model`` on ``mesh``, lowered for abstract
     inputs (state, batch and key as ShapeDtypeStructs with their shardings)."""
@@ -243,7 +228,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
     from squeezebert_jax import pretrain
     from squeezebert_jax.model import SqueezeBertForPreTraining, set_execution
 
-    model = model if model is not None else build_model(config)
+    model = model if model is not None else pretrain.new_model(config)
     n_chips = len(target.devices)
     pretrain.check_batch_division(config, phase, n_chips)
     k = pretrain.microbatches(config, phase)

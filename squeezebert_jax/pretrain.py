@@ -144,6 +144,16 @@ def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
     return SqueezeBertConfig.preset(config.model.preset, **overrides)
 
 
+def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> SqueezeBertForPreTraining:
+    """``config``'s pretraining model, randomly initialised from ``config.seed``; ``vocab_size`` (the tokenizer's)
+    replaces the preset's when ``model.vocab_from_tokenizer``."""
+    cfg = model_config(config)
+    if vocab_size and config.model.vocab_from_tokenizer:
+        cfg = cfg.replace(vocab_size=vocab_size)
+    return SqueezeBertForPreTraining(cfg, dtype=compute_dtype(config),
+                                     rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
+
+
 def compute_dtype(config: ml_collections.ConfigDict):
     if config.compute_dtype not in ("bfloat16", "float32"):
         raise InputError(f"compute_dtype {config.compute_dtype!r}: bfloat16 or float32")
@@ -445,22 +455,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         raise FileNotFoundError(f"{data_dir}: no tokenizer file recorded by prepare_data")
 
     # -- Model -------------------------------------------------------------------------------------
-    cfg = model_config(config)
-    if config.model.vocab_from_tokenizer:
-        cfg = cfg.replace(vocab_size=tokenizer.vocab_size)
-    dtype = compute_dtype(config)
     if config.init_from:
-        model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=dtype, seed=config.seed)
-        set_execution(model, cfg.scan_layers, cfg.remat)
-        cfg = model.config
+        model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=compute_dtype(config),
+                                seed=config.seed)
+        execution = model_config(config)  # the config's scan/remat (model.overrides may set them)
+        set_execution(model, execution.scan_layers, execution.remat)
+    else:
+        model = new_model(config, tokenizer.vocab_size)
+    cfg = model.config
     # Under jax.jit an id past the embedding table is not an error: XLA clamps the gather index, so id V+50 silently
     # reads row V-1. Hence the check here, where the data meets the model (and the loader's, per record).
     if tokenizer.vocab_size > cfg.vocab_size:
         raise InputError(f"the tokenizer of {data_dir} has {tokenizer.vocab_size} ids but the model's vocab_size is "
                          f"{cfg.vocab_size}" + (f" ({config.init_from})" if config.init_from else "")
                          + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
-    if not config.init_from:
-        model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
     graphdef, params, rest = split_model(model)
     phases = get_phases(config)
     for phase in phases:

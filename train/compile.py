@@ -126,7 +126,7 @@ def main(argv) -> int:
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
         cli.report(e)
         return 2
-    model = aot.build_model(config, _vocab_size(config))
+    model = pretrain.new_model(config, _vocab_size(config))
     n = len(target.devices)
     print(f"{target.topology} x {target.num_slices} slice(s): {n} x {target.devices[0].device_kind} "
           f"({target.chip.peak_bf16 / 1e12:.0f} TFLOP/s bf16, {target.chip.hbm_gib:.2f} GiB HBM at "

@@ -70,13 +70,13 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     and the real loader behind ``trainer.DevicePrefetcher`` ("prefetched", depth ``data.prefetch``). Each timed
     call runs ``steps_per_run`` steps without waiting between them (as the training loop does) and then blocks.
     ``workdir`` receives the demo data when ``config.data.source`` is "demo"."""
-    from squeezebert_jax import aot, pretrain_data
+    from squeezebert_jax import pretrain_data
     from squeezebert_jax.tokenizer import Tokenizer
 
     data_dir = pretrain.prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
     phase = pretrain.get_phases(config)[0]
     mesh = trainer.make_mesh(config.num_devices or None)
-    model = aot.build_model(config, Tokenizer.from_dir(data_dir).vocab_size)
+    model = pretrain.new_model(config, Tokenizer.from_dir(data_dir).vocab_size)
     graphdef, params, rest = pretrain.split_model(model)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
     state = [jax.device_put(ps.init(params), ps.shardings)]
