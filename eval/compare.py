@@ -16,7 +16,6 @@ import sys
 
 from squeezebert_jax import cli
 from squeezebert_jax.benchmarks import compare, timing
-from squeezebert_jax.trainer import cpu_model
 
 
 def main(argv=None) -> int:
@@ -33,8 +32,7 @@ def main(argv=None) -> int:
     if not args.no_latency:
         timing.set_threads(args.threads)
     table = compare.compare_table(entries, tiny=args.tiny, seq_len=args.seq_len,
-                                  latency=not args.no_latency, runs=args.runs, warmup=args.warmup,
-                                  host=f"host: {cpu_model()}")
+                                  latency=not args.no_latency, runs=args.runs, warmup=args.warmup)
     report.add(table + "\n")
     report.write()
     return 0

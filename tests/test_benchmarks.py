@@ -17,6 +17,7 @@ from flax import nnx  # noqa: E402
 
 import squeezebert_jax as sj  # noqa: E402
 from squeezebert_jax.benchmarks import profile_table, timing  # noqa: E402
+from squeezebert_jax.trainer import cpu_model  # noqa: E402
 from conftest import load_script  # noqa: E402
 
 @pytest.fixture
@@ -66,13 +67,15 @@ def test_latency_tiny_table(restore_threads, capsys, tmp_path):
     for r in t[2:]:
         assert float(r[t[0].index("lite ms")]) > 0 and re.fullmatch(r"\d+\.\d\dx", r[t[0].index("Flax speedup")])
     assert "lite vs Flax max |diff|" in out and os.sched_getaffinity(0).__len__() == 1
+    assert f"host: {cpu_model()}" in out.splitlines()[0]  # the CPU beside the timings, in the table's title
 
 
 def test_profile_tiny_table(restore_threads, capsys):
     script = load_script("eval/profile_table1.py")
     assert script.main(["--tiny", "--runs", "2", "--warmup", "1", "--seq-len", "16"]) == 0
-    tables = table_rows(capsys.readouterr().out)
-    assert len(tables) == 2
+    out = capsys.readouterr().out
+    tables = table_rows(out)
+    assert len(tables) == 2 and out.count(f"host: {cpu_model()}") == 2  # each table's title names the CPU
     for name, t in zip(["bert-base-uncased", "squeezebert-uncased"], tables):
         assert [r[0] for r in t[2:]] == list(profile_table.COMPONENTS.values()) + ["Total (sum of components)"]
         fl = sj.flops_breakdown(timing.preset_config(name, tiny=True), 16, num_labels=2)
@@ -108,6 +111,7 @@ def test_bench_infer_tiny_tables(restore_threads, capsys):
                         "--threads", "1", "--formulation", "group-major", "--breakdown"]) == 0
     out = capsys.readouterr().out
     t1, t2, t3, t4 = table_rows(out)
+    assert f"host: {cpu_model()}" in out
     f = "float32, group-major"
     assert [(r[0], r[1]) for r in t1[2:]] == [("2", "float32"), ("2", f)]
     assert all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in t1[2:])

@@ -252,7 +252,7 @@ def select(patterns: Sequence[str] | None) -> tuple[Entry, ...]:
 
 
 def compare_table(entries: Sequence[Entry] = ENTRIES, tiny: bool = False, seq_len: int = 128,
-                  latency: bool = True, runs: int = 10, warmup: int = 2, host: str = "") -> str:
+                  latency: bool = True, runs: int = 10, warmup: int = 2) -> str:
     """The comparison table (Markdown) under its title, the sources and footnotes below it. ``entries[0]`` is
     BERT-base."""
     lat, note = latencies(entries, tiny, seq_len, runs, warmup) if latency else ({}, "")
@@ -262,7 +262,7 @@ def compare_table(entries: Sequence[Entry] = ENTRIES, tiny: bool = False, seq_le
     timing = "latency not measured (--no-latency)"
     if latency:
         timing = (f"our CPU latency: batch 1, jitted float32 forward, random weights, median of {runs}, interleaved "
-                  f"with BERT-base; {host}{'; ' if host else ''}{note}")
+                  f"with BERT-base; {note}")
     title = (f"Compression methods compared, seq {seq_len}{' (tiny configs: plumbing only)' if tiny else ''}; "
              f"{timing}")
     facts = _pruning_facts(entries, tiny, seq_len)

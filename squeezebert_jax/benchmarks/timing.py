@@ -25,6 +25,7 @@ from flax import nnx
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax.trainer import cpu_model
 
 REFERENCE = "bert-base-uncased"  # speedups and ratios are relative to it
 
@@ -68,8 +69,9 @@ def _cpu_ticks() -> tuple[int, int] | None:
 
 
 class LoadMonitor:
-    """Notes the load average before timing and the hypervisor steal time during it (other tenants of a
-    shared VM host do not show in the load average, but take CPU time away as steal)."""
+    """Notes the CPU model (hosts differ: AVX2 vs AVX-512), the load average before timing and the hypervisor steal
+    time during it (other tenants of a shared VM host do not show in the load average, but take CPU time away as
+    steal). Every timed table's title carries its ``note()``."""
 
     def __init__(self):
         self.load = os.getloadavg()[0]
@@ -79,8 +81,8 @@ class LoadMonitor:
         end, steal = _cpu_ticks(), ""
         if self.start and end and end[1] > self.start[1]:
             steal = f", steal {100 * (end[0] - self.start[0]) / (end[1] - self.start[1]):.1f}% during"
-        return (f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs; load average {self.load:.2f} before"
-                f"{steal}")
+        return (f"host: {cpu_model()}; {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs; load average "
+                f"{self.load:.2f} before{steal}")
 
 
 @dataclasses.dataclass
