@@ -192,6 +192,7 @@ def _lower(config, phase, model, mesh, rng):
     """The phase's jitted step (``pretrain.build_phase_step``) for ``model`` on ``mesh``, lowered for abstract
     inputs (state, batch and key as ShapeDtypeStructs with their shardings)."""
     import jax
+    import numpy as np
 
     from squeezebert_jax import pretrain
 
@@ -200,7 +201,7 @@ def _lower(config, phase, model, mesh, rng):
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
     batch = abstract_batch(config.global_batch_size, phase.seq_len, phase.max_predictions_per_seq,
                            trainer.batch_sharding(mesh))
-    return ps.step_fn.lower(ps.abstract, batch, rng)
+    return ps.step_fn.lower(ps.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32))
 
 
 def _cost(lowered_or_compiled) -> dict:
@@ -220,8 +221,9 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
     none) come from compiled programs without loops: the step of one microbatch (global batch / k) with 1 and with 2
     unrolled layers is compiled for the same devices, their difference is one layer's bytes, and the total is
     ``k x (B1 + (L - 1) x (B2 - B1))`` -- the layers exact, the optimizer update's bytes counted k times instead of
-    once (a few GB against hundreds). The scanned program's own count is not used: it counts the stacked residual
-    buffers whole at every iteration's dynamic slice, several times the bytes really moved.
+    once (a few GB against hundreds); a model of L <= 2 layers is compiled once, unrolled (``k x B_L``). The scanned
+    program's own count is not used: it counts the stacked residual buffers whole at every iteration's dynamic
+    slice, several times the bytes really moved.
     """
     import jax
 
@@ -247,13 +249,17 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
         if _cost(compiled).get("bytes accessed"):
             micro = config.copy_and_resolve_references()
             micro.global_batch_size = config.global_batch_size // k
-            per_layers = []
-            for n in (1, 2):
+            per_layers = {}
+            num_layers = model.config.num_hidden_layers
+            for n in (1, 2) if num_layers > 2 else (num_layers,):  # a model of 1 or 2 layers: itself, unrolled
                 cfg = model.config.replace(num_hidden_layers=n, scan_layers=False)
                 small = SqueezeBertForPreTraining(cfg, dtype=pretrain.compute_dtype(config), rngs=nnx.Rngs(0))
                 lowered = _lower(micro, dataclasses.replace(phase, num_microbatches=1), small, mesh, rng)
-                per_layers.append(_cost(lowered.compile()).get("bytes accessed"))
-            nbytes = k * (per_layers[0] + (model.config.num_hidden_layers - 1) * (per_layers[1] - per_layers[0]))
+                per_layers[n] = _cost(lowered.compile()).get("bytes accessed")
+            if num_layers <= 2:
+                nbytes = k * per_layers[num_layers]
+            else:
+                nbytes = k * (per_layers[1] + (num_layers - 1) * (per_layers[2] - per_layers[1]))
     seq_flops = pretrain.train_flops_per_sequence(model.config, phase.seq_len, phase.max_predictions_per_seq)
     return PhaseReport(
         phase=phase.name, seq_len=phase.seq_len, global_batch=config.global_batch_size,

@@ -301,8 +301,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     steps_per_epoch = math.ceil(len(train["input_ids"]) / config.batch_size)
     total = steps_per_epoch * config.num_epochs
-    tx = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
-                              weight_decay=config.weight_decay)
+    tx, rates = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
+                                     weight_decay=config.weight_decay)
     trainable = (params, proj)  # proj: the layer losses' width projection ({} without), trained, never saved
     opt_state = tx.init(trainable)
     w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
@@ -323,9 +323,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         return loss + extra, parts
 
     @jax.jit
-    def train_step(trainable, opt_state, b, rng, teacher_state):
+    def train_step(trainable, opt_state, b, rng, teacher_state, lr):
         (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, b, rng, teacher_state)
-        updates, opt_state = tx.update(grads, opt_state, trainable)
+        updates, opt_state = tx.update(grads, optim.set_learning_rate(opt_state, lr), trainable)
         return optax.apply_updates(trainable, updates), opt_state, loss, parts
 
     pruner = prune.Pruner.from_config(config.prune, model.config.num_attention_heads, total)
@@ -344,7 +344,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         losses, layer_parts = [], []
         for b in batches({k: train[k] for k in keys}, config.batch_size, order):
             trainable, opt_state, loss, parts = train_step(trainable, opt_state, b, jax.random.fold_in(rng, step),
-                                                           teacher_state)
+                                                           teacher_state, rates[step])
             losses.append(loss)
             layer_parts.append(parts)
             step += 1

@@ -7,10 +7,12 @@ neither the weight decay nor the trust ratio. Built from optax primitives.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from squeezebert_jax.errors import InputError
 
@@ -42,6 +44,27 @@ def warmup_polynomial_decay(peak_lr: float, total_steps: int, warmup_fraction: f
     return optax.join_schedules([optax.linear_schedule(0.0, peak_lr, warmup), decay], [warmup])
 
 
+def learning_rate_input(make: Callable[..., optax.GradientTransformation],
+                        **hyperparams) -> optax.GradientTransformation:
+    """``make(learning_rate=..., **hyperparams)`` whose learning rate is an input of every update, set by the train
+    step with ``set_learning_rate`` from the host's schedule (``optax.inject_hyperparams``; the other hyperparameters
+    stay constants of the program). A schedule inside the update would be compiled into the step as constants: runs
+    that differ only in learning rate, warmup or length (a sweep, the GLUE tasks, a resume with another rate) would
+    each compile their own program; this way they run one."""
+    static = tuple(n for n in inspect.signature(make).parameters if n != "learning_rate")  # defaults included
+    return optax.inject_hyperparams(make, static_args=static)(learning_rate=0.0, **hyperparams)
+
+
+def set_learning_rate(opt_state, lr):
+    """The state of a ``learning_rate_input`` optimizer with the rate of its next update set to ``lr``."""
+    return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)})
+
+
+def schedule_values(schedule: optax.Schedule, num_steps: int) -> np.ndarray:
+    """``schedule(0), ..., schedule(num_steps - 1)`` as float32: the rate of each update, read by the host."""
+    return np.asarray(jax.jit(jax.vmap(schedule))(jnp.arange(num_steps)), np.float32)  # one compile, not one per op
+
+
 def lamb(learning_rate: float | optax.Schedule, weight_decay: float = 0.01, b1: float = 0.9, b2: float = 0.999,
          eps: float = 1e-6, clip_norm: float | None = 1.0,
          mask_fn: Callable[[Any], Any] = decay_mask) -> optax.GradientTransformation:
@@ -55,10 +78,13 @@ def lamb(learning_rate: float | optax.Schedule, weight_decay: float = 0.01, b1: 
 
 
 def adamw_finetune(peak_lr: float, total_steps: int, warmup_fraction: float = 0.1, b1: float = 0.9,
-                   b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0) -> optax.GradientTransformation:
-    """The paper's fine-tuning optimizer: AdamW (no weight decay by default), warmup + linear decay to 0."""
-    schedule = warmup_polynomial_decay(peak_lr, total_steps, warmup_fraction, power=1.0)
-    return optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
+                   b2: float = 0.999, eps: float = 1e-6,
+                   weight_decay: float = 0.0) -> tuple[optax.GradientTransformation, np.ndarray]:
+    """The paper's fine-tuning optimizer: AdamW (no weight decay by default) with warmup + linear decay to 0, as
+    ``(tx, rates)``: ``tx`` takes each update's rate from ``set_learning_rate``, ``rates[i]`` is update i's."""
+    rates = schedule_values(warmup_polynomial_decay(peak_lr, total_steps, warmup_fraction, power=1.0), total_steps)
+    tx = learning_rate_input(optax.adamw, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
+    return tx, rates
 
 
 def accumulate_gradients(loss_fn: Callable, params, batch: dict[str, jax.Array], num_microbatches: int,

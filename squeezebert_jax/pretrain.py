@@ -63,7 +63,9 @@ def finalize_losses(s: dict[str, jax.Array]) -> dict[str, jax.Array]:
 # --------------------------------------------------------------------------------------------------
 
 def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microbatches: int):
-    """``train_step(state, batch, rng) -> (state, metrics)``: pure; jitted by the caller with shardings.
+    """``train_step(state, batch, rng, lr) -> (state, metrics)``: pure; jitted by the caller with shardings. ``tx``
+    takes the update's learning rate ``lr`` as an input (``optim.learning_rate_input``): the host reads it from the
+    phase's schedule, so that one compiled step serves every rate.
 
     The loss over the global batch is mean MLM NLL (over all real predictions) + mean SOP NLL; with
     ``num_microbatches`` > 1 the per-microbatch *sums* are accumulated and normalised once, so the
@@ -84,13 +86,13 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
         loss = s["mlm_nll_sum"] / norm["mlm_weight"] + s["sop_nll_sum"] / norm["sop_count"]
         return loss, s
 
-    def train_step(state, batch, rng):
+    def train_step(state, batch, rng, lr):
         rng = jax.random.fold_in(rng, state["step"])
         norm = {"mlm_weight": jnp.maximum(jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)), 1.0),
                 "sop_count": jnp.asarray(batch["sop_label"].shape[0], jnp.float32)}
         _, sums, grads = optim.accumulate_gradients(
             lambda p, mb, r: loss_fn(p, mb, r, norm), state["params"], batch, num_microbatches, rng)
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        updates, opt_state = tx.update(grads, optim.set_learning_rate(state["opt_state"], lr), state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = finalize_losses(sums) | {"grad_norm": optax.tree.norm(grads),
                                            "param_norm": optax.tree.norm(params),
@@ -190,12 +192,12 @@ def train_flops_per_sequence(cfg: SqueezeBertConfig, seq_len: int, max_predictio
 
 @dataclasses.dataclass
 class PhaseStep:
-    """What one phase trains with: optimizer, schedule, the train state's shardings and abstract shape, and the
-    jitted step. ``pretrain`` runs ``step_fn``; ``train/compile.py`` compiles the very same object for a TPU/GPU
-    topology (``aot``)."""
+    """What one phase trains with: optimizer, the learning rate of each of its steps, the train state's shardings and
+    abstract shape, and the jitted step. ``pretrain`` runs ``step_fn(state, batch, rng, learning_rates[i])`` for the
+    phase's step i; ``train/compile.py`` compiles the very same object for a TPU/GPU topology (``aot``)."""
 
     tx: optax.GradientTransformation
-    schedule: optax.Schedule
+    learning_rates: np.ndarray  # [phase.num_steps] float32: warmup + polynomial decay over the phase
     init: Any  # params -> fresh train state of this phase
     shardings: Any
     abstract: Any  # the train state as ShapeDtypeStructs carrying their shardings
@@ -207,7 +209,7 @@ def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: b
     ``params`` may be arrays or ShapeDtypeStructs: only their shapes are read."""
     schedule = optim.warmup_polynomial_decay(config.learning_rate, phase.num_steps, config.warmup_fraction,
                                              config.decay_power)
-    tx = optim.lamb(schedule, weight_decay=config.weight_decay, clip_norm=config.clip_norm)
+    tx = optim.learning_rate_input(optim.lamb, weight_decay=config.weight_decay, clip_norm=config.clip_norm)
 
     def init(p):
         return {"step": jnp.asarray(phase.start, jnp.int32), "params": p, "opt_state": tx.init(p)}
@@ -216,9 +218,9 @@ def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: b
     shardings = trainer.state_shardings(shapes, mesh, fsdp)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
     step_fn = jax.jit(make_train_step(graphdef, rest, tx, microbatches(config, phase)),
-                      in_shardings=(shardings, trainer.batch_sharding(mesh), None),
+                      in_shardings=(shardings, trainer.batch_sharding(mesh), None, None),
                       out_shardings=(shardings, None), donate_argnums=(0,))
-    return PhaseStep(tx, schedule, init, shardings, abstract, step_fn)
+    return PhaseStep(tx, optim.schedule_values(schedule, phase.num_steps), init, shardings, abstract, step_fn)
 
 
 def phase_batches(config, phase: Phase, data_dir: str, mesh):
@@ -396,7 +398,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
     on_device = isinstance(batches, trainer.DevicePrefetcher)
     for step in range(start, phase.end):
         batch = next(batches) if on_device else trainer.global_batch(next(batches), run.mesh)
-        state, metrics = ps.step_fn(state, batch, rng)
+        state, metrics = ps.step_fn(state, batch, rng, ps.learning_rates[step - phase.start])
         done = step + 1
         pending.append((done, metrics))
         timer.tick()
@@ -411,7 +413,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
             window.clear()
             dt, n = timer.lap()
             seq_s = n * config.global_batch_size / dt
-            m |= {"learning_rate": float(ps.schedule(done - phase.start - 1)), "seq_per_s": seq_s,
+            m |= {"learning_rate": float(ps.learning_rates[done - phase.start - 1]), "seq_per_s": seq_s,
                   "tokens_per_s": seq_s * phase.seq_len, "phase": phase.index,
                   "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
             run.writer.write(done, m)

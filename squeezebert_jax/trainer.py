@@ -233,6 +233,13 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         self._ocp, self.with_data, self.directory = ocp, with_data, os.path.abspath(directory)
+        if jax.default_backend() == "cpu":
+            # Replica-parallel saving (orbax's default off GPU) writes a replicated array as one slice per device so
+            # that the devices' copies to the host run side by side. CPU devices share the host's memory: the slices
+            # are only extra work (an eager slice per array per device: ~1 s per save of a small model on 8
+            # simulated devices). Whole arrays from replica 0 instead; the files are the same format.
+            ocp.type_handlers.register_type_handler(
+                jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True)
         handlers = {"state": ocp.StandardCheckpointHandler()}
         if with_data:
             import grain

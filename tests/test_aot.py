@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import COMPILE_FLAGS
 
 from squeezebert_jax import aot, pretrain, trainer
 
@@ -31,9 +32,9 @@ needs_tpu = pytest.mark.skipif(not _have("libtpu"), reason="needs the tpu extra 
 needs_gpu_plugin = pytest.mark.skipif(not _have("jax_plugins.xla_cuda12"), reason="needs the gpu-aot extra")
 
 
-def _compile(*args, variant="smoke", timeout=900) -> tuple[int, str, str, list[dict]]:
-    out = os.path.join(os.environ.get("PYTEST_TMP", "/tmp"), f"aot_{os.getpid()}_{abs(hash(args))}.jsonl")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the host's 8 simulated devices: not needed
+def _compile(tmp_path, *args, variant="smoke", timeout=900) -> tuple[int, str, str, list[dict]]:
+    out = str(tmp_path / "rows.jsonl")
+    env = {**os.environ, "XLA_FLAGS": COMPILE_FLAGS}  # the host's 8 simulated devices: not needed
     if os.path.exists(out):  # compile.py refuses to replace an existing --json file
         os.remove(out)
     p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), "--config", f"{CONFIGS}:{variant}", "--json",
@@ -71,13 +72,13 @@ def test_roofline_bound_and_hours():
 
 
 @needs_tpu
-def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch():
+def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
     """The demo model (hidden 128): at the smoke config's hidden 32 element-wise work (LayerNorm, softmax, GELU)
     is 36% of the FLOPs, which the analytic (matmul) count leaves out; at 128 it is 8%, at full size 2%.
-    --phase: the demo's second phase only (seq 128; each phase is three TPU compiles); the oversized batch below
-    reports every phase."""
+    --phase: the demo's second phase only (seq 128; two TPU compiles: the step, and the 2 layers unrolled for XLA's
+    bytes); the oversized batch below reports every phase."""
     # remat=none: the analytic count has no recomputation in it (the default "minimal" adds ~12% at this width)
-    rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.model.remat=none", "--phase", "phase2",
+    rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2", "--config.model.remat=none", "--phase", "phase2",
                                   variant="demo")
     assert rc == 0, err[-3000:]
     assert "4 x TPU v5 lite" in out and "cores" in out  # the chips, and the host that compiled
@@ -90,7 +91,7 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch():
         assert r["per chip"] == "8" and r["micro"] == "1"
     # an oversized batch: one line per phase with what XLA asked for, exit 1 (in this test, so that the suite's TPU
     # compiles run one after the other, not on both xdist workers at once)
-    rc, out, err, rows = _compile("--topology", "v5e:2x2", "--config.global_batch_size=1048576")
+    rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2", "--config.global_batch_size=1048576")
     assert rc == 1, (out, err[-2000:])
     assert "does not fit" in err and "XLA needs" in err and "GiB" in err and "Traceback" not in err
     assert [ln.split()[3] for ln in err.splitlines() if ln.startswith("does not fit: ")] == ["phase1", "phase2"]
@@ -99,16 +100,16 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch():
 
 
 @needs_gpu_plugin
-def test_compile_smoke_step_for_h100_target():
+def test_compile_smoke_step_for_h100_target(tmp_path):
     """The smoke config's first phase (every phase: the TPU test's oversized batch)."""
-    rc, out, err, rows = _compile("--topology", "h100:1x2", "--phase", "phase1")
+    rc, out, err, rows = _compile(tmp_path, "--topology", "h100:1x2", "--phase", "phase1")
     assert rc == 0, err[-3000:]
     assert "NVIDIA H100 80GB HBM3" in out
     assert [r["phase"] for r in rows] == ["phase1"] and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
 
 
-def test_unknown_topology_is_one_line_exit_2():
-    rc, out, err, _ = _compile("--topology", "v5litepod-8")
+def test_unknown_topology_is_one_line_exit_2(tmp_path):
+    rc, out, err, _ = _compile(tmp_path, "--topology", "v5litepod-8")
     assert rc == 2 and "expected CHIP:AxB" in err and "Traceback" not in err
 
 
@@ -117,7 +118,7 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     field the config does not have -- each one line, no traceback (absl's "FATAL Flags parsing error" block before)."""
     out = tmp_path / "rows.jsonl"
     out.write_text("earlier rows\n")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = {**os.environ, "XLA_FLAGS": COMPILE_FLAGS}
 
     def run(*args):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), *args], capture_output=True,

@@ -7,6 +7,7 @@ import os
 
 import nbformat
 import pytest
+from conftest import COMPILE_FLAGS
 from nbclient import NotebookClient
 
 NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "quickstart.ipynb")
@@ -18,7 +19,7 @@ def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     monkeypatch.setenv("SQB_QUICK", "1")
     monkeypatch.setenv("SQB_WORKDIR", str(tmp_path))
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.delenv("XLA_FLAGS", raising=False)  # one CPU device, as a user's laptop
+    monkeypatch.setenv("XLA_FLAGS", COMPILE_FLAGS)  # one CPU device, as a user's laptop
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend makes the PNGs
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook unexecuted"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from squeezebert_jax import optim
@@ -86,6 +87,29 @@ def test_lamb_matches_numpy_reference_with_clipping():
         np.testing.assert_allclose(got[k], ref[k], rtol=2e-5, atol=1e-6, err_msg=k)
 
 
+def test_lamb_with_the_rate_as_input_equals_the_schedule_inside_one_compile():
+    """What the train steps run: LAMB whose rate each update takes as an input (``learning_rate_input``) gives the
+    updates of LAMB with the schedule inside; two runs at other rates reuse the one compiled update."""
+    params = jax.tree.map(jnp.asarray, tree())
+    rng = np.random.default_rng(4)
+    grads_seq = [jax.tree.map(lambda x, s=s: jnp.asarray(rng.normal(size=x.shape) * s, jnp.float32), params)
+                 for s in (0.01, 3.0, 0.5, 0.2)]
+    tx = optim.learning_rate_input(optim.lamb, weight_decay=0.01)
+    update = jax.jit(lambda g, st, p, lr: tx.update(g, optim.set_learning_rate(st, lr), p))
+    for peak in (1e-2, 3e-3, 5e-2):  # a sweep
+        schedule = optim.warmup_polynomial_decay(peak, 6, 0.34)
+        ref_tx, rates = optim.lamb(schedule, weight_decay=0.01), optim.schedule_values(schedule, 6)
+        assert rates[0] == 0.0 and rates[2] == np.float32(peak)
+        st, ref_st, p, ref_p = tx.init(params), ref_tx.init(params), params, params
+        for i, g in enumerate(grads_seq):
+            u, st = update(g, st, p, rates[i])
+            ref_u, ref_st = ref_tx.update(g, ref_st, ref_p)
+            p, ref_p = optax.apply_updates(p, u), optax.apply_updates(ref_p, ref_u)
+        for k, v in _flat(ref_p).items():
+            np.testing.assert_allclose(_flat(p)[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
+    assert update._cache_size() == 1
+
+
 def test_schedule_warmup_then_polynomial_decay():
     s = optim.warmup_polynomial_decay(2.5e-3, 1000, 0.28, power=1.0)
     assert float(s(0)) == 0.0
@@ -102,14 +126,14 @@ def test_adamw_matches_torch():
     rng = np.random.default_rng(2)
     w0 = rng.normal(size=(4, 3)).astype(np.float32)
     grads = [rng.normal(size=(4, 3)).astype(np.float32) for _ in range(3)]
-    tx = optax_tx = optim.adamw_finetune(1e-2, 1000, warmup_fraction=0.0, eps=1e-6, weight_decay=0.01)
-    del optax_tx
+    tx, rates = optim.adamw_finetune(1e-2, 1000, warmup_fraction=0.0, eps=1e-6, weight_decay=0.01)
+    np.testing.assert_allclose(rates[:3], [1e-2, 1e-2 * 0.999, 1e-2 * 0.998], rtol=1e-6)
     params, state = {"w": jnp.asarray(w0)}, tx.init({"w": jnp.asarray(w0)})
     tw = torch.nn.Parameter(torch.tensor(w0))
     opt = torch.optim.AdamW([tw], lr=1e-2, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / 1000)
-    for g in grads:
-        u, state = tx.update({"w": jnp.asarray(g)}, state, params)
+    for i, g in enumerate(grads):
+        u, state = tx.update({"w": jnp.asarray(g)}, optim.set_learning_rate(state, rates[i]), params)
         params = {"w": params["w"] + u["w"]}
         tw.grad = torch.tensor(g)
         opt.step()

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, losses, smoke_config
+from conftest import COMPILE_FLAGS, ROOT, losses, smoke_config
 
 from squeezebert_jax import pretrain, trainer
 
@@ -59,7 +59,7 @@ def _train_steps(config, num_devices: int, fsdp: bool = False, num_microbatches:
     state = jax.device_put(ps.init(params), ps.shardings)
     rng, b, s, p = np.random.default_rng(0), config.global_batch_size, phase.seq_len, phase.max_predictions_per_seq
     losses = []
-    for _ in range(steps):
+    for i in range(steps):
         batch = {"input_ids": rng.integers(5, 64, (b, s)).astype(np.int32),
                  "token_type_ids": (np.arange(s)[None] >= s // 2).repeat(b, 0).astype(np.int32),
                  "attention_mask": (np.arange(s)[None] < rng.integers(s // 2, s + 1, (b, 1))).astype(np.int32),
@@ -67,7 +67,8 @@ def _train_steps(config, num_devices: int, fsdp: bool = False, num_microbatches:
                  "masked_lm_ids": rng.integers(5, 64, (b, p)).astype(np.int32),
                  "masked_lm_weights": (rng.random((b, p)) < 0.7).astype(np.float32),
                  "sop_label": rng.integers(0, 2, b).astype(np.int32)}
-        state, m = ps.step_fn(state, trainer.global_batch(batch, mesh), jax.random.key(config.seed))
+        state, m = ps.step_fn(state, trainer.global_batch(batch, mesh), jax.random.key(config.seed),
+                              ps.learning_rates[i])
         losses.append(float(m["loss"]))
     specs = {tuple(x.sharding.spec) for x in jax.tree.leaves(state["params"])}
     return np.asarray(losses), jax.device_get(state["params"]), specs
@@ -213,7 +214,8 @@ def test_two_processes_equal_one_process(reference_run, tmp_path):
               "c = smoke_config(coordinator_address='localhost:{port}', num_processes=2, process_id={pid});"
               "c.phases = c.phases[:1];"
               "pretrain.train_and_evaluate(c, {wd!r})")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {COMPILE_FLAGS}",
+           "JAX_PLATFORMS": "cpu"}
     wd = str(tmp_path / "multi")
     procs = [subprocess.Popen([sys.executable, "-c", script.format(tests=os.path.join(ROOT, "tests"), port=port,
                                                                    pid=i, wd=wd)],
