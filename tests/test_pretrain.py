@@ -46,12 +46,12 @@ def _train_steps(config, num_devices: int, fsdp: bool = False, num_microbatches:
     accumulation, exactly what ``train_and_evaluate`` runs) on a ``num_devices`` mesh, on fixed random batches in
     which some masked predictions are padding (weight 0), and the final parameters and their shardings."""
     import jax
-    from flax import nnx
 
-    from squeezebert_jax.model import SqueezeBertForPreTraining
+    from squeezebert_jax import corpus
 
-    cfg = pretrain.model_config(config).replace(vocab_size=64)
-    model = SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(params=0, dropout=0))
+    # the demo vocabulary, as train_and_evaluate builds it: the smoke run's 8-device step is the same program (one
+    # compile between this test and the reference run when XLA's cache is on)
+    model = pretrain.new_model(config, len(corpus.demo_vocab()))
     graphdef, params, rest = pretrain.split_model(model)
     mesh = trainer.make_mesh(num_devices)
     phase = dataclasses.replace(pretrain.get_phases(config)[0], num_microbatches=num_microbatches)
