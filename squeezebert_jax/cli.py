@@ -188,3 +188,27 @@ def setup_logging(log_file: str | None = None, console_level: int = logging.WARN
         absl_logging.get_absl_handler().setLevel(console_level)
     except ImportError:
         pass
+
+
+CACHE_ENV = "SQUEEZEBERT_COMPILATION_CACHE"
+
+
+def enable_compilation_cache() -> str | None:
+    """XLA's persistent compilation cache for the training scripts (train/pretrain.py, train/finetune.py,
+    train/glue_recipe.py): a restart after a preemption, and the runs of a sweep or of the GLUE tasks (the learning
+    rate is an input of the step, ``optim.learning_rate_input``), read the compiled step back instead of compiling it
+    again (the paper step: about a minute on a TPU). The directory is ``$SQUEEZEBERT_COMPILATION_CACHE`` if set (``0``
+    turns the cache off), else jax's own ``JAX_COMPILATION_CACHE_DIR`` if set, else
+    ``$XDG_CACHE_HOME/squeezebert_jax/xla`` (``~/.cache/...``). jax keeps programs that took over a second to compile.
+    Returns the directory (None: off)."""
+    import jax
+
+    setting = os.environ.get(CACHE_ENV, "")
+    if setting == "0":
+        return None
+    if not setting and jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir
+    path = setting or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser(os.path.join("~", ".cache")),
+                                   "squeezebert_jax", "xla")
+    jax.config.update("jax_compilation_cache_dir", path)
+    return path

@@ -25,6 +25,7 @@ def main(argv):
     if not _CONFIG.value.init_from:
         raise app.UsageError("--config.init_from MODEL_DIR is required")
     cli.setup_logging(os.path.join(_WORKDIR.value, "log.txt"))
+    cli.enable_compilation_cache()
     results = finetune(_CONFIG.value, _WORKDIR.value)
     print(json.dumps(results["best"], indent=2))
     print(f"best model: {os.path.join(_WORKDIR.value, 'model')}")

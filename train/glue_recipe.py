@@ -61,6 +61,7 @@ def main(argv=None):
                          "(WORKDIR/chosen.json names it)")
     grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else None
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
+    cli.enable_compilation_cache()
 
     def make_config(task):
         c = get_config(task)

@@ -24,6 +24,7 @@ def main(argv):
     del argv
     workdir, t0 = _WORKDIR.value, time.perf_counter()
     cli.setup_logging(os.path.join(workdir, "log.txt"))
+    cli.enable_compilation_cache()
     print(f"pretraining in {workdir} (full log: {os.path.join(workdir, 'log.txt')})")
     final = train_and_evaluate(_CONFIG.value, workdir)
     elapsed = time.perf_counter() - t0

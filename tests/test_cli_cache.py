@@ -1,0 +1,29 @@
+"""The training scripts turn on XLA's persistent compilation cache (cli.enable_compilation_cache): where it goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+PROBE = ("from squeezebert_jax import cli; import jax; d = cli.enable_compilation_cache(); "
+         "print(d, jax.config.jax_compilation_cache_dir)")
+
+
+def _probe(env: dict) -> list[str]:
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("JAX_COMPILATION_CACHE_DIR", "SQUEEZEBERT_COMPILATION_CACHE")}
+    r = subprocess.run([sys.executable, "-c", PROBE], env={**base, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.split()
+
+
+def test_the_cache_directory_default_jax_setting_override_and_off(tmp_path):
+    home = tmp_path / "cache"
+    want = str(home / "squeezebert_jax" / "xla")
+    assert _probe({"XDG_CACHE_HOME": str(home)}) == [want, want]  # the default
+    own = str(tmp_path / "jax_own")
+    assert _probe({"XDG_CACHE_HOME": str(home), "JAX_COMPILATION_CACHE_DIR": own}) == [own, own]  # jax's, kept
+    ours = str(tmp_path / "ours")
+    assert _probe({"JAX_COMPILATION_CACHE_DIR": own, "SQUEEZEBERT_COMPILATION_CACHE": ours}) == [ours, ours]
+    assert _probe({"SQUEEZEBERT_COMPILATION_CACHE": "0"}) == ["None", "None"]  # off
