@@ -205,10 +205,6 @@ class LayerLoss:
     hidden_weight: float = 0.0
     attention_weight: float = 0.0
 
-    @property
-    def active(self) -> bool:
-        return any((self.patient_weight, self.hidden_weight, self.attention_weight))
-
     def __call__(self, student, teacher, proj, mask, weights) -> tuple[jax.Array, dict[str, jax.Array]]:
         """student, teacher: ``EncoderStates``; returns (weighted sum, {name: unweighted loss})."""
         s_idx = np.array([s for s, _ in self.pairs])

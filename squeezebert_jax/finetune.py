@@ -42,6 +42,7 @@ from squeezebert_jax.io import (
     save_pretrained,
 )
 from squeezebert_jax.model import SqueezeBertForSequenceClassification
+from squeezebert_jax.pretrain import compute_dtype
 from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -258,7 +259,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     if config.student_layers:
         distill.student_layer_choice(config.student_layer_map, config.student_layers, model_cfg.num_hidden_layers)
         student_cfg = model_cfg.replace(num_hidden_layers=config.student_layers)
-    dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    dtype = compute_dtype(config)
     layer_loss, layer_teacher, proj = _layer_distillation(config, student_cfg, dtype)
     load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
                                             skip_malformed=config.skip_malformed)

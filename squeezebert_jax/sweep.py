@@ -34,6 +34,7 @@ from squeezebert_jax import finetune as ft
 from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import atomic_write
+from squeezebert_jax.pretrain import config_changes
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +299,9 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
             plan.append((task, {k: v for k, v in s.items() if k != "seed"}, int(c.seed)))
             row = done.get(run_key(*plan[-1]))
             if row and row.get("config"):
-                drift.update(dict.fromkeys(_drift(row["config"], c.to_dict())))
+                drift.update(dict.fromkeys(f"{name}: {show(was)} -> {show(now)}" for name, (was, now)
+                                           in config_changes(row["config"], c.to_dict()).items()
+                                           if name not in _PER_RUN))
     if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
         log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
                     "skipped: use another --workdir to run them again", record, "; ".join(drift))
@@ -350,18 +353,6 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
         {t: {"settings": c.settings, "score": c.score, "metric": selection_metric(t),
              "run_dirs": [r["run_dir"] for r in c.rows]} for t, c in choices.items()}, indent=2) + "\n")
     return text
-
-
-def _drift(recorded: dict, now: dict, prefix: str = "") -> list[str]:
-    """``field: was -> now`` for the config values that differ, leaving out what a sweep sets per run."""
-    out = []
-    for k in sorted(set(recorded) | set(now)):
-        name, a, b = prefix + k, recorded.get(k), now.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _drift(a, b, name + ".")
-        elif a != b and name not in _PER_RUN:
-            out.append(f"{name}: {show(a)} -> {show(b)}")
-    return out
 
 
 def _clock(seconds: float) -> str:

@@ -381,3 +381,12 @@ def test_pruning_during_finetuning_reaches_the_scheduled_sparsity(tmp_path, kind
     assert prune.Pruner(kind, target, 4, 1).report(nnx.to_pure_dict(nnx.state(saved, nnx.Param)))["reached"] == \
         pytest.approx(target, abs=0.01)
     assert res["best"]["score"] > 0.7  # still learns (chance: ~0.5; unpruned, this task reaches 1.0)
+
+
+def test_an_unknown_compute_dtype_is_refused(tmp_path):
+    """The pretraining config's check (pretrain.compute_dtype), not a silent float32."""
+    model = _tiny_model_dir(tmp_path / "m", head="SqueezeBertForSequenceClassification")
+    c = _config("sst2", str(model), str(tmp_path / "glue"), compute_dtype="float16")
+    with pytest.raises(sj.errors.InputError, match="compute_dtype 'float16': bfloat16 or float32"):
+        ft.finetune(c, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")
