@@ -8,6 +8,9 @@ import tempfile
 COMPILE_FLAGS = "--xla_backend_optimization_level=1"
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {COMPILE_FLAGS}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# float32 matmuls at full precision, through the environment so that the subprocesses the tests start (the notebook's
+# kernel, the scripts) compile the same programs as the tests: XLA's cache below then shares them
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -17,10 +20,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "squeezebert_jax_test_xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
-
-import jax  # noqa: E402
-
-jax.config.update("jax_default_matmul_precision", "highest")
 
 import contextlib  # noqa: E402
 import hashlib  # noqa: E402

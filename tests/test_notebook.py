@@ -7,7 +7,6 @@ import os
 
 import nbformat
 import pytest
-from conftest import COMPILE_FLAGS
 from nbclient import NotebookClient
 
 NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "quickstart.ipynb")
@@ -15,11 +14,13 @@ NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.mark.slow
 def test_quickstart_notebook_executes(tmp_path, monkeypatch):
-    # The kernel inherits this environment: tiny configs, CPU, outputs under tmp_path.
+    # The kernel inherits this environment: tiny configs, CPU, outputs under tmp_path; and the tests' XLA flags and
+    # matmul precision (tests/conftest.py): 8 CPU devices, as the 8 cores of a Colab TPU, on which the notebook's smoke
+    # pretraining is the tests' reference run, compiled once for both (XLA's cache keys a program by the process's
+    # devices: a 1-device kernel would share no program with the tests)
     monkeypatch.setenv("SQB_QUICK", "1")
     monkeypatch.setenv("SQB_WORKDIR", str(tmp_path))
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("XLA_FLAGS", COMPILE_FLAGS)  # one CPU device, as a user's laptop
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend makes the PNGs
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook unexecuted"
