@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-from conftest import COMPILE_FLAGS
 
 from squeezebert_jax import aot, pretrain, trainer
 
@@ -34,9 +33,9 @@ needs_gpu_plugin = pytest.mark.skipif(not _have("jax_plugins.xla_cuda12"), reaso
 
 def _compile(tmp_path, *args, variant="smoke", timeout=900) -> tuple[int, str, str, list[dict]]:
     out = str(tmp_path / "rows.jsonl")
-    # the host's 8 simulated devices: not needed; the accelerator programs at the default matmul precision, as users
-    # compile them (not the tests' "highest")
-    env = {k: v for k, v in os.environ.items() if k != "JAX_DEFAULT_MATMUL_PRECISION"} | {"XLA_FLAGS": COMPILE_FLAGS}
+    # the accelerator programs at the default matmul precision, as users compile them (not the tests' "highest"); the
+    # tests' XLA flags (8 host devices), so that the model's initialisation on the host is the tests' compiled programs
+    env = {k: v for k, v in os.environ.items() if k != "JAX_DEFAULT_MATMUL_PRECISION"}
     if os.path.exists(out):  # compile.py refuses to replace an existing --json file
         os.remove(out)
     p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), "--config", f"{CONFIGS}:{variant}", "--json",
@@ -120,7 +119,7 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     field the config does not have -- each one line, no traceback (absl's "FATAL Flags parsing error" block before)."""
     out = tmp_path / "rows.jsonl"
     out.write_text("earlier rows\n")
-    env = {**os.environ, "XLA_FLAGS": COMPILE_FLAGS}
+    env = dict(os.environ)
 
     def run(*args):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), *args], capture_output=True,

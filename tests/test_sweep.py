@@ -24,9 +24,10 @@ def get_config():
 
 @pytest.fixture
 def model_dir(tmp_path):
-    cfg = sj.SqueezeBertConfig(vocab_size=len(corpus.demo_vocab()), hidden_size=16, embedding_size=16,
-                               num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                               max_position_embeddings=32)
+    """test_finetune's whole-table model: its batch-16 step is the table's (one compile for both, XLA's cache)."""
+    cfg = sj.SqueezeBertConfig(vocab_size=len(corpus.demo_vocab()), hidden_size=32, embedding_size=32,
+                               num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                               max_position_embeddings=64)
     sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), tmp_path / "init")
     corpus.write_demo_vocab(tmp_path / "init" / "vocab.txt")
     return str(tmp_path / "init")
@@ -55,10 +56,10 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     wd = tmp_path / "sweep"
     rc, out, err = run_cli("train/glue_recipe.py", "--init_from", model_dir, "--data_dir", data, "--workdir", wd,
                            "--tasks", "rte", "--epochs", "1", "--max_seq_length", "32",
-                           "--sweep", "lr=1e-3,1e-2;batch=4,8")
+                           "--sweep", "lr=1e-3,1e-2;batch=8,16")
     assert rc == 0, err
     rows = rows_of(wd)
-    grid = [{"lr": lr, "batch": b} for lr in (1e-3, 1e-2) for b in (4, 8)]
+    grid = [{"lr": lr, "batch": b} for lr in (1e-3, 1e-2) for b in (8, 16)]
     assert [r["settings"] for r in rows] == grid and {r["seed"] for r in rows} == {0}
     for r in rows:
         assert r["metric"] == "validation/accuracy" and r["score"] == r["dev"]["validation/accuracy"]
@@ -76,7 +77,7 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     assert table.splitlines()[-4].split() == ["batch", str(want["batch"])]
     assert (wd / "table.md").read_text() == out[out.index("model "):]
     log = (wd / "log.txt").read_text()
-    assert "sweep: 4 runs" in log and "[4/4] rte lr=0.01,batch=8,seed=0" in log
+    assert "sweep: 4 runs" in log and "[4/4] rte lr=0.01,batch=16,seed=0" in log
 
 
 # -- (b) restart ------------------------------------------------------------------------------------------------
