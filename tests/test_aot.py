@@ -72,6 +72,7 @@ def test_roofline_bound_and_hours():
     assert r.hours_at_mfu(0.5) == pytest.approx(3600 * 0.5 / 0.5 / 3600)
 
 
+@pytest.mark.slow
 @needs_tpu
 def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
     """The demo model (hidden 128): at the smoke config's hidden 32 element-wise work (LayerNorm, softmax, GELU)
@@ -100,6 +101,7 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
 
 
 
+@pytest.mark.slow
 @needs_gpu_plugin
 def test_compile_smoke_step_for_h100_target(tmp_path):
     """The smoke config's first phase (every phase: the TPU test's oversized batch)."""
