@@ -171,5 +171,14 @@ def _restore_root_logging():
 # --------------------------------------------------------------------------------------------------
 
 
+# the session fixtures that train (test_pretrain.py's smoke run, test_pretrain_robust.py's tiny run: 15-40 s each on a
+# fresh machine): their first users go right after the slow tests, so that with `-m "not slow"` they are built at the
+# start and not in the last minute while the other worker idles
+TRAINING_FIXTURES = {"reference_run", "tiny_run"}
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the order within each group stays
+    def rank(item):
+        return 0 if item.get_closest_marker("slow") else 1 if TRAINING_FIXTURES & set(item.fixturenames) else 2
+
+    items.sort(key=rank)  # stable: the order within each group stays
