@@ -16,7 +16,7 @@ NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     # The kernel inherits this environment: tiny configs, CPU, outputs under tmp_path; and the tests' XLA flags and
     # matmul precision (tests/conftest.py): 8 CPU devices, as the 8 cores of a Colab TPU, on which the notebook's smoke
-    # pretraining is the tests' reference run, compiled once for both (XLA's cache keys a program by the process's
+    # pretraining is the tests' reference run, compiled once for both (jax's compilation-cache key holds the process's
     # devices: a 1-device kernel would share no program with the tests)
     monkeypatch.setenv("SQB_QUICK", "1")
     monkeypatch.setenv("SQB_WORKDIR", str(tmp_path))

@@ -47,8 +47,9 @@ def test_stop_at_the_last_step_is_a_finished_run(tiny_run, tmp_path):
 
 def test_divergence_is_never_checkpointed_and_the_error_names_the_first_bad_step(tmp_path):
     """lr 1e30 after a 1-step warmup (lr 0 at step 1): the update of step 2 blows the params up while the loss of
-    step 2 (computed before that update) is still finite. Checkpoints every step, a log line only at step 4. (LAMB's
-    trust ratio sizes each update as lr x ||w||, clipped gradients or not: the tiny run's own step, no other compile.)"""
+    step 2 (computed before that update) is still finite. Checkpoints every step, a log line only at step 4. (Clipping
+    does not bound the update: Adam divides the gradient's scale out and the trust ratio makes it lr x ||w||; so the
+    tiny run's own step, with no compile of its own.)"""
     wd = tmp_path / "nan"
     c = tiny_config(learning_rate=1e30, warmup_fraction=0.25, checkpoint_every=1, log_every=4)
     with pytest.raises(FloatingPointError, match=r"non-finite .*param_norm.* at step 2 .*last good checkpoint is "
