@@ -179,6 +179,8 @@ TRAINING_FIXTURES = {"reference_run", "tiny_run"}
 
 def pytest_collection_modifyitems(config, items):
     def rank(item):
-        return 0 if item.get_closest_marker("slow") else 1 if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())) else 2
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())) else 2
 
     items.sort(key=rank)  # stable: the order within each group stays
