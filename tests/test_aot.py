@@ -121,11 +121,9 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     field the config does not have -- each one line, no traceback (absl's "FATAL Flags parsing error" block before)."""
     out = tmp_path / "rows.jsonl"
     out.write_text("earlier rows\n")
-    env = dict(os.environ)
-
-    def run(*args):
+    def run(*args):  # refused before any compile: the tests' environment as it is
         p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), *args], capture_output=True,
-                           text=True, timeout=600, env=env, cwd=ROOT)
+                           text=True, timeout=600, cwd=ROOT)
         err = [ln for ln in p.stderr.splitlines() if "compile.py" in ln or "Traceback" in ln or "FATAL" in ln]
         return p.returncode, err
 
