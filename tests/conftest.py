@@ -2,10 +2,12 @@
 import os
 import tempfile
 
-# LLVM -O1 for the machine code of every program the tests compile (XLA:CPU's default is -O3). XLA's own HLO passes
-# all run as usual, so the programs are the ones users run; measured on the demo step: 17% less compile time, the same
-# steps per second. Subprocesses that set their own XLA_FLAGS add it too.
-COMPILE_FLAGS = "--xla_backend_optimization_level=1"
+# LLVM -O0 for the machine code of the programs the tests compile (XLA:CPU's default is -O3). XLA's own HLO passes all
+# run as usual, so the programs are the ones users run, with less optimised machine code: a third less compile time
+# (most of this suite's time), and tiny steps that run ~3x slower, which only matters where a test runs many steps:
+# test_demo_learns_mlm_and_sop runs its own process at RUN_FLAGS. Subprocesses that set their own XLA_FLAGS add it too.
+COMPILE_FLAGS = "--xla_backend_optimization_level=0"
+RUN_FLAGS = "--xla_backend_optimization_level=1"
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {COMPILE_FLAGS}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # float32 matmuls at full precision, through the environment so that the subprocesses the tests start (the notebook's
@@ -22,6 +24,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import contextlib  # noqa: E402
+import gc  # noqa: E402
 import hashlib  # noqa: E402
 import importlib.util  # noqa: E402
 import types  # noqa: E402
@@ -29,6 +32,17 @@ import types  # noqa: E402
 import pytest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Python's cyclic garbage collector, less often: at its default thresholds (700, 10, 10) a worker ran ~4,500
+# collections over test_finetune/test_distill/test_parity (tracing allocates millions of short-lived objects) and each
+# older-generation one walked the ~1.2M long-lived objects of jax, flax, torch and transformers: 5.3 s of 47 CPU-s.
+# Cycles are still collected, 70x less often (1.5 s); the imported modules are frozen out of the walks after collection.
+gc.set_threshold(50_000, 20, 20)
+
+
+def pytest_collection_finish(session):
+    gc.collect()
+    gc.freeze()
 
 
 def load_script(relpath: str) -> types.ModuleType:
@@ -40,13 +54,18 @@ def load_script(relpath: str) -> types.ModuleType:
     return mod
 
 
-def smoke_config(**overrides):
-    """train/configs/pretrain.py:smoke (two phases of 6 + 2 steps, hidden 32, the embedded corpus) with overrides by
-    dotted name: ``smoke_config(num_devices=1, **{"model.overrides": {...}})``."""
+def pretrain_config(variant: str):
+    """A variant of train/configs/pretrain.py (demo, smoke, paper, bert-base)."""
     spec = importlib.util.spec_from_file_location("pretrain_cfg", os.path.join(ROOT, "train", "configs", "pretrain.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    c = mod.get_config("smoke")
+    return mod.get_config(variant)
+
+
+def smoke_config(**overrides):
+    """train/configs/pretrain.py:smoke (two phases of 6 + 2 steps, hidden 32, the embedded corpus) with overrides by
+    dotted name: ``smoke_config(num_devices=1, **{"model.overrides": {...}})``."""
+    c = pretrain_config("smoke")
     for k, v in overrides.items():
         node = c
         *path, last = k.split(".")
