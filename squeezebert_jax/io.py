@@ -7,7 +7,8 @@ float32) and the tokenizer file(s) of the source (``vocab.txt`` or a SentencePie
 and converts it on the fly (``convert`` maps the names and layouts).
 
 ``build_model`` is the one place a model is built from weights (a MODEL_DIR, a transformers directory or state_dict)
-and the one check for missing, unexpected and misshapen tensors; ``atomic_write`` is the project's one way to write
+and the one check for missing, unexpected and misshapen tensors; it draws no random weights for the checkpoint to
+replace; ``atomic_write`` is the project's one way to write
 a file whole or not at all.
 """
 
@@ -20,6 +21,7 @@ import secrets
 import shutil
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -248,13 +250,21 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
         log.info("%s: a new %d-label classifier replaces the saved %d-label one", source, num_labels, saved_labels)
         src = {k: v for k, v in src.items() if not k.startswith("classifier/")}
         names = {k: v for k, v in names.items() if not k.startswith("classifier/")}
-    model = HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
-    params = nnx.to_flat_state(nnx.state(model, nnx.Param))
-    missing, misshapen, used = [], [], set()
-    for path, var in params:
+
+    def construct():
+        return HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
+
+    model = nnx.eval_shape(construct)  # shapes only: no random weights drawn for the checkpoint to replace
+    state = nnx.to_flat_state(nnx.state(model))
+    missing, misshapen, used, fresh = [], [], set(), []
+    for path, var in state:
         key = "/".join(str(p) for p in path).removeprefix("transformer/")
+        if not isinstance(var, nnx.Param):  # the dropout streams' keys
+            fresh.append(path)
+            continue
         if key not in src:
             missing.append(key)
+            fresh.append(path)
             continue
         have, want = mapped.source_shape(key), mapped.implied_shape(key, var.get_value().shape)
         if have != want:
@@ -280,8 +290,25 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     if missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
                     ", ".join(model.newly_initialized))
-    nnx.update(model, nnx.from_flat_state(params))
+    initial = _initial_values(construct, fresh)
+    for path, var in state:
+        if path in initial:
+            var.set_value(initial[path])
+    nnx.update(model, nnx.from_flat_state(state))
     return model
+
+
+def _initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> dict[tuple, jax.Array]:
+    """``construct()``'s initial values of the variables at ``paths`` (flat-state paths: new heads' parameters and
+    the dropout streams' keys) in one jitted program, in which XLA drops the initialisers of every other parameter
+    (the checkpoint fills them). An eager construction's values: the same keys and random bits (XLA may fuse a
+    normal's float transform, so a new head's weights can differ from eager ones by an ulp)."""
+
+    def init():
+        values = dict(nnx.to_flat_state(nnx.state(construct())))
+        return [values[p].get_value() for p in paths]
+
+    return dict(zip(paths, jax.jit(init)(), strict=True))
 
 
 def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:

@@ -14,7 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
 import squeezebert_jax as sj  # noqa: E402
@@ -134,22 +136,46 @@ def test_new_head_on_headless_checkpoint_is_reported(tmp_path, caplog):
 
 def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
     """load_pretrained (what init_from calls) and import_torch build the model once, with another head or label
-    count too; every head class holds one SqueezeBertModel, so its constructor counts the builds."""
+    count too, and never eagerly: its shapes come from an abstract construction (nnx.eval_shape) and the values the
+    checkpoint lacks (a new head, the dropout streams' keys) from one jitted one, in which XLA drops the initialisers
+    of the parameters the checkpoint fills: no random weight is drawn to be replaced. The values it draws are an eager
+    construction's. Every head class holds one
+    SqueezeBertModel, so its constructor counts the constructions (traced ones hold tracers)."""
     tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY,
                                                                                                     num_labels=3)))
     src = save_hf(tm, str(tmp_path / "hf"))
-    built = []
+    traced = []
     init = sj.SqueezeBertModel.__init__
-    monkeypatch.setattr(sj.SqueezeBertModel, "__init__", lambda self, *a, **k: built.append(1) or init(self, *a, **k))
+
+    def counting_init(self, *a, **k):
+        init(self, *a, **k)
+        traced.append(isinstance(self.pooler["dense"].kernel.get_value(), jax.core.Tracer))
+
+    monkeypatch.setattr(sj.SqueezeBertModel, "__init__", counting_init)
     for load in (lambda: sj.io.import_torch(src, str(tmp_path / "m")),
                  lambda: sj.load_pretrained(src),
                  lambda: sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2),
                  lambda: sj.load_pretrained(src, "SqueezeBertForMaskedLM"),
                  lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForSequenceClassification", num_labels=2),
                  lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForQuestionAnswering")):
-        built.clear()
+        traced.clear()
         load()
-        assert len(built) == 1
+        assert traced == [True, True]  # the shapes, then the values the checkpoint lacks: both traced
+    monkeypatch.undo()
+    # what the checkpoint lacks is what an eager construction draws: the new 2-label classifier, the dropout keys
+    loaded = sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2, seed=3)
+    eager = dict(nnx.to_flat_state(nnx.state(sj.SqueezeBertForSequenceClassification(loaded.config, num_labels=2,
+                                                                                      rngs=nnx.Rngs(3)))))
+    fresh = [(p, v.get_value()) for p, v in nnx.to_flat_state(nnx.state(loaded))
+             if p[0] == "classifier" or not isinstance(v, nnx.Param)]
+    assert {p[0] for p, _ in fresh} == {"classifier", "dropout", "transformer"}
+    for path, value in fresh:
+        want = eager[path].get_value()
+        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # the same keys, bit for bit
+            np.testing.assert_array_equal(jax.random.key_data(value), jax.random.key_data(want), err_msg=str(path))
+        else:  # the same random bits; XLA fuses the normal's float transform, so up to 1 ulp apart
+            np.testing.assert_allclose(value, want, rtol=3e-7, atol=0, err_msg=str(path))
+
 
 # ---- bad checkpoints ------------------------------------------------------------------------------
 
