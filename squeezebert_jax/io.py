@@ -8,8 +8,7 @@ and converts it on the fly (``convert`` maps the names and layouts).
 
 ``build_model`` is the one place a model is built from weights (a MODEL_DIR, a transformers directory or state_dict)
 and the one check for missing, unexpected and misshapen tensors; it draws no random weights for the checkpoint to
-replace; ``atomic_write`` is the project's one way to write
-a file whole or not at all.
+replace. ``atomic_write`` is the project's one way to write a file whole or not at all.
 """
 
 from __future__ import annotations

@@ -138,9 +138,9 @@ def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
     """load_pretrained (what init_from calls) and import_torch build the model once, with another head or label
     count too, and never eagerly: its shapes come from an abstract construction (nnx.eval_shape) and the values the
     checkpoint lacks (a new head, the dropout streams' keys) from one jitted one, in which XLA drops the initialisers
-    of the parameters the checkpoint fills: no random weight is drawn to be replaced. The values it draws are an eager
-    construction's. Every head class holds one
-    SqueezeBertModel, so its constructor counts the constructions (traced ones hold tracers)."""
+    of the parameters the checkpoint fills: no random weight is drawn to be replaced. The values it draws are an
+    eager construction's. Every head class holds one SqueezeBertModel, so its constructor counts the constructions
+    (traced ones hold tracers)."""
     tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY,
                                                                                                     num_labels=3)))
     src = save_hf(tm, str(tmp_path / "hf"))
