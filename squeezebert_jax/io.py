@@ -259,11 +259,11 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     for path, var in state:
         key = "/".join(str(p) for p in path).removeprefix("transformer/")
         if not isinstance(var, nnx.Param):  # the dropout streams' keys
-            fresh.append(path)
+            fresh.append((path, var))
             continue
         if key not in src:
             missing.append(key)
-            fresh.append(path)
+            fresh.append((path, var))
             continue
         have, want = mapped.source_shape(key), mapped.implied_shape(key, var.get_value().shape)
         if have != want:
@@ -289,15 +289,13 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     if missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
                     ", ".join(model.newly_initialized))
-    initial = _initial_values(construct, fresh)
-    for path, var in state:
-        if path in initial:
-            var.set_value(initial[path])
+    for (_, var), value in zip(fresh, _initial_values(construct, [path for path, _ in fresh]), strict=True):
+        var.set_value(value)
     nnx.update(model, nnx.from_flat_state(state))
     return model
 
 
-def _initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> dict[tuple, jax.Array]:
+def _initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> list[jax.Array]:
     """``construct()``'s initial values of the variables at ``paths`` (flat-state paths: new heads' parameters and
     the dropout streams' keys) in one jitted program, in which XLA drops the initialisers of every other parameter
     (the checkpoint fills them). An eager construction's values: the same keys and random bits (XLA may fuse a
@@ -307,7 +305,7 @@ def _initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> 
         values = dict(nnx.to_flat_state(nnx.state(construct())))
         return [values[p].get_value() for p in paths]
 
-    return dict(zip(paths, jax.jit(init)(), strict=True))
+    return jax.jit(init)()
 
 
 def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:

@@ -94,11 +94,13 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     feeds = {"synthetic": lambda: fixed, "inline": lambda: trainer.global_batch(next(inline), mesh),
              "prefetched": lambda: next(prefetched)}
 
+    lr = ps.learning_rates.max()  # the schedule's peak, every step (its first, warm-up value is 0)
+
     def run(feed):
         def f():
             m = None
             for _ in range(steps_per_run):
-                state[0], m = ps.step_fn(state[0], feed(), key, ps.learning_rates.max())
+                state[0], m = ps.step_fn(state[0], feed(), key, lr)
             jax.block_until_ready(m)
         return f
 
