@@ -41,7 +41,7 @@ from squeezebert_jax.io import (
     load_pretrained,
     save_pretrained,
 )
-from squeezebert_jax.model import SqueezeBertForSequenceClassification
+from squeezebert_jax.model import SqueezeBertForSequenceClassification, Structure
 from squeezebert_jax.pretrain import compute_dtype
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -151,22 +151,8 @@ def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | 
         yield b
 
 
-class _Structure:
-    """A model's graphdef as a static jit argument. SqueezeBertConfig, which the graphdef holds, is a mutable (so
-    unhashable) dataclass: the graphdef's repr, config values included, is the key instead."""
-
-    def __init__(self, graphdef):
-        self.graphdef, self._key = graphdef, repr(graphdef)
-
-    def __hash__(self) -> int:
-        return hash(self._key)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _Structure) and self._key == other._key
-
-
 @functools.partial(jax.jit, static_argnums=0)
-def _eval_logits(structure: _Structure, state, b):
+def _eval_logits(structure: Structure, state, b):
     """The eval forward as a pure function of (graphdef, state, batch), jitted once at import: every split and
     epoch of a model (and any model of the same structure) with the same batch shape reuses one program."""
     m = nnx.merge(structure.graphdef, state)
@@ -177,7 +163,7 @@ def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, m
     """Logits for every row of ``arrays`` with the jitted eval forward (dropout off)."""
     model.eval()
     graphdef, state = nnx.split(model)
-    structure = _Structure(graphdef)
+    structure = Structure(graphdef)
     out = []
     for b in batches({k: arrays[k] for k in INPUT_KEYS}, batch_size):
         n = int(b.pop("weights").sum())
@@ -236,6 +222,38 @@ def _layer_distillation(config, student_cfg, dtype):
     log.info("layer distillation from %s: pairs %s, weights %s%s", d.teacher, pairs, loss_weights,
              f", projection {student_cfg.hidden_size} -> {teacher_cfg.hidden_size}" if proj else "")
     return loss, teacher, proj
+
+
+def _train_step(graphdef, rest, tx, w_teacher: float, regression: bool, layer_loss=None, layer_teacher=None):
+    """``train_step(trainable, opt_state, batch, rng, teacher_state, lr) -> (trainable, opt_state, loss, parts)``,
+    jitted: the task loss (with the teacher's soft labels when the batch has them) plus the layer losses, and the
+    AdamW update at rate ``lr``. ``trainable`` is ``(params, proj)``."""
+
+    def loss_fn(trainable, b, rng, teacher_state):
+        params, proj = trainable
+        m = nnx.merge(graphdef, params, rest)
+        nnx.reseed(m, dropout=rng, default=rng)
+        m.train()
+        inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
+        out = m(*inputs, collect=layer_loss is not None)
+        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), b.get("teacher_weight", w_teacher),
+                         regression)
+        if layer_loss is None:
+            return loss, {}
+        extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), proj,
+                                  b["attention_mask"], b["weights"])
+        return loss + extra, parts
+
+    @jax.jit
+    def train_step(trainable, opt_state, b, rng, teacher_state, lr):
+        (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, b, rng, teacher_state)
+        updates, opt_state = tx.update(grads, optim.set_learning_rate(opt_state, lr), trainable)
+        return optax.apply_updates(trainable, updates), opt_state, loss, parts
+
+    return train_step
+
+
+_STEPS = trainer.StepCache()
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -308,26 +326,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     opt_state = tx.init(trainable)
     w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
 
-    def loss_fn(trainable, b, rng, teacher_state):
-        params, proj = trainable
-        m = nnx.merge(graphdef, params, rest)
-        nnx.reseed(m, dropout=rng, default=rng)
-        m.train()
-        inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
-        out = m(*inputs, collect=layer_loss is not None)
-        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), b.get("teacher_weight", w_teacher),
-                         regression)
-        if layer_loss is None:
-            return loss, {}
-        extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), proj,
-                                  b["attention_mask"], b["weights"])
-        return loss + extra, parts
-
-    @jax.jit
-    def train_step(trainable, opt_state, b, rng, teacher_state, lr):
-        (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, b, rng, teacher_state)
-        updates, opt_state = tx.update(grads, optim.set_learning_rate(opt_state, lr), trainable)
-        return optax.apply_updates(trainable, updates), opt_state, loss, parts
+    build = functools.partial(_train_step, graphdef, rest, tx, w_teacher, regression, layer_loss, layer_teacher)
+    # reused by a later run in the process with an equal model and settings (a sweep, the GLUE table): the key holds
+    # all the step closes over (tx: AdamW whose only setting is the weight decay; the rate is an input). A layer
+    # distillation step (it closes over the teacher) is built for its run alone.
+    train_step = build() if layer_loss is not None else _STEPS.get(
+        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, regression), build)
 
     pruner = prune.Pruner.from_config(config.prune, model.config.num_attention_heads, total)
 

@@ -13,6 +13,7 @@ converter in ``convert.py`` is a plain name table. Parameters are float32; ``dty
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -817,6 +818,23 @@ def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str
             m.config = m.config.replace(**{k: v for k, v in (("scan_layers", scan_layers), ("remat", remat))
                                            if v is not None})
     return model
+
+
+class Structure:
+    """A model's graphdef (``nnx.split(model)[0]``) as a hashable key: for a static ``jax.jit`` argument and for caches
+    of jitted functions. The graphdef holds ``SqueezeBertConfig``, a mutable (so unhashable) dataclass: the graphdef's
+    repr, config values included, is the key. The graphdef is copied, so that a config changed in place later can
+    neither change what a cached program was traced for nor make a stale entry match."""
+
+    def __init__(self, graphdef):
+        self.graphdef = copy.deepcopy(graphdef)
+        self._key = repr(self.graphdef)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Structure) and self._key == other._key
 
 
 def count_params(model: nnx.Module) -> int:

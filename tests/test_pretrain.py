@@ -110,6 +110,35 @@ def test_gradient_accumulation_equals_large_batch():
     _assert_same_params(p_acc, p_big, 2e-5)
 
 
+def test_the_jitted_step_is_reused_only_for_the_same_program():
+    """A second build of a phase for an equal model, optimizer and mesh (a second run in the process) returns the same
+    jitted step, so jax traces it once; anything the step depends on gives another: the weight decay or clip norm,
+    the microbatches, FSDP, the mesh, the dropout streams' keys (the step holds them as constants), how the model
+    runs (``set_execution`` on the very model of an earlier build)."""
+    from squeezebert_jax import corpus
+    from squeezebert_jax.model import set_execution
+
+    c = smoke_config()
+    phase = pretrain.get_phases(c)[0]
+
+    def step(config=c, phase=phase, num_devices=8, fsdp=False, model=None):
+        model = model or pretrain.new_model(config, len(corpus.demo_vocab()))
+        graphdef, params, rest = pretrain.split_model(model)
+        mesh = trainer.make_mesh(num_devices)
+        return pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp).step_fn
+
+    first = step()
+    assert step() is first  # a new model, equal in structure and seed
+    assert step(smoke_config(learning_rate=0.5)) is first  # the rate is an input of the step
+    others = [step(smoke_config(weight_decay=0.0)), step(smoke_config(clip_norm=0.0)),
+              step(phase=dataclasses.replace(phase, num_microbatches=2)), step(fsdp=True), step(num_devices=4),
+              step(smoke_config(seed=1))]
+    model = pretrain.new_model(c, len(corpus.demo_vocab()))
+    assert step(model=model) is first
+    others.append(step(model=set_execution(model, remat="full")))  # the same model object, run another way
+    assert all(o is not first for o in others) and len({id(o) for o in others}) == len(others)
+
+
 def test_a_phase_may_set_its_own_microbatches():
     """A seq-512 phase needs more accumulation than a seq-128 one: a phase's num_microbatches overrides the config's,
     and a count the global batch cannot split over the devices is refused naming the phase."""
