@@ -228,9 +228,9 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
     import jax
 
     from squeezebert_jax import pretrain
-    from squeezebert_jax.model import SqueezeBertForPreTraining, set_execution
+    from squeezebert_jax.model import SqueezeBertForPreTraining, abstract_model, set_execution
 
-    model = model if model is not None else pretrain.new_model(config)
+    model = model if model is not None else abstract_model(lambda: pretrain.new_model(config))
     n_chips = len(target.devices)
     pretrain.check_batch_division(config, phase, n_chips)
     k = pretrain.microbatches(config, phase)
@@ -253,7 +253,8 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
             num_layers = model.config.num_hidden_layers
             for n in (1, 2) if num_layers > 2 else (num_layers,):  # a model of 1 or 2 layers: itself, unrolled
                 cfg = model.config.replace(num_hidden_layers=n, scan_layers=False)
-                small = SqueezeBertForPreTraining(cfg, dtype=pretrain.compute_dtype(config), rngs=nnx.Rngs(0))
+                small = abstract_model(lambda cfg=cfg: SqueezeBertForPreTraining(
+                    cfg, dtype=pretrain.compute_dtype(config), rngs=nnx.Rngs(0)))
                 lowered = _lower(micro, dataclasses.replace(phase, num_microbatches=1), small, mesh, rng)
                 per_layers[n] = _cost(lowered.compile()).get("bytes accessed")
             if num_layers <= 2:

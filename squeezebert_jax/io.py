@@ -27,7 +27,7 @@ from flax import nnx
 from squeezebert_jax import convert
 from squeezebert_jax.convert import flat_params
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
-from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax.model import HEADS, SqueezeBertConfig, initial_values
 
 log = logging.getLogger(__name__)
 
@@ -289,23 +289,10 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     if missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
                     ", ".join(model.newly_initialized))
-    for (_, var), value in zip(fresh, _initial_values(construct, [path for path, _ in fresh]), strict=True):
+    for (_, var), value in zip(fresh, initial_values(construct, [path for path, _ in fresh]), strict=True):
         var.set_value(value)
     nnx.update(model, nnx.from_flat_state(state))
     return model
-
-
-def _initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> list[jax.Array]:
-    """``construct()``'s initial values of the variables at ``paths`` (flat-state paths: new heads' parameters and
-    the dropout streams' keys) in one jitted program, in which XLA drops the initialisers of every other parameter
-    (the checkpoint fills them). An eager construction's values: the same keys and random bits (XLA may fuse a
-    normal's float transform, so a new head's weights can differ from eager ones by an ulp)."""
-
-    def init():
-        values = dict(nnx.to_flat_state(nnx.state(construct())))
-        return [values[p].get_value() for p in paths]
-
-    return jax.jit(init)()
 
 
 def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:

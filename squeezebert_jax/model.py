@@ -20,6 +20,7 @@ import math
 import numbers
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -817,6 +818,33 @@ def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str
         if isinstance(m, (SqueezeBertModel, _Head)) and (scan_layers is not None or remat is not None):
             m.config = m.config.replace(**{k: v for k, v in (("scan_layers", scan_layers), ("remat", remat))
                                            if v is not None})
+    return model
+
+
+def initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> list[jax.Array]:
+    """``construct()``'s initial values of the variables at ``paths`` (flat-state paths, e.g. new heads' parameters
+    and the dropout streams' keys) in one jitted program, in which XLA drops the initialisers of every other variable.
+    An eager construction's values: the same keys and random bits (XLA may fuse a normal's float transform, so a
+    parameter can differ from an eager one by an ulp)."""
+
+    def init():
+        values = dict(nnx.to_flat_state(nnx.state(construct())))
+        return [values[p].get_value() for p in paths]
+
+    return jax.jit(init)()
+
+
+def abstract_model(construct: Callable[[], nnx.Module]) -> nnx.Module:
+    """``construct()``'s model with its parameters as ``jax.ShapeDtypeStruct``s (no random weights drawn) and its
+    other variables (the dropout streams' keys) with their values: what lowering a train step needs, e.g. ahead of
+    time for a TPU/GPU topology (``aot``), where only the parameters' shapes matter. The full-size model's eager
+    initialisation takes 3.5 s on a 2-core host."""
+    model = nnx.eval_shape(construct)
+    state = nnx.to_flat_state(nnx.state(model))
+    others = [(path, var) for path, var in state if not isinstance(var, nnx.Param)]
+    for (_, var), value in zip(others, initial_values(construct, [path for path, _ in others]), strict=True):
+        var.set_value(value)
+    nnx.update(model, nnx.from_flat_state(state))
     return model
 
 

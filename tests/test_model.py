@@ -204,6 +204,26 @@ def test_scan_and_remat_equal_the_unrolled_layers(train):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * scale, err_msg=f"scan={scan} remat={remat}")
 
 
+def test_abstract_model_has_shapes_and_the_eager_models_dropout_keys():
+    """``model.abstract_model`` (train/compile.py's host model): every parameter a ShapeDtypeStruct of the eager
+    model's shape and dtype, every other variable (the dropout streams' keys and counts) the eager model's value."""
+    construct = lambda: sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(3))  # noqa: E731
+    abstract, eager = sj.model.abstract_model(construct), construct()
+    a, e = dict(nnx.to_flat_state(nnx.state(abstract))), dict(nnx.to_flat_state(nnx.state(eager)))
+    assert a.keys() == e.keys()
+    others = 0
+    for path, var in e.items():
+        got, want = a[path].get_value(), var.get_value()
+        if isinstance(var, nnx.Param):
+            assert isinstance(got, jax.ShapeDtypeStruct) and (got.shape, got.dtype) == (want.shape, want.dtype), path
+        else:
+            others += 1
+            if jnp.issubdtype(want.dtype, jax.dtypes.prng_key):
+                got, want = jax.random.key_data(got), jax.random.key_data(want)
+            np.testing.assert_array_equal(got, want, err_msg=str(path))
+    assert others > 0
+
+
 def test_scanned_model_keeps_per_layer_names_and_the_converter_round_trip():
     """The scan stacks the layers only inside the call: the parameter tree, the saved files' names and the
     transformers state dict are the unrolled model's."""
