@@ -107,7 +107,7 @@ def feeding(tiny: bool, report: Report) -> None:
     spec.loader.exec_module(configs)
     config = configs.get_config("smoke" if tiny else "demo")
     with tempfile.TemporaryDirectory() as d:
-        r = feeding_benchmark(config, d, steps_per_run=4 if tiny else 10, runs=2 if tiny else 6)
+        r = feeding_benchmark(config, d, steps_per_run=2 if tiny else 10, runs=1 if tiny else 6)
     phase = config.phases[0]
     report.add(format_table(["fed by", "steps/s", "vs synthetic"],
                             [[k, f"{v:.2f}", f"{v / r['synthetic']:.3f}x"] for k, v in r.items()],
