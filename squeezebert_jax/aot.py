@@ -228,7 +228,11 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
     import jax
 
     from squeezebert_jax import pretrain
-    from squeezebert_jax.model import SqueezeBertForPreTraining, abstract_model, set_execution
+    from squeezebert_jax.model import (
+        SqueezeBertForPreTraining,
+        abstract_model,
+        set_execution,
+    )
 
     model = model if model is not None else abstract_model(lambda: pretrain.new_model(config))
     n_chips = len(target.devices)

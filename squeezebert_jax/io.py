@@ -20,7 +20,6 @@ import secrets
 import shutil
 from collections.abc import Callable
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
