@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from typing import Any, Callable
 
@@ -418,6 +419,28 @@ def peak_flops_per_device(override: float | None = None) -> float | None:
     return None  # CPU or unknown: MFU is not reported
 
 
+def _summary_writer_class():
+    """tensorboardX's ``SummaryWriter``, or None where tensorboardX is not installed.
+
+    tensorboardX's writer module imports PyTorch whenever it is installed, only to accept torch tensors (we log
+    floats): 0.85 s of a pretraining process's start-up on a 2-core host, and PyTorch's memory, in a process with no
+    other use for it. So while tensorboardX is imported, ``import torch`` fails (it then falls back to numpy), unless
+    PyTorch is already loaded; afterwards it imports as usual. Called before the loop starts its threads."""
+    block = "torch" not in sys.modules
+    if block:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError
+    try:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    except ImportError:  # optional
+        log.info("tensorboardX not installed: no TensorBoard events")
+        return None
+    finally:
+        if block and "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+
+
 class MetricsWriter:
     """WORKDIR/metrics.jsonl (one flat dict of scalars per line) and TensorBoard events (process 0 only)."""
 
@@ -425,19 +448,14 @@ class MetricsWriter:
         self.enabled = jax.process_index() == 0
         self.path = os.path.join(workdir, filename)
         self._tb, self._tb_dir = None, os.path.join(workdir, "tb")
+        self._tb_class = _summary_writer_class() if self.enabled else None
         if self.enabled:
             os.makedirs(workdir, exist_ok=True)
 
     def _tensorboard(self):
         """The events writer, made at the first row (a run refused at start-up leaves no events file)."""
         if self._tb is None:
-            try:
-                from tensorboardX import SummaryWriter
-
-                self._tb = SummaryWriter(self._tb_dir)
-            except ImportError:  # optional
-                log.info("tensorboardX not installed: no TensorBoard events")
-                self._tb = False
+            self._tb = self._tb_class(self._tb_dir) if self._tb_class is not None else False
         return self._tb
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:

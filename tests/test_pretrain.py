@@ -260,18 +260,21 @@ def test_two_processes_equal_one_process(reference_run, tmp_path):
 @pytest.mark.slow
 def test_demo_learns_mlm_and_sop(tmp_path):
     """The demo recipe, shortened to one 400-step phase: MLM loss falls well below ln(vocab), SOP above chance. In its
-    own process at LLVM -O1 (conftest.RUN_FLAGS): 400 steps at the other tests' -O0 would take 3x as long."""
+    own process at LLVM -O1 (conftest.RUN_FLAGS): 400 steps at the other tests' -O0 would take 3x as long. The run,
+    its TensorBoard events and export included, never imports PyTorch (installed here: tensorboardX would load it)."""
     script = ("import sys; sys.path.insert(0, {tests!r}); from conftest import pretrain_config;"
               "from squeezebert_jax import pretrain;"
               "c = pretrain_config('demo'); c.phases = [dict(c.phases[0], num_steps=400)];"
               "c.progress, c.async_checkpoints, c.checkpoint_every = False, False, 400;"
-              "pretrain.train_and_evaluate(c, {wd!r})")
+              "pretrain.train_and_evaluate(c, {wd!r});"
+              "assert 'torch' not in sys.modules, 'the pretraining run imported torch'")
     wd = str(tmp_path / "demo")
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=8 {RUN_FLAGS}"}
     p = subprocess.run([sys.executable, "-c", script.format(tests=os.path.join(ROOT, "tests"), wd=wd)], env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
     rows = trainer.read_metrics(wd)
+    assert os.listdir(os.path.join(wd, "tb"))  # the events file
     vocab = json.load(open(os.path.join(wd, "model", "config.json")))["vocab_size"]
     assert abs(rows[0]["mlm_loss"] - np.log(vocab)) < 0.3  # starts at chance
     assert rows[-1]["mlm_loss"] < 0.8 * np.log(vocab)
