@@ -433,8 +433,8 @@ def _summary_writer_class():
         from tensorboardX import SummaryWriter
 
         return SummaryWriter
-    except ImportError:  # optional
-        log.info("tensorboardX not installed: no TensorBoard events")
+    except ImportError as e:  # optional (or a tensorboardX that needs PyTorch: then say so)
+        log.info("tensorboardX cannot be imported (%s): no TensorBoard events", e)
         return None
     finally:
         if block and "torch" in sys.modules and sys.modules["torch"] is None:
