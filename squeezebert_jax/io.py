@@ -26,7 +26,7 @@ from flax import nnx
 from squeezebert_jax import convert
 from squeezebert_jax.convert import flat_params
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
-from squeezebert_jax.model import HEADS, SqueezeBertConfig, initial_values
+from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 
 log = logging.getLogger(__name__)
 
@@ -288,8 +288,7 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     if missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
                     ", ".join(model.newly_initialized))
-    for (_, var), value in zip(fresh, initial_values(construct, [path for path, _ in fresh]), strict=True):
-        var.set_value(value)
+    set_initial_values(construct, fresh)
     nnx.update(model, nnx.from_flat_state(state))
     return model
 

@@ -26,9 +26,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from flax import nnx, struct
 from jax.ad_checkpoint import checkpoint_name
-from flax import struct
+
 from squeezebert_jax.errors import InputError
 
 # --------------------------------------------------------------------------------------------------
@@ -821,17 +821,20 @@ def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str
     return model
 
 
-def initial_values(construct: Callable[[], nnx.Module], paths: list[tuple]) -> list[jax.Array]:
-    """``construct()``'s initial values of the variables at ``paths`` (flat-state paths, e.g. new heads' parameters
-    and the dropout streams' keys) in one jitted program, in which XLA drops the initialisers of every other variable.
-    An eager construction's values: the same keys and random bits (XLA may fuse a normal's float transform, so a
-    parameter can differ from an eager one by an ulp)."""
+def set_initial_values(construct: Callable[[], nnx.Module], variables: list[tuple[tuple, nnx.Variable]]) -> None:
+    """Give each of ``variables`` (``(path, variable)`` pairs of ``nnx.to_flat_state`` of an abstract ``construct()``,
+    e.g. new heads' parameters and the dropout streams' keys) ``construct()``'s initial value, computed in one jitted
+    program in which XLA drops the initialisers of every other variable. An eager construction's values: the same keys
+    and random bits (XLA may fuse a normal's float transform, so a parameter can differ from an eager one by an ulp).
+    The caller puts the state back into its model (``nnx.update``)."""
+    paths = [path for path, _ in variables]
 
     def init():
         values = dict(nnx.to_flat_state(nnx.state(construct())))
         return [values[p].get_value() for p in paths]
 
-    return jax.jit(init)()
+    for (_, var), value in zip(variables, jax.jit(init)(), strict=True):
+        var.set_value(value)
 
 
 def abstract_model(construct: Callable[[], nnx.Module]) -> nnx.Module:
@@ -841,9 +844,7 @@ def abstract_model(construct: Callable[[], nnx.Module]) -> nnx.Module:
     initialisation takes 3.5 s on a 2-core host."""
     model = nnx.eval_shape(construct)
     state = nnx.to_flat_state(nnx.state(model))
-    others = [(path, var) for path, var in state if not isinstance(var, nnx.Param)]
-    for (_, var), value in zip(others, initial_values(construct, [path for path, _ in others]), strict=True):
-        var.set_value(value)
+    set_initial_values(construct, [(path, var) for path, var in state if not isinstance(var, nnx.Param)])
     nnx.update(model, nnx.from_flat_state(state))
     return model
 

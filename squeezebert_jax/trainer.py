@@ -195,12 +195,10 @@ class DevicePrefetcher:
 def fingerprint(tree) -> tuple:
     """A hashable snapshot of a small pytree of arrays (a model's ``rest``: the dropout streams' keys and counts): its
     structure, and each leaf's dtype, shape and bytes."""
-    import jax.numpy as jnp
-
     leaves, treedef = jax.tree.flatten(tree)
 
     def raw(x):
-        data = jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        data = jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
         return str(x.dtype), tuple(x.shape), np.asarray(jax.device_get(data)).tobytes()
 
     return treedef, tuple(raw(x) for x in leaves)
