@@ -258,7 +258,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
             for n in (1, 2) if num_layers > 2 else (num_layers,):  # a model of 1 or 2 layers: itself, unrolled
                 cfg = model.config.replace(num_hidden_layers=n, scan_layers=False)
                 small = abstract_model(lambda cfg=cfg: SqueezeBertForPreTraining(
-                    cfg, dtype=pretrain.compute_dtype(config), rngs=nnx.Rngs(0)))
+                    cfg, dtype=trainer.compute_dtype(config), rngs=nnx.Rngs(0)))
                 lowered = _lower(micro, dataclasses.replace(phase, num_microbatches=1), small, mesh, rng)
                 per_layers[n] = _cost(lowered.compile()).get("bytes accessed")
             if num_layers <= 2:

@@ -2,7 +2,9 @@
 
 AdamW (batch 16, b1 0.9, b2 0.999, no weight decay), linear warmup + linear decay, evaluation after every
 epoch, the best epoch exported as WORKDIR/model (a MODEL_DIR with its tokenizer), dev metrics in
-WORKDIR/eval_results.json and per-epoch lines in WORKDIR/metrics.jsonl.
+WORKDIR/eval_results.json, training rows every ``log_every`` steps and each epoch's evaluation in
+WORKDIR/metrics.jsonl. The run is pretraining's trainer (``squeezebert_jax.trainer``): the mesh, the donated
+``train_step(state, batch, rng, lr)``, orbax checkpoints, SIGTERM saves, exact resume and the config history.
 
 Distillation (paper §4.2.2, final layer only): the target is ``w * teacher + (1 - w) * label`` — soft
 cross-entropy against the mix of the teacher's softmax and the one-hot label for classification, mean squared
@@ -17,8 +19,10 @@ step (``distill.patient_weight`` ...), and unlabeled transfer text on the teache
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -29,8 +33,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from squeezebert_jax import distill, glue, optim, prune, trainer
@@ -42,7 +47,6 @@ from squeezebert_jax.io import (
     save_pretrained,
 )
 from squeezebert_jax.model import SqueezeBertForSequenceClassification, Structure
-from squeezebert_jax.pretrain import compute_dtype
 from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -152,27 +156,43 @@ def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | 
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _eval_logits(structure: Structure, state, b):
-    """The eval forward as a pure function of (graphdef, state, batch), jitted once at import: every split and
-    epoch of a model (and any model of the same structure) with the same batch shape reuses one program."""
-    m = nnx.merge(structure.graphdef, state)
+def _eval_logits(structure: Structure, state: tuple, b):
+    """The eval forward as a pure function of (graphdef, states, batch), jitted once at import: every split and
+    epoch of a model (and any model of the same structure) with the same batch shape reuses one program. The batch
+    comes split over the mesh's data axis, the weights replicated (or FSDP-sharded: gathered where used)."""
+    m = nnx.merge(structure.graphdef, *state)
     return m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
 
 
-def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None) -> np.ndarray:
-    """Logits for every row of ``arrays`` with the jitted eval forward (dropout off)."""
-    model.eval()
-    graphdef, state = nnx.split(model)
-    structure = Structure(graphdef)
-    out = []
-    for b in batches({k: arrays[k] for k in INPUT_KEYS}, batch_size):
+def eval_batch_size(batch_size: int, mesh) -> int:
+    """``batch_size`` rounded up to a multiple of the mesh's devices (each device takes the same number of rows)."""
+    n = mesh.shape["data"]
+    return -(-int(batch_size) // n) * n
+
+
+def _predict(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: int, mesh) -> np.ndarray:
+    """Logits of an eval-mode ``graphdef`` with ``state`` for every row of ``arrays``, batches split over ``mesh``."""
+    structure, out = Structure(graphdef), []
+    for b in batches({k: arrays[k] for k in INPUT_KEYS}, eval_batch_size(batch_size, mesh)):
         n = int(b.pop("weights").sum())
-        out.append(np.asarray(_eval_logits(structure, state, b))[:n])
+        out.append(np.asarray(trainer.to_host(_eval_logits(structure, state, trainer.shard_batch(b, mesh))))[:n])
     return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
 
 
-def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str) -> np.ndarray:
-    """The teacher's logits on ``examples`` (in ``task``'s label order), computed once and cached.
+def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None) -> np.ndarray:
+    """Logits for every row of ``arrays`` with the jitted eval forward (dropout off), data parallel over ``mesh``
+    (default: every device; the weights replicated on it)."""
+    mesh = mesh if mesh is not None else trainer.make_mesh()
+    model.eval()
+    graphdef, *state = nnx.split(model, nnx.Param, ...)
+    state = jax.device_put(tuple(state), NamedSharding(mesh, P()))
+    return _predict(graphdef, state, arrays, batch_size, mesh)
+
+
+def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str,
+                   mesh=None) -> np.ndarray:
+    """The teacher's logits on ``examples`` (in ``task``'s label order), computed once (data parallel over ``mesh``)
+    and cached.
 
     The cache key covers the teacher (its directory and the size and mtime of its weights and config), the task,
     split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
@@ -190,7 +210,7 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     if os.path.exists(path):
         return np.load(path)
     teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
-    logits = predict_logits(teacher, arrays)
+    logits = predict_logits(teacher, arrays, mesh=mesh)
     os.makedirs(cache_dir, exist_ok=True)
     atomic_write(path, lambda tmp: np.save(tmp, logits))
     return logits
@@ -224,14 +244,16 @@ def _layer_distillation(config, student_cfg, dtype):
     return loss, teacher, proj
 
 
-def _train_step(graphdef, rest, tx, w_teacher: float, regression: bool, layer_loss=None, layer_teacher=None):
-    """``train_step(trainable, opt_state, batch, rng, teacher_state, lr) -> (trainable, opt_state, loss, parts)``,
-    jitted: the task loss (with the teacher's soft labels when the batch has them) plus the layer losses, and the
-    AdamW update at rate ``lr``. ``trainable`` is ``(params, proj)``."""
+def make_train_step(graphdef, rest, tx, w_teacher: float, regression: bool, layer_loss=None, layer_teacher=None):
+    """``train_step(state, batch, rng, lr[, teacher_state]) -> (state, metrics)`` (``trainer.make_train_step``): the
+    task loss (with the teacher's soft labels when the batch has them) plus the layer losses, and the AdamW update at
+    rate ``lr``. ``state["params"]`` is ``{"model": ...}``, with ``"proj"`` (the layer losses' width projection,
+    trained, never exported) when it has one; ``teacher_state`` (the layer losses' teacher) is an input, not a
+    constant of the program."""
 
-    def loss_fn(trainable, b, rng, teacher_state):
-        params, proj = trainable
-        m = nnx.merge(graphdef, params, rest)
+    def loss_fn(trainable, b, rng, norm, teacher_state=None):
+        del norm  # one microbatch: task_loss is the batch's weighted mean
+        m = nnx.merge(graphdef, trainable["model"], rest)
         nnx.reseed(m, dropout=rng, default=rng)
         m.train()
         inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
@@ -240,31 +262,118 @@ def _train_step(graphdef, rest, tx, w_teacher: float, regression: bool, layer_lo
                          regression)
         if layer_loss is None:
             return loss, {}
-        extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), proj,
+        extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), trainable.get("proj", {}),
                                   b["attention_mask"], b["weights"])
         return loss + extra, parts
 
-    @jax.jit
-    def train_step(trainable, opt_state, b, rng, teacher_state, lr):
-        (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, b, rng, teacher_state)
-        updates, opt_state = tx.update(grads, optim.set_learning_rate(opt_state, lr), trainable)
-        return optax.apply_updates(trainable, updates), opt_state, loss, parts
-
-    return train_step
+    return trainer.make_train_step(loss_fn, tx)
 
 
 _STEPS = trainer.StepCache()
 
 
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Fine-tune ``config.init_from`` on ``config.task``; returns the eval results dict.
+def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
+    """Every training setting against its range, before anything is loaded or compiled: one line naming the setting,
+    its value and what is valid."""
 
-    A pretraining (or bare encoder) MODEL_DIR gets a new classifier head; a classifier for another label count
-    keeps its encoder and gets a new head too. Nothing is written to ``workdir`` before the inputs are checked."""
+    def need(ok: bool, name: str, valid: str):
+        if not ok:
+            raise InputError(f"config.{name}={config[name]!r}: {valid}")
+
+    need(math.isfinite(config.learning_rate) and config.learning_rate > 0, "learning_rate", "a finite rate > 0")
+    for name in ("num_epochs", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size"):
+        need(int(config[name]) >= 1, name, "an integer >= 1")
+    need(0.0 <= config.warmup_fraction <= 1.0, "warmup_fraction", "a fraction in [0, 1]")
+    need(config.weight_decay >= 0.0, "weight_decay", "a decay >= 0")
+    need(config.max_seq_length >= 2, "max_seq_length", "at least 2 ([CLS] and [SEP])")
+    need(config.batch_size % num_devices == 0, "batch_size",
+         f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
+         f"config.num_devices)")
+
+
+def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
+    """A workdir holds one fine-tuning run: its own is resumed; one of another task or model is refused (its model and
+    results would be replaced and the metrics mixed)."""
+    history = trainer.read_config_history(workdir)
+    if not history:
+        return
+    was = history[-1]["config"]
+    for key in ("task", "init_from"):
+        if key in was and was[key] != config[key]:
+            raise InputError(f"{workdir} holds the fine-tuning run of {key} {was[key]!r}, not {config[key]!r}: use "
+                             f"another --workdir (its model, results and checkpoints are left as they are)")
+
+
+@dataclasses.dataclass
+class TaskData:
+    """What one fine-tuning run trains and evaluates on: encoded rows (the training rows with the teacher's logits
+    and per-row teacher weights when distilling) and each eval split's."""
+
+    train: dict[str, np.ndarray]
+    evals: dict[str, dict[str, np.ndarray]]
+    num_labeled: int
+    num_transfer: int
+
+
+def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: str, mesh) -> TaskData:
+    """The task's splits, encoded; with a teacher, its logits on the training rows (cached; computed on ``mesh``);
+    with ``distill.transfer_text``, the unlabeled rows on the teacher's soft labels alone."""
+    spec = glue.get_task(config.task)
+    load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
+                                            skip_malformed=config.skip_malformed)
+    encode = lambda ex: glue.encode_examples(ex, tok, config.max_seq_length, task=config.task)  # noqa: E731
+    train_ex = load("train")
+    if config.max_train_examples:
+        train_ex = train_ex[:config.max_train_examples]
+    train = encode(train_ex)
+    evals = {s: encode(load(s)) for s in spec.eval_splits}
+    if config.distill.transfer_text and not config.distill.teacher:
+        raise InputError("distill.transfer_text is labelled by the teacher's logits: set distill.teacher")
+    transfer_ex = distill.read_transfer_text(config.distill.transfer_text, config.task) \
+        if config.distill.transfer_text else []
+    if config.distill.teacher:
+        cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
+        teacher = functools.partial(teacher_logits, config.distill.teacher, config.task,
+                                    max_length=config.max_seq_length, cache_dir=cache, mesh=mesh)
+        train["teacher"] = teacher(split="train", examples=train_ex).astype(np.float32)
+    if transfer_ex:  # pre-trained distillation: unlabeled rows trained on the teacher's soft labels alone
+        extra = encode(transfer_ex)
+        extra["labels"] = np.zeros_like(extra["labels"])  # unused: teacher weight 1
+        extra["teacher"] = teacher(split="transfer", examples=transfer_ex).astype(np.float32)
+        train["teacher_weight"] = np.full(len(train["input_ids"]), config.distill.teacher_weight, np.float32)
+        extra["teacher_weight"] = np.ones(len(transfer_ex), np.float32)
+        train = {k: np.concatenate([v, extra[k]]) for k, v in train.items() if k in extra}
+        log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher", "teacher_weight")
+            if k in train]
+    return TaskData({k: train[k] for k in keys}, evals, len(train_ex), len(transfer_ex))
+
+
+def _host_losses(values) -> list[float]:
+    return [float(v) for v in jax.device_get(values)]
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Fine-tune ``config.init_from`` on ``config.task`` in ``workdir``; returns the eval results dict.
+
+    The run is data parallel over the mesh (``num_devices``, ``fsdp`` as in pretraining): the shared donated step
+    (``trainer.make_train_step``), orbax checkpoints every ``checkpoint_every`` steps and at each epoch's end (the data
+    position is the step: each epoch's order is drawn from ``seed + epoch``), SIGTERM saves and stops, a rerun resumes
+    exactly. After each epoch the dev splits are evaluated on the mesh and the best epoch is exported as
+    WORKDIR/model. A pretraining (or bare encoder) MODEL_DIR gets a new classifier head; a classifier for another
+    label count keeps its encoder and gets a new head too. Nothing is written to ``workdir`` before the settings and
+    inputs are checked."""
     spec = glue.get_task(config.task)
     regression, num_labels = spec.is_regression, spec.num_labels
+    workdir = os.fspath(workdir)
 
-    # -- Data --------------------------------------------------------------------------------------
+    # -- Mesh and settings -------------------------------------------------------------------------
+    trainer.maybe_initialize_distributed()
+    mesh = trainer.make_mesh(config.num_devices or None)
+    check_settings(config, mesh.shape["data"])
+    _check_workdir(workdir, config)
+
+    # -- Models, tokenizers and data ---------------------------------------------------------------
     tok = model_tokenizer(config.init_from)
     model_cfg = _read_config(config.init_from)[0]
     if config.max_seq_length > model_cfg.max_position_embeddings:
@@ -277,35 +386,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     if config.student_layers:
         distill.student_layer_choice(config.student_layer_map, config.student_layers, model_cfg.num_hidden_layers)
         student_cfg = model_cfg.replace(num_hidden_layers=config.student_layers)
-    dtype = compute_dtype(config)
+    dtype = trainer.compute_dtype(config)
     layer_loss, layer_teacher, proj = _layer_distillation(config, student_cfg, dtype)
-    load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
-                                            skip_malformed=config.skip_malformed)
-    train_ex = load("train")
-    if config.max_train_examples:
-        train_ex = train_ex[:config.max_train_examples]
-    train = glue.encode_examples(train_ex, tok, config.max_seq_length, task=config.task)
-    evals = {s: (ex, glue.encode_examples(ex, tok, config.max_seq_length, task=config.task))
-             for s in spec.eval_splits for ex in [load(s)]}
-    if config.distill.transfer_text and not config.distill.teacher:
-        raise InputError("distill.transfer_text is labelled by the teacher's logits: set distill.teacher")
-    transfer_ex = distill.read_transfer_text(config.distill.transfer_text, config.task) \
-        if config.distill.transfer_text else []
-    if config.distill.teacher:
-        cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
-        train["teacher"] = teacher_logits(config.distill.teacher, config.task, "train", train_ex,
-                                          config.max_seq_length, cache).astype(np.float32)
-    if transfer_ex:  # pre-trained distillation: unlabeled rows trained on the teacher's soft labels alone
-        extra = glue.encode_examples(transfer_ex, tok, config.max_seq_length, task=config.task)
-        extra["labels"] = np.zeros_like(extra["labels"])  # unused: teacher weight 1
-        extra["teacher"] = teacher_logits(config.distill.teacher, config.task, "transfer", transfer_ex,
-                                          config.max_seq_length, cache).astype(np.float32)
-        train["teacher_weight"] = np.full(len(train["input_ids"]), config.distill.teacher_weight, np.float32)
-        extra["teacher_weight"] = np.ones(len(transfer_ex), np.float32)
-        train = {k: np.concatenate([v, extra[k]]) for k, v in train.items() if k in extra}
-        log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
+    data = load_task_data(config, tok, workdir, mesh)
 
-    # -- Model + optimizer -------------------------------------------------------------------------
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
                                    ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}
     init_from = config.init_from
@@ -318,80 +402,180 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     model = align_to_task(model, config.task, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
-    steps_per_epoch = math.ceil(len(train["input_ids"]) / config.batch_size)
+    model.eval()
+    eval_graphdef = nnx.graphdef(model)  # dropout off; the same parameters
+    replicated = NamedSharding(mesh, P())
+    eval_rest = jax.device_put(rest, replicated)
+
+    # -- Optimizer, train state and the jitted step ------------------------------------------------
+    num_train = len(data.train["input_ids"])
+    steps_per_epoch = math.ceil(num_train / config.batch_size)
     total = steps_per_epoch * config.num_epochs
     tx, rates = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
                                      weight_decay=config.weight_decay)
-    trainable = (params, proj)  # proj: the layer losses' width projection ({} without), trained, never saved
-    opt_state = tx.init(trainable)
+    trainable = {"model": params} | ({"proj": proj} if proj else {})
+
+    def init(p):
+        return {"step": jnp.asarray(0, jnp.int32), "params": p, "opt_state": tx.init(p)}
+
+    shardings, abstract = trainer.train_state_shardings(init, trainable, mesh, config.fsdp)
     w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
-
-    build = functools.partial(_train_step, graphdef, rest, tx, w_teacher, regression, layer_loss, layer_teacher)
-    # reused by a later run in the process with an equal model and settings (a sweep, the GLUE table): the key holds
+    build = lambda: trainer.jit_train_step(  # noqa: E731
+        make_train_step(graphdef, rest, tx, w_teacher, regression, layer_loss, layer_teacher), shardings, mesh,
+        num_consts=1 if layer_loss is not None else 0)
+    # Reused by a later run in the process with an equal model and settings (a sweep, the GLUE table): the key holds
     # all the step closes over (tx: AdamW whose only setting is the weight decay; the rate is an input). A layer
-    # distillation step (it closes over the teacher) is built for its run alone.
-    train_step = build() if layer_loss is not None else _STEPS.get(
-        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, regression), build)
-
+    # distillation step (it closes over the teacher's structure) is built for its run alone.
+    leaves, treedef = jax.tree.flatten(shardings)
+    step_fn = build() if layer_loss is not None else _STEPS.get(
+        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, regression, treedef,
+         tuple(leaves)), build)
+    consts = (jax.device_put(layer_teacher.state, replicated),) if layer_loss is not None else ()
     pruner = prune.Pruner.from_config(config.prune, model.config.num_attention_heads, total)
+    masks_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
 
-    # -- Loop: train an epoch, evaluate, keep the best ----------------------------------------------
-    os.makedirs(workdir, exist_ok=True)
+    # -- Restore: the newest readable checkpoint in workdir, else step 0 -----------------------------
+    checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
+                                        async_save=config.async_checkpoints, with_data=False, with_meta=True)
     writer = trainer.MetricsWriter(workdir)
-    rng = jax.random.key(config.seed)
-    history, best, step = [], None, 0
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher", "teacher_weight")
-            if k in train]
-    teacher_state = layer_teacher.state if layer_teacher is not None else {}
-    bar = tqdm(total=total, desc=f"{config.task}", disable=not config.progress, dynamic_ncols=True)
-    for epoch in range(config.num_epochs):
-        order = np.random.default_rng(config.seed + epoch).permutation(len(train["input_ids"]))
-        losses, layer_parts = [], []
-        for b in batches({k: train[k] for k in keys}, config.batch_size, order):
-            trainable, opt_state, loss, parts = train_step(trainable, opt_state, b, jax.random.fold_in(rng, step),
-                                                           teacher_state, rates[step])
-            losses.append(loss)
-            layer_parts.append(parts)
-            step += 1
-            if pruner is not None:  # the update may regrow pruned weights: masked again (and re-scored on schedule)
-                trainable = (pruner(step, trainable[0]), trainable[1])
-            bar.update(1)
-        train_loss = float(np.mean(jax.device_get(losses)))
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
-        nnx.replace_by_pure_dict(params_state, trainable[0])
-        nnx.update(model, params_state)
-        result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
-        if pruner is not None:
-            result["sparsity"] = pruner.report(trainable[0])["reached"]
-        for name in layer_parts[0] if layer_parts else ():  # the layer losses, unweighted: train_patient, ...
-            result[f"train_{name}"] = float(np.mean(jax.device_get([p[name] for p in layer_parts])))
-        for split, (ex, arr) in evals.items():
-            logits = predict_logits(model, arr)
-            preds = logits[:, 0] if regression else logits.argmax(-1)
-            for name, value in glue.compute_metrics(config.task, preds, arr["labels"]).items():
-                result[f"{split}/{name}"] = value
-        result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
-        history.append(result)
-        writer.write(step, {k: v for k, v in result.items() if k not in ("epoch", "step")})
-        bar.set_postfix(score=f"{result['score']:.4f}", loss=f"{train_loss:.4f}")
-        # a pruned run keeps only epochs at the target sparsity (the schedule ends by the last step at the latest)
-        at_target = pruner is None or pruner.at_target
-        if at_target and (best is None or _better(result["score"], best["score"])):
-            best = result
-            save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=config.init_from)
-    bar.close()
-    writer.close()
+    try:
+        if outside := [s for s in checkpointer.all_steps() if not 0 < s <= total]:
+            raise trainer.CheckpointMismatchError(
+                f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, "
+                f"whose run ends at step {total} ({config.num_epochs} epochs of {steps_per_epoch} steps); they are "
+                "left untouched: resume with the config they were written with, or use a new workdir")
+        saved_tree = {"train": abstract} | ({"prune_masks": masks_abstract} if pruner is not None else {})
+        step, meta = 0, {"history": [], "best": None, "epoch_losses": [], "epoch_parts": []}
+        if restored := checkpointer.restore(lambda s: (saved_tree, None)):
+            step, saved = restored
+            state, meta = saved["train"], checkpointer.read_meta(step)
+            if pruner is not None:
+                pruner.masks = jax.device_get(saved["prune_masks"])
+                pruner._updated_at, pruner._sparsity = meta["pruner"]
+            trainer.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
+        else:
+            state = jax.device_put(init(trainable), shardings)
+        writer.drop_after(step)  # rows logged after the checkpoint would be written twice
+        if jax.process_index() == 0:
+            trainer.record_config(workdir, config, step)
+        history, best = meta["history"], meta["best"]
+        losses, layer_parts = list(meta["epoch_losses"]), list(meta["epoch_parts"])  # this epoch's, host floats
+
+        def save(done: int):
+            """A checkpoint after step ``done``, with what the epochs so far gave (never of a non-finite state)."""
+            losses[:] = _host_losses(losses)
+            layer_parts[:] = [{k: float(v) for k, v in p.items()} for p in jax.device_get(layer_parts)]
+            if not all(math.isfinite(x) for x in losses):
+                bad = next(i for i, x in enumerate(losses) if not math.isfinite(x))
+                raise FloatingPointError(f"non-finite training loss at step {done - len(losses) + bad + 1} "
+                                         "(training diverged)")
+            tree = {"train": state} | ({"prune_masks": pruner.masks} if pruner is not None else {})
+            extra = {"pruner": [int(pruner._updated_at), float(pruner._sparsity)]} if pruner is not None else {}
+            meta = {"history": history, "best": best, "epoch_losses": losses, "epoch_parts": layer_parts} | extra
+            checkpointer.save(done, tree, force=True, meta=json.loads(json.dumps(meta, default=float)))
+
+        # -- Loop: epochs of steps; evaluate after each, keep the best -----------------------------------
+        rng = jax.random.key(config.seed)
+        window, timer, stopped = [], trainer.Timer(), False
+        bar = tqdm(total=total, initial=step, desc=config.task, dynamic_ncols=True,
+                   disable=jax.process_index() != 0 or not config.progress)
+        with trainer.PreemptionFlag(config.preemption_sync_every) as preempt:
+            while step < total:
+                epoch, first = divmod(step, steps_per_epoch)
+                order = np.random.default_rng(config.seed + epoch).permutation(num_train)
+                for b in itertools.islice(batches(data.train, config.batch_size, order), first, None):
+                    real_tokens = int(b["attention_mask"][b["weights"] > 0].sum())
+                    state, metrics = step_fn(state, trainer.shard_batch(b, mesh), rng, rates[step], *consts)
+                    step += 1
+                    losses.append(metrics["loss"])
+                    layer_parts.append({k: v for k, v in metrics.items() if k not in trainer.STEP_NORMS + ("loss",)})
+                    window.append((metrics, int(b["weights"].sum()), real_tokens))
+                    if pruner is not None:  # the update may regrow pruned weights: masked again (re-scored on schedule)
+                        pruned = jax.device_put(pruner(step, state["params"]["model"]), shardings["params"]["model"])
+                        state = {**state, "params": {**state["params"], "model": pruned}}
+                    bar.update(1)
+                    if step % config.log_every == 0:
+                        writer.write(step, _train_row(window, timer, rates[step - 1]))
+                    end_of_epoch = step % steps_per_epoch == 0
+                    stopped = preempt.should_stop(step, boundary=end_of_epoch) and step < total
+                    if end_of_epoch:
+                        break
+                    if step % config.checkpoint_every == 0 or stopped:
+                        save(step)
+                    if stopped:
+                        break
+                if stopped and step % steps_per_epoch:
+                    break
+                # the epoch's end: evaluate, export the best, checkpoint
+                train_loss = float(np.mean(_host_losses(losses)))
+                if not math.isfinite(train_loss):
+                    raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
+                result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
+                if pruner is not None:
+                    result["sparsity"] = float(pruner.report(state["params"]["model"])["reached"])
+                host_parts = jax.device_get(layer_parts)
+                for name in host_parts[0] if host_parts else ():  # the layer losses, unweighted: train_patient, ...
+                    result[f"train_{name}"] = float(np.mean([float(p[name]) for p in host_parts]))
+                eval_state = (state["params"]["model"], eval_rest)
+                for split, arr in data.evals.items():
+                    logits = _predict(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh)
+                    if not np.isfinite(logits).all():
+                        raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
+                    preds = logits[:, 0] if regression else logits.argmax(-1)
+                    for name, value in glue.compute_metrics(config.task, preds, arr["labels"]).items():
+                        result[f"{split}/{name}"] = value
+                result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
+                history.append(result)
+                writer.write(step, {k: v for k, v in result.items() if k not in ("epoch", "step")})
+                bar.set_postfix(score=f"{result['score']:.4f}", loss=f"{train_loss:.4f}")
+                # a pruned run keeps only epochs at the target sparsity (the schedule ends by the last step at the latest)
+                at_target = pruner is None or pruner.at_target
+                if at_target and (best is None or _better(result["score"], best["score"])):
+                    best = result
+                    _export(model, state["params"]["model"], os.path.join(workdir, "model"), config.init_from)
+                losses.clear()
+                layer_parts.clear()
+                save(step)
+                if stopped:
+                    break
+        bar.close()
+    finally:
+        checkpointer.close()
+        writer.close()
+    if stopped:
+        log.warning("stopped early (signal): checkpoint saved at step %d, exiting cleanly; run again on %s to resume",
+                    step, workdir)
+        return {"task": config.task, "best": best, "history": history, "preempted": True}
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
-               "train_examples": len(train_ex), "transfer_examples": len(transfer_ex),
-               "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task)}
+               "train_examples": data.num_labeled, "transfer_examples": data.num_transfer,
+               "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task), "preempted": False}
     if pruner is not None:
-        results["prune"] = dict(config.prune) | {"report": pruner.report(trainable[0])}
+        results["prune"] = dict(config.prune) | {"report": pruner.report(state["params"]["model"])}
         log.info("%s: %s sparsity %.3f (target %.3f)", config.task, config.prune.kind,
                  results["prune"]["report"]["reached"], config.prune.target)
-    with open(os.path.join(workdir, "eval_results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    if jax.process_index() == 0:
+        atomic_write(os.path.join(workdir, "eval_results.json"), json.dumps(results, indent=2))
     return results
+
+
+def _train_row(window: list, timer, lr: float) -> dict[str, float]:
+    """The metrics row of the steps since the last one: their mean loss and norms (one transfer from the devices), the
+    rate, and examples and real (non-padding) tokens per second."""
+    m = trainer.mean_metrics([w[0] for w in window])
+    dt, _ = timer.lap()
+    examples, tokens = sum(w[1] for w in window), sum(w[2] for w in window)
+    window.clear()
+    return m | {"learning_rate": float(lr), "examples_per_s": examples / dt, "tokens_per_s": tokens / dt}
+
+
+def _export(model, params, out_dir: str, tokenizer_dir: str) -> None:
+    """``params`` (on the mesh) into ``model`` and saved as a MODEL_DIR with ``tokenizer_dir``'s tokenizer (process 0)."""
+    host = trainer.to_host(params)
+    params_state = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(params_state, host)
+    nnx.update(model, params_state)
+    if jax.process_index() == 0:
+        save_pretrained(model, out_dir, tokenizer_dir=tokenizer_dir)
 
 
 # --------------------------------------------------------------------------------------------------

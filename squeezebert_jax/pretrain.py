@@ -86,20 +86,12 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
         loss = s["mlm_nll_sum"] / norm["mlm_weight"] + s["sop_nll_sum"] / norm["sop_count"]
         return loss, s
 
-    def train_step(state, batch, rng, lr):
-        rng = jax.random.fold_in(rng, state["step"])
-        norm = {"mlm_weight": jnp.maximum(jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)), 1.0),
+    def normalizers(batch):
+        return {"mlm_weight": jnp.maximum(jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)), 1.0),
                 "sop_count": jnp.asarray(batch["sop_label"].shape[0], jnp.float32)}
-        _, sums, grads = optim.accumulate_gradients(
-            lambda p, mb, r: loss_fn(p, mb, r, norm), state["params"], batch, num_microbatches, rng)
-        updates, opt_state = tx.update(grads, optim.set_learning_rate(state["opt_state"], lr), state["params"])
-        params = optax.apply_updates(state["params"], updates)
-        metrics = finalize_losses(sums) | {"grad_norm": optax.tree.norm(grads),
-                                           "param_norm": optax.tree.norm(params),
-                                           "update_norm": optax.tree.norm(updates)}
-        return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
-    return train_step
+    return trainer.make_train_step(loss_fn, tx, num_microbatches, normalizers,
+                                   finalize=lambda loss, sums: finalize_losses(sums))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -152,14 +144,8 @@ def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None) 
     cfg = model_config(config)
     if vocab_size and config.model.vocab_from_tokenizer:
         cfg = cfg.replace(vocab_size=vocab_size)
-    return SqueezeBertForPreTraining(cfg, dtype=compute_dtype(config),
+    return SqueezeBertForPreTraining(cfg, dtype=trainer.compute_dtype(config),
                                      rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
-
-
-def compute_dtype(config: ml_collections.ConfigDict):
-    if config.compute_dtype not in ("bfloat16", "float32"):
-        raise InputError(f"compute_dtype {config.compute_dtype!r}: bfloat16 or float32")
-    return jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
 
 
 def split_model(model) -> tuple[Any, dict, dict]:
@@ -207,20 +193,19 @@ class PhaseStep:
 _STEPS = trainer.StepCache()
 
 
-def _jitted_train_step(graphdef, rest, tx_settings: tuple, num_microbatches: int, shardings, batch_sharding):
+def _jitted_train_step(graphdef, rest, tx_settings: tuple, num_microbatches: int, shardings, mesh):
     """``jax.jit(make_train_step(...))`` with LAMB at ``tx_settings`` (weight decay, clip norm), from ``_STEPS``: one
     per distinct (model structure, ``rest``'s values, settings, microbatches, shardings) in the process."""
     leaves, treedef = jax.tree.flatten(shardings)
     structure = Structure(graphdef)
     key = (structure, trainer.fingerprint(rest), tx_settings, num_microbatches, treedef, tuple(leaves),
-           batch_sharding)
+           trainer.batch_sharding(mesh))
 
     def build():
         weight_decay, clip_norm = tx_settings
         tx = optim.learning_rate_input(optim.lamb, weight_decay=weight_decay, clip_norm=clip_norm)
-        return jax.jit(make_train_step(structure.graphdef, rest, tx, num_microbatches),
-                       in_shardings=(shardings, batch_sharding, None, None), out_shardings=(shardings, None),
-                       donate_argnums=(0,))
+        return trainer.jit_train_step(make_train_step(structure.graphdef, rest, tx, num_microbatches), shardings,
+                                      mesh)
 
     return _STEPS.get(key, build)
 
@@ -235,11 +220,9 @@ def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: b
     def init(p):
         return {"step": jnp.asarray(phase.start, jnp.int32), "params": p, "opt_state": tx.init(p)}
 
-    shapes = jax.eval_shape(init, params)
-    shardings = trainer.state_shardings(shapes, mesh, fsdp)
-    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    shardings, abstract = trainer.train_state_shardings(init, params, mesh, fsdp)
     step_fn = _jitted_train_step(graphdef, rest, (config.weight_decay, config.clip_norm), microbatches(config, phase),
-                                 shardings, trainer.batch_sharding(mesh))
+                                 shardings, mesh)
     return PhaseStep(tx, optim.schedule_values(schedule, phase.num_steps), init, shardings, abstract, step_fn)
 
 
@@ -281,76 +264,6 @@ def prepare_demo_data(config, workdir: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# The run's config history
-# --------------------------------------------------------------------------------------------------
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out |= _flatten(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
-    """``{"data.prefetch": (2, 4), ...}``: the fields whose values differ (a missing field reads as None)."""
-    a, b = _flatten(old), _flatten(new)
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
-
-
-def read_config_history(workdir: str) -> list[dict]:
-    """The rows of ``WORKDIR/config_history.jsonl``: one per start of the run, ``{"start_step", "time", "config",
-    "changed"}``, oldest first (a line torn by a hard kill is skipped)."""
-    rows = []
-    path = os.path.join(workdir, "config_history.jsonl")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    continue
-    return rows
-
-
-def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: int) -> dict[str, tuple[Any, Any]]:
-    """Keep the run's config history: append this start (its step and full config) to ``config_history.jsonl``, never
-    rewriting earlier rows, and write ``config.json`` (the config now in use). Fields that changed since the previous
-    start (a resume with another learning rate, say) are logged at WARNING, old -> new, and returned. Structural
-    changes never get here: the checkpoint restore refuses them."""
-    import datetime
-
-    new = json.loads(config.to_json_best_effort())
-    history = read_config_history(workdir)
-    hist_path, cfg_path = os.path.join(workdir, "config_history.jsonl"), os.path.join(workdir, "config.json")
-    rows = []
-    if history:
-        previous = history[-1]["config"]
-    elif os.path.exists(cfg_path):  # a workdir from before the history: keep its config as the first start
-        with open(cfg_path, encoding="utf-8") as f:
-            previous = json.load(f)
-        rows.append({"start_step": None, "time": None, "config": previous, "changed": {}})
-    else:
-        previous = None
-    changes = config_changes(previous, new) if previous is not None else {}
-    for k, (old, val) in changes.items():
-        log.warning("config.%s changed since the last start of %s: %s -> %s%s", k, workdir, json.dumps(old),
-                    json.dumps(val), f" (resuming at step {start_step})" if start_step else "")
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    rows.append({"start_step": start_step, "time": now, "config": new,
-                 "changed": {k: list(v) for k, v in changes.items()}})
-    with open(hist_path, "a", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-        f.flush()
-        os.fsync(f.fileno())
-    atomic_write(cfg_path, config.to_json_best_effort(indent=2))
-    return changes
-
-
-
-# --------------------------------------------------------------------------------------------------
 # One phase's steps
 # --------------------------------------------------------------------------------------------------
 
@@ -365,12 +278,6 @@ class Run:
     model_config: SqueezeBertConfig
     peak_flops: float | None  # per device; None: MFU left out (CPU)
     final_step: int  # the end of the last phase: the run is complete there
-
-
-def _say(line: str) -> None:
-    """A line for the person at the console (process 0), printed above any progress bar."""
-    if jax.process_index() == 0:
-        tqdm.write(line)
 
 
 def log_line(step: int, phase: Phase, m: dict) -> str:
@@ -437,7 +344,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
                   "tokens_per_s": seq_s * phase.seq_len, "phase": phase.index,
                   "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
             run.writer.write(done, m)
-            _say(log_line(done, phase, m))
+            trainer.say(log_line(done, phase, m))
             bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}",
                             sop_acc=f"{m['sop_accuracy']:.3f}")
             last = m
@@ -478,7 +385,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # -- Model -------------------------------------------------------------------------------------
     if config.init_from:
-        model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=compute_dtype(config),
+        model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=trainer.compute_dtype(config),
                                 seed=config.seed)
         execution = model_config(config)  # the config's scan/remat (model.overrides may set them)
         set_execution(model, execution.scan_layers, execution.remat)
@@ -531,11 +438,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             if resumed is None and isinstance(batches, trainer.DevicePrefetcher):
                 batches.close()  # restored at its phase's end: the next phase starts fresh
             log.info("resuming from the checkpoint at step %d", step)
-            _say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
+            trainer.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
         writer.drop_after(step)  # rows logged after the checkpoint would be written twice
         # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
         if jax.process_index() == 0:
-            record_config(workdir, config, step)
+            trainer.record_config(workdir, config, step)
 
         # -- Loop over phases: each starts a fresh LAMB state and schedule from the previous phase's parameters ---
         last, stopped = {}, False

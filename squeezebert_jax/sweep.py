@@ -34,7 +34,7 @@ from squeezebert_jax import finetune as ft
 from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import atomic_write
-from squeezebert_jax.pretrain import config_changes
+from squeezebert_jax.trainer import config_changes
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,15 @@ import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import atomic_write
+from squeezebert_jax import optim
 from squeezebert_jax.optim import key_name
 
 log = logging.getLogger(__name__)
@@ -101,6 +105,22 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
     """Per-host numpy batch -> global jax.Arrays sharded on the data axis (multi-host safe)."""
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """A whole numpy batch that every host holds (fine-tuning and evaluation read their small files on every host) ->
+    global jax.Arrays sharded on the data axis, each device given its rows."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in batch.items()}
+
+
+def to_host(tree):
+    """A pytree of (possibly sharded, possibly multi-host) arrays as numpy arrays, whole, on every host."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
 
 
 class DevicePrefetcher:
@@ -189,6 +209,66 @@ class DevicePrefetcher:
 
 
 # --------------------------------------------------------------------------------------------------
+# The update step (both trainers) and how it is jitted
+# --------------------------------------------------------------------------------------------------
+
+def make_train_step(loss_fn: Callable, tx: optax.GradientTransformation, num_microbatches: int = 1,
+                    normalizers: Callable | None = None, finalize: Callable | None = None) -> Callable:
+    """``train_step(state, batch, rng, lr, *consts) -> (state, metrics)``: the pure update both trainers jit.
+
+    ``state`` is ``{"step", "params", "opt_state"}`` (more entries pass through untouched). The dropout key of the
+    update is ``fold_in(rng, state["step"])``. ``loss_fn(params, microbatch, rng, norm, *consts) -> (loss, aux)`` is
+    written so that the microbatches' losses add up to the batch's (a weighted sum over the whole batch's weight
+    ``norm = normalizers(batch)``); with ``num_microbatches`` > 1 the gradient then equals the big batch's to float
+    error (``optim.accumulate_gradients``). ``tx`` takes the rate ``lr`` as an input (``optim.learning_rate_input``):
+    one compiled step serves every schedule. ``finalize(loss, aux)`` makes the metrics (default: ``loss`` and
+    ``aux``); the gradient, parameter and update norms are added."""
+    finalize = finalize or (lambda loss, aux: {"loss": loss, **aux})
+
+    def train_step(state, batch, rng, lr, *consts):
+        rng = jax.random.fold_in(rng, state["step"])
+        norm = normalizers(batch) if normalizers is not None else None
+        loss, aux, grads = optim.accumulate_gradients(lambda p, mb, r: loss_fn(p, mb, r, norm, *consts),
+                                                      state["params"], batch, num_microbatches, rng)
+        updates, opt_state = tx.update(grads, optim.set_learning_rate(state["opt_state"], lr), state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        norms = (optax.tree.norm(grads), optax.tree.norm(params), optax.tree.norm(updates))
+        metrics = finalize(loss, aux) | dict(zip(STEP_NORMS, norms))
+        return {**state, "step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
+
+    return train_step
+
+
+STEP_NORMS = ("grad_norm", "param_norm", "update_norm")  # the metrics every step adds to its loss's
+
+
+def jit_train_step(train_step: Callable, shardings, mesh: Mesh, num_consts: int = 0):
+    """``jax.jit(train_step)`` with the state's ``shardings`` in and out, the batch split over the mesh's data axis,
+    the rng, rate and ``num_consts`` constants (e.g. a distillation teacher's weights) replicated, and the state donated
+    (updated in place: no second copy of parameters and optimizer state)."""
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh), None, None) + (replicated,) * num_consts,
+                   out_shardings=(shardings, None), donate_argnums=(0,))
+
+
+def train_state_shardings(init: Callable, params, mesh: Mesh, fsdp: bool):
+    """(shardings, abstract state) of ``init(params)``: replicated, or FSDP-sharded over the data axis; the abstract
+    state's ShapeDtypeStructs carry their shardings (a checkpoint restores into them, ``aot`` compiles against them).
+    ``params`` may be arrays or ShapeDtypeStructs: only their shapes are read."""
+    shapes = jax.eval_shape(init, params)
+    shardings = state_shardings(shapes, mesh, fsdp)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    return shardings, abstract
+
+
+def compute_dtype(config: ml_collections.ConfigDict):
+    """``config.compute_dtype`` as a jnp dtype (the parameters stay float32: bf16 compute, fp32 master weights)."""
+    if config.compute_dtype not in ("bfloat16", "float32"):
+        raise InputError(f"compute_dtype {config.compute_dtype!r}: bfloat16 or float32")
+    return jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+
+
+# --------------------------------------------------------------------------------------------------
 # Jitted steps, reused within the process
 # --------------------------------------------------------------------------------------------------
 
@@ -264,10 +344,12 @@ class Checkpointer:
     whose tree or shapes differ from the current config's state is a *mismatch* (the config changed):
     ``CheckpointMismatchError``, and nothing in the directory is touched."""
 
-    def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True, with_data: bool = True):
+    def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True, with_data: bool = True,
+                 with_meta: bool = False):
         import orbax.checkpoint as ocp
 
         self._ocp, self.with_data, self.directory = ocp, with_data, os.path.abspath(directory)
+        self.with_meta = with_meta  # a JSON item beside the state (fine-tuning: the epochs' results so far)
         if jax.default_backend() == "cpu":
             # Replica-parallel saving (orbax's default off GPU) writes a replicated array as one slice per device so
             # that the devices' copies to the host run side by side. CPU devices share the host's memory: the slices
@@ -280,18 +362,22 @@ class Checkpointer:
             import grain
 
             handlers["data"] = grain.checkpoint.CheckpointHandler()
+        if with_meta:
+            handlers["meta"] = ocp.JsonCheckpointHandler()
         self.manager = ocp.CheckpointManager(
             os.path.abspath(directory),
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
                                                  enable_async_checkpointing=async_save),
             item_handlers=handlers)
 
-    def save(self, step: int, state, data_iterator=None, force: bool = False) -> bool:
+    def save(self, step: int, state, data_iterator=None, force: bool = False, meta: dict | None = None) -> bool:
         args = {"state": self._ocp.args.StandardSave(state)}
         if self.with_data and data_iterator is not None:
             import grain
 
             args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+        if self.with_meta:
+            args["meta"] = self._ocp.args.JsonSave(meta or {})
         return self.manager.save(step, args=self._ocp.args.Composite(**args), force=force)
 
     def set_aside(self, step: int) -> None:
@@ -359,6 +445,10 @@ class Checkpointer:
                                "refusing to start from scratch over them. They are left as they are: move them "
                                "away to start over.")
         return None
+
+    def read_meta(self, step: int) -> dict:
+        """The JSON item saved with the checkpoint at ``step`` (``with_meta``)."""
+        return self.manager.restore(step, args=self._ocp.args.Composite(meta=self._ocp.args.JsonRestore()))["meta"]
 
     def wait(self):
         self.manager.wait_until_finished()
@@ -507,8 +597,85 @@ def mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------------
+# The workdir's config history
+# --------------------------------------------------------------------------------------------------
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out |= _flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """``{"data.prefetch": (2, 4), ...}``: the fields whose values differ (a missing field reads as None)."""
+    a, b = _flatten(old), _flatten(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def read_config_history(workdir: str) -> list[dict]:
+    """The rows of ``WORKDIR/config_history.jsonl``: one per start of the run, ``{"start_step", "time", "config",
+    "changed"}``, oldest first (a line torn by a hard kill is skipped)."""
+    rows = []
+    path = os.path.join(workdir, "config_history.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    return rows
+
+
+def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: int) -> dict[str, tuple[Any, Any]]:
+    """Keep the run's config history: append this start (its step and full config) to ``config_history.jsonl``, never
+    rewriting earlier rows, and write ``config.json`` (the config now in use). Fields that changed since the previous
+    start (a resume with another learning rate, say) are logged at WARNING, old -> new, and returned. Structural
+    changes never get here: the checkpoint restore refuses them."""
+    import datetime
+
+    new = json.loads(config.to_json_best_effort())
+    history = read_config_history(workdir)
+    hist_path, cfg_path = os.path.join(workdir, "config_history.jsonl"), os.path.join(workdir, "config.json")
+    rows = []
+    if history:
+        previous = history[-1]["config"]
+    elif os.path.exists(cfg_path):  # a workdir from before the history: keep its config as the first start
+        with open(cfg_path, encoding="utf-8") as f:
+            previous = json.load(f)
+        rows.append({"start_step": None, "time": None, "config": previous, "changed": {}})
+    else:
+        previous = None
+    changes = config_changes(previous, new) if previous is not None else {}
+    for k, (old, val) in changes.items():
+        log.warning("config.%s changed since the last start of %s: %s -> %s%s", k, workdir, json.dumps(old),
+                    json.dumps(val), f" (resuming at step {start_step})" if start_step else "")
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    rows.append({"start_step": start_step, "time": now, "config": new,
+                 "changed": {k: list(v) for k, v in changes.items()}})
+    with open(hist_path, "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+        f.flush()
+        os.fsync(f.fileno())
+    atomic_write(cfg_path, config.to_json_best_effort(indent=2))
+    return changes
+
+
+# --------------------------------------------------------------------------------------------------
 # Preemption
 # --------------------------------------------------------------------------------------------------
+
+
+def say(line: str) -> None:
+    """A line for the person at the console (process 0), printed above any progress bar."""
+    if jax.process_index() == 0:
+        from tqdm.auto import tqdm
+
+        tqdm.write(line)
 
 
 def any_process(flag: bool) -> bool:

@@ -95,7 +95,7 @@ def test_a_changed_hyperparameter_resumes_with_a_warning_and_the_history_keeps_e
     assert sorted(m.split()[0] for m in changed) == ["config.learning_rate", "config.stop_at_step"]
     assert any(f"{first['learning_rate']} -> {0.5 * first['learning_rate']} (resuming at step 2)" in m
                for m in changed)
-    history = pretrain.read_config_history(str(wd))
+    history = trainer.read_config_history(str(wd))
     assert [h["start_step"] for h in history] == [0, 2]
     assert history[0]["config"] == first and history[0]["changed"] == {}
     assert history[1]["changed"] == {"learning_rate": [first["learning_rate"], 0.5 * first["learning_rate"]],
@@ -107,10 +107,10 @@ def test_a_workdir_without_history_keeps_its_config_json_as_the_first_start(tmp_
     import ml_collections
 
     (tmp_path / "config.json").write_text(json.dumps({"learning_rate": 0.1, "model": {"preset": "x"}}))
-    changes = pretrain.record_config(str(tmp_path), ml_collections.ConfigDict(
+    changes = trainer.record_config(str(tmp_path), ml_collections.ConfigDict(
         {"learning_rate": 0.2, "model": {"preset": "x", "remat": "full"}}), 7)
     assert changes == {"learning_rate": (0.1, 0.2), "model.remat": (None, "full")}
-    history = pretrain.read_config_history(str(tmp_path))
+    history = trainer.read_config_history(str(tmp_path))
     assert [(h["start_step"], h["config"]["learning_rate"]) for h in history] == [(None, 0.1), (7, 0.2)]
 
 
@@ -236,7 +236,7 @@ def test_the_cli_console_preemption_refused_restart_and_changed_resume(tmp_path,
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resuming from the checkpoint at step 2" in r.stdout
     assert "config.learning_rate changed" in r.stderr and "0.002 -> 0.001" in r.stderr
-    history = pretrain.read_config_history(str(wd))
+    history = trainer.read_config_history(str(wd))
     assert [h["start_step"] for h in history] == [0, 2]
     assert history[0]["config"]["learning_rate"] == 0.002 and history[1]["config"]["learning_rate"] == 0.001
     assert history[1]["changed"]["learning_rate"] == [0.002, 0.001]

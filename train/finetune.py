@@ -3,7 +3,10 @@
     python train/finetune.py --config train/configs/glue.py:rte --config.init_from MODEL_DIR \
         --config.data_dir GLUE_DIR --workdir DIR
 
-The console shows a progress bar, warnings and the best epoch's metrics; WORKDIR/log.txt has the full log.
+The run uses every device (data parallel; --config.fsdp shards the weights too) and checkpoints every
+--config.checkpoint_every steps and at each epoch's end: after a preemption (SIGTERM) or a crash, the same command
+resumes it exactly. The console shows a progress bar, warnings and the best epoch's metrics; WORKDIR/log.txt has the
+full log, WORKDIR/metrics.jsonl the training and evaluation metrics.
 """
 
 import json
@@ -16,7 +19,7 @@ from squeezebert_jax import cli
 from squeezebert_jax.finetune import finetune
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "run directory: metrics.jsonl, eval_results.json, model/")
+_WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, eval_results.json, model/")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -27,6 +30,10 @@ def main(argv):
     cli.setup_logging(os.path.join(_WORKDIR.value, "log.txt"))
     cli.enable_compilation_cache()
     results = finetune(_CONFIG.value, _WORKDIR.value)
+    if results["preempted"]:
+        print(f"stopped early (signal): checkpoint saved in {os.path.join(_WORKDIR.value, 'checkpoints')}; run the "
+              f"same command again to resume")
+        return
     print(json.dumps(results["best"], indent=2))
     print(f"best model: {os.path.join(_WORKDIR.value, 'model')}")
 

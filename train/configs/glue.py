@@ -45,7 +45,19 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.attention_dropout = ml_collections.FieldReference(None, field_type=float)
     c.compute_dtype = "float32"
     c.max_train_examples = 0  # 0: all
+    c.eval_batch_size = 64  # rounded up to a multiple of the devices
     c.progress = True
+    # The mesh, as in pretraining: every device (or the first num_devices), data parallel; fsdp shards parameters and
+    # AdamW state over the devices too. batch_size must divide by the devices.
+    c.num_devices = 0
+    c.fsdp = False
+    # Metrics every log_every steps (and each epoch's evaluation) in WORKDIR/metrics.jsonl; checkpoints every
+    # checkpoint_every steps and at each epoch's end (the newest keep_checkpoints kept): a rerun on the workdir resumes.
+    c.log_every = 50
+    c.checkpoint_every = 1000
+    c.keep_checkpoints = 2
+    c.async_checkpoints = True
+    c.preemption_sync_every = 10  # multi-host: steps between the hosts' agreement on a SIGTERM
     # A student of fewer layers built from init_from's (squeezebert_jax.distill): 0 keeps init_from's depth;
     # layer map "skip" (every k-th: 1,3,5 of 6), "first" (the first k) or 1-based layers "1,3,5".
     c.student_layers = 0
