@@ -20,7 +20,7 @@ import sys
 
 from squeezebert_jax import cli, count_params, import_torch
 from squeezebert_jax.convert import check_head, head_name
-from squeezebert_jax.io import check_output_dir
+from squeezebert_jax.files import check_output_dir
 
 
 def main(argv=None):

@@ -13,7 +13,7 @@ import os
 import sys
 
 from squeezebert_jax import cli, export_torch, load_pretrained
-from squeezebert_jax.io import check_output_dir
+from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.convert import torch_architecture
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 
 from squeezebert_jax import cli, load_pretrained
-from squeezebert_jax.io import check_output_file
+from squeezebert_jax.files import check_output_file
 from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite
 
 

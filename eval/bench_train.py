@@ -8,7 +8,7 @@ ratios printed.
     python eval/bench_train.py --feeding            # only: the demo step fed by the real pipeline vs a fixed batch
 Targets (issue): on one H100, >= 35% MFU (SqueezeBERT) / >= 45% (BERT-base) in bf16, SqueezeBERT >= 2.5x
 BERT-base sequences/s; input pipeline >= 20k sequences/s per core at seq 128. MFU needs a known accelerator
-(trainer.PEAK_FLOPS) or --peak-flops; on CPU it is left out. --out FILE [--overwrite] also writes what it prints.
+(chips.PEAK_FLOPS) or --peak-flops; on CPU it is left out. --out FILE [--overwrite] also writes what it prints.
 """
 
 import importlib.util
@@ -24,7 +24,7 @@ from squeezebert_jax.benchmarks.timing import Report, add_out_args, format_table
 from squeezebert_jax.benchmarks.train_step import benchmark_train_step, feeding_benchmark
 from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.tokenizer import Tokenizer
-from squeezebert_jax.trainer import cpu_model
+from squeezebert_jax.benchmarks.timing import cpu_model
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train", "configs", "pretrain.py")
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=cli.positive_int, default=10)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--peak-flops", type=float, default=None,
-                   help="peak FLOP/s per device for MFU (default: trainer.PEAK_FLOPS by device kind)")
+                   help="peak FLOP/s per device for MFU (default: chips.PEAK_FLOPS by device kind)")
     p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
     p.add_argument("--feeding", action="store_true",
                    help="only the demo step fed by the real pipeline (inline / prefetched) vs a fixed batch")

@@ -18,7 +18,7 @@ import re
 import time
 from typing import Any
 
-from squeezebert_jax import trainer
+from squeezebert_jax import chips, parallel, trainer
 from squeezebert_jax.errors import InputError
 
 GiB = 2 ** 30
@@ -33,7 +33,7 @@ class TopologyError(InputError):
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    chip: trainer.Chip
+    chip: chips.Chip
     key: str  # CHIPS key: v5e, h100, ...
     topology: str  # as given, e.g. "v5e:2x4"
     devices: tuple
@@ -60,9 +60,9 @@ def quiet_native_stderr(path: str | None):
 def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
     """"v5e:2x4" -> ("v5e", (2, 4)); "h100:1x8" -> ("h100", (1, 8))."""
     m = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+){0,2})", topology.strip().lower())
-    if not m or m[1] not in trainer.CHIPS:
+    if not m or m[1] not in chips.CHIPS:
         raise TopologyError(f"--topology {topology!r}: expected CHIP:AxB[xC] with CHIP one of "
-                            f"{', '.join(trainer.CHIPS)} (e.g. v5e:2x2, v4:2x2x1, h100:1x8)")
+                            f"{', '.join(chips.CHIPS)} (e.g. v5e:2x2, v4:2x2x1, h100:1x8)")
     return m[1], tuple(int(d) for d in m[2].split("x"))
 
 
@@ -113,7 +113,7 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
                 raise TopologyError(f"compiling for {topology} needs the CUDA PJRT plugin (pip install -e "
                                     f"'.[gpu-aot]'; no CUDA libraries or GPU needed): {str(e)[:200]}") from e
     devices = tuple(desc.devices)
-    return Target(trainer.CHIPS[key], key, topology, devices, num_slices)
+    return Target(chips.CHIPS[key], key, topology, devices, num_slices)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ class PhaseReport:
     bytes_accessed: float | None  # per step per chip: the compiled program, its loops multiplied out (compile_phase)
     compile_s: float
     num_steps: int
-    chip: trainer.Chip
+    chip: chips.Chip
     num_chips: int
 
     @property
@@ -200,7 +200,7 @@ def _lower(config, phase, model, mesh, rng):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
     batch = abstract_batch(config.global_batch_size, phase.seq_len, phase.max_predictions_per_seq,
-                           trainer.batch_sharding(mesh))
+                           parallel.batch_sharding(mesh))
     return ps.step_fn.lower(ps.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32))
 
 
@@ -238,7 +238,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
     n_chips = len(target.devices)
     pretrain.check_batch_division(config, phase, n_chips)
     k = pretrain.microbatches(config, phase)
-    mesh = trainer.make_mesh(devices=target.devices, num_slices=target.num_slices)
+    mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
     rng = jax.eval_shape(lambda: jax.random.key(0))
     t0 = time.perf_counter()
     compiled = _lower(config, phase, model, mesh, rng).compile()
@@ -247,7 +247,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
     if costs:
         from flax import nnx
 
-        host = trainer.make_mesh(devices=jax.devices("cpu")[:1])
+        host = parallel.make_mesh(devices=jax.devices("cpu")[:1])
         unrolled = set_execution(nnx.clone(model), scan_layers=False)
         flops = _cost(_lower(config, dataclasses.replace(phase, num_microbatches=1), unrolled, host, rng)).get("flops")
         if _cost(compiled).get("bytes accessed"):

@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.io import atomic_write
+from squeezebert_jax.files import atomic_write
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _NAMES = {"she": ["anna", "maria", "lena", "sofia", "clara", "emma", "nora", "julia", "rosa", "ida"],

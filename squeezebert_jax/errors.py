@@ -12,5 +12,6 @@ class MissingExtraError(ImportError):
 
 
 class CheckpointMismatchError(InputError):
-    """Weights that do not fit the model asked for: a tensor missing, unexpected or misshapen. The message names the
-    file and the tensors (in the checkpoint's own names)."""
+    """A checkpoint that does not fit what is asked of it: weights with a tensor missing, unexpected or misshapen for
+    the model (the message names the file and the tensors, in the checkpoint's own names), or a training checkpoint
+    whose train state has another structure or other shapes than the current config's (nothing is touched)."""

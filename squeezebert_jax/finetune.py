@@ -38,7 +38,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from squeezebert_jax import distill, glue, optim, prune, trainer
+from squeezebert_jax import (checkpointing, distill, errors, glue, optim, parallel, prune, reporting,
+                             trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -175,14 +176,14 @@ def _predict(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: 
     structure, out = Structure(graphdef), []
     for b in batches({k: arrays[k] for k in INPUT_KEYS}, eval_batch_size(batch_size, mesh)):
         n = int(b.pop("weights").sum())
-        out.append(np.asarray(trainer.to_host(_eval_logits(structure, state, trainer.shard_batch(b, mesh))))[:n])
+        out.append(np.asarray(parallel.to_host(_eval_logits(structure, state, parallel.shard_batch(b, mesh))))[:n])
     return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
 
 
 def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None) -> np.ndarray:
     """Logits for every row of ``arrays`` with the jitted eval forward (dropout off), data parallel over ``mesh``
     (default: every device; the weights replicated on it)."""
-    mesh = mesh if mesh is not None else trainer.make_mesh()
+    mesh = mesh if mesh is not None else parallel.make_mesh()
     model.eval()
     graphdef, *state = nnx.split(model, nnx.Param, ...)
     state = jax.device_put(tuple(state), NamedSharding(mesh, P()))
@@ -368,8 +369,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     workdir = os.fspath(workdir)
 
     # -- Mesh and settings -------------------------------------------------------------------------
-    trainer.maybe_initialize_distributed()
-    mesh = trainer.make_mesh(config.num_devices or None)
+    parallel.maybe_initialize_distributed()
+    mesh = parallel.make_mesh(config.num_devices or None)
     check_settings(config, mesh.shape["data"])
     _check_workdir(workdir, config)
 
@@ -435,12 +436,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     masks_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
 
     # -- Restore: the newest readable checkpoint in workdir, else step 0 -----------------------------
-    checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
+    checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
                                         async_save=config.async_checkpoints, with_data=False, with_meta=True)
-    writer = trainer.MetricsWriter(workdir)
+    writer = reporting.MetricsWriter(workdir)
     try:
         if outside := [s for s in checkpointer.all_steps() if not 0 < s <= total]:
-            raise trainer.CheckpointMismatchError(
+            raise errors.CheckpointMismatchError(
                 f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, "
                 f"whose run ends at step {total} ({config.num_epochs} epochs of {steps_per_epoch} steps); they are "
                 "left untouched: resume with the config they were written with, or use a new workdir")
@@ -452,7 +453,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             if pruner is not None:
                 pruner.masks = jax.device_get(saved["prune_masks"])
                 pruner._updated_at, pruner._sparsity = meta["pruner"]
-            trainer.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
+            reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
         else:
             state = jax.device_put(init(trainable), shardings)
         writer.drop_after(step)  # rows logged after the checkpoint would be written twice
@@ -476,7 +477,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
         # -- Loop: epochs of steps; evaluate after each, keep the best -----------------------------------
         rng = jax.random.key(config.seed)
-        window, timer, stopped = [], trainer.Timer(), False
+        window, timer, stopped = [], reporting.Timer(), False
         bar = tqdm(total=total, initial=step, desc=config.task, dynamic_ncols=True,
                    disable=jax.process_index() != 0 or not config.progress)
         with trainer.PreemptionFlag(config.preemption_sync_every) as preempt:
@@ -485,7 +486,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 order = np.random.default_rng(config.seed + epoch).permutation(num_train)
                 for b in itertools.islice(batches(data.train, config.batch_size, order), first, None):
                     real_tokens = int(b["attention_mask"][b["weights"] > 0].sum())
-                    state, metrics = step_fn(state, trainer.shard_batch(b, mesh), rng, rates[step], *consts)
+                    state, metrics = step_fn(state, parallel.shard_batch(b, mesh), rng, rates[step], *consts)
                     step += 1
                     losses.append(metrics["loss"])
                     layer_parts.append({k: v for k, v in metrics.items() if k not in trainer.STEP_NORMS + ("loss",)})
@@ -561,7 +562,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 def _train_row(window: list, timer, lr: float) -> dict[str, float]:
     """The metrics row of the steps since the last one: their mean loss and norms (one transfer from the devices), the
     rate, and examples and real (non-padding) tokens per second."""
-    m = trainer.mean_metrics([w[0] for w in window])
+    m = reporting.mean_metrics([w[0] for w in window])
     dt, _ = timer.lap()
     examples, tokens = sum(w[1] for w in window), sum(w[2] for w in window)
     window.clear()
@@ -570,7 +571,7 @@ def _train_row(window: list, timer, lr: float) -> dict[str, float]:
 
 def _export(model, params, out_dir: str, tokenizer_dir: str) -> None:
     """``params`` (on the mesh) into ``model`` and saved as a MODEL_DIR with ``tokenizer_dir``'s tokenizer (process 0)."""
-    host = trainer.to_host(params)
+    host = parallel.to_host(params)
     params_state = nnx.state(model, nnx.Param)
     nnx.replace_by_pure_dict(params_state, host)
     nnx.update(model, params_state)

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError, MissingExtraError
-from squeezebert_jax.io import atomic_write
+from squeezebert_jax.files import atomic_write
 
 log = logging.getLogger(__name__)
 

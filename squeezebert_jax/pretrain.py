@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from squeezebert_jax import optim, trainer
+from squeezebert_jax import checkpointing, errors, optim, parallel, reporting, trainer
 from squeezebert_jax.flops import flops
 from squeezebert_jax.io import atomic_write, load_pretrained, save_pretrained
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, Structure, set_execution
@@ -199,7 +199,7 @@ def _jitted_train_step(graphdef, rest, tx_settings: tuple, num_microbatches: int
     leaves, treedef = jax.tree.flatten(shardings)
     structure = Structure(graphdef)
     key = (structure, trainer.fingerprint(rest), tx_settings, num_microbatches, treedef, tuple(leaves),
-           trainer.batch_sharding(mesh))
+           parallel.batch_sharding(mesh))
 
     def build():
         weight_decay, clip_norm = tx_settings
@@ -237,7 +237,7 @@ def phase_batches(config, phase: Phase, data_dir: str, mesh):
         whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers)
     batches = iter(loader)
     if config.data.prefetch > 0:  # batches made and put on the devices while the previous steps run
-        batches = trainer.DevicePrefetcher(batches, mesh, depth=config.data.prefetch)
+        batches = parallel.DevicePrefetcher(batches, mesh, depth=config.data.prefetch)
     return batches
 
 
@@ -273,8 +273,8 @@ class Run:
 
     config: ml_collections.ConfigDict
     mesh: Any
-    checkpointer: trainer.Checkpointer
-    writer: trainer.MetricsWriter
+    checkpointer: checkpointing.Checkpointer
+    writer: reporting.MetricsWriter
     model_config: SqueezeBertConfig
     peak_flops: float | None  # per device; None: MFU left out (CPU)
     final_step: int  # the end of the last phase: the run is complete there
@@ -303,7 +303,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
     seq_flops = train_flops_per_sequence(run.model_config, phase.seq_len, phase.max_predictions_per_seq)
     pending: list[tuple[int, dict]] = []  # (step, device metrics) not yet fetched and checked
     window: list[dict] = []  # checked host metrics since the last log line
-    timer, last, stop = trainer.Timer(), {}, False
+    timer, last, stop = reporting.Timer(), {}, False
 
     def fetch_and_check():
         """Fetch the pending steps' metrics; raise naming the first step with a non-finite one."""
@@ -322,9 +322,9 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
 
     bar = tqdm(total=phase.end, initial=start, desc=f"{phase.name} (seq {phase.seq_len})",
                disable=jax.process_index() != 0 or not config.progress, dynamic_ncols=True)
-    on_device = isinstance(batches, trainer.DevicePrefetcher)
+    on_device = isinstance(batches, parallel.DevicePrefetcher)
     for step in range(start, phase.end):
-        batch = next(batches) if on_device else trainer.global_batch(next(batches), run.mesh)
+        batch = next(batches) if on_device else parallel.global_batch(next(batches), run.mesh)
         state, metrics = ps.step_fn(state, batch, rng, ps.learning_rates[step - phase.start])
         done = step + 1
         pending.append((done, metrics))
@@ -336,7 +336,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
         stop = stop and done < run.final_step  # at the last step the run is complete: finish and export
         if done % config.log_every == 0 or done == phase.end or stop:
             fetch_and_check()
-            m = trainer.mean_metrics(window)
+            m = reporting.mean_metrics(window)
             window.clear()
             dt, n = timer.lap()
             seq_s = n * config.global_batch_size / dt
@@ -344,7 +344,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
                   "tokens_per_s": seq_s * phase.seq_len, "phase": phase.index,
                   "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
             run.writer.write(done, m)
-            trainer.say(log_line(done, phase, m))
+            reporting.say(log_line(done, phase, m))
             bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}",
                             sop_acc=f"{m['sop_accuracy']:.3f}")
             last = m
@@ -372,10 +372,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                          f"or mounted path (e.g. a bucket mounted with gcsfuse)")
 
     # -- Distributed + mesh ------------------------------------------------------------------------
-    trainer.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
+    parallel.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
                                          config.process_id)
     os.makedirs(workdir, exist_ok=True)
-    mesh = trainer.make_mesh(config.num_devices or None)
+    mesh = parallel.make_mesh(config.num_devices or None)
 
     # -- Data --------------------------------------------------------------------------------------
     data_dir = prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
@@ -408,17 +408,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return (build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp),
                 phase_batches(config, phase, data_dir, mesh))
 
-    checkpointer = trainer.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
+    checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
                                         async_save=config.async_checkpoints)
-    writer = trainer.MetricsWriter(workdir)
-    run = Run(config, mesh, checkpointer, writer, cfg, trainer.peak_flops_per_device(config.peak_flops_per_device),
+    writer = reporting.MetricsWriter(workdir)
+    run = Run(config, mesh, checkpointer, writer, cfg, reporting.peak_flops_per_device(config.peak_flops_per_device),
               phases[-1].end)
     try:
         # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch at step 0 ----------------
         # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
         # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
         if outside := [s for s in checkpointer.all_steps() if not 0 < s <= run.final_step]:
-            raise trainer.CheckpointMismatchError(
+            raise errors.CheckpointMismatchError(
                 f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, "
                 f"whose phases end at step {run.final_step}; they are left untouched: resume with the config they "
                 "were written with, or use a new workdir")
@@ -435,10 +435,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             phase, ps, batches = built[step]
             params = state["params"]
             resumed = (ps, batches) if step < phase.end else None
-            if resumed is None and isinstance(batches, trainer.DevicePrefetcher):
+            if resumed is None and isinstance(batches, parallel.DevicePrefetcher):
                 batches.close()  # restored at its phase's end: the next phase starts fresh
             log.info("resuming from the checkpoint at step %d", step)
-            trainer.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
+            reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
         writer.drop_after(step)  # rows logged after the checkpoint would be written twice
         # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
         if jax.process_index() == 0:
@@ -458,7 +458,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 try:
                     state, metrics, stopped = run_phase(run, phase, ps, state, batches, preempt)
                 finally:
-                    if isinstance(batches, trainer.DevicePrefetcher):
+                    if isinstance(batches, parallel.DevicePrefetcher):
                         batches.close()
                 last, params = metrics or last, state["params"]
                 if stopped:

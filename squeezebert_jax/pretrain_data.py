@@ -283,7 +283,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
-    from squeezebert_jax.io import atomic_write
+    from squeezebert_jax.files import atomic_write
 
     if num_shards < 1:
         raise InputError(f"num_shards must be >= 1, got {num_shards}")

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from squeezebert_jax import finetune as ft
 from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.io import atomic_write
+from squeezebert_jax.files import atomic_write
 from squeezebert_jax.trainer import config_changes
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def read_rows(path: str) -> list[dict[str, Any]]:
 
 def append_row(path: str, row: dict[str, Any]) -> None:
     """Add one row to the record, atomically: the whole file is rewritten with the row and renamed into place
-    (io.atomic_write), so a crash leaves the record with or without the row, never half of it."""
+    (files.atomic_write), so a crash leaves the record with or without the row, never half of it."""
     old = ""
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:

@@ -78,9 +78,9 @@ def smoke_config(**overrides):
 
 def losses(workdir) -> dict[int, float]:
     """{step: loss} of a run's metrics.jsonl."""
-    from squeezebert_jax import trainer
+    from squeezebert_jax import reporting
 
-    return {m["step"]: m["loss"] for m in trainer.read_metrics(str(workdir))}
+    return {m["step"]: m["loss"] for m in reporting.read_metrics(str(workdir))}
 
 
 # GLUE fine-tuning helpers (tests/test_finetune.py, tests/test_distill.py): a 13-word vocabulary, a separable task

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from squeezebert_jax import aot, pretrain, trainer
+from squeezebert_jax import aot, chips, parallel, pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "train", "configs", "pretrain.py")
@@ -52,8 +52,8 @@ def test_parse_topology_and_chip_table():
         with pytest.raises(aot.TopologyError, match="expected CHIP:AxB"):
             aot.parse_topology(bad)
     # MFU (trainer) and the roofline (aot) read one table
-    assert trainer.PEAK_FLOPS["TPU v5 lite"] == trainer.CHIPS["v5e"].peak_bf16 == 197e12
-    assert trainer.CHIPS["h100"].hbm_gbs == 3350.0
+    assert chips.PEAK_FLOPS["TPU v5 lite"] == chips.CHIPS["v5e"].peak_bf16 == 197e12
+    assert chips.CHIPS["h100"].hbm_gbs == 3350.0
 
 
 def test_fewest_microbatches():
@@ -63,7 +63,7 @@ def test_fewest_microbatches():
 
 
 def test_roofline_bound_and_hours():
-    chip = trainer.CHIPS["v5e"]
+    chip = chips.CHIPS["v5e"]
     r = aot.PhaseReport("p", 128, 1024, 256, 1, 1, 1, 1, 1, 0.01, 3.0, chip.hbm_gib, 4 * 197e12, 4 * 197e12 * 0.5,
                         819e9 * 2, 10.0, 3600, chip, 4)
     assert r.fits
@@ -86,7 +86,7 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
     assert "4 x TPU v5 lite" in out and "cores" in out  # the chips, and the host that compiled
     assert [r["phase"] for r in rows] == ["phase2"]
     for r in rows:
-        assert r["fits"] and 0 < r["peak_gib"] < trainer.CHIPS["v5e"].hbm_gib
+        assert r["fits"] and 0 < r["peak_gib"] < chips.CHIPS["v5e"].hbm_gib
         for k in ("argument_gib", "output_gib", "temp_gib", "code_gib", "bytes_accessed", "roofline_s"):
             assert r[k] > 0, (k, r)
         assert abs(r["xla_flops"] / r["analytic_flops"] - 1) <= 0.15, r  # XLA's HLO FLOPs vs the analytic count
@@ -148,7 +148,7 @@ def test_fit_finds_the_fewest_microbatches(monkeypatch):
     spec = importlib.util.spec_from_file_location("compile_cli", os.path.join(ROOT, "train", "compile.py"))
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
-    chip = trainer.CHIPS["v5e"]
+    chip = chips.CHIPS["v5e"]
     target = aot.Target(chip, "v5e", "v5e:2x2", tuple(range(4)), 1)
     calls = []
 
@@ -184,13 +184,13 @@ def test_topology_meshes_physical_order_and_slices():
     from jax.experimental import mesh_utils
 
     t = aot.get_target("v5e:2x4")
-    order = [d.id for d in trainer.make_mesh(devices=t.devices).devices.flat]
+    order = [d.id for d in parallel.make_mesh(devices=t.devices).devices.flat]
     assert sorted(order) == sorted(d.id for d in t.devices)
     assert order == [d.id for d in mesh_utils.create_device_mesh((8,), list(t.devices)).flat]
     two = aot.get_target("v5e:2x2", num_slices=2)
-    mesh = trainer.make_mesh(devices=two.devices)  # num_slices read off the devices
+    mesh = parallel.make_mesh(devices=two.devices)  # num_slices read off the devices
     assert [d.slice_index for d in mesh.devices.flat] == [0] * 4 + [1] * 4
-    assert trainer.make_mesh(devices=two.devices, num_slices=1).devices.size == 8
+    assert parallel.make_mesh(devices=two.devices, num_slices=1).devices.size == 8
 
 
 def test_required_gib_reads_xla_oom_messages():
@@ -209,7 +209,7 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
     8 that fits: 368), XLA refusing what does not fit (TPU) or compiling it with a peak over HBM (GPU)."""
     import ml_collections
 
-    chip = trainer.CHIPS["v5e"]
+    chip = chips.CHIPS["v5e"]
     target = aot.Target(chip, "v5e", "v5e:2x2", tuple(range(4)), 1)
 
     def fake_compile(config, phase, target, model, costs):

@@ -17,7 +17,7 @@ from flax import nnx  # noqa: E402
 
 import squeezebert_jax as sj  # noqa: E402
 from squeezebert_jax.benchmarks import profile_table, timing  # noqa: E402
-from squeezebert_jax.trainer import cpu_model  # noqa: E402
+from squeezebert_jax.benchmarks.timing import cpu_model  # noqa: E402
 from conftest import load_script  # noqa: E402
 
 @pytest.fixture

@@ -325,9 +325,9 @@ def test_atomic_write_text_bytes_and_writer(tmp_path):
     """One helper for every whole-or-nothing file: text, bytes or a writer function (np.save keeps its name); a
     failing writer leaves the old file and no temp file; the file gets the umask's permissions, not 0600."""
     p = tmp_path / "a.txt"
-    assert sj.io.atomic_write(p, "één\n") == str(p) and p.read_text(encoding="utf-8") == "één\n"
-    sj.io.atomic_write(p, b"\x00\x01")
-    sj.io.atomic_write(tmp_path / "x.npy", lambda tmp: np.save(tmp, np.arange(3)))
+    assert sj.files.atomic_write(p, "één\n") == str(p) and p.read_text(encoding="utf-8") == "één\n"
+    sj.files.atomic_write(p, b"\x00\x01")
+    sj.files.atomic_write(tmp_path / "x.npy", lambda tmp: np.save(tmp, np.arange(3)))
     assert np.array_equal(np.load(tmp_path / "x.npy"), np.arange(3))
 
     def half(tmp):
@@ -336,7 +336,7 @@ def test_atomic_write_text_bytes_and_writer(tmp_path):
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        sj.io.atomic_write(p, half)
+        sj.files.atomic_write(p, half)
     assert p.read_bytes() == b"\x00\x01" and sorted(os.listdir(tmp_path)) == ["a.txt", "x.npy"]
     umask = os.umask(0)
     os.umask(umask)

@@ -16,7 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from conftest import ROOT, VOCAB, glue_config, write_sst2
-from squeezebert_jax import finetune as ft
+from squeezebert_jax import checkpointing, finetune as ft, reporting
 from squeezebert_jax import trainer
 
 import squeezebert_jax as sj
@@ -76,7 +76,7 @@ def test_eight_devices_and_fsdp_take_the_one_device_steps(task, tmp_path, monkey
         assert run["best"]["score"] == one["best"]["score"]
     _assert_close(_params(tmp_path / "eight"), _params(tmp_path / "one"), 2e-5)
     _assert_close(_params(tmp_path / "fsdp"), _params(tmp_path / "one"), 2e-5)
-    rows = trainer.read_metrics(str(tmp_path / "eight"))
+    rows = reporting.read_metrics(str(tmp_path / "eight"))
     train_rows = [r for r in rows if "loss" in r]
     assert [r["step"] for r in train_rows] == [2, 4, 6]  # every log_every=2 of the 6 steps
     assert all(r["tokens_per_s"] > 0 and r["examples_per_s"] > 0 and r["grad_norm"] > 0 for r in train_rows)
@@ -87,15 +87,15 @@ _KILL = """
 import os, signal, sys
 sys.path.insert(0, {tests!r})
 from conftest import glue_config
-from squeezebert_jax import finetune as ft, trainer
-save = trainer.Checkpointer.save
+from squeezebert_jax import checkpointing, finetune as ft
+save = checkpointing.Checkpointer.save
 def save_then_die(self, step, *args, **kwargs):
     out = save(self, step, *args, **kwargs)
     if step == {kill_at}:
         self.wait()
         os.kill(os.getpid(), signal.SIGKILL)
     return out
-trainer.Checkpointer.save = save_then_die
+checkpointing.Checkpointer.save = save_then_die
 ft.finetune(glue_config("sst2", {init!r}, {data!r}, **{kw!r}), {wd!r})
 """
 
@@ -110,7 +110,7 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path
                           wd=str(wd))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-    assert trainer.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [3]
+    assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [3]
     assert not os.path.exists(wd / "eval_results.json")
     resumed = ft.finetune(_config(task, **kw), str(wd))
     ref = ft.finetune(_config(task, **kw), str(tmp_path / "uninterrupted"))
@@ -119,7 +119,7 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path
     assert [h["score"] for h in resumed["history"]] == [h["score"] for h in ref["history"]]
     _assert_close(_params(wd), _params(tmp_path / "uninterrupted"), 1e-6)
     # the metrics: the killed run's rows up to its checkpoint, then the resumed run's, each step once
-    steps = [r["step"] for r in trainer.read_metrics(str(wd)) if "loss" in r]
+    steps = [r["step"] for r in reporting.read_metrics(str(wd)) if "loss" in r]
     assert steps == [2, 4, 6, 8, 10, 12]
     history = trainer.read_config_history(str(wd))
     assert [h["start_step"] for h in history] == [0, 3]
@@ -128,7 +128,7 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path
 def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monkeypatch):
     """SIGTERM during step 4 (mid-epoch): the run finishes the step, checkpoints, returns ``preempted``; the rerun
     resumes at step 4 and ends as an uninterrupted run. A rerun of the finished run trains nothing."""
-    write = trainer.MetricsWriter.write
+    write = reporting.MetricsWriter.write
 
     def write_and_signal(self, step, metrics):
         write(self, step, metrics)
@@ -137,10 +137,10 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
 
     wd = tmp_path / "term"
     with monkeypatch.context() as m:
-        m.setattr(trainer.MetricsWriter, "write", write_and_signal)
+        m.setattr(reporting.MetricsWriter, "write", write_and_signal)
         first = ft.finetune(_config(task, async_checkpoints=False), str(wd))
     assert first["preempted"] and first["history"] == []
-    assert trainer.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [4]
+    assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [4]
     resumed = ft.finetune(_config(task), str(wd))
     ref = ft.finetune(_config(task), str(tmp_path / "ref"))
     np.testing.assert_allclose(_losses(resumed["history"]), _losses(ref["history"]), rtol=1e-6)

@@ -156,6 +156,36 @@ def test_no_script_edits_sys_path():
     assert sys_path_edits() == []
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_file_helpers_and_text_data_modules_need_no_model():
+    """The file helpers are a leaf; the GLUE, tokenizer and corpus code reach neither the model, its loading and
+    conversion, nor the trainer (so they run where flax is not wanted)."""
+    graph = import_graph()
+    assert graph[f"{PACKAGE}.files"] <= {f"{PACKAGE}.errors"}
+    heavy = {f"{PACKAGE}.{m}" for m in ("model", "io", "convert", "trainer", "pretrain", "finetune")}
+    for m in ("glue", "tokenizer", "corpus"):
+        assert not reachable(graph, f"{PACKAGE}.{m}") & heavy, m
+
+
+def test_entry_modules_are_not_used_as_libraries():
+    """pretrain and finetune are the trainers' drivers: only what drives or compiles them imports them (sweep runs
+    fine-tunings; aot compiles the very step a run uses; benchmarks time it)."""
+    graph = import_graph()
+    drivers = {f"{PACKAGE}.sweep", f"{PACKAGE}.aot"}
+    for entry in ("pretrain", "finetune"):
+        users = {m for m, deps in graph.items() if f"{PACKAGE}.{entry}" in deps}
+        assert {u for u in users if u not in drivers and not u.startswith(BENCHMARKS)} == set(), entry
+
+
 # -- the checks themselves, on small made-up trees --------------------------------------------------------------------
 
 def write_tree(root, files: dict[str, str]) -> str:

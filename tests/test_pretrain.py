@@ -16,7 +16,7 @@ import pytest
 
 from conftest import COMPILE_FLAGS, ROOT, RUN_FLAGS, losses, smoke_config
 
-from squeezebert_jax import pretrain, trainer
+from squeezebert_jax import checkpointing, parallel, pretrain, reporting
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory):
@@ -28,7 +28,7 @@ def reference_run(tmp_path_factory):
 
 def test_smoke_run_writes_metrics_and_model(reference_run):
     wd, final = reference_run
-    rows = trainer.read_metrics(str(wd))
+    rows = reporting.read_metrics(str(wd))
     assert [r["step"] for r in rows] == [2, 4, 6, 8]
     for key in ("loss", "mlm_loss", "sop_loss", "mlm_accuracy", "sop_accuracy", "learning_rate", "grad_norm",
                 "seq_per_s", "tokens_per_s", "mfu"):
@@ -52,7 +52,7 @@ def _train_steps(config, num_devices: int, fsdp: bool = False, num_microbatches:
     # compile between this test and the reference run when XLA's cache is on)
     model = pretrain.new_model(config, len(corpus.demo_vocab()))
     graphdef, params, rest = pretrain.split_model(model)
-    mesh = trainer.make_mesh(num_devices)
+    mesh = parallel.make_mesh(num_devices)
     phase = dataclasses.replace(pretrain.get_phases(config)[0], num_microbatches=num_microbatches)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp)
     state = jax.device_put(ps.init(params), ps.shardings)
@@ -66,7 +66,7 @@ def _train_steps(config, num_devices: int, fsdp: bool = False, num_microbatches:
                  "masked_lm_ids": rng.integers(5, 64, (b, p)).astype(np.int32),
                  "masked_lm_weights": (rng.random((b, p)) < 0.7).astype(np.float32),
                  "sop_label": rng.integers(0, 2, b).astype(np.int32)}
-        state, m = ps.step_fn(state, trainer.global_batch(batch, mesh), jax.random.key(config.seed),
+        state, m = ps.step_fn(state, parallel.global_batch(batch, mesh), jax.random.key(config.seed),
                               ps.learning_rates[i])
         losses.append(float(m["loss"]))
     specs = {tuple(x.sharding.spec) for x in jax.tree.leaves(state["params"])}
@@ -124,7 +124,7 @@ def test_the_jitted_step_is_reused_only_for_the_same_program():
     def step(config=c, phase=phase, num_devices=8, fsdp=False, model=None):
         model = model or pretrain.new_model(config, len(corpus.demo_vocab()))
         graphdef, params, rest = pretrain.split_model(model)
-        mesh = trainer.make_mesh(num_devices)
+        mesh = parallel.make_mesh(num_devices)
         return pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp).step_fn
 
     first = step()
@@ -157,7 +157,7 @@ def test_kill_and_resume_equals_uninterrupted(reference_run, tmp_path):
     wd = tmp_path / "resume"
     # stopped after step 4 (the preemption path: checkpoint, clean exit), then restarted on the same workdir
     pretrain.train_and_evaluate(smoke_config(stop_at_step=4), str(wd))
-    assert trainer.Checkpointer(str(wd / "checkpoints"), with_data=True).all_steps()[-1] == 4
+    assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=True).all_steps()[-1] == 4
     # the metrics of the interrupted part stay; drop them so the resumed run's lines can be compared
     os.remove(wd / "metrics.jsonl")
     pretrain.train_and_evaluate(smoke_config(), str(wd))
@@ -184,7 +184,7 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # the run is 10**5 steps long: it is still training when it has logged 3 (log_every=1)
-        while not (os.path.exists(wd / "metrics.jsonl") and len(trainer.read_metrics(str(wd))) >= 3):
+        while not (os.path.exists(wd / "metrics.jsonl") and len(reporting.read_metrics(str(wd))) >= 3):
             assert proc.poll() is None, proc.communicate()[0][-4000:]  # it died before training
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
@@ -193,7 +193,7 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(tmp_path):
         proc.kill()
     assert proc.returncode == 0, out[-4000:]
     assert "saving a checkpoint" in out
-    k = trainer.Checkpointer(str(wd / "checkpoints"), with_data=True).all_steps()[-1]
+    k = checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=True).all_steps()[-1]
     stopped = losses(wd)
     assert sorted(stopped) == list(range(1, k + 1)) and 3 <= k < 10**5
     assert not os.path.exists(wd / "model")  # preempted: no final export
@@ -209,7 +209,7 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(tmp_path):
 def test_corrupt_latest_checkpoint_falls_back(reference_run, tmp_path):
     wd = tmp_path / "corrupt"
     shutil.copytree(reference_run[0], wd)
-    ckpt = trainer.Checkpointer(str(wd / "checkpoints"))
+    ckpt = checkpointing.Checkpointer(str(wd / "checkpoints"))
     steps = ckpt.all_steps()
     assert steps[-2:] == [6, 8]
     # damage every file of the newest checkpoint's train state
@@ -273,7 +273,7 @@ def test_demo_learns_mlm_and_sop(tmp_path):
     p = subprocess.run([sys.executable, "-c", script.format(tests=os.path.join(ROOT, "tests"), wd=wd)], env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
-    rows = trainer.read_metrics(wd)
+    rows = reporting.read_metrics(wd)
     assert os.listdir(os.path.join(wd, "tb"))  # the events file
     vocab = json.load(open(os.path.join(wd, "model", "config.json")))["vocab_size"]
     assert abs(rows[0]["mlm_loss"] - np.log(vocab)) < 0.3  # starts at chance

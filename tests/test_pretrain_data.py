@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from squeezebert_jax import corpus, pretrain_data
+from squeezebert_jax import corpus, parallel, pretrain_data
 from squeezebert_jax.tokenizer import Tokenizer
 
 SEQ, BATCH, PREDS = 64, 32, 10
@@ -381,13 +381,11 @@ def test_device_prefetcher_same_batches_and_exact_resume(numbered):
     import grain
     import orbax.checkpoint as ocp
 
-    from squeezebert_jax import trainer
-
     data_dir = numbered[0]
     _, ref = _loader(data_dir, n=8)
-    mesh = trainer.make_mesh()
+    mesh = parallel.make_mesh()
     it, _ = _loader(data_dir, n=0)
-    pf = trainer.DevicePrefetcher(it, mesh, depth=3)
+    pf = parallel.DevicePrefetcher(it, mesh, depth=3)
     got = [next(pf) for _ in range(5)]
     for g, r in zip(got, ref):
         assert len(g["input_ids"].sharding.device_set) == len(mesh.devices.flat)  # global arrays on the mesh
@@ -402,7 +400,7 @@ def test_device_prefetcher_same_batches_and_exact_resume(numbered):
     ckpt.wait_until_finished()
     for r in ref[5:8]:  # saving did not disturb the stream
         assert np.array_equal(np.asarray(next(pf)["input_ids"]), r["input_ids"])
-    fresh = trainer.DevicePrefetcher(_loader(data_dir, n=0)[0], mesh, depth=2)
+    fresh = parallel.DevicePrefetcher(_loader(data_dir, n=0)[0], mesh, depth=2)
     next(fresh)  # it has run ahead from batch 0; the restore must drop that
     ckpt.restore(5, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(fresh)))
     for r in ref[5:8]:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, losses, smoke_config
 
-from squeezebert_jax import pretrain, trainer
+from squeezebert_jax import checkpointing, errors, pretrain, reporting, trainer
 from squeezebert_jax.tokenizer import Tokenizer
 
 
@@ -41,7 +41,7 @@ def test_stop_at_the_last_step_is_a_finished_run(tiny_run, tmp_path):
     final = pretrain.train_and_evaluate(tiny_config(stop_at_step=4), str(tmp_path))
     assert os.path.exists(tmp_path / "model" / "params.safetensors")  # exported, as a run without stop_at_step
     assert final["preempted"] is False and tiny_run[1]["preempted"] is False
-    assert trainer.Checkpointer(str(tmp_path / "checkpoints")).all_steps() == [2, 4]
+    assert checkpointing.Checkpointer(str(tmp_path / "checkpoints")).all_steps() == [2, 4]
     assert losses(tmp_path) == losses(tiny_run[0])
 
 
@@ -55,13 +55,13 @@ def test_divergence_is_never_checkpointed_and_the_error_names_the_first_bad_step
     with pytest.raises(FloatingPointError, match=r"non-finite .*param_norm.* at step 2 .*last good checkpoint is "
                                                  r"step 1\b"):
         pretrain.train_and_evaluate(c, str(wd))
-    assert trainer.Checkpointer(str(wd / "checkpoints")).all_steps() == [1]
+    assert checkpointing.Checkpointer(str(wd / "checkpoints")).all_steps() == [1]
     import orbax.checkpoint as ocp
 
     saved = ocp.StandardCheckpointer().restore(wd / "checkpoints" / "1" / "state")
     assert int(saved["step"]) == 1
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(saved["params"]))
-    assert not os.path.exists(wd / "metrics.jsonl") or not trainer.read_metrics(str(wd))
+    assert not os.path.exists(wd / "metrics.jsonl") or not reporting.read_metrics(str(wd))
 
 
 @pytest.mark.parametrize("change", [dict(clip_norm=0.0),  # another optimizer chain: another state tree
@@ -79,7 +79,7 @@ def test_a_refused_restart_leaves_config_and_history_as_they_were(tiny_run, tmp_
     wd = tmp_path / "refused"
     shutil.copytree(tiny_run[0], wd)
     before = digest(wd)
-    with pytest.raises(trainer.CheckpointMismatchError):
+    with pytest.raises(errors.CheckpointMismatchError):
         pretrain.train_and_evaluate(tiny_config(clip_norm=0.0), str(wd))
     assert digest(wd) == before  # config.json, config_history.jsonl, metrics, checkpoints: all as they were
 
@@ -136,7 +136,7 @@ def test_resume_drops_the_metrics_logged_after_the_checkpoint(tiny_run, tmp_path
     with open(wd / "metrics.jsonl", "a") as f:
         f.write('{"step": 5, "lo')
     pretrain.train_and_evaluate(tiny_config(), str(wd))  # resumes at step 2
-    assert [r["step"] for r in trainer.read_metrics(str(wd))] == [2, 4]
+    assert [r["step"] for r in reporting.read_metrics(str(wd))] == [2, 4]
     np.testing.assert_allclose(losses(wd)[4], losses(tiny_run[0])[4], rtol=1e-6)
 
 

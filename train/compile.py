@@ -104,7 +104,8 @@ def main(argv) -> int:
     del argv
     import jax
 
-    from squeezebert_jax import aot, cli, io, pretrain, trainer
+    from squeezebert_jax import aot, cli, files, pretrain
+    from squeezebert_jax.benchmarks import timing
     from squeezebert_jax.benchmarks.timing import format_table
     from squeezebert_jax.errors import InputError
     from squeezebert_jax.model import abstract_model
@@ -113,7 +114,7 @@ def main(argv) -> int:
     log_path = _LOG_PATH
     cli.setup_logging(log_path)
     if _JSON.value:  # before minutes of compiling
-        io.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
+        files.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
     phases = pretrain.get_phases(config)
     if _PHASE.value:
         unknown = sorted(set(_PHASE.value) - {p.name for p in phases})
@@ -135,7 +136,7 @@ def main(argv) -> int:
           f"{target.chip.hbm_gbs:.0f} GB/s per chip); model {config.model.preset} "
           f"({sum(x.size for x in jax.tree.leaves(pretrain.split_model(model)[1])) / 1e6:.2f}M params), "
           f"{config.compute_dtype}, scan_layers={model.config.scan_layers}, remat={model.config.remat}, "
-          f"fsdp={config.fsdp}; host: {trainer.cpu_model()}", flush=True)
+          f"fsdp={config.fsdp}; host: {timing.cpu_model()}", flush=True)
     rows, bad = [], []
     for phase in phases:
         r, k = _compile_phase(config, phase, target, model, bad)

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from squeezebert_jax import cli, io, pretrain_data
+from squeezebert_jax import cli, files, pretrain_data
 from squeezebert_jax.tokenizer import Tokenizer
 
 LOG_NAME = "prepare_log.txt"
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     # Everything that can be checked is checked before anything is written.
     inputs = pretrain_data.check_text_files(args.input) if args.input else None
     tokenizer = Tokenizer.from_file(args.vocab)
-    io.check_output_dir(args.out, overwrite=args.overwrite, ignore=(LOG_NAME,))  # (a failed run leaves its log)
+    files.check_output_dir(args.out, overwrite=args.overwrite, ignore=(LOG_NAME,))  # (a failed run leaves its log)
     cli.setup_logging(os.path.join(args.out, LOG_NAME))
     stats = pretrain_data.CorpusStats()
     sources = inputs or pretrain_data.iter_tfds_documents(

@@ -25,7 +25,6 @@ from flax import nnx
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
-from squeezebert_jax.trainer import cpu_model
 
 REFERENCE = "bert-base-uncased"  # speedups and ratios are relative to it
 
@@ -268,11 +267,11 @@ def per_model_cli(description: str, default_models: Sequence[str], models_help: 
 
 class Report:
     """What a benchmark script prints, block by block (tables, notes), also written to ``out`` at the end. ``out``
-    is checked when the report is made (``io.check_output_file``: not a directory, not an existing file unless
+    is checked when the report is made (``files.check_output_file``: not a directory, not an existing file unless
     ``overwrite``), so make it before the work."""
 
     def __init__(self, out: str | None = None, overwrite: bool = False):
-        from squeezebert_jax.io import check_output_file
+        from squeezebert_jax.files import check_output_file
 
         self.out = check_output_file(out, overwrite) if out else None
         self.blocks: list[str] = []
@@ -285,6 +284,19 @@ class Report:
         """Write the blocks to ``out`` atomically (nothing without one)."""
         if not self.out:
             return
-        from squeezebert_jax.io import atomic_write
+        from squeezebert_jax.files import atomic_write
 
         atomic_write(self.out, "\n".join(self.blocks) + "\n")
+
+
+def cpu_model() -> str:
+    """This host's CPU ("AMD EPYC 9B45, 2 cores"): printed beside every timing, since hosts differ (AVX2 vs AVX-512)."""
+    import platform
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"

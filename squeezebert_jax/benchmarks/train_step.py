@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import optim, pretrain, trainer
+from squeezebert_jax import optim, parallel, pretrain, reporting
 from squeezebert_jax.benchmarks.timing import time_interleaved
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
 
@@ -22,14 +22,14 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
                          dtype=jnp.bfloat16, steps: int = 10, warmup: int = 2, fsdp: bool = False,
                          peak_flops: float | None = None) -> dict[str, float]:
     """Sequences/s, tokens/s and MFU of the jitted LAMB train step (``pretrain.make_train_step``) on synthetic
-    batches, on all devices. MFU uses ``peak_flops`` per device, else ``trainer.PEAK_FLOPS`` (None where unknown)."""
-    mesh = trainer.make_mesh()
+    batches, on all devices. MFU uses ``peak_flops`` per device, else ``chips.PEAK_FLOPS`` (None where unknown)."""
+    mesh = parallel.make_mesh()
     model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
     tx, lr = optim.learning_rate_input(optim.lamb), np.float32(2.5e-3)  # the paper's peak rate, every step
     state = {"step": jnp.asarray(0, jnp.int32), "params": params, "opt_state": tx.init(params)}
-    shardings = trainer.state_shardings(state, mesh, fsdp)
+    shardings = parallel.state_shardings(state, mesh, fsdp)
     state = jax.device_put(state, shardings)
     rng = np.random.default_rng(0)
     b, s, p = batch_size, seq_len, max_predictions
@@ -39,9 +39,9 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
              "masked_lm_positions": np.sort(rng.integers(1, s, (b, p)), 1).astype(np.int32),
              "masked_lm_ids": rng.integers(5, cfg.vocab_size, (b, p)).astype(np.int32),
              "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
-    batch = trainer.global_batch(batch, mesh)
+    batch = parallel.global_batch(batch, mesh)
     step = jax.jit(pretrain.make_train_step(graphdef, rest, tx, 1),
-                   in_shardings=(shardings, trainer.batch_sharding(mesh), None, None),
+                   in_shardings=(shardings, parallel.batch_sharding(mesh), None, None),
                    out_shardings=(shardings, None), donate_argnums=(0,))
     key = jax.random.key(0)
     for _ in range(warmup):
@@ -52,7 +52,7 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
         state, m = step(state, batch, key, lr)
     jax.block_until_ready(m)
     dt = (time.perf_counter() - t) / steps
-    peak = trainer.peak_flops_per_device(peak_flops)
+    peak = reporting.peak_flops_per_device(peak_flops)
     seq_s = b / dt
     mfu = seq_s * pretrain.train_flops_per_sequence(cfg, s, p) / (peak * mesh.shape["data"]) if peak else None
     return {"seq_per_s": seq_s, "tokens_per_s": seq_s * s, "step_ms": 1000 * dt, "mfu": mfu}
@@ -67,7 +67,7 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     """Steps/s of ``config``'s first-phase pretraining step (``pretrain.build_phase_step``, the step pretrain.py runs)
     fed three ways, interleaved in one run: one fixed batch already on the devices ("synthetic", the ceiling), the
     real loader with batches made and put on the devices inline before each step ("inline", ``data.prefetch=0``),
-    and the real loader behind ``trainer.DevicePrefetcher`` ("prefetched", depth ``data.prefetch``). Each timed
+    and the real loader behind ``parallel.DevicePrefetcher`` ("prefetched", depth ``data.prefetch``). Each timed
     call runs ``steps_per_run`` steps without waiting between them (as the training loop does) and then blocks.
     ``workdir`` receives the demo data when ``config.data.source`` is "demo"."""
     from squeezebert_jax import pretrain_data
@@ -75,7 +75,7 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
 
     data_dir = pretrain.prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
     phase = pretrain.get_phases(config)[0]
-    mesh = trainer.make_mesh(config.num_devices or None)
+    mesh = parallel.make_mesh(config.num_devices or None)
     model = pretrain.new_model(config, Tokenizer.from_dir(data_dir).vocab_size)
     graphdef, params, rest = pretrain.split_model(model)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
@@ -89,9 +89,9 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
             whole_word_masking=config.data.whole_word_masking, num_workers=config.data.num_workers))
 
     inline = loader()
-    prefetched = trainer.DevicePrefetcher(loader(), mesh, depth=depth or config.data.prefetch or 2)
-    fixed = trainer.global_batch(next(loader()), mesh)
-    feeds = {"synthetic": lambda: fixed, "inline": lambda: trainer.global_batch(next(inline), mesh),
+    prefetched = parallel.DevicePrefetcher(loader(), mesh, depth=depth or config.data.prefetch or 2)
+    fixed = parallel.global_batch(next(loader()), mesh)
+    feeds = {"synthetic": lambda: fixed, "inline": lambda: parallel.global_batch(next(inline), mesh),
              "prefetched": lambda: next(prefetched)}
 
     lr = ps.learning_rates.max()  # the schedule's peak, every step (its first, warm-up value is 0)

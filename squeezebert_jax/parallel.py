@@ -1,0 +1,198 @@
+"""Devices and data placement: multi-host start-up, the 1-D ``data`` mesh (ordered by the physical topology), the
+shardings of a train state (replicated, or FSDP over the data axis) and of a batch, batches put on the mesh (from each
+host's rows or from a batch every host holds), a device prefetcher, and arrays gathered back to the host.
+``jax.jit`` + ``NamedSharding`` throughout (no pmap)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from squeezebert_jax.errors import InputError
+
+
+def maybe_initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                                 process_id: int | None = None) -> None:
+    """``jax.distributed.initialize`` for multi-host runs (explicit, or auto-detected on TPU/SLURM).
+
+    ``num_processes`` <= 0 and ``process_id`` < 0 (the config defaults) mean "auto-detect" (None)."""
+    num_processes = num_processes if num_processes and num_processes > 0 else None
+    process_id = process_id if process_id is not None and process_id >= 0 else None
+    if coordinator_address:
+        # Cross-process collectives for CPU devices (only the CPU backend reads this; it must be set before
+        # the backend starts, so no jax.devices() call here).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address, num_processes, process_id)
+    elif os.environ.get("SQUEEZEBERT_AUTO_DISTRIBUTED") == "1":
+        jax.distributed.initialize()
+
+
+def make_mesh(num_devices: int | None = None, devices=None, num_slices: int | None = None) -> Mesh:
+    """A 1-D mesh over the ``data`` axis, ordered by the physical topology.
+
+    ``devices``: all of ``jax.devices()`` by default (or the first ``num_devices`` on one host), or given (e.g. the
+    compile-only devices of a TPU topology, ``aot``). The order comes from ``mesh_utils.create_device_mesh`` (ring
+    order on a TPU torus) and, over several slices (ICI within a slice, DCN between them; by default counted from
+    the devices' ``slice_index``, as a multi-slice TPU run reports them), ``create_hybrid_device_mesh``, so the data
+    axis runs slice by slice."""
+    from jax.experimental import mesh_utils
+
+    devices = list(jax.devices() if devices is None else devices)
+    if num_devices:
+        if jax.process_count() > 1 and num_devices != len(devices):
+            raise InputError("num_devices can only restrict a single-process run")
+        devices = devices[:num_devices]
+    if num_slices is None:
+        num_slices = len({getattr(d, "slice_index", 0) for d in devices})
+    if num_slices > 1:
+        if len(devices) % num_slices:
+            raise InputError(f"{len(devices)} devices do not split into {num_slices} slices")
+        arr = mesh_utils.create_hybrid_device_mesh((len(devices) // num_slices,), (num_slices,), devices)
+    else:
+        try:
+            arr = mesh_utils.create_device_mesh((len(devices),), devices)
+        except (ValueError, NotImplementedError, AssertionError):  # a subset or a backend without topology info
+            arr = np.asarray(devices)
+    return Mesh(np.asarray(arr).reshape(-1), ("data",))
+
+
+def fsdp_spec(shape: tuple[int, ...], n: int, min_size: int = 2 ** 10) -> P:
+    """Shard the largest axis divisible by the mesh size ``n`` (ZeRO-3 style); small leaves stay replicated."""
+    if n == 1 or int(np.prod(shape)) < min_size:
+        return P()
+    for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
+        if shape[axis] % n == 0:
+            return P(*([None] * axis + ["data"]))
+    return P()
+
+
+def state_shardings(tree, mesh: Mesh, fsdp: bool):
+    """NamedShardings for a pytree of arrays: replicated (data parallel) or FSDP-sharded."""
+    n = mesh.shape["data"]
+    return jax.tree.map(lambda x: NamedSharding(mesh, fsdp_spec(x.shape, n) if fsdp else P()), tree)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P("data"))
+
+
+def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Per-host numpy batch -> global jax.Arrays sharded on the data axis (multi-host safe)."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """A whole numpy batch that every host holds (fine-tuning and evaluation read their small files on every host) ->
+    global jax.Arrays sharded on the data axis, each device given its rows."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in batch.items()}
+
+
+def to_host(tree):
+    """A pytree of (possibly sharded, possibly multi-host) arrays as numpy arrays, whole, on every host."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def any_process(flag: bool) -> bool:
+    """True on every process when ``flag`` is True on any one: a collective (every process must call it at the same
+    step); the local value when there is one process."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(np.asarray(multihost_utils.process_allgather(np.asarray(flag, np.int32)))))
+
+
+class DevicePrefetcher:
+    """Makes the next ``depth`` batches and puts them on the devices while the current step runs.
+
+    A background thread takes host batches from ``iterator`` (a grain iterator: its own read threads or worker
+    processes make them) and turns each into global ``jax.Array``s (``global_batch``) ahead of the training loop,
+    so neither the batch making nor the host-to-device copy sits between two steps. Batches come out in the same
+    order as from ``iterator``. For checkpoints it behaves as the iterator *as consumed*: ``get_state`` is the
+    inner state after the last batch handed out (not after the ones made ahead), and ``set_state`` drops what
+    was made ahead and continues from the given state, so a restart resumes exactly (the same JSON as the inner
+    iterator's, so checkpoints read the same with or without prefetching).
+    """
+
+    def __init__(self, iterator, mesh: Mesh, depth: int = 2):
+        import queue
+        import threading
+
+        if depth < 1:
+            raise InputError(f"prefetch depth {depth} must be >= 1")
+        self._queue_cls, self._thread_cls = queue.Queue, threading.Thread
+        self._it, self._mesh, self._depth = iterator, mesh, depth
+        self._state = iterator.get_state()  # the inner state after the last batch handed out
+        self._thread = None  # started by the first next() (or a checkpoint restore), not before
+
+    def start_prefetch(self):
+        """Start making batches ahead (grain's checkpoint handler calls this after ``set_state``)."""
+        if self._thread is not None:
+            return
+        import threading
+
+        self._q = self._queue_cls(maxsize=self._depth)
+        self._stop = threading.Event()
+        self._thread = self._thread_cls(target=self._work, args=(self._q, self._stop), daemon=True,
+                                        name="device-prefetch")
+        self._thread.start()
+
+    def _work(self, q, stop):
+        while not stop.is_set():
+            try:
+                item = (global_batch(next(self._it), self._mesh), self._it.get_state())
+            except BaseException as e:  # noqa: BLE001 -- handed to the consumer, raised there
+                item = e
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    break
+                except Exception:  # queue.Full
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def _halt(self):
+        if self._thread is None:
+            return
+        self._stop.set()
+        while self._thread.is_alive():
+            try:  # unblock a put
+                self._q.get_nowait()
+            except Exception:  # queue.Empty
+                self._thread.join(timeout=0.05)
+        self._thread = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.start_prefetch()
+        item = self._q.get()
+        if isinstance(item, BaseException):
+            self._thread = None
+            raise item
+        batch, self._state = item
+        return batch
+
+    def get_state(self) -> bytes:
+        return json.dumps(self._state, indent=4).encode()
+
+    def set_state(self, state: bytes | dict) -> None:
+        self._halt()
+        self._state = json.loads(state) if isinstance(state, (bytes, str)) else state
+        self._it.set_state(self._state)
+
+    def close(self):
+        self._halt()
