@@ -13,7 +13,7 @@ import os
 import sys
 
 from squeezebert_jax import cli, glue
-from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test, table_results
+from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test
 
 
 
@@ -55,7 +55,7 @@ def main(argv=None):
             if task == "mnli":  # AX is predicted by the MNLI model
                 for path in predict_test(model_dir, "ax", args.data_dir, args.out, args.max_length):
                     print("wrote", path)
-    print(glue.table(table_results(per_task), name=os.path.basename(os.path.normpath(args.model))))
+    print(glue.table(glue.table_results(per_task), name=os.path.basename(os.path.normpath(args.model))))
 
 
 if __name__ == "__main__":

@@ -580,7 +580,7 @@ def _export(model, params, out_dir: str, tokenizer_dir: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Evaluation, test predictions and the whole-table recipe
+# Evaluation and test predictions
 # --------------------------------------------------------------------------------------------------
 
 def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None = None,
@@ -611,55 +611,3 @@ def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, 
         paths.append(glue.write_predictions(task, arr["idx"], logits[:, 0] if spec.is_regression else logits,
                                             out_dir, split_name=s))
     return paths
-
-
-def table_results(per_task: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """{task: {split: metrics}} -> the keys glue.table expects (mnli_matched, mnli_mismatched, qqp, ...)."""
-    flat = {}
-    for task, splits in per_task.items():
-        for split, metrics in splits.items():
-            key = task if task != "mnli" else ("mnli_matched" if split.endswith("_matched") else "mnli_mismatched")
-            flat[key] = metrics
-    return flat
-
-
-def run_recipe(make_config, init_from: str, workdir: str, tasks=None, transfer: bool = False,
-               teacher_root: str = "", predict: bool = False) -> str:
-    """Fine-tune every task (MNLI first), optionally with MNLI -> task transfer (not CoLA, as the paper) and
-    distillation from ``teacher_root/<task>`` MODEL_DIRs; return the paper's Table 2 form.
-
-    ``make_config(task)`` gives each task's fine-tuning config (train/configs/glue.py plus overrides)."""
-    tasks = list(tasks or glue.RECIPE_ORDER)
-    if transfer and "mnli" in tasks:
-        tasks.remove("mnli")
-        tasks.insert(0, "mnli")
-    per_task = {}
-    for task in tasks:
-        c = make_config(task)
-        mnli_model = os.path.join(workdir, "mnli", "model")
-        c.init_from = mnli_model if (transfer and task not in ("mnli", "cola") and os.path.isdir(mnli_model)) \
-            else init_from
-        teacher = os.path.join(teacher_root, task) if teacher_root else ""
-        c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
-        c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
-        res = finetune(c, os.path.join(workdir, task))
-        per_task[task] = {k.split("/")[0]: {} for k in res["best"] if "/" in k}
-        for k, v in res["best"].items():
-            if "/" in k:
-                split, name = k.split("/")
-                per_task[task][split][name] = v
-        if predict and glue.get_task(task).test_splits:
-            out = os.path.join(workdir, "predictions")
-            try:
-                for t in (task, "ax") if task == "mnli" else (task,):
-                    predict_test(os.path.join(workdir, task, "model"), t, c.data_dir or None, out, c.max_seq_length)
-            except FileNotFoundError as e:
-                log.warning("no test predictions for %s: %s", task, e)
-    label = "this run" + (" (D)" if teacher_root else "") + (" (S)" if transfer else "")
-    text = glue.table(table_results(per_task), name=label)
-    with open(os.path.join(workdir, "table.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump(per_task, f, indent=2)
-    return text
-

@@ -699,3 +699,13 @@ def read_predictions(path: str, task: str | None = None, expected_rows: int | No
         raise GlueFormatError(f"{path}: {len(idx)} rows, expected {expected_rows}")
     return Predictions(spec.name, np.array(idx, np.int64), labels,
                        np.array(values, np.float64 if spec.is_regression else np.int64))
+
+
+def table_results(per_task: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """{task: {split: metrics}} -> the keys glue.table expects (mnli_matched, mnli_mismatched, qqp, ...)."""
+    flat = {}
+    for task, splits in per_task.items():
+        for split, metrics in splits.items():
+            key = task if task != "mnli" else ("mnli_matched" if split.endswith("_matched") else "mnli_mismatched")
+            flat[key] = metrics
+    return flat

@@ -7,7 +7,7 @@ every combination runs on every task (the first field outermost). Presets: ``min
 
 Every finished run is one row of ``WORKDIR/sweep.jsonl`` (task, settings, seed, the best epoch's dev metrics, the
 selection score, wall time, run dir), written whole or not at all. A restarted sweep skips the runs whose key (task +
-settings + seed) has a row; a run without a row (interrupted) starts again from an empty run dir.
+settings + seed) has a row; a run without a row (interrupted) resumes from its checkpoints.
 
 Selection, per task: the setting with the highest dev score in the task's main metric (``glue.TaskSpec.main_metric``,
 on the task's first eval split, so MNLI is chosen by matched accuracy), averaged over seeds when seeds are swept.
@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -258,8 +257,8 @@ def settings_table(choices: dict[str, Choice]) -> str:
                      for r in lines)
 
 
-def results_table(choices: dict[str, Choice], name: str = "best of sweep") -> str:
-    """The Table 2 form of the chosen settings' dev metrics (mean over seeds), then the chosen settings."""
+def chosen_metrics(choices: dict[str, Choice]) -> dict[str, dict[str, dict[str, float]]]:
+    """{task: {split: {metric: value}}}: the chosen settings' dev metrics, averaged over their seeds."""
     per_task = {}
     for task, c in choices.items():
         splits: dict[str, dict[str, float]] = {}
@@ -267,8 +266,16 @@ def results_table(choices: dict[str, Choice], name: str = "best of sweep") -> st
             split, metric = k.split("/")
             splits.setdefault(split, {})[metric] = sum(r["dev"][k] for r in c.rows) / len(c.rows)
         per_task[task] = splits
-    return (glue.table(ft.table_results(per_task), name=name) + "\n\nchosen settings (best dev main metric; "
-            "MNLI: matched accuracy)\n" + settings_table(choices))
+    return per_task
+
+
+def results_table(choices: dict[str, Choice], name: str = "best of sweep") -> str:
+    """The Table 2 form of the chosen settings' dev metrics (mean over seeds), then the chosen settings (a sweep of
+    one point, the recipe, has none to show)."""
+    text = glue.table(glue.table_results(chosen_metrics(choices)), name=name)
+    if any(c.settings or c.num_runs > 1 for c in choices.values()):
+        text += "\n\nchosen settings (best dev main metric; MNLI: matched accuracy)\n" + settings_table(choices)
+    return text
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,15 +283,19 @@ def results_table(choices: dict[str, Choice], name: str = "best of sweep") -> st
 # --------------------------------------------------------------------------------------------------
 
 def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], workdir: str,
-              tasks=None, transfer: bool = False, teacher_root: str = "",
+              tasks=None, transfer: bool = False, teacher_root: str = "", predict: bool = False,
               echo: Callable[[str], None] = tqdm.write) -> str:
     """Fine-tune every setting of ``grid`` on every task (MNLI first), record each run in WORKDIR/sweep.jsonl,
-    skip runs already recorded, and return the results table with the chosen settings (also WORKDIR/table.md).
+    skip runs already recorded, and return the results table with the chosen settings (also WORKDIR/table.md, the
+    chosen runs' dev metrics in WORKDIR/results.json).
 
     ``make_config(task)`` gives each task's base config (train/configs/glue.py plus the script's flags; its
-    ``init_from`` set); the grid's settings go on top. As ``finetune.run_recipe``: teachers from
-    ``teacher_root/<task>``; with ``transfer`` every task but CoLA starts from MNLI's chosen model. ``echo`` gets one
-    line per finished run (task, settings, score, elapsed / ETA)."""
+    ``init_from`` set); the grid's settings go on top. Teachers come from ``teacher_root/<task>``; with ``transfer``
+    every task but CoLA starts from MNLI's chosen model (the paper's bells and whistles). The grid ``{}`` is one point:
+    the whole-table recipe, each task's run in WORKDIR/<task>. A run recorded in the record is skipped; one that was
+    interrupted resumes from its checkpoints. ``predict``: GLUE-server files of the chosen runs in
+    WORKDIR/predictions (AX from MNLI's). ``echo`` gets one line per finished run (task, settings, score, elapsed /
+    ETA)."""
     tasks = list(tasks or glue.RECIPE_ORDER)
     if transfer and "mnli" in tasks:
         tasks.insert(0, tasks.pop(tasks.index("mnli")))
@@ -323,10 +334,9 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
             teacher = os.path.join(teacher_root, task) if teacher_root else ""
             c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
             c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
-            run_dir = os.path.join(workdir, task, run_name(s, seed))
-            if os.path.exists(run_dir):  # a run that did not finish: no row, so start it afresh
-                log.info("removing %s (a run without a row in %s)", run_dir, record)
-                shutil.rmtree(run_dir)
+            run_dir = os.path.join(workdir, task) if not grid else os.path.join(workdir, task, run_name(s, seed))
+            if os.path.exists(run_dir):  # a run that did not finish (no row): it resumes from its checkpoints
+                log.info("%s has no row in %s: resuming it", run_dir, record)
             t0 = time.time()
             res = ft.finetune(c, run_dir)
             wall = time.time() - t0
@@ -346,12 +356,25 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     rows = [r for r in read_rows(record) if r["task"] in tasks and run_key(r["task"], r["settings"], r["seed"]) in
             {run_key(*p) for p in plan}]
     choices = choose(rows, settings_list)
-    label = "best of sweep" + (" (D)" if teacher_root else "") + (" (S)" if transfer else "")
+    label = ("this run" if not grid else "best of sweep") + (" (D)" if teacher_root else "") + \
+        (" (S)" if transfer else "")
     text = results_table(choices, label)
     atomic_write(os.path.join(workdir, "table.md"), text + "\n")
+    atomic_write(os.path.join(workdir, "results.json"), json.dumps(chosen_metrics(choices), indent=2) + "\n")
     atomic_write(os.path.join(workdir, "chosen.json"), json.dumps(
         {t: {"settings": c.settings, "score": c.score, "metric": selection_metric(t),
              "run_dirs": [r["run_dir"] for r in c.rows]} for t, c in choices.items()}, indent=2) + "\n")
+    if predict:
+        for task, c in choices.items():
+            if glue.get_task(task).test_splits:
+                base = make_config(task)
+                model_dir = os.path.join(c.rows[0]["run_dir"], "model")
+                try:
+                    for t in (task, "ax") if task == "mnli" else (task,):
+                        ft.predict_test(model_dir, t, base.data_dir or None, os.path.join(workdir, "predictions"),
+                                        base.max_seq_length)
+                except FileNotFoundError as e:
+                    log.warning("no test predictions for %s: %s", task, e)
     return text
 
 

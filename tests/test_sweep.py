@@ -83,15 +83,16 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
 # -- (b) restart ------------------------------------------------------------------------------------------------
 
 class FakeFinetune:
-    """finetune() with a score read from the settings; counts its calls and checks each starts in a clean dir.
-    ``crash_at``: the call that dies after writing into its run dir (an interrupted run: files, no row)."""
+    """finetune() with a score read from the settings; counts its calls and notes which found their run dir holding an
+    interrupted run's files (to resume from). ``crash_at``: the call that dies after writing into its run dir (an
+    interrupted run: files, no row)."""
 
     def __init__(self, scores, crash_at=None):
-        self.scores, self.crash_at, self.calls, self.sources = scores, crash_at, [], {}
+        self.scores, self.crash_at, self.calls, self.sources, self.resumed = scores, crash_at, [], {}, []
 
     def __call__(self, config, workdir):
-        assert not os.path.exists(workdir), f"{workdir} not cleaned"
-        os.makedirs(workdir)
+        self.resumed.append(os.path.exists(os.path.join(workdir, "half_written")))
+        os.makedirs(workdir, exist_ok=True)
         open(os.path.join(workdir, "half_written"), "w").close()
         self.calls.append((config.task, config.learning_rate, config.dropout, config.seed))
         self.sources[(config.task, config.dropout)] = (config.init_from, config.distill.teacher)
@@ -114,7 +115,7 @@ def recipe_configs(get_config, tmp_path):
     return make_config
 
 
-def test_a_restart_skips_recorded_runs_and_reruns_an_unfinished_one(tmp_path, get_config, monkeypatch, caplog):
+def test_a_restart_skips_recorded_runs_and_resumes_an_unfinished_one(tmp_path, get_config, monkeypatch, caplog):
     scores = {(1e-5, 0.0): (0.5, 0.5), (1e-5, 0.1): (0.7, 0.6), (2e-5, 0.0): (0.6, 0.9), (2e-5, 0.1): (0.7, 0.6)}
     grid = sweep.parse_grid("lr=1e-5,2e-5;dropout=0.0,0.1", get_config("rte"))
     make_config, wd = recipe_configs(get_config, tmp_path), str(tmp_path / "sweep")
@@ -131,6 +132,7 @@ def test_a_restart_skips_recorded_runs_and_reruns_an_unfinished_one(tmp_path, ge
     lines = []
     sweep.run_sweep(make_config, grid, wd, ["rte"], echo=lines.append)
     assert fake.calls == [("rte", 2e-5, 0.0, 0), ("rte", 2e-5, 0.1, 0)]  # the two recorded runs skipped
+    assert fake.resumed == [True, False]  # the interrupted run's dir is kept: fine-tuning resumes from its checkpoints
     assert lines[0].startswith("sweep: 4 runs (1 task(s) x 4 settings), 2 recorded, 2 to run")
     assert len(lines) == 3 and lines[1].startswith("[1/2] rte lr=2e-05,dropout=0.0,seed=0: validation/accuracy 60.0")
     rows = rows_of(wd)
@@ -236,7 +238,6 @@ def test_malformed_grids_name_the_bad_part(get_config, text, msg):
     (["--sweep", "lr=abc"], "--sweep: 'lr=abc': 'abc' is not a float (learning_rate)"),
     (["--sweep", "lr=1e-5;dropout="], "--sweep: 'dropout=': an empty value"),
     (["--sweep", "colour=red"], "the glue config has no field 'colour'"),
-    (["--sweep", "lr=1e-5", "--predict"], "--predict with --sweep: not yet"),
 ])
 def test_the_script_prints_one_line_and_writes_nothing(tmp_path, run_cli, argv, msg):
     rc, out, err = run_cli("train/glue_recipe.py", "--init_from", tmp_path, "--workdir", tmp_path / "runs", *argv)

@@ -7,6 +7,7 @@
     python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/ds \
         --transfer --teacher_root TEACHERS --teacher_weight 0.5 --predict
     # a sweep per task (the paper's appendix: lr and dropout), the best dev setting chosen, runs in WORKDIR/sweep.jsonl
+    # (the recipe above is a sweep of one point: a rerun skips the finished tasks and resumes an interrupted one)
     python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/sweep \
         --sweep "lr=1e-5,2e-5,3e-5,4e-5,5e-5;dropout=0.0,0.1;batch=16,32"
     # seed 004's grid (BERT miniatures): batch 8/16/32/64/128 x lr 3e-4/1e-4/5e-5/3e-5, 4 epochs
@@ -21,7 +22,6 @@ import sys
 
 from squeezebert_jax import cli, glue, sweep
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.finetune import run_recipe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,27 +56,20 @@ def main(argv=None):
     if args.tasks:
         args.tasks = [trainable_task(t) for t in args.tasks]
     sweeping = args.sweep is not None or args.preset
-    if sweeping and args.predict:
-        raise InputError("--predict with --sweep: not yet; run eval/glue.py --predict test on the chosen run's model "
-                         "(WORKDIR/chosen.json names it)")
-    grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else None
+    grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else {}  # {}: one point
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
     cli.enable_compilation_cache()
 
     def make_config(task):
         c = get_config(task)
         c.data_dir, c.max_train_examples, c.max_seq_length = args.data_dir, args.max_train_examples, args.max_seq_length
-        c.init_from = args.init_from  # run_recipe may start a task from the MNLI model instead
+        c.init_from = args.init_from  # with --transfer, the sweep starts a task from MNLI's chosen model instead
         c.distill.teacher_weight = args.teacher_weight
         if args.epochs:
             c.num_epochs = args.epochs
         return c
 
-    if sweeping:
-        print(sweep.run_sweep(make_config, grid, args.workdir, args.tasks, args.transfer, args.teacher_root))
-        return
-    print(run_recipe(make_config, args.init_from, args.workdir, args.tasks, args.transfer, args.teacher_root,
-                     args.predict))
+    print(sweep.run_sweep(make_config, grid, args.workdir, args.tasks, args.transfer, args.teacher_root, args.predict))
 
 
 def trainable_task(task: str) -> str:
