@@ -1,4 +1,5 @@
-"""Ahead-of-time compilation of the pretraining step for a TPU topology or a GPU target, on a CPU-only host.
+"""Ahead-of-time compilation of the pretraining and fine-tuning steps for a TPU topology or a GPU target, on a CPU-only
+host.
 
 XLA compiles for devices it does not have: ``jax.experimental.topologies`` gives compile-only TPU devices of a
 named topology (libtpu, the ``tpu`` extra) or compile-only GPUs described by a target config (the CUDA plugin,
@@ -211,14 +212,16 @@ def _cost(lowered_or_compiled) -> dict:
     return cost
 
 
-def compile_phase(config, phase, target: Target, model=None, costs: bool = True) -> PhaseReport:
+def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
+                  bytes_accessed: bool = False) -> PhaseReport:
     """Lower and compile ``pretrain.build_phase_step`` for ``phase`` on ``target``'s devices; XLA's numbers.
 
-    XLA's cost analysis counts a while loop's body once, not once per iteration: the layer scan and the microbatch
-    loop would count one layer of one microbatch. With ``costs``:
-    FLOPs are read from the same step lowered for the host with the layers unrolled and one microbatch (no compile,
-    seconds; the FLOPs of the HLO, recomputation under remat included). Bytes accessed (TPU only; XLA:GPU reports
-    none) come from compiled programs without loops: the step of one microbatch (global batch / k) with 1 and with 2
+    The memory analysis (does it fit) comes with the step's own compile. XLA's cost analysis counts a while loop's
+    body once, not once per iteration: the layer scan and the microbatch loop would count one layer of one
+    microbatch. With ``costs``: FLOPs are read from the same step lowered for the host with the layers unrolled and
+    one microbatch (no compile, seconds; the FLOPs of the HLO, recomputation under remat included). With
+    ``bytes_accessed`` (two more compiles for the target: minutes at full size) the bytes accessed (TPU only; XLA:GPU
+    reports none) come from compiled programs without loops: the step of one microbatch (global batch / k) with 1 and with 2
     unrolled layers is compiled for the same devices, their difference is one layer's bytes, and the total is
     ``k x (B1 + (L - 1) x (B2 - B1))`` -- the layers exact, the optimizer update's bytes counted k times instead of
     once (a few GB against hundreds); a model of L <= 2 layers is compiled once, unrolled (``k x B_L``). The scanned
@@ -250,7 +253,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
         host = parallel.make_mesh(devices=jax.devices("cpu")[:1])
         unrolled = set_execution(nnx.clone(model), scan_layers=False)
         flops = _cost(_lower(config, dataclasses.replace(phase, num_microbatches=1), unrolled, host, rng)).get("flops")
-        if _cost(compiled).get("bytes accessed"):
+        if bytes_accessed and _cost(compiled).get("bytes accessed"):
             micro = config.copy_and_resolve_references()
             micro.global_batch_size = config.global_batch_size // k
             per_layers = {}
@@ -275,6 +278,147 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True)
 
 
 
+# --------------------------------------------------------------------------------------------------
+# Compile the fine-tuning step (and a distillation teacher)
+# --------------------------------------------------------------------------------------------------
+
+def finetune_model(config, model_config):
+    """``config.task``'s classifier of architecture ``model_config`` with no weights drawn (``abstract_model``)."""
+    from flax import nnx
+
+    from squeezebert_jax import glue
+    from squeezebert_jax.model import SqueezeBertForSequenceClassification, abstract_model
+
+    num_labels = glue.get_task(config.task).num_labels
+    return abstract_model(lambda: SqueezeBertForSequenceClassification(
+        model_config, num_labels=num_labels, dtype=trainer.compute_dtype(config), rngs=nnx.Rngs(0)))
+
+
+def _layer_teacher(config, student_config, teacher_config):
+    """(LayerLoss, LayerTeacher with abstract weights, abstract projection) for the config's layer losses; (None, None,
+    {}) when their weights are 0 or there is no teacher."""
+    import jax
+    from flax import nnx
+
+    from squeezebert_jax import distill
+    from squeezebert_jax.model import SqueezeBertModel, abstract_model
+
+    d = config.distill
+    weights = {f"{k}_weight": float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
+    if teacher_config is None or not any(weights.values()):
+        return None, None, {}
+    pairs = distill.layer_pairs(d.layer_map, student_config.num_hidden_layers, teacher_config.num_hidden_layers)
+    encoder = abstract_model(lambda: SqueezeBertModel(teacher_config, dtype=trainer.compute_dtype(config),
+                                                      rngs=nnx.Rngs(0)))
+    encoder.eval()
+    graphdef, state = nnx.split(encoder)
+    proj = jax.eval_shape(lambda: distill.init_projection(student_config.hidden_size, teacher_config.hidden_size))
+    return distill.LayerLoss(pairs, **weights), distill.LayerTeacher(graphdef, nnx.to_pure_dict(state)), proj
+
+
+def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
+    """The step ``train/finetune.py`` runs (``finetune.build_step``: AdamW, shardings, FSDP, dtype, the layer losses'
+    teacher inside the step) for ``model`` on ``mesh``, lowered for abstract inputs."""
+    import jax
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from squeezebert_jax import finetune, glue
+
+    spec = glue.get_task(config.task)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), nnx.to_pure_dict(params))
+    layer_loss, layer_teacher, proj = _layer_teacher(config, model.config, teacher_config)
+    trainable = {"model": params} | ({"proj": proj} if proj else {})
+    fs = finetune.build_step(config, graphdef, nnx.to_pure_dict(rest), trainable, 1, mesh, spec.is_regression,
+                             layer_loss, layer_teacher)
+    b, s, sharding = config.batch_size, config.max_seq_length, parallel.batch_sharding(mesh)
+    batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=sharding) for k in finetune.INPUT_KEYS}
+    batch["labels"] = jax.ShapeDtypeStruct((b,), np.float32 if spec.is_regression else np.int32, sharding=sharding)
+    batch["weights"] = jax.ShapeDtypeStruct((b,), np.float32, sharding=sharding)
+    if teacher_config is not None:  # the final-layer target: the teacher's logits, computed before training
+        batch["teacher"] = jax.ShapeDtypeStruct((b, spec.num_labels), np.float32, sharding=sharding)
+    consts = ()
+    if layer_teacher is not None:
+        replicated = NamedSharding(mesh, P())
+        consts = (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                               layer_teacher.state),)
+    return fs.step_fn.lower(fs.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32), *consts)
+
+
+def compile_finetune(config, target: Target, model, teacher_config=None, num_steps: int = 0,
+                     costs: bool = True) -> PhaseReport:
+    """Lower and compile the fine-tuning step of ``config`` (its task, batch, sequence length, dtype, FSDP; with
+    ``teacher_config``, distillation: the teacher's logits in the batch and, when the config's layer-loss weights are
+    set, the teacher's forward inside the step) for ``model`` on ``target``'s devices. ``num_steps``: the run's steps,
+    for the hours. FLOPs as ``compile_phase`` reads them (the step lowered for the host, unrolled)."""
+    import jax
+    from flax import nnx
+
+    from squeezebert_jax.flops import flops as analytic
+    from squeezebert_jax.model import set_execution
+
+    n_chips = len(target.devices)
+    if config.batch_size % n_chips:
+        raise InputError(f"config.batch_size={config.batch_size}: a multiple of the {n_chips} chips of {target.topology}")
+    mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    t0 = time.perf_counter()
+    compiled = _finetune_lowered(config, model, mesh, rng, teacher_config).compile()
+    compile_s = time.perf_counter() - t0
+    xla_flops = None
+    if costs:
+        host = parallel.make_mesh(devices=jax.devices("cpu")[:1])
+        unrolled = set_execution(nnx.clone(model), scan_layers=False)
+        unrolled_teacher = teacher_config.replace(scan_layers=False) if teacher_config is not None else None
+        xla_flops = _cost(_finetune_lowered(config, unrolled, host, rng, unrolled_teacher)).get("flops")
+    seq = config.max_seq_length
+    per_seq = 3.0 * analytic(model.config, seq, model.num_labels)
+    if _layer_teacher(config, model.config, teacher_config)[0] is not None:
+        per_seq += analytic(teacher_config, seq)  # the teacher's forward, in the step
+    name = f"finetune {config.task}" + (" + teacher" if teacher_config is not None else "")
+    return PhaseReport(
+        phase=name, seq_len=seq, global_batch=config.batch_size, per_chip_batch=config.batch_size // n_chips,
+        microbatches=1, **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=xla_flops,
+        analytic_flops=per_seq * config.batch_size, bytes_accessed=None, compile_s=compile_s, num_steps=num_steps,
+        chip=target.chip, num_chips=n_chips)
+
+
+def compile_teacher_logits(config, target: Target, teacher_config, num_examples: int = 0) -> PhaseReport:
+    """The distillation teacher's logits pass (``finetune.teacher_logits``: the eval forward, batches of
+    ``eval_batch_size`` rounded to the chips) compiled for ``target``: it runs once over the training set."""
+    import jax
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from squeezebert_jax import finetune
+    from squeezebert_jax.flops import flops as analytic
+    from squeezebert_jax.model import Structure
+
+    mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
+    teacher = finetune_model(config, teacher_config)
+    teacher.eval()
+    graphdef, *state = nnx.split(teacher, nnx.Param, ...)
+    replicated = NamedSharding(mesh, P())
+    state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                         tuple(nnx.to_pure_dict(x) for x in state))
+    b, s = finetune.eval_batch_size(config.eval_batch_size, mesh), config.max_seq_length
+    batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=parallel.batch_sharding(mesh))
+             for k in finetune.INPUT_KEYS}
+    t0 = time.perf_counter()
+    compiled = finetune._eval_logits.lower(Structure(graphdef), state, batch).compile()
+    n_chips = len(target.devices)
+    return PhaseReport(
+        phase="teacher logits", seq_len=s, global_batch=b, per_chip_batch=b // n_chips, microbatches=1,
+        **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=None,
+        analytic_flops=analytic(teacher_config, s, teacher.num_labels) * b, bytes_accessed=None,
+        compile_s=time.perf_counter() - t0, num_steps=-(-num_examples // b), chip=target.chip, num_chips=n_chips)
+
+
 class DoesNotFit(Exception):
     """XLA refused to compile: the step needs more HBM than the chip has (``RESOURCE_EXHAUSTED``)."""
 
@@ -283,10 +427,11 @@ class DoesNotFit(Exception):
         self.required_gib = required_gib
 
 
-def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True) -> PhaseReport:
+def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True,
+                   bytes_accessed: bool = False) -> PhaseReport:
     """``compile_phase``; XLA's out-of-memory refusal becomes ``DoesNotFit`` with the bytes it asked for."""
     try:
-        return compile_phase(config, phase, target, model, costs)
+        return compile_phase(config, phase, target, model, costs, bytes_accessed)
     except Exception as e:  # noqa: BLE001 -- jax.errors.JaxRuntimeError, matched by message
         msg = str(e)
         if "RESOURCE_EXHAUSTED" not in msg and "out of memory" not in msg.lower():

@@ -273,6 +273,45 @@ def make_train_step(graphdef, rest, tx, w_teacher: float, regression: bool, laye
 _STEPS = trainer.StepCache()
 
 
+@dataclasses.dataclass
+class FinetuneStep:
+    """What a fine-tuning run trains with: AdamW, the rate of each step, the train state's init, shardings and abstract
+    shape, and the jitted step. ``finetune`` runs ``step_fn(state, batch, rng, learning_rates[i], *consts)``;
+    ``train/compile.py`` compiles the very same object for a TPU/GPU topology (``aot.compile_finetune``)."""
+
+    tx: Any
+    learning_rates: np.ndarray  # [total_steps] float32: warmup + linear decay
+    init: Any  # trainable -> the train state at step 0
+    shardings: Any
+    abstract: Any  # the train state as ShapeDtypeStructs carrying their shardings
+    step_fn: Any
+
+
+def build_step(config: ml_collections.ConfigDict, graphdef, rest, trainable, total_steps: int, mesh,
+               regression: bool, layer_loss=None, layer_teacher=None) -> FinetuneStep:
+    """AdamW over ``total_steps`` and the jitted, sharded step for ``trainable`` (``{"model": params[, "proj"]}``;
+    arrays or ShapeDtypeStructs: only their shapes are read). Reused by a later run in the process with an equal model
+    and settings (a sweep, the GLUE table): the cache key holds all the step closes over (AdamW's only setting is the
+    weight decay; the rate is an input). A layer-distillation step (it closes over the teacher's structure) is built
+    for its run alone."""
+    tx, rates = optim.adamw_finetune(config.learning_rate, total_steps, warmup_fraction=config.warmup_fraction,
+                                     weight_decay=config.weight_decay)
+
+    def init(p):
+        return {"step": jnp.asarray(0, jnp.int32), "params": p, "opt_state": tx.init(p)}
+
+    shardings, abstract = trainer.train_state_shardings(init, trainable, mesh, config.fsdp)
+    w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
+    build = lambda: trainer.jit_train_step(  # noqa: E731
+        make_train_step(graphdef, rest, tx, w_teacher, regression, layer_loss, layer_teacher), shardings, mesh,
+        num_consts=1 if layer_loss is not None else 0)
+    leaves, treedef = jax.tree.flatten(shardings)
+    step_fn = build() if layer_loss is not None else _STEPS.get(
+        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, regression, treedef,
+         tuple(leaves)), build)
+    return FinetuneStep(tx, rates, init, shardings, abstract, step_fn)
+
+
 def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     """Every training setting against its range, before anything is loaded or compiled: one line naming the setting,
     its value and what is valid."""
@@ -405,32 +444,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     model.eval()
     eval_graphdef = nnx.graphdef(model)  # dropout off; the same parameters
-    replicated = NamedSharding(mesh, P())
-    eval_rest = jax.device_put(rest, replicated)
+    eval_rest = jax.device_put(rest, NamedSharding(mesh, P()))
 
     # -- Optimizer, train state and the jitted step ------------------------------------------------
     num_train = len(data.train["input_ids"])
     steps_per_epoch = math.ceil(num_train / config.batch_size)
     total = steps_per_epoch * config.num_epochs
-    tx, rates = optim.adamw_finetune(config.learning_rate, total, warmup_fraction=config.warmup_fraction,
-                                     weight_decay=config.weight_decay)
     trainable = {"model": params} | ({"proj": proj} if proj else {})
-
-    def init(p):
-        return {"step": jnp.asarray(0, jnp.int32), "params": p, "opt_state": tx.init(p)}
-
-    shardings, abstract = trainer.train_state_shardings(init, trainable, mesh, config.fsdp)
-    w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
-    build = lambda: trainer.jit_train_step(  # noqa: E731
-        make_train_step(graphdef, rest, tx, w_teacher, regression, layer_loss, layer_teacher), shardings, mesh,
-        num_consts=1 if layer_loss is not None else 0)
-    # Reused by a later run in the process with an equal model and settings (a sweep, the GLUE table): the key holds
-    # all the step closes over (tx: AdamW whose only setting is the weight decay; the rate is an input). A layer
-    # distillation step (it closes over the teacher's structure) is built for its run alone.
-    leaves, treedef = jax.tree.flatten(shardings)
-    step_fn = build() if layer_loss is not None else _STEPS.get(
-        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, regression, treedef,
-         tuple(leaves)), build)
+    fs = build_step(config, graphdef, rest, trainable, total, mesh, regression, layer_loss, layer_teacher)
+    init, shardings, abstract, step_fn, rates = fs.init, fs.shardings, fs.abstract, fs.step_fn, fs.learning_rates
+    replicated = NamedSharding(mesh, P())
     consts = (jax.device_put(layer_teacher.state, replicated),) if layer_loss is not None else ()
     pruner = prune.Pruner.from_config(config.prune, model.config.num_attention_heads, total)
     masks_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)

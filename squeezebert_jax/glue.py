@@ -709,3 +709,9 @@ def table_results(per_task: dict[str, dict[str, dict[str, float]]]) -> dict[str,
             key = task if task != "mnli" else ("mnli_matched" if split.endswith("_matched") else "mnli_mismatched")
             flat[key] = metrics
     return flat
+
+
+# The training splits' sizes (GLUE's own files; TFDS glue/* has the same), for run lengths before the data is read
+# (train/compile.py's hours).
+TRAIN_EXAMPLES = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846, "mnli": 392702,
+                  "qnli": 104743, "rte": 2490, "wnli": 635}

@@ -81,7 +81,7 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
     bytes); the oversized batch below reports every phase."""
     # remat=none: the analytic count has no recomputation in it (the default "minimal" adds ~12% at this width)
     rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2", "--config.model.remat=none", "--phase", "phase2",
-                                  variant="demo")
+                                  "--bytes", variant="demo")
     assert rc == 0, err[-3000:]
     assert "4 x TPU v5 lite" in out and "cores" in out  # the chips, and the host that compiled
     assert [r["phase"] for r in rows] == ["phase2"]
@@ -109,6 +109,54 @@ def test_compile_smoke_step_for_h100_target(tmp_path):
     assert rc == 0, err[-3000:]
     assert "NVIDIA H100 80GB HBM3" in out
     assert [r["phase"] for r in rows] == ["phase1"] and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
+
+
+def _compile_finetune(tmp_path, *args):
+    import squeezebert_jax as sj
+    from flax import nnx
+
+    cfg = sj.SqueezeBertConfig(vocab_size=64, hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    if not (tmp_path / "student").exists():
+        sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), tmp_path / "student")
+        wide = cfg.replace(hidden_size=64, embedding_size=64, intermediate_size=128, num_hidden_layers=4)
+        sj.save_pretrained(sj.SqueezeBertForSequenceClassification(wide, num_labels=3, rngs=nnx.Rngs(0)),
+                           tmp_path / "teacher")
+    out = tmp_path / "rows.jsonl"
+    if out.exists():
+        out.unlink()
+    env = {k: v for k, v in os.environ.items() if k != "JAX_DEFAULT_MATMUL_PRECISION"}
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "train", "compile.py"), "--config",
+                        os.path.join(ROOT, "train", "configs", "glue.py") + ":mnli", "--json", str(out),
+                        f"--config.init_from={tmp_path / 'student'}", "--config.max_seq_length=32", *args],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    rows = [json.loads(line) for line in open(out)] if out.exists() else []
+    return p.returncode, p.stdout, p.stderr, rows
+
+
+@pytest.mark.slow
+@needs_tpu
+def test_compile_the_finetuning_step_with_a_teacher_for_tpu(tmp_path):
+    """train/finetune.py's step for v5e:2x2: with a teacher's logits (and the teacher's logits pass compiled too), and
+    with layer distillation (the teacher's forward inside the step: its FLOPs counted)."""
+    teacher = f"--config.distill.teacher={tmp_path / 'teacher'}"
+    rc, out, err, rows = _compile_finetune(tmp_path, "--topology", "v5e:2x2", teacher)
+    assert rc == 0, err[-3000:]
+    assert "fine-tuning mnli (392702 examples x 3 epochs = 73632 steps of batch 16, seq 32)" in out
+    assert [r["phase"] for r in rows] == ["finetune mnli + teacher", "teacher logits"]
+    assert all(r["fits"] and r["peak_gib"] > 0 for r in rows)
+    assert rows[0]["per chip"] == "4" and rows[0]["num_steps"] == 73632 and rows[1]["num_steps"] == -(-392702 // 64)
+    rc, out, err, layer = _compile_finetune(tmp_path, "--topology", "v5e:2x2", teacher, "--config.distill.hidden_weight=1",
+                                            "--config.distill.layer_map=uniform")
+    assert rc == 0, err[-3000:]
+    assert [r["phase"] for r in layer] == ["finetune mnli + teacher"]  # the teacher runs inside the step
+    assert layer[0]["analytic_flops"] > 2 * rows[0]["analytic_flops"]  # + the 4-layer, 2x wider teacher's forward
+    assert layer[0]["xla_flops"] > 2 * rows[0]["xla_flops"]  # XLA counts it too (unrolled, every teacher layer)
+
+
+def test_pretraining_flags_on_a_finetuning_config_are_one_line(tmp_path):
+    rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--fit")
+    assert rc == 2 and "--fit: for pretraining configs" in err and "Traceback" not in err
 
 
 def test_unknown_topology_is_one_line_exit_2(tmp_path):
@@ -152,7 +200,7 @@ def test_fit_finds_the_fewest_microbatches(monkeypatch):
     target = aot.Target(chip, "v5e", "v5e:2x2", tuple(range(4)), 1)
     calls = []
 
-    def fake_compile(config, phase, target, model):
+    def fake_compile(config, phase, target, model, **kw):
         k = phase.num_microbatches
         calls.append(k)
         need = 2 + 64 / k

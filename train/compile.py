@@ -1,4 +1,5 @@
-"""Compile the pretraining step for a TPU topology or a GPU target on this (CPU-only) host: memory, FLOPs, roofline.
+"""Compile the pretraining or fine-tuning step for a TPU topology or a GPU target on this (CPU-only) host: memory,
+FLOPs, roofline.
 
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4
     python train/compile.py --config train/configs/pretrain.py:bert-base --topology v5e:2x4 --max-batch
@@ -6,19 +7,29 @@
     python train/compile.py --config train/configs/pretrain.py:paper --topology v4:2x2x1 --fit
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5p:2x2x2 --num_slices 2
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4 --phase phase2
+    python train/compile.py --config train/configs/glue.py:mnli --topology v5e:2x4 --preset bert-base-uncased
+    python train/compile.py --config train/configs/glue.py:mnli --topology v5e:2x4 --teacher_preset bert-base-uncased \
+        --config.distill.hidden_weight=1   # layer distillation: the teacher's forward inside the step
 
 The same config files and --config.x=... overrides as train/pretrain.py; for every phase it compiles the exact step
 pretrain.py runs (pretrain.build_phase_step) over the topology's compile-only devices and prints one table: per-chip
 batch, microbatches, memory (arguments, temporaries, code, peak) against the chip's HBM, fits or not, XLA's FLOPs
 per step vs the analytic count, XLA's bytes accessed, the roofline (max(FLOPs / peak, bytes / HBM bandwidth): the
 FLOP term is a strict lower bound, the byte term XLA's cost-model estimate) and the phase's hours at the FLOP bound,
-at the roofline and at 50% / 35% MFU. --max-batch finds the largest per-chip batch that fits and the fewest
+at the roofline and at 50% / 35% MFU. The memory answer comes with the step's own compile; --bytes adds XLA's bytes
+accessed (two more compiles per phase: minutes at full size). --max-batch finds the largest per-chip batch that fits and the fewest
 microbatches for the config's global batch; --fit multiplies a phase's microbatches until its step fits and reports
 that step. --phase NAME (repeatable) compiles only the named phases (each compile of a full-size step is
 minutes). Exit 1 when a phase does not fit. TPU targets need the `tpu` extra (libtpu), GPU targets the `gpu-aot`
 extra (no CUDA libraries or GPU needed). Library logs and libtpu's start-up chatter go to
 $TMPDIR/squeezebert_compile.log.
 Topologies: v4:AxBxC, v5e:AxB, v5p:AxBxC, v6e:AxB (libtpu's names), h100:1xN, a100:1xN.
+
+A fine-tuning config (train/configs/glue.py) compiles the step train/finetune.py runs (AdamW, data parallel or FSDP,
+the task's head) for the architecture of --config.init_from (its config.json) or --preset; with a teacher
+(--config.distill.teacher's config.json or --teacher_preset) the step takes the teacher's logits, and the teacher's
+logits pass is compiled too, or, when a layer-loss weight is set, the teacher's forward runs inside the step. Hours are
+for the task's GLUE training set and the config's epochs.
 """
 
 import dataclasses
@@ -40,6 +51,11 @@ _MAX_BATCH = flags.DEFINE_bool("max-batch", False, "search the largest per-chip 
 _FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled again with 2x, 4x, ... microbatches "
                           "until it does; the table shows the fewest that fit")
 _PHASE = flags.DEFINE_multi_string("phase", None, "compile only this phase (by name; repeatable); default: all")
+_BYTES = flags.DEFINE_bool("bytes", False, "also XLA's bytes accessed per step (TPU; two more compiles per phase)")
+_PRESET = flags.DEFINE_string("preset", "squeezebert-uncased", "fine-tuning: the model's architecture when "
+                              "--config.init_from is not set (SqueezeBertConfig.preset names)")
+_TEACHER = flags.DEFINE_string("teacher_preset", "", "fine-tuning: a distillation teacher of this architecture "
+                               "(or --config.distill.teacher MODEL_DIR)")
 _JSON = flags.DEFINE_string("json", None, "also write the rows as JSON lines to this file")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace an existing --json file")
 flags.mark_flags_as_required(["config", "topology"])
@@ -70,7 +86,8 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
     def attempt(k):
         try:
             with aot.quiet_native_stderr(_LOG_PATH):  # XLA's own warnings (e.g. the GPU rematerializer's)
-                r = aot.compile_or_oom(config, dataclasses.replace(phase, num_microbatches=k), target, model)
+                r = aot.compile_or_oom(config, dataclasses.replace(phase, num_microbatches=k), target, model,
+                                       bytes_accessed=_BYTES.value)
             return r, r.peak_gib, None if r.fits else f"peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM"
         except aot.DoesNotFit as e:
             why = (f"XLA needs {e.required_gib:.2f} GiB" if e.required_gib else "XLA needs more than it has") + \
@@ -115,6 +132,19 @@ def main(argv) -> int:
     cli.setup_logging(log_path)
     if _JSON.value:  # before minutes of compiling
         files.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
+    if "task" in config:  # a fine-tuning config
+        pretraining_only = [f"--{f}" for f, v in (("phase", _PHASE.value), ("fit", _FIT.value),
+                                                    ("max-batch", _MAX_BATCH.value)) if v]
+        if pretraining_only:
+            cli.report(InputError(f"{', '.join(pretraining_only)}: for pretraining configs (the fine-tuning step has "
+                                  "no phases or microbatches)"))
+            return 2
+        try:
+            target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
+        except aot.TopologyError as e:
+            cli.report(e)
+            return 2
+        return _compile_finetune(config, target)
     phases = pretrain.get_phases(config)
     if _PHASE.value:
         unknown = sorted(set(_PHASE.value) - {p.name for p in phases})
@@ -144,8 +174,8 @@ def main(argv) -> int:
             continue
         rows.append(r)
         note = ""
-        if k != pretrain.microbatches(config, phase):
-            note = f" (fits with num_microbatches={k}: set it in the phase, or --config.num_microbatches={k})"
+        if _FIT.value and k != pretrain.microbatches(config, phase):  # --fit changed it
+            note = (f" (--fit: fits with num_microbatches={k}: set --config.phases[{phase.index}].num_microbatches={k})")
         print(f"compiled {phase.name} in {r.compile_s:.0f} s{note}", flush=True)
     if rows:
         print(format_table(aot.REPORT_HEADERS, [aot.report_row(r) for r in rows],
@@ -153,9 +183,10 @@ def main(argv) -> int:
         hours = [sum(r.num_steps * t(r) for r in rows) / 3600 for t in (lambda r: r.flop_bound_s,
                                                                       lambda r: r.roofline_s)]
         hours += [sum(r.hours_at_mfu(m) for r in rows) for m in (0.5, 0.35)]
+        roofline = f"{hours[1]:.1f} h at the roofline with XLA's bytes, " if _BYTES.value else ""
         print(f"whole recipe ({len(rows)} phases compiled) on {n} chips: {hours[0]:.1f} h at the FLOP bound (100% "
-              f"MFU), {hours[1]:.1f} h at the roofline with XLA's bytes, {hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h "
-              f"at 35% MFU")
+              f"MFU), {roofline}{hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h at 35% MFU"
+              + ("" if _BYTES.value else " (--bytes: XLA's bytes accessed and the roofline)"))
     if _MAX_BATCH.value:
         for phase in phases:
             b, tried = aot.max_per_chip_batch(config, phase, target, model)
@@ -165,17 +196,77 @@ def main(argv) -> int:
             print(f"{phase.name} (seq {phase.seq_len}): largest per-chip batch that fits ~ {b} (compiled: "
                   + ", ".join(f"{bb} -> {'no' if p is None else f'{p:.2f} GiB'}" for bb, p in tried) + f"){need}",
                   flush=True)
+    _write_json(rows, target)
+    for line in bad:
+        print(f"does not fit: {line}", file=sys.stderr)
+    if bad:
+        print("try --fit (more microbatches), --config.fsdp=True, --config.model.remat=lean|full, or "
+              "--max-batch", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def _write_json(rows, target) -> None:
+    from squeezebert_jax import aot
+
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             for r in rows:
                 raw = {k: v for k, v in vars(r).items() if k != "chip"}
                 f.write(json.dumps(dict(zip(aot.REPORT_HEADERS, map(str, aot.report_row(r)))) | raw
                                    | {"topology": target.topology, "fits": r.fits, "roofline_s": r.roofline_s}) + "\n")
+
+
+def _compile_finetune(config, target) -> int:
+    """The fine-tuning step (and a distillation teacher's logits pass) on ``target``: one table, exit 1 when a
+    program does not fit."""
+    from squeezebert_jax import aot, glue
+    from squeezebert_jax.benchmarks import timing
+    from squeezebert_jax.io import _read_config
+    from squeezebert_jax.model import SqueezeBertConfig
+
+    model_cfg = _read_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)
+    teacher_cfg = (_read_config(config.distill.teacher)[0] if config.distill.teacher else
+                   SqueezeBertConfig.preset(_TEACHER.value) if _TEACHER.value else None)
+    model = aot.finetune_model(config, model_cfg)
+    n_train = glue.TRAIN_EXAMPLES[config.task]
+    n_train = min(n_train, config.max_train_examples) if config.max_train_examples else n_train
+    steps = -(-n_train // config.batch_size) * config.num_epochs
+    n = len(target.devices)
+    print(f"{target.topology}: {n} x {target.devices[0].device_kind} ({target.chip.hbm_gib:.2f} GiB HBM per chip); "
+          f"fine-tuning {config.task} ({n_train} examples x {config.num_epochs} epochs = {steps} steps of batch "
+          f"{config.batch_size}, seq {config.max_seq_length}), model {config.init_from or _PRESET.value}"
+          + (f", teacher {config.distill.teacher or _TEACHER.value}" if teacher_cfg else "")
+          + f", {config.compute_dtype}, fsdp={config.fsdp}; host: {timing.cpu_model()}", flush=True)
+    jobs = [("step", lambda: aot.compile_finetune(config, target, model, teacher_cfg, steps))]
+    if teacher_cfg is not None and aot._layer_teacher(config, model_cfg, teacher_cfg)[0] is None:
+        jobs.append(("teacher logits", lambda: aot.compile_teacher_logits(config, target, teacher_cfg, n_train)))
+    rows, bad = [], []
+    for name, job in jobs:
+        try:
+            with aot.quiet_native_stderr(_LOG_PATH):
+                r = job()
+        except Exception as e:  # noqa: BLE001 -- XLA's out-of-memory refusal, matched by message
+            if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
+                raise
+            bad.append(f"{name}: XLA needs {aot.required_gib(str(e)) or 'more than'} GiB, a {target.chip.name} has "
+                       f"{target.chip.hbm_gib:.2f} GiB")
+            continue
+        rows.append(r)
+        print(f"compiled {r.phase} in {r.compile_s:.0f} s", flush=True)
+        if not r.fits:
+            bad.append(f"{r.phase}: peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM")
+    if rows:
+        print(timing.format_table(aot.REPORT_HEADERS, [aot.report_row(r) for r in rows],
+                                  title=f"fine-tuning {config.task} on {target.topology} ({n} chips)"))
+        print(f"the run ({rows[0].num_steps} steps{', and the teacher logits pass' if len(rows) > 1 else ''}) on "
+              f"{n} chips: {sum(r.num_steps * r.flop_bound_s for r in rows) / 60:.1f} min at the FLOP bound (100% "
+              f"MFU), {60 * sum(r.hours_at_mfu(0.35) for r in rows):.1f} min at 35% MFU", flush=True)
+    _write_json(rows, target)
     for line in bad:
         print(f"does not fit: {line}", file=sys.stderr)
     if bad:
-        print("try --fit (more microbatches), --config.fsdp=True, --config.model.remat=lean|full, or "
-              "--max-batch", file=sys.stderr)
+        print("try --config.fsdp=True, a smaller --config.batch_size per chip, or --config.compute_dtype=bfloat16",
+              file=sys.stderr)
     return 1 if bad else 0
 
 
