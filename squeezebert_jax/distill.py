@@ -96,10 +96,12 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
 # Pre-trained distillation: unlabeled transfer text (Turc et al., 2019)
 # --------------------------------------------------------------------------------------------------
 
-def read_transfer_text(paths, task: str) -> list[GlueExample]:
-    """Unlabeled examples for ``task`` from text files (``paths``: a list or "a.txt,b.txt"): one sentence per line,
-    or for a sentence-pair task two tab-separated sentences per line; blank lines are skipped."""
-    pair = len(glue.get_task(task).text_columns) == 2
+def read_transfer_text(paths, task) -> list[GlueExample]:
+    """Unlabeled examples for ``task`` (a GLUE name or a ``tasks`` Task) from text files (``paths``: a list or
+    "a.txt,b.txt"): one sentence per line, or for a sentence-pair task two tab-separated sentences per line; blank
+    lines are skipped."""
+    pair = len((glue.get_task(task) if isinstance(task, str) else task).text_columns) == 2
+    task = task if isinstance(task, str) else task.name
     files = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
     examples = []
     for path in filter(None, files):

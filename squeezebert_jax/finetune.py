@@ -38,7 +38,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from squeezebert_jax import (checkpointing, distill, errors, glue, optim, parallel, prune, reporting,
+from squeezebert_jax import (checkpointing, distill, errors, glue, optim, parallel, prune, reporting, tasks,
                              trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
@@ -113,14 +113,16 @@ def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "
     return tok
 
 
-def align_to_task(model, task: str, source: str):
-    """Check that ``model`` (a sequence classifier) fits ``task`` and put its outputs in the task's label order.
+def align_to_task(model, task, source: str):
+    """Check that ``model`` (a sequence classifier) fits ``task`` (a GLUE name or a ``tasks`` Task) and put its outputs
+    in the task's label order.
 
     When the config's ``id2label`` names the task's labels in another order (e.g. an MNLI checkpoint trained
     with transformers' old contradiction/entailment/neutral order), the classifier's columns are permuted
     once, here, so predictions, metrics, server files and teacher targets all use the task's order.
     """
-    spec = glue.get_task(task)
+    spec = tasks.task_by_name(task)
+    task = spec.name
     if not isinstance(model, SqueezeBertForSequenceClassification):
         raise NoClassifierError(
             f"{source}: the model ({type(model).__name__}) has no sequence-classifier head, so it cannot be used for "
@@ -130,7 +132,7 @@ def align_to_task(model, task: str, source: str):
     if n != spec.num_labels:
         raise TaskMismatchError(f"{source}: a classifier with {n} outputs cannot be used for {task} "
                                 f"({spec.num_labels} {'output' if spec.is_regression else 'labels'})")
-    perm = glue.label_permutation(model.config.id2label, task)
+    perm = glue.label_permutation(model.config.id2label, spec.labels)
     if perm is not None:
         log.info("%s: classifier outputs %s reordered to %s's order %s", source,
                  [model.config.id2label[i] for i in range(n)], task, list(spec.labels))
@@ -198,16 +200,17 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     The cache key covers the teacher (its directory and the size and mtime of its weights and config), the task,
     split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
     never served stale targets."""
+    task = tasks.task_by_name(task)
     tok = model_tokenizer(teacher_dir, role="teacher ")
-    arrays = glue.encode_examples(examples, tok, max_length, task=task)
-    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task}|{split}|{max_length}".encode())
+    arrays = glue.encode_examples(examples, tok, max_length, regression=task.is_regression)
+    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task.name}|{split}|{max_length}".encode())
     for name in sorted(os.listdir(teacher_dir)):
         if name.endswith((".safetensors", ".bin", ".json")):
             st = os.stat(os.path.join(teacher_dir, name))
             key.update(f"|{name}:{st.st_size}:{st.st_mtime_ns}".encode())
     for k in INPUT_KEYS:
         key.update(np.ascontiguousarray(arrays[k]).tobytes())
-    path = os.path.join(cache_dir, f"teacher_{task}_{split}_{key.hexdigest()[:16]}.npy")
+    path = os.path.join(cache_dir, f"teacher_{task.name}_{split}_{key.hexdigest()[:16]}.npy")
     if os.path.exists(path):
         return np.load(path)
     teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
@@ -338,10 +341,14 @@ def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
     if not history:
         return
     was = history[-1]["config"]
-    for key in ("task", "init_from"):
-        if key in was and was[key] != config[key]:
-            raise InputError(f"{workdir} holds the fine-tuning run of {key} {was[key]!r}, not {config[key]!r}: use "
-                             f"another --workdir (its model, results and checkpoints are left as they are)")
+    now = json.loads(config.to_json_best_effort())
+    for key in ("task", "init_from", "data.train_file"):
+        a, b = was, now
+        for part in key.split("."):
+            a, b = (a or {}).get(part), (b or {}).get(part)
+        if a is not None and a != b:
+            raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}: use another --workdir "
+                             f"(its model, results and checkpoints are left as they are)")
 
 
 @dataclasses.dataclass
@@ -358,22 +365,21 @@ class TaskData:
 def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: str, mesh) -> TaskData:
     """The task's splits, encoded; with a teacher, its logits on the training rows (cached; computed on ``mesh``);
     with ``distill.transfer_text``, the unlabeled rows on the teacher's soft labels alone."""
-    spec = glue.get_task(config.task)
-    load = lambda split: glue.load_examples(config.task, split, data_dir=config.data_dir or None,  # noqa: E731
-                                            skip_malformed=config.skip_malformed)
-    encode = lambda ex: glue.encode_examples(ex, tok, config.max_seq_length, task=config.task)  # noqa: E731
+    task = tasks.resolve(config)
+    load = task.load
+    encode = lambda ex: glue.encode_examples(ex, tok, config.max_seq_length, regression=task.is_regression)  # noqa
     train_ex = load("train")
     if config.max_train_examples:
         train_ex = train_ex[:config.max_train_examples]
     train = encode(train_ex)
-    evals = {s: encode(load(s)) for s in spec.eval_splits}
+    evals = {s: encode(load(s)) for s in task.eval_splits}
     if config.distill.transfer_text and not config.distill.teacher:
         raise InputError("distill.transfer_text is labelled by the teacher's logits: set distill.teacher")
-    transfer_ex = distill.read_transfer_text(config.distill.transfer_text, config.task) \
+    transfer_ex = distill.read_transfer_text(config.distill.transfer_text, task) \
         if config.distill.transfer_text else []
     if config.distill.teacher:
         cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
-        teacher = functools.partial(teacher_logits, config.distill.teacher, config.task,
+        teacher = functools.partial(teacher_logits, config.distill.teacher, task,
                                     max_length=config.max_seq_length, cache_dir=cache, mesh=mesh)
         train["teacher"] = teacher(split="train", examples=train_ex).astype(np.float32)
     if transfer_ex:  # pre-trained distillation: unlabeled rows trained on the teacher's soft labels alone
@@ -403,8 +409,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     WORKDIR/model. A pretraining (or bare encoder) MODEL_DIR gets a new classifier head; a classifier for another
     label count keeps its encoder and gets a new head too. Nothing is written to ``workdir`` before the settings and
     inputs are checked."""
-    spec = glue.get_task(config.task)
-    regression, num_labels = spec.is_regression, spec.num_labels
     workdir = os.fspath(workdir)
 
     # -- Mesh and settings -------------------------------------------------------------------------
@@ -412,6 +416,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     mesh = parallel.make_mesh(config.num_devices or None)
     check_settings(config, mesh.shape["data"])
     _check_workdir(workdir, config)
+    spec = tasks.resolve(config)  # a GLUE task, or the user's files (their labels read here)
+    regression, num_labels = spec.is_regression, spec.num_labels
+    if not spec.eval_splits:
+        raise InputError("config.data.validation_file is required: each epoch is evaluated on it and the best one "
+                         "exported")
 
     # -- Models, tokenizers and data ---------------------------------------------------------------
     tok = model_tokenizer(config.init_from)
@@ -439,7 +448,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                           out_dir=init_from)
     model = load_pretrained(init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
-    model = align_to_task(model, config.task, config.init_from)
+    model = align_to_task(model, spec, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     model.eval()
@@ -546,7 +555,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                     if not np.isfinite(logits).all():
                         raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
                     preds = logits[:, 0] if regression else logits.argmax(-1)
-                    for name, value in glue.compute_metrics(config.task, preds, arr["labels"]).items():
+                    for name, value in spec.metrics(preds, arr["labels"]).items():
                         result[f"{split}/{name}"] = value
                 result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
                 history.append(result)
@@ -572,7 +581,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         return {"task": config.task, "best": best, "history": history, "preempted": True}
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
                "train_examples": data.num_labeled, "transfer_examples": data.num_transfer,
-               "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task), "preempted": False}
+               "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task), "preempted": False,
+               "labels": list(spec.labels) if spec.labels else None}
     if pruner is not None:
         results["prune"] = dict(config.prune) | {"report": pruner.report(state["params"]["model"])}
         log.info("%s: %s sparsity %.3f (target %.3f)", config.task, config.prune.kind,

@@ -274,7 +274,7 @@ def _header(spec: TaskSpec, split: str) -> tuple[str, ...] | None:
     return _HEADERS[spec.name].get(split, _HEADERS[spec.name].get(kind))
 
 
-def label_permutation(id2label: Mapping[int, str] | None, task: str) -> np.ndarray | None:
+def label_permutation(id2label: Mapping[int, str] | None, task: str | Sequence[str] | None) -> np.ndarray | None:
     """Columns that bring a classifier's logits into ``task``'s label order (``logits[:, perm]``), read from the
     label names in its config's ``id2label``; None when they are already in that order, or are not the task's
     label names in some order (e.g. LABEL_0, LABEL_1, ...: nothing to go by).
@@ -282,11 +282,11 @@ def label_permutation(id2label: Mapping[int, str] | None, task: str) -> np.ndarr
     Checkpoints trained with transformers' old ``MnliProcessor`` name their labels contradiction, entailment,
     neutral (where the names were kept); ours are TFDS's entailment, neutral, contradiction.
     """
-    spec = get_task(task)
-    if not id2label or spec.labels is None or len(id2label) != len(spec.labels):
+    labels = get_task(task).labels if isinstance(task, str) else task  # a GLUE task, or the label names
+    if not id2label or labels is None or len(id2label) != len(labels):
         return None
     names = [str(id2label[i]).lower() for i in range(len(id2label))]
-    want = [lab.lower() for lab in spec.labels]
+    want = [lab.lower() for lab in labels]
     if sorted(names) != sorted(want) or names == want:
         return None
     return np.asarray([names.index(lab) for lab in want])
@@ -438,12 +438,12 @@ def load_examples(task: str, split: str, *, data_dir: str | None = None, skip_ma
 # --------------------------------------------------------------------------------------------------
 
 def encode_examples(examples: Sequence[GlueExample], tokenizer, max_length: int, *,
-                    task: str | None = None) -> dict[str, np.ndarray]:
+                    task: str | None = None, regression: bool | None = None) -> dict[str, np.ndarray]:
     """Tokenize with ``tokenizer.encode_batch`` -> int32 ``input_ids``/``token_type_ids``/``attention_mask``
     [N, max_length], ``labels`` [N] and ``idx`` [N] (int32).
 
-    Labels are float32 (NaN where missing) for regression — ``task`` is STS-B, or any label is a float —
-    else int32 (-1 where missing).
+    Labels are float32 (NaN where missing) for regression — ``regression``, or ``task`` is STS-B, or any label is a
+    float — else int32 (-1 where missing).
     """
     has_b = {e.text_b is not None for e in examples}
     if len(has_b) > 1:
@@ -454,7 +454,8 @@ def encode_examples(examples: Sequence[GlueExample], tokenizer, max_length: int,
         out = {k: np.asarray(enc[k], np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
     else:
         out = {k: np.zeros((0, max_length), np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
-    regression = get_task(task).is_regression if task else any(isinstance(e.label, float) for e in examples)
+    if regression is None:
+        regression = get_task(task).is_regression if task else any(isinstance(e.label, float) for e in examples)
     if regression:
         out["labels"] = np.array([np.nan if e.label is None else e.label for e in examples], np.float32)
     else:

@@ -1,5 +1,10 @@
-"""GLUE fine-tuning configs (ml_collections). The argument is a task (TFDS name), optionally with sweep
-settings: "rte", "rte,lr=3e-5,dropout=0.1", "stsb,lr=4e-5,epochs=5".
+"""Fine-tuning configs (ml_collections). The argument is a GLUE task (TFDS name) or ``files`` (your own CSV, TSV or
+JSON Lines files), optionally with sweep settings: "rte", "rte,lr=3e-5,dropout=0.1", "stsb,lr=4e-5,epochs=5".
+
+    # your own data: a CSV of text and label (label names read from the training file)
+    python train/finetune.py --config train/configs/glue.py:files --config.init_from MODEL_DIR \
+        --config.data.train_file train.csv --config.data.validation_file dev.csv \
+        --config.data.text_columns text --config.data.label_column label --workdir runs/mine
 
     python train/finetune.py --config train/configs/glue.py:rte --config.init_from MODEL_DIR \
         --config.data_dir glue_data --workdir runs/rte
@@ -27,17 +32,22 @@ PAPER_LR = {"mnli": 3e-5, "qqp": 3e-5, "qnli": 4e-5, "sst2": 3e-5, "cola": 3e-5,
 
 def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     task, *settings = arg.split(",")
-    if task not in TASKS:
-        raise InputError(f"unknown GLUE task {task!r}; one of {', '.join(TASKS)}")
+    if task not in TASKS and task != "files":
+        raise InputError(f"unknown GLUE task {task!r}; one of {', '.join(TASKS)}, or files (your own data)")
     c = ml_collections.ConfigDict()
     c.task = task
+    # task=files: your own labelled text (squeezebert_jax.tasks). CSV/TSV/JSON Lines files; text_columns one column
+    # or "a,b" for pairs; kind classification (labels: "" reads them from the training file, sorted) or regression.
+    c.data = ml_collections.ConfigDict({"train_file": "", "validation_file": "", "test_file": "",
+                                        "text_columns": "sentence", "label_column": "label",
+                                        "kind": "classification", "labels": "", "name": ""})
     c.init_from = ""  # MODEL_DIR (pretrained, or MNLI-finetuned for transfer)
     c.data_dir = ""  # GLUE_DIR written by the original download script; empty: TFDS glue/<task>
     c.skip_malformed = False
     c.seed = 0
     c.max_seq_length = 128
     c.batch_size = 16
-    c.learning_rate = PAPER_LR[task]
+    c.learning_rate = PAPER_LR.get(task, 3e-5)
     c.warmup_fraction = 0.1
     c.weight_decay = 0.0
     c.num_epochs = 3

@@ -1,0 +1,256 @@
+"""What a fine-tuning run trains on: a GLUE task, or the user's own labelled text in CSV, TSV or JSON Lines files.
+
+Both are ``Task``s: a name, the label names (None for regression), the splits to evaluate and predict, the text
+columns (one sentence or a pair), ``load(split)`` -> examples and ``metrics(predictions, labels)``. ``resolve(config)``
+reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``files`` with the ``data`` block:
+
+    data.train_file / validation_file / test_file   CSV (.csv), TSV (.tsv) or JSON Lines (.jsonl, .json)
+    data.text_columns   "sentence" or "premise,hypothesis" (a pair)
+    data.label_column   "label"
+    data.kind           classification (label names read from the training file, kept as the model's id2label)
+                        or regression (a float per row)
+    data.labels         "neg,pos": the label names in id order (default: the training file's, sorted)
+
+Files are read with the standard library's ``csv`` (quoted fields may hold the delimiter, quotes and newlines) and
+``json`` readers. Every error names the file, the line and the column: a missing column, an empty split, a label outside
+the declared set, a score that is not a finite number, a line that is not a JSON object.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from squeezebert_jax import glue
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.glue import GlueExample
+
+KINDS = ("classification", "regression")
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+class DataFileError(InputError):
+    """A data file that does not fit the task's description: the message names the file, line and column."""
+
+
+# --------------------------------------------------------------------------------------------------
+# GLUE tasks, as Tasks
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GlueTask:
+    """A GLUE task read from a GLUE_DIR (``data_dir``) or TFDS."""
+
+    spec: glue.TaskSpec
+    data_dir: str | None = None
+    skip_malformed: bool = False
+
+    name = property(lambda self: self.spec.name)
+    labels = property(lambda self: self.spec.labels)
+    is_regression = property(lambda self: self.spec.is_regression)
+    num_labels = property(lambda self: self.spec.num_labels)
+    eval_splits = property(lambda self: self.spec.eval_splits)
+    test_splits = property(lambda self: self.spec.test_splits)
+    main_metric = property(lambda self: self.spec.main_metric)
+    text_columns = property(lambda self: self.spec.text_columns)
+
+    def load(self, split: str) -> list[GlueExample]:
+        return glue.load_examples(self.spec.name, split, data_dir=self.data_dir, skip_malformed=self.skip_malformed)
+
+    def metrics(self, predictions, labels) -> dict[str, float]:
+        return glue.compute_metrics(self.spec.name, predictions, labels)
+
+
+# --------------------------------------------------------------------------------------------------
+# The user's own files
+# --------------------------------------------------------------------------------------------------
+
+def _rows(path: str):
+    """(line, {column: value}) for every record of a CSV / TSV / JSON Lines file; the line is where the record starts."""
+    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise DataFileError(f"{path}: unknown file type {os.path.splitext(path)[1]!r}; give a .csv, .tsv or .jsonl file")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    with open(path, encoding="utf-8", newline="") as f:
+        try:
+            if fmt == "jsonl":
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except ValueError as e:
+                        raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg})") from None
+                    if not isinstance(row, dict):
+                        raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
+                    yield lineno, row
+                return
+            reader = csv.reader(f, delimiter="," if fmt == "csv" else "\t", strict=True)
+            header, start = None, 1
+            for record in reader:
+                if header is None:
+                    header = [c.strip() for c in record]
+                    if len(set(header)) != len(header):
+                        raise DataFileError(f"{path}:1: the header names a column twice: {header}")
+                elif any(v.strip() for v in record):
+                    if len(record) != len(header):
+                        raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
+                                            f"({', '.join(header)})")
+                    yield start, dict(zip(header, record))
+                start = reader.line_num + 1
+            if header is None:
+                raise DataFileError(f"{path}: empty (no header line)")
+        except UnicodeDecodeError as e:
+            raise DataFileError(f"{path}: not UTF-8 text (byte {e.start} of a read block)") from None
+        except csv.Error as e:
+            raise DataFileError(f"{path}:{reader.line_num}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class FileTask:
+    """Sequence classification or regression on the user's files (see the module docstring)."""
+
+    name: str
+    kind: str
+    files: dict  # split -> path: train, validation, test
+    text_columns: tuple[str, ...]
+    label_column: str
+    labels: tuple[str, ...] | None  # classification: names in id order; regression: None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise InputError(f"config.data.kind={self.kind!r}: one of {', '.join(KINDS)}")
+        if len(self.text_columns) not in (1, 2) or not all(self.text_columns):
+            raise InputError(f"config.data.text_columns={','.join(self.text_columns)!r}: one column, or two for "
+                             f"sentence pairs")
+        if "train" not in self.files:
+            raise InputError("config.data.train_file is required")
+
+    is_regression = property(lambda self: self.kind == "regression")
+    num_labels = property(lambda self: 1 if self.is_regression else len(self.labels))
+    eval_splits = property(lambda self: ("validation",) if "validation" in self.files else ())
+    test_splits = property(lambda self: ("test",) if "test" in self.files else ())
+    main_metric = property(lambda self: "pearson" if self.is_regression else "accuracy")
+
+    def load(self, split: str) -> list[GlueExample]:
+        """The split's rows as examples (labels as ids, or floats); test files may leave the label column out."""
+        path = self.files[split]
+        examples = []
+        for lineno, row in _rows(path):
+            texts = []
+            for col in self.text_columns:
+                if col not in row:
+                    raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))})")
+                texts.append(_text(row[col], path, lineno, col))
+            label = None
+            if self.label_column in row:
+                label = self._label(row[self.label_column], path, lineno)
+            elif split != "test":
+                raise DataFileError(f"{path}:{lineno}: no label column {self.label_column!r} (has "
+                                    f"{', '.join(map(str, row))})")
+            examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
+        if not examples:
+            raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        return examples
+
+    def _label(self, raw, path: str, lineno: int) -> int | float:
+        where = f"{path}:{lineno}: column {self.label_column!r}"
+        if self.is_regression:
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise DataFileError(f"{where}: {raw!r} is not a number (a regression task)") from None
+            if not math.isfinite(value):
+                raise DataFileError(f"{where}: {raw!r} is not a finite number")
+            return value
+        name = _label_name(raw)
+        if name not in self.labels:
+            raise DataFileError(f"{where}: label {name!r} is not one of {list(self.labels)}")
+        return self.labels.index(name)
+
+    def metrics(self, predictions, labels) -> dict[str, float]:
+        p, y = np.asarray(predictions), np.asarray(labels)
+        if self.is_regression:
+            p = p.reshape(len(p), -1)[:, 0] if p.ndim == 2 else p
+            mse = float(np.mean((p.astype(np.float64) - y) ** 2))
+            return {"pearson": glue.pearson(p, y), "spearman": glue.spearman(p, y), "mse": mse}
+        p = p.argmax(-1) if p.ndim == 2 else p
+        out = {"accuracy": glue.accuracy(p, y)}
+        if self.num_labels == 2:
+            out["f1"] = glue.f1_binary(p, y)
+        out["macro_f1"] = macro_f1(p, y, self.num_labels)
+        return out
+
+
+def _text(value, path: str, lineno: int, col: str) -> str:
+    if not isinstance(value, str):
+        raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
+    return value
+
+
+def _label_name(raw) -> str:
+    """A label as its name: JSON numbers and strings read alike (1 and "1" are the label "1")."""
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)
+    return str(raw).strip()
+
+
+def macro_f1(predictions, labels, num_labels: int) -> float:
+    """The unweighted mean of the classes' F1 (a class with no prediction and no example counts 0, as sklearn's
+    ``zero_division=0``), over the classes that occur in ``labels`` or ``predictions``."""
+    p, y = np.asarray(predictions), np.asarray(labels)
+    scores = []
+    for c in range(num_labels):
+        tp, fp, fn = np.sum((p == c) & (y == c)), np.sum((p == c) & (y != c)), np.sum((p != c) & (y == c))
+        if tp + fp + fn:
+            scores.append(2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores)) if scores else 0.0
+
+
+def label_names_of(path: str, column: str) -> tuple[str, ...]:
+    """The distinct labels of a training file, sorted (numerically when every one is an integer)."""
+    names = set()
+    for lineno, row in _rows(path):
+        if column not in row:
+            raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
+        names.add(_label_name(row[column]))
+    if not names:
+        raise DataFileError(f"{path}: no rows (the train split is empty)")
+    numeric = all(n.lstrip("-").isdigit() for n in names)
+    return tuple(sorted(names, key=int if numeric else str))
+
+
+# --------------------------------------------------------------------------------------------------
+# From a config
+# --------------------------------------------------------------------------------------------------
+
+def resolve(config) -> Any:
+    """The ``Task`` a fine-tuning config describes: ``task`` a GLUE name, or ``files`` (the ``data`` block)."""
+    if config.task != "files":
+        return GlueTask(glue.get_task(config.task), config.data_dir or None, config.skip_malformed)
+    d = config.data
+    files = {s: d[f"{s}_file"] for s in ("train", "validation", "test") if d[f"{s}_file"]}
+    if "train" not in files:
+        raise InputError("config.task=files needs config.data.train_file (CSV, TSV or JSON Lines)")
+    columns = tuple(c.strip() for c in d.text_columns.split(","))
+    labels = None
+    if d.kind == "classification":
+        labels = (tuple(x.strip() for x in d.labels.split(",")) if d.labels
+                  else label_names_of(files["train"], d.label_column))
+        if len(labels) < 2:
+            raise InputError(f"{files['train']}: column {d.label_column!r} has one label ({labels[0]!r}); "
+                             f"a classifier needs two or more")
+    name = d.name or os.path.splitext(os.path.basename(files["train"]))[0]
+    return FileTask(name, d.kind, files, columns, d.label_column, labels)
+
+
+def task_by_name(task) -> Any:
+    """A ``Task`` given as itself or as a GLUE name."""
+    return GlueTask(glue.get_task(task)) if isinstance(task, str) else task
