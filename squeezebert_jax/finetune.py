@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import itertools
 import json
 import logging
 import math
@@ -38,8 +37,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from squeezebert_jax import (checkpointing, distill, errors, glue, optim, parallel, prune, reporting, tasks,
-                             trainer)
+from squeezebert_jax import (batching, checkpointing, distill, errors, glue, optim, parallel, prune, reporting,
+                             tasks, trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -146,18 +145,6 @@ def align_to_task(model, task, source: str):
 # Batching
 # --------------------------------------------------------------------------------------------------
 
-def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | None = None):
-    """Fixed-shape batches; the last one is padded and carries ``weights`` 0 on the padding."""
-    n = len(arrays["input_ids"])
-    order = np.arange(n) if order is None else order
-    for i in range(0, n, batch_size):
-        idx = order[i:i + batch_size]
-        pad = batch_size - len(idx)
-        b = {k: np.concatenate([v[idx], np.repeat(v[idx[:1]], pad, 0)]) if pad else v[idx] for k, v in arrays.items()}
-        b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
-        yield b
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _eval_logits(structure: Structure, state: tuple, b):
     """The eval forward as a pure function of (graphdef, states, batch), jitted once at import: every split and
@@ -173,23 +160,32 @@ def eval_batch_size(batch_size: int, mesh) -> int:
     return -(-int(batch_size) // n) * n
 
 
-def _predict(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: int, mesh) -> np.ndarray:
-    """Logits of an eval-mode ``graphdef`` with ``state`` for every row of ``arrays``, batches split over ``mesh``."""
-    structure, out = Structure(graphdef), []
-    for b in batches({k: arrays[k] for k in INPUT_KEYS}, eval_batch_size(batch_size, mesh)):
-        n = int(b.pop("weights").sum())
-        out.append(np.asarray(parallel.to_host(_eval_logits(structure, state, parallel.shard_batch(b, mesh))))[:n])
-    return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+def _predict(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: int, mesh,
+             buckets: tuple[int, ...] | None = None) -> np.ndarray:
+    """Logits of an eval-mode ``graphdef`` with ``state`` for every row of ``arrays`` (in their order), batches split
+    over ``mesh`` and cut to their length bucket (``batching``; default: the ``auto`` buckets of the rows' width)."""
+    structure, arrays = Structure(graphdef), {k: arrays[k] for k in INPUT_KEYS}
+    buckets = buckets or batching.length_buckets("auto", arrays["input_ids"].shape[1])
+    size, out = eval_batch_size(batch_size, mesh), None
+    for idx, width in batching.eval_plan(arrays, size, buckets):
+        b = batching.assemble(arrays, idx, size, width)
+        del b["weights"]
+        logits = np.asarray(parallel.to_host(_eval_logits(structure, state, parallel.shard_batch(b, mesh))))
+        if out is None:
+            out = np.zeros((len(arrays["input_ids"]), logits.shape[-1]), logits.dtype)
+        out[idx] = logits[:len(idx)]
+    return out if out is not None else np.zeros((0, 1), np.float32)
 
 
-def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None) -> np.ndarray:
+def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None,
+                   buckets: tuple[int, ...] | None = None) -> np.ndarray:
     """Logits for every row of ``arrays`` with the jitted eval forward (dropout off), data parallel over ``mesh``
-    (default: every device; the weights replicated on it)."""
+    (default: every device; the weights replicated on it), batches cut to their length bucket."""
     mesh = mesh if mesh is not None else parallel.make_mesh()
     model.eval()
     graphdef, *state = nnx.split(model, nnx.Param, ...)
     state = jax.device_put(tuple(state), NamedSharding(mesh, P()))
-    return _predict(graphdef, state, arrays, batch_size, mesh)
+    return _predict(graphdef, state, arrays, batch_size, mesh, buckets)
 
 
 def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str,
@@ -329,6 +325,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     need(0.0 <= config.warmup_fraction <= 1.0, "warmup_fraction", "a fraction in [0, 1]")
     need(config.weight_decay >= 0.0, "weight_decay", "a decay >= 0")
     need(config.max_seq_length >= 2, "max_seq_length", "at least 2 ([CLS] and [SEP])")
+    batching.length_buckets(config.length_buckets, config.max_seq_length)  # its own one-line refusal
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
          f"config.num_devices)")
@@ -456,8 +453,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     eval_rest = jax.device_put(rest, NamedSharding(mesh, P()))
 
     # -- Optimizer, train state and the jitted step ------------------------------------------------
-    num_train = len(data.train["input_ids"])
-    steps_per_epoch = math.ceil(num_train / config.batch_size)
+    buckets = batching.length_buckets(config.length_buckets, config.max_seq_length)
+    steps_per_epoch = batching.steps_per_epoch(data.train, config.batch_size, buckets)
     total = steps_per_epoch * config.num_epochs
     trainable = {"model": params} | ({"proj": proj} if proj else {})
     fs = build_step(config, graphdef, rest, trainable, total, mesh, regression, layer_loss, layer_teacher)
@@ -478,7 +475,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 f"whose run ends at step {total} ({config.num_epochs} epochs of {steps_per_epoch} steps); they are "
                 "left untouched: resume with the config they were written with, or use a new workdir")
         saved_tree = {"train": abstract} | ({"prune_masks": masks_abstract} if pruner is not None else {})
-        step, meta = 0, {"history": [], "best": None, "epoch_losses": [], "epoch_parts": []}
+        step, meta = 0, {"history": [], "best": None, "epoch_losses": [], "epoch_parts": [], "epoch_tokens": [0, 0]}
         if restored := checkpointer.restore(lambda s: (saved_tree, None)):
             step, saved = restored
             state, meta = saved["train"], checkpointer.read_meta(step)
@@ -493,6 +490,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
             trainer.record_config(workdir, config, step)
         history, best = meta["history"], meta["best"]
         losses, layer_parts = list(meta["epoch_losses"]), list(meta["epoch_parts"])  # this epoch's, host floats
+        tokens = list(meta["epoch_tokens"])  # this epoch's real tokens, and tokens computed (padding included)
 
         def save(done: int):
             """A checkpoint after step ``done``, with what the epochs so far gave (never of a non-finite state)."""
@@ -504,7 +502,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                          "(training diverged)")
             tree = {"train": state} | ({"prune_masks": pruner.masks} if pruner is not None else {})
             extra = {"pruner": [int(pruner._updated_at), float(pruner._sparsity)]} if pruner is not None else {}
-            meta = {"history": history, "best": best, "epoch_losses": losses, "epoch_parts": layer_parts} | extra
+            meta = {"history": history, "best": best, "epoch_losses": losses, "epoch_parts": layer_parts,
+                    "epoch_tokens": tokens} | extra
             checkpointer.save(done, tree, force=True, meta=json.loads(json.dumps(meta, default=float)))
 
         # -- Loop: epochs of steps; evaluate after each, keep the best -----------------------------------
@@ -515,9 +514,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         with trainer.PreemptionFlag(config.preemption_sync_every) as preempt:
             while step < total:
                 epoch, first = divmod(step, steps_per_epoch)
-                order = np.random.default_rng(config.seed + epoch).permutation(num_train)
-                for b in itertools.islice(batches(data.train, config.batch_size, order), first, None):
+                plan = batching.epoch_plan(data.train, config.batch_size, buckets, config.seed + epoch)
+                for idx, width in plan[first:]:
+                    b = batching.assemble(data.train, idx, config.batch_size, width)
                     real_tokens = int(b["attention_mask"][b["weights"] > 0].sum())
+                    tokens[0], tokens[1] = tokens[0] + real_tokens, tokens[1] + config.batch_size * width
                     state, metrics = step_fn(state, parallel.shard_batch(b, mesh), rng, rates[step], *consts)
                     step += 1
                     losses.append(metrics["loss"])
@@ -543,7 +544,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 train_loss = float(np.mean(_host_losses(losses)))
                 if not math.isfinite(train_loss):
                     raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
-                result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss}
+                result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
+                          "train_padding_share": 1.0 - tokens[0] / max(tokens[1], 1)}
                 if pruner is not None:
                     result["sparsity"] = float(pruner.report(state["params"]["model"])["reached"])
                 host_parts = jax.device_get(layer_parts)
@@ -551,7 +553,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                     result[f"train_{name}"] = float(np.mean([float(p[name]) for p in host_parts]))
                 eval_state = (state["params"]["model"], eval_rest)
                 for split, arr in data.evals.items():
-                    logits = _predict(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh)
+                    logits = _predict(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh, buckets)
                     if not np.isfinite(logits).all():
                         raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
                     preds = logits[:, 0] if regression else logits.argmax(-1)
@@ -568,6 +570,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                     _export(model, state["params"]["model"], os.path.join(workdir, "model"), config.init_from)
                 losses.clear()
                 layer_parts.clear()
+                tokens[:] = [0, 0]
                 save(step)
                 if stopped:
                     break

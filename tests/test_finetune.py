@@ -14,6 +14,7 @@ from flax import nnx
 import squeezebert_jax as sj
 from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_sst2
 
+from squeezebert_jax import batching
 from squeezebert_jax import finetune as ft
 
 
@@ -56,7 +57,7 @@ def test_student_matches_fixed_teacher_with_weight_1():
 
 def test_batches_pad_with_zero_weight():
     arrays = {"input_ids": np.arange(10).reshape(5, 2), "labels": np.arange(5)}
-    out = list(ft.batches(arrays, 2))
+    out = list(batching.batches(arrays, 2))
     assert len(out) == 3 and out[-1]["weights"].tolist() == [1.0, 0.0]
     assert out[-1]["input_ids"].shape == (2, 2)
 

@@ -46,6 +46,9 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.skip_malformed = False
     c.seed = 0
     c.max_seq_length = 128
+    # Batches padded to their length bucket, not all to max_seq_length (squeezebert_jax.batching): "auto" (a quarter,
+    # half, three quarters and all of max_seq_length), "none" (fixed padding) or widths "32,64,96".
+    c.length_buckets = "auto"
     c.batch_size = 16
     c.learning_rate = PAPER_LR.get(task, 3e-5)
     c.warmup_fraction = 0.1

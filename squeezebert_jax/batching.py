@@ -1,0 +1,95 @@
+"""Batches of encoded text, padded to a few lengths instead of all to ``max_seq_length``.
+
+Real sentences are short (movie-review snippets: 27 WordPiece tokens on average, 46 at the 95th percentile): padding
+every example to 128 computes mostly padding. Examples are grouped by length into buckets (``"auto"``: a quarter, a half,
+three quarters and all of ``max_seq_length``, in multiples of 8), each batch is cut to its bucket's width, and so XLA
+compiles one program per bucket (a fixed, small number) while the tokens computed are mostly real. Cutting only removes
+padding (positions past every example's last token): logits and losses equal those of fixed padding up to float error.
+
+A training epoch's plan is drawn from its seed alone (a permutation of the examples, grouped by bucket into batches,
+the batches shuffled when more than one bucket holds rows), so a resumed run finds its position from the step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from squeezebert_jax.errors import InputError
+
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def length_buckets(spec, max_length: int) -> tuple[int, ...]:
+    """The bucket widths, ascending, the last ``max_length``: ``"auto"``, ``""``/``"none"`` (fixed padding), or widths
+    ``"32,64,96"``."""
+    text = str(spec).strip().lower()
+    if text in ("", "none", "off"):
+        return (max_length,)
+    if text == "auto":
+        widths = {min(max_length, max(8, math.ceil(max_length * q / 4 / 8) * 8)) for q in (1, 2, 3)}
+    else:
+        try:
+            widths = {int(x) for x in text.split(",") if x.strip()}
+        except ValueError:
+            raise InputError(f"config.length_buckets={spec!r}: 'auto', 'none' or widths such as '32,64,96'") from None
+        if bad := sorted(w for w in widths if not 1 <= w <= max_length):
+            raise InputError(f"config.length_buckets={spec!r}: widths {bad} outside 1..max_seq_length ({max_length})")
+    return tuple(sorted(widths | {max_length}))
+
+
+def lengths(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Each example's length: the position after its last real token (the attention mask's)."""
+    mask = arrays["attention_mask"]
+    return np.where(mask.any(1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 0)
+
+
+def bucket_index(arrays: dict[str, np.ndarray], buckets: tuple[int, ...]) -> np.ndarray:
+    return np.searchsorted(np.asarray(buckets), lengths(arrays))
+
+
+def assemble(arrays: dict[str, np.ndarray], idx: np.ndarray, batch_size: int, width: int) -> dict[str, np.ndarray]:
+    """Rows ``idx`` as one batch of ``batch_size`` rows cut to ``width`` positions: padded with copies of its first row
+    that carry ``weights`` 0."""
+    pad = batch_size - len(idx)
+    rows = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
+    b = {k: (v[rows, :width] if k in SEQUENCE_KEYS else v[rows]) for k, v in arrays.items()}
+    b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
+    return b
+
+
+def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | None = None):
+    """Fixed-shape batches in ``order`` (all rows at full width); the last one is padded with ``weights`` 0."""
+    n = len(arrays["input_ids"])
+    order = np.arange(n) if order is None else order
+    width = arrays["input_ids"].shape[1]
+    for i in range(0, n, batch_size):
+        yield assemble(arrays, order[i:i + batch_size], batch_size, width)
+
+
+def epoch_plan(arrays: dict[str, np.ndarray], batch_size: int, buckets: tuple[int, ...],
+               seed: int) -> list[tuple[np.ndarray, int]]:
+    """One training epoch as ``[(row indices, width)]``: the rows in a permutation drawn from ``seed``, each bucket's
+    in batches of ``batch_size`` (the last one short), the batches in a shuffled order (when one bucket holds every
+    row: in order, so fixed padding is the plain permutation's batches)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(arrays["input_ids"]))
+    which = bucket_index(arrays, buckets)[order]
+    plan = [(idx[i:i + batch_size], width) for k, width in enumerate(buckets) for idx in [order[which == k]]
+            for i in range(0, len(idx), batch_size)]
+    if len(set(which.tolist())) > 1:
+        plan = [plan[i] for i in rng.permutation(len(plan))]
+    return plan
+
+
+def steps_per_epoch(arrays: dict[str, np.ndarray], batch_size: int, buckets: tuple[int, ...]) -> int:
+    counts = np.bincount(bucket_index(arrays, buckets), minlength=len(buckets))
+    return int(sum(-(-int(c) // batch_size) for c in counts))
+
+
+def eval_plan(arrays: dict[str, np.ndarray], batch_size: int, buckets: tuple[int, ...]):
+    """``[(row indices, width)]`` covering every row once, by bucket in row order (evaluation and prediction)."""
+    which = bucket_index(arrays, buckets)
+    return [(idx[i:i + batch_size], width) for k, width in enumerate(buckets) for idx in [np.flatnonzero(which == k)]
+            for i in range(0, len(idx), batch_size)]
