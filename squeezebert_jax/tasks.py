@@ -71,7 +71,7 @@ class GlueTask:
 # The user's own files
 # --------------------------------------------------------------------------------------------------
 
-def _rows(path: str):
+def read_rows(path: str):
     """(line, {column: value}) for every record of a CSV / TSV / JSON Lines file; the line is where the record starts."""
     fmt = FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:
@@ -143,12 +143,12 @@ class FileTask:
         """The split's rows as examples (labels as ids, or floats); test files may leave the label column out."""
         path = self.files[split]
         examples = []
-        for lineno, row in _rows(path):
+        for lineno, row in read_rows(path):
             texts = []
             for col in self.text_columns:
                 if col not in row:
                     raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))})")
-                texts.append(_text(row[col], path, lineno, col))
+                texts.append(text_value(row[col], path, lineno, col))
             label = None
             if self.label_column in row:
                 label = self._label(row[self.label_column], path, lineno)
@@ -189,7 +189,7 @@ class FileTask:
         return out
 
 
-def _text(value, path: str, lineno: int, col: str) -> str:
+def text_value(value, path: str, lineno: int, col: str) -> str:
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
     return value
@@ -217,7 +217,7 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
 def label_names_of(path: str, column: str) -> tuple[str, ...]:
     """The distinct labels of a training file, sorted (numerically when every one is an integer)."""
     names = set()
-    for lineno, row in _rows(path):
+    for lineno, row in read_rows(path):
         if column not in row:
             raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
         names.add(_label_name(row[column]))

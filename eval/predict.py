@@ -1,0 +1,33 @@
+"""Label new text with a fine-tuned classifier: one JSON line per input (label and probabilities, or a score).
+
+    python eval/predict.py --model runs/reviews/model --input new_reviews.txt --out predictions.jsonl
+    python eval/predict.py --model runs/reviews/model --input new.csv --text_columns review --out predictions.jsonl
+    python eval/predict.py --model runs/rte/model --input pairs.jsonl --text_columns premise,hypothesis --out p.jsonl
+
+--input: .txt (a text per line; a pair as two tab-separated texts), .csv, .tsv or .jsonl (--text_columns: one column,
+or two for pairs; default the file's only column, or "text"). --out is never replaced without --overwrite. In Python:
+squeezebert_jax.predict.Predictor(MODEL_DIR)(["a text", ...]).
+"""
+
+import sys
+
+from squeezebert_jax import cli
+from squeezebert_jax.predict import predict_file
+
+
+def main(argv=None):
+    p = cli.ArgumentParser(description=__doc__)
+    p.add_argument("--model", required=True, help="MODEL_DIR of a fine-tuned sequence classifier")
+    p.add_argument("--input", required=True, help=".txt, .csv, .tsv or .jsonl")
+    p.add_argument("--out", required=True, help="JSON lines to write (one per input)")
+    p.add_argument("--text_columns", default="", help="the input's text column, or two for pairs (csv/jsonl)")
+    p.add_argument("--max_length", type=cli.positive_int, default=128)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    args = p.parse_args(argv)
+    cli.setup_logging(None)
+    n = predict_file(args.model, args.input, args.out, args.text_columns, args.max_length, args.overwrite)
+    print(f"{n} predictions -> {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run(main))
