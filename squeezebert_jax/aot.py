@@ -325,7 +325,7 @@ def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from squeezebert_jax import finetune, glue
+    from squeezebert_jax import finetune, glue, inference
 
     spec = glue.get_task(config.task)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -335,7 +335,7 @@ def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
     fs = finetune.build_step(config, graphdef, nnx.to_pure_dict(rest), trainable, 1, mesh, spec.is_regression,
                              layer_loss, layer_teacher)
     b, s, sharding = config.batch_size, config.max_seq_length, parallel.batch_sharding(mesh)
-    batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=sharding) for k in finetune.INPUT_KEYS}
+    batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=sharding) for k in inference.INPUT_KEYS}
     batch["labels"] = jax.ShapeDtypeStruct((b,), np.float32 if spec.is_regression else np.int32, sharding=sharding)
     batch["weights"] = jax.ShapeDtypeStruct((b,), np.float32, sharding=sharding)
     if teacher_config is not None:  # the final-layer target: the teacher's logits, computed before training
@@ -395,7 +395,7 @@ def compile_teacher_logits(config, target: Target, teacher_config, num_examples:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from squeezebert_jax import finetune
+    from squeezebert_jax import inference
     from squeezebert_jax.flops import flops as analytic
     from squeezebert_jax.model import Structure
 
@@ -406,11 +406,11 @@ def compile_teacher_logits(config, target: Target, teacher_config, num_examples:
     replicated = NamedSharding(mesh, P())
     state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
                          tuple(nnx.to_pure_dict(x) for x in state))
-    b, s = finetune.eval_batch_size(config.eval_batch_size, mesh), config.max_seq_length
+    b, s = inference.eval_batch_size(config.eval_batch_size, mesh), config.max_seq_length
     batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=parallel.batch_sharding(mesh))
-             for k in finetune.INPUT_KEYS}
+             for k in inference.INPUT_KEYS}
     t0 = time.perf_counter()
-    compiled = finetune._eval_logits.lower(Structure(graphdef), state, batch).compile()
+    compiled = inference.eval_logits.lower(Structure(graphdef), state, batch).compile()
     n_chips = len(target.devices)
     return PhaseReport(
         phase="teacher logits", seq_len=s, global_batch=b, per_chip_batch=b // n_chips, microbatches=1,

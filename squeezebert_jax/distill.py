@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert, glue
+from squeezebert_jax import convert, glue, tasks
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.io import build_model, load_pretrained, save_pretrained
@@ -107,17 +107,12 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
     for path in filter(None, files):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"transfer text {path}: no such file")
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.rstrip("\r\n")
-                if not line.strip():
-                    continue
-                cols = line.split("\t")
-                if len(cols) != (2 if pair else 1):
-                    want = "two tab-separated sentences" if pair else "one sentence (no tab)"
-                    raise InputError(f"transfer text {path}:{lineno}: {task} needs {want} per line, got "
-                                     f"{len(cols)} field(s)")
-                examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
+        for lineno, cols in tasks.text_lines(path):
+            if len(cols) != (2 if pair else 1):
+                want = "two tab-separated sentences" if pair else "one sentence (no tab)"
+                raise InputError(f"transfer text {path}:{lineno}: {task} needs {want} per line, got "
+                                 f"{len(cols)} field(s)")
+            examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
     if not examples:
         raise InputError(f"transfer text {paths!r}: no lines")
     return examples

@@ -37,8 +37,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from squeezebert_jax import (batching, checkpointing, distill, errors, glue, optim, parallel, prune, reporting,
-                             tasks, trainer)
+from squeezebert_jax import (batching, checkpointing, distill, errors, glue, inference, optim, parallel, prune,
+                             reporting, tasks, trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -51,7 +51,6 @@ from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -87,31 +86,6 @@ class TaskMismatchError(InputError):
     """A sequence classifier whose output count does not fit the GLUE task."""
 
 
-class NoClassifierError(InputError):
-    """A model without a sequence-classifier head (e.g. saved from pretraining) where a GLUE classifier is needed.
-    Not a TaskMismatchError: it fits no task, so ``eval/glue.py --task all`` stops instead of skipping every one."""
-
-
-def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "") -> Tokenizer:
-    """The tokenizer saved in ``model_dir``, refused when it has more ids than the model's ``vocab_size`` (read
-    from its config.json when not given): under jax.jit an id past the embedding table is no error, XLA clamps
-    the gather and the run goes on with wrong embeddings. ``role`` prefixes messages (e.g. ``"teacher "``)."""
-    if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR with config.json, weights and "
-                                f"tokenizer)")
-    tok = Tokenizer.from_dir(model_dir)
-    if tok is None:
-        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
-    if vocab_size is None:
-        vocab_size = _read_config(model_dir)[0].vocab_size
-    if tok.vocab_size > vocab_size:
-        raise InputError(f"{role}{model_dir}: its tokenizer has {tok.vocab_size} ids but the model's vocab_size is "
-                         f"{vocab_size} (ids >= {vocab_size} would silently read the wrong embedding): put the "
-                         f"tokenizer the model was trained with in {model_dir}, or use a model with vocab_size >= "
-                         f"{tok.vocab_size}")
-    return tok
-
-
 def align_to_task(model, task, source: str):
     """Check that ``model`` (a sequence classifier) fits ``task`` (a GLUE name or a ``tasks`` Task) and put its outputs
     in the task's label order.
@@ -123,7 +97,7 @@ def align_to_task(model, task, source: str):
     spec = tasks.task_by_name(task)
     task = spec.name
     if not isinstance(model, SqueezeBertForSequenceClassification):
-        raise NoClassifierError(
+        raise inference.NoClassifierError(
             f"{source}: the model ({type(model).__name__}) has no sequence-classifier head, so it cannot be used for "
             f"{task}: fine-tune it on {task} first (train/finetune.py with --config.init_from set to it), or convert "
             f"a PyTorch classifier with convert/from_pytorch.py --head SqueezeBertForSequenceClassification")
@@ -145,49 +119,6 @@ def align_to_task(model, task, source: str):
 # Batching
 # --------------------------------------------------------------------------------------------------
 
-@functools.partial(jax.jit, static_argnums=0)
-def _eval_logits(structure: Structure, state: tuple, b):
-    """The eval forward as a pure function of (graphdef, states, batch), jitted once at import: every split and
-    epoch of a model (and any model of the same structure) with the same batch shape reuses one program. The batch
-    comes split over the mesh's data axis, the weights replicated (or FSDP-sharded: gathered where used)."""
-    m = nnx.merge(structure.graphdef, *state)
-    return m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
-
-
-def eval_batch_size(batch_size: int, mesh) -> int:
-    """``batch_size`` rounded up to a multiple of the mesh's devices (each device takes the same number of rows)."""
-    n = mesh.shape["data"]
-    return -(-int(batch_size) // n) * n
-
-
-def _predict(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: int, mesh,
-             buckets: tuple[int, ...] | None = None) -> np.ndarray:
-    """Logits of an eval-mode ``graphdef`` with ``state`` for every row of ``arrays`` (in their order), batches split
-    over ``mesh`` and cut to their length bucket (``batching``; default: the ``auto`` buckets of the rows' width)."""
-    structure, arrays = Structure(graphdef), {k: arrays[k] for k in INPUT_KEYS}
-    buckets = buckets or batching.length_buckets("auto", arrays["input_ids"].shape[1])
-    size, out = eval_batch_size(batch_size, mesh), None
-    for idx, width in batching.eval_plan(arrays, size, buckets):
-        b = batching.assemble(arrays, idx, size, width)
-        del b["weights"]
-        logits = np.asarray(parallel.to_host(_eval_logits(structure, state, parallel.shard_batch(b, mesh))))
-        if out is None:
-            out = np.zeros((len(arrays["input_ids"]), logits.shape[-1]), logits.dtype)
-        out[idx] = logits[:len(idx)]
-    return out if out is not None else np.zeros((0, 1), np.float32)
-
-
-def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None,
-                   buckets: tuple[int, ...] | None = None) -> np.ndarray:
-    """Logits for every row of ``arrays`` with the jitted eval forward (dropout off), data parallel over ``mesh``
-    (default: every device; the weights replicated on it), batches cut to their length bucket."""
-    mesh = mesh if mesh is not None else parallel.make_mesh()
-    model.eval()
-    graphdef, *state = nnx.split(model, nnx.Param, ...)
-    state = jax.device_put(tuple(state), NamedSharding(mesh, P()))
-    return _predict(graphdef, state, arrays, batch_size, mesh, buckets)
-
-
 def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str,
                    mesh=None) -> np.ndarray:
     """The teacher's logits on ``examples`` (in ``task``'s label order), computed once (data parallel over ``mesh``)
@@ -197,20 +128,20 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
     never served stale targets."""
     task = tasks.task_by_name(task)
-    tok = model_tokenizer(teacher_dir, role="teacher ")
+    tok = inference.model_tokenizer(teacher_dir, role="teacher ")
     arrays = glue.encode_examples(examples, tok, max_length, regression=task.is_regression)
     key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task.name}|{split}|{max_length}".encode())
     for name in sorted(os.listdir(teacher_dir)):
         if name.endswith((".safetensors", ".bin", ".json")):
             st = os.stat(os.path.join(teacher_dir, name))
             key.update(f"|{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    for k in INPUT_KEYS:
+    for k in inference.INPUT_KEYS:
         key.update(np.ascontiguousarray(arrays[k]).tobytes())
     path = os.path.join(cache_dir, f"teacher_{task.name}_{split}_{key.hexdigest()[:16]}.npy")
     if os.path.exists(path):
         return np.load(path)
     teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
-    logits = predict_logits(teacher, arrays, mesh=mesh)
+    logits = inference.predict_logits(teacher, arrays, mesh=mesh)
     os.makedirs(cache_dir, exist_ok=True)
     atomic_write(path, lambda tmp: np.save(tmp, logits))
     return logits
@@ -420,14 +351,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                          "exported")
 
     # -- Models, tokenizers and data ---------------------------------------------------------------
-    tok = model_tokenizer(config.init_from)
+    tok = inference.model_tokenizer(config.init_from)
     model_cfg = _read_config(config.init_from)[0]
     if config.max_seq_length > model_cfg.max_position_embeddings:
         raise InputError(f"max_seq_length {config.max_seq_length} is more than the max_position_embeddings "
                          f"{model_cfg.max_position_embeddings} of {config.init_from}: set max_seq_length <= "
                          f"{model_cfg.max_position_embeddings}")
     if config.distill.teacher:
-        model_tokenizer(config.distill.teacher, role="teacher ")
+        inference.model_tokenizer(config.distill.teacher, role="teacher ")
     student_cfg = model_cfg
     if config.student_layers:
         distill.student_layer_choice(config.student_layer_map, config.student_layers, model_cfg.num_hidden_layers)
@@ -553,7 +484,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                     result[f"train_{name}"] = float(np.mean([float(p[name]) for p in host_parts]))
                 eval_state = (state["params"]["model"], eval_rest)
                 for split, arr in data.evals.items():
-                    logits = _predict(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh, buckets)
+                    logits = inference.predict_batches(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh,
+                                                       buckets)
                     if not np.isfinite(logits).all():
                         raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
                     preds = logits[:, 0] if regression else logits.argmax(-1)
@@ -624,12 +556,12 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
     """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
     spec = glue.get_task(task)
     model = align_to_task(load_pretrained(model_dir), task, model_dir)
-    tok = model_tokenizer(model_dir, model.config.vocab_size)
+    tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
     max_length = min(max_length, model.config.max_position_embeddings)
     out = {}
     for s in ([split] if split else spec.eval_splits):
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
-        logits = predict_logits(model, arr)
+        logits = inference.predict_logits(model, arr)
         out[s] = glue.compute_metrics(task, logits[:, 0] if spec.is_regression else logits.argmax(-1), arr["labels"])
     return out
 
@@ -638,12 +570,12 @@ def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, 
     """GLUE-server files for the task's test splits (AX: pass task="ax" with the MNLI model)."""
     spec = glue.get_task(task)
     model = align_to_task(load_pretrained(model_dir), task, model_dir)
-    tok = model_tokenizer(model_dir, model.config.vocab_size)
+    tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
     max_length = min(max_length, model.config.max_position_embeddings)
     paths = []
     for s in spec.test_splits:
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
-        logits = predict_logits(model, arr)
+        logits = inference.predict_logits(model, arr)
         paths.append(glue.write_predictions(task, arr["idx"], logits[:, 0] if spec.is_regression else logits,
                                             out_dir, split_name=s))
     return paths

@@ -27,7 +27,7 @@ class Predictor:
     """A fine-tuned sequence classifier (MODEL_DIR) and its tokenizer, ready to label text."""
 
     def __init__(self, model_dir: str, max_length: int = 128, batch_size: int = 64):
-        from squeezebert_jax.finetune import NoClassifierError, model_tokenizer
+        from squeezebert_jax.inference import NoClassifierError, model_tokenizer
         from squeezebert_jax.io import load_pretrained
         from squeezebert_jax.model import SqueezeBertForSequenceClassification
 
@@ -43,7 +43,7 @@ class Predictor:
         self.labels = None if n == 1 else [str(id2label.get(i, f"LABEL_{i}")) for i in range(n)]
 
     def logits(self, texts: Sequence[str | tuple[str, str]]) -> np.ndarray:
-        from squeezebert_jax.finetune import predict_logits
+        from squeezebert_jax.inference import predict_logits
 
         pairs = [isinstance(t, (tuple, list)) for t in texts]
         if any(pairs) and not all(pairs):
@@ -75,16 +75,11 @@ def read_inputs(path: str, text_columns: str = "") -> list[str | tuple[str, str]
         raise FileNotFoundError(f"{path}: no such file")
     if path.lower().endswith(".txt"):
         out = []
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.rstrip("\r\n")
-                if not line.strip():
-                    continue
-                cols = line.split("\t")
-                if len(cols) > 2:
-                    raise tasks.DataFileError(f"{path}:{lineno}: {len(cols)} tab-separated fields; a text, or two "
-                                              f"for a pair")
-                out.append(tuple(cols) if len(cols) == 2 else cols[0])
+        for lineno, cols in tasks.text_lines(path):
+            if len(cols) > 2:
+                raise tasks.DataFileError(f"{path}:{lineno}: {len(cols)} tab-separated fields; a text, or two for a "
+                                          f"pair")
+            out.append(tuple(cols) if len(cols) == 2 else cols[0])
         if not out:
             raise tasks.DataFileError(f"{path}: no lines")
         return out

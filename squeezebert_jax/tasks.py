@@ -113,6 +113,17 @@ def read_rows(path: str):
             raise DataFileError(f"{path}:{reader.line_num}: {e}") from None
 
 
+def text_lines(path: str):
+    """(line, [tab-separated fields]) for every non-blank line of a plain text file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield lineno, line.split("\t")
+
+
 @dataclasses.dataclass(frozen=True)
 class FileTask:
     """Sequence classification or regression on the user's files (see the module docstring)."""

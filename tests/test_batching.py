@@ -11,7 +11,7 @@ from flax import nnx
 
 import squeezebert_jax as sj
 from conftest import WORDS, glue_config
-from squeezebert_jax import batching, parallel, reporting, trainer
+from squeezebert_jax import batching, inference, parallel, reporting, trainer
 from squeezebert_jax import finetune as ft
 
 
@@ -58,11 +58,11 @@ def _classifier(num_labels):
 
 def test_bucketed_logits_equal_fixed_padding_with_one_program_per_bucket():
     model, arrays = _classifier(7), _arrays(70, 32)  # 7 labels: a structure no other test compiles
-    before = ft._eval_logits._cache_size()
-    fixed = ft.predict_logits(model, arrays, batch_size=16, buckets=(32,))
-    bucketed = ft.predict_logits(model, arrays, batch_size=16, buckets=(8, 16, 24, 32))
+    before = inference.eval_logits._cache_size()
+    fixed = inference.predict_logits(model, arrays, batch_size=16, buckets=(32,))
+    bucketed = inference.predict_logits(model, arrays, batch_size=16, buckets=(8, 16, 24, 32))
     np.testing.assert_allclose(bucketed, fixed, rtol=1e-5, atol=1e-5)
-    assert ft._eval_logits._cache_size() - before <= 4  # the widths 8, 16, 24 and 32 (32 shared with fixed)
+    assert inference.eval_logits._cache_size() - before <= 4  # the widths 8, 16, 24 and 32 (32 shared with fixed)
 
 
 def test_a_train_step_on_a_cut_batch_equals_the_full_width_step():

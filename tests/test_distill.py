@@ -10,7 +10,7 @@ from flax import nnx
 from conftest import VOCAB, glue_config as _config, write_sst2 as _write_sst2
 
 import squeezebert_jax as sj
-from squeezebert_jax import distill
+from squeezebert_jax import distill, inference
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 
@@ -144,7 +144,7 @@ def test_layer_loss_picks_the_mapped_layers_and_projects():
 
 def _agreement(model_or_dir, teacher_logits, arrays):
     model = sj.load_pretrained(model_or_dir) if isinstance(model_or_dir, (str, os.PathLike)) else model_or_dir
-    return float(np.mean(ft.predict_logits(model, arrays).argmax(-1) == teacher_logits.argmax(-1)))
+    return float(np.mean(inference.predict_logits(model, arrays).argmax(-1) == teacher_logits.argmax(-1)))
 
 
 @pytest.mark.slow
@@ -160,10 +160,10 @@ def test_layer_distillation_moves_the_student_toward_the_teacher(tmp_path):
                 attention_dropout=0.0, warmup_fraction=0.0)
     c.distill.update(teacher=teacher, teacher_weight=1.0, patient_weight=1.0, hidden_weight=1.0,
                      attention_weight=100.0, layer_map="uniform")  # attention MSE is ~1e-4: weighted up
-    tok = ft.model_tokenizer(teacher)
+    tok = inference.model_tokenizer(teacher)
     dev = sj.glue.encode_examples(sj.glue.load_examples("sst2", "dev", data_dir=str(tmp_path / "glue")), tok, 16,
                                   task="sst2")
-    t_logits = ft.predict_logits(sj.load_pretrained(teacher), dev)
+    t_logits = inference.predict_logits(sj.load_pretrained(teacher), dev)
     assert 0.2 < t_logits.argmax(-1).mean() < 0.8  # the teacher's predictions are not one class
     before = _agreement(sj.load_pretrained(student, "SqueezeBertForSequenceClassification", num_labels=2), t_logits,
                         dev)

@@ -14,7 +14,7 @@ from flax import nnx
 import squeezebert_jax as sj
 from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_sst2
 
-from squeezebert_jax import batching
+from squeezebert_jax import batching, inference
 from squeezebert_jax import finetune as ft
 
 
@@ -77,15 +77,15 @@ def test_predict_logits_compiles_once_per_model():
                 "token_type_ids": np.zeros((n, 8), np.int32)}
 
     reference = nnx.jit(lambda m, *inputs: m(*inputs).logits)  # the whole split in one call, no padding
-    before = ft._eval_logits._cache_size()
+    before = inference.eval_logits._cache_size()
     dev, test = split(11), split(3)
     for epoch in range(2):
         for arr in (dev, test):
-            logits = ft.predict_logits(model, arr, batch_size=4)
+            logits = inference.predict_logits(model, arr, batch_size=4)
             want = reference(model, *(jnp.asarray(arr[k]) for k in ("input_ids", "attention_mask", "token_type_ids")))
             np.testing.assert_allclose(logits, want, atol=1e-5)
         model.classifier.bias.set_value(model.classifier.bias[...] + 1.0)  # the next epoch's parameters
-    assert ft._eval_logits._cache_size() - before == 1
+    assert inference.eval_logits._cache_size() - before == 1
 
 # ---- end to end on GLUE-format files ------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ def test_stsb_regression_lowers_mse(tmp_path):
 
     dev = glue.encode_examples(glue.load_examples("stsb", "validation", data_dir=str(tmp_path / "glue")),
                                Tokenizer.from_dir(init), 16, task="stsb")
-    mse = lambda m: float(np.mean((ft.predict_logits(m, dev)[:, 0] - dev["labels"]) ** 2))  # noqa: E731
+    mse = lambda m: float(np.mean((inference.predict_logits(m, dev)[:, 0] - dev["labels"]) ** 2))  # noqa: E731
     before = mse(model)
     res = ft.finetune(c, str(tmp_path / "run"))
     after = mse(sj.load_pretrained(tmp_path / "run" / "model"))

@@ -16,7 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from conftest import ROOT, VOCAB, glue_config, write_sst2
-from squeezebert_jax import checkpointing, finetune as ft, reporting
+from squeezebert_jax import checkpointing, finetune as ft, inference, reporting
 from squeezebert_jax import trainer
 
 import squeezebert_jax as sj
@@ -145,7 +145,7 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     ref = ft.finetune(_config(task), str(tmp_path / "ref"))
     np.testing.assert_allclose(_losses(resumed["history"]), _losses(ref["history"]), rtol=1e-6)
     _assert_close(_params(wd), _params(tmp_path / "ref"), 1e-6)
-    monkeypatch.setattr(ft, "_predict", lambda *a, **k: pytest.fail("a finished run evaluated again"))
+    monkeypatch.setattr(inference, "predict_batches", lambda *a, **k: pytest.fail("a finished run evaluated again"))
     again = ft.finetune(_config(task), str(wd))
     assert again["history"] == resumed["history"] and not again["preempted"]
 

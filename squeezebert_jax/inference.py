@@ -1,0 +1,90 @@
+"""Inference with a model on the devices: the jitted eval forward, batches cut to their length bucket and split over
+the mesh, and a MODEL_DIR's tokenizer checked against its vocabulary. Fine-tuning's evaluation, distillation teachers'
+logits, GLUE evaluation and ``predict`` all run through here."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from squeezebert_jax import batching, parallel
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.io import _read_config
+from squeezebert_jax.model import Structure
+from squeezebert_jax.tokenizer import Tokenizer
+
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class NoClassifierError(InputError):
+    """A model without a sequence-classifier head (e.g. saved from pretraining) where a GLUE classifier is needed.
+    Not a TaskMismatchError: it fits no task, so ``eval/glue.py --task all`` stops instead of skipping every one."""
+
+
+def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "") -> Tokenizer:
+    """The tokenizer saved in ``model_dir``, refused when it has more ids than the model's ``vocab_size`` (read
+    from its config.json when not given): under jax.jit an id past the embedding table is no error, XLA clamps
+    the gather and the run goes on with wrong embeddings. ``role`` prefixes messages (e.g. ``"teacher "``)."""
+    if not os.path.isdir(model_dir):
+        raise FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR with config.json, weights and "
+                                f"tokenizer)")
+    tok = Tokenizer.from_dir(model_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
+    if vocab_size is None:
+        vocab_size = _read_config(model_dir)[0].vocab_size
+    if tok.vocab_size > vocab_size:
+        raise InputError(f"{role}{model_dir}: its tokenizer has {tok.vocab_size} ids but the model's vocab_size is "
+                         f"{vocab_size} (ids >= {vocab_size} would silently read the wrong embedding): put the "
+                         f"tokenizer the model was trained with in {model_dir}, or use a model with vocab_size >= "
+                         f"{tok.vocab_size}")
+    return tok
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def eval_logits(structure: Structure, state: tuple, b):
+    """The eval forward as a pure function of (graphdef, states, batch), jitted once at import: every split and
+    epoch of a model (and any model of the same structure) with the same batch shape reuses one program. The batch
+    comes split over the mesh's data axis, the weights replicated (or FSDP-sharded: gathered where used)."""
+    m = nnx.merge(structure.graphdef, *state)
+    return m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
+
+
+def eval_batch_size(batch_size: int, mesh) -> int:
+    """``batch_size`` rounded up to a multiple of the mesh's devices (each device takes the same number of rows)."""
+    n = mesh.shape["data"]
+    return -(-int(batch_size) // n) * n
+
+
+def predict_batches(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: int, mesh,
+             buckets: tuple[int, ...] | None = None) -> np.ndarray:
+    """Logits of an eval-mode ``graphdef`` with ``state`` for every row of ``arrays`` (in their order), batches split
+    over ``mesh`` and cut to their length bucket (``batching``; default: the ``auto`` buckets of the rows' width)."""
+    structure, arrays = Structure(graphdef), {k: arrays[k] for k in INPUT_KEYS}
+    buckets = buckets or batching.length_buckets("auto", arrays["input_ids"].shape[1])
+    size, out = eval_batch_size(batch_size, mesh), None
+    for idx, width in batching.eval_plan(arrays, size, buckets):
+        b = batching.assemble(arrays, idx, size, width)
+        del b["weights"]
+        logits = np.asarray(parallel.to_host(eval_logits(structure, state, parallel.shard_batch(b, mesh))))
+        if out is None:
+            out = np.zeros((len(arrays["input_ids"]), logits.shape[-1]), logits.dtype)
+        out[idx] = logits[:len(idx)]
+    return out if out is not None else np.zeros((0, 1), np.float32)
+
+
+def predict_logits(model, arrays: dict[str, np.ndarray], batch_size: int = 64, mesh=None,
+                   buckets: tuple[int, ...] | None = None) -> np.ndarray:
+    """Logits for every row of ``arrays`` with the jitted eval forward (dropout off), data parallel over ``mesh``
+    (default: every device; the weights replicated on it), batches cut to their length bucket."""
+    mesh = mesh if mesh is not None else parallel.make_mesh()
+    model.eval()
+    graphdef, *state = nnx.split(model, nnx.Param, ...)
+    state = jax.device_put(tuple(state), NamedSharding(mesh, P()))
+    return predict_batches(graphdef, state, arrays, batch_size, mesh, buckets)
