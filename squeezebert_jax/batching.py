@@ -54,7 +54,8 @@ def assemble(arrays: dict[str, np.ndarray], idx: np.ndarray, batch_size: int, wi
     that carry ``weights`` 0."""
     pad = batch_size - len(idx)
     rows = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
-    b = {k: (v[rows, :width] if k in SEQUENCE_KEYS else v[rows]) for k, v in arrays.items()}
+    b = {k: (v[rows, :width] if k in SEQUENCE_KEYS or (k == "labels" and v.ndim == 2) else v[rows])
+         for k, v in arrays.items()}
     b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
     return b
 

@@ -46,7 +46,7 @@ from squeezebert_jax.io import (
     load_pretrained,
     save_pretrained,
 )
-from squeezebert_jax.model import SqueezeBertForSequenceClassification, Structure
+from squeezebert_jax.model import HEADS, Structure
 from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,11 @@ def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regress
     """Weighted mean loss over real examples (weights 0 on padding). See the module docstring. ``teacher_weight``:
     a number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
     w = weights.astype(jnp.float32)
+    if labels.ndim == 2:  # token classification: the scored pieces of each (real) example
+        valid = (labels != tasks.IGNORE).astype(jnp.float32) * w[:, None]
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+        nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
+        return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1.0)
     tw = jnp.asarray(teacher_weight, jnp.float32)  # a scalar, or per example [B] (transfer rows: 1)
     if regression:
         pred = logits[..., 0]
@@ -96,7 +101,7 @@ def align_to_task(model, task, source: str):
     """
     spec = tasks.task_by_name(task)
     task = spec.name
-    if not isinstance(model, SqueezeBertForSequenceClassification):
+    if not isinstance(model, HEADS[spec.head]):
         raise inference.NoClassifierError(
             f"{source}: the model ({type(model).__name__}) has no sequence-classifier head, so it cannot be used for "
             f"{task}: fine-tune it on {task} first (train/finetune.py with --config.init_from set to it), or convert "
@@ -188,7 +193,7 @@ def make_train_step(graphdef, rest, tx, w_teacher: float, regression: bool, laye
         nnx.reseed(m, dropout=rng, default=rng)
         m.train()
         inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
-        out = m(*inputs, collect=layer_loss is not None)
+        out = m(*inputs, collect=True) if layer_loss is not None else m(*inputs)
         loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), b.get("teacher_weight", w_teacher),
                          regression)
         if layer_loss is None:
@@ -295,7 +300,10 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
     with ``distill.transfer_text``, the unlabeled rows on the teacher's soft labels alone."""
     task = tasks.resolve(config)
     load = task.load
-    encode = lambda ex: glue.encode_examples(ex, tok, config.max_seq_length, regression=task.is_regression)  # noqa
+    encode = lambda ex: task.encode(ex, tok, config.max_seq_length)  # noqa: E731
+    if task.head != "SqueezeBertForSequenceClassification" and (config.distill.teacher or config.distill.transfer_text):
+        raise InputError(f"distillation (distill.teacher, distill.transfer_text) is for sequence classifiers, not "
+                         f"{task.kind}")
     train_ex = load("train")
     if config.max_train_examples:
         train_ex = train_ex[:config.max_train_examples]
@@ -374,7 +382,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         init_from = os.path.join(workdir, "student_init")
         distill.init_student_from_teacher(config.init_from, config.student_layers, config.student_layer_map,
                                           out_dir=init_from)
-    model = load_pretrained(init_from, "SqueezeBertForSequenceClassification", num_labels=num_labels,
+    model = load_pretrained(init_from, spec.head, num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
     model = align_to_task(model, spec, config.init_from)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)

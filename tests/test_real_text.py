@@ -1,0 +1,61 @@
+"""eval/real_text.py's plumbing on material the test writes: VADER's file layout split by the sign of the mean rating,
+a (tiny, random) transformers BERT fine-tuned by ours and by transformers with the same recipe."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from conftest import VOCAB, WORDS, load_script
+from squeezebert_jax.benchmarks import real_text
+
+
+def _snippets(path, n=160, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines = ["id\tsentiment\ttext"]
+    for i in range(n):
+        y = int(rng.integers(0, 3)) - 1  # -1, 0 (dropped) or 1
+        word = rng.choice(WORDS[:3] if y > 0 else WORDS[3:6])
+        lines.append(f"{i + 1}\t{y * rng.uniform(0.1, 3.5):.5f}\t{' '.join(rng.choice(WORDS[6:], 3))} {word} ''q''")
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())  # the file's CRLF line ends
+    return path
+
+
+def test_the_split_is_the_sign_of_the_mean_seeded_and_drops_zeros(tmp_path):
+    snippets = _snippets(tmp_path / "s.txt")
+    sizes = real_text.movie_splits(str(snippets), str(tmp_path / "a"))
+    again = real_text.movie_splits(str(snippets), str(tmp_path / "b"))
+    assert sizes == again and sizes["train"] + sizes["dev"] < 160  # zeros dropped
+    assert (tmp_path / "a" / "train.csv").read_text() == (tmp_path / "b" / "train.csv").read_text()
+    with open(tmp_path / "a" / "dev.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["label"] for r in rows} == {"negative", "positive"}
+    for r in rows:  # the label words were drawn by the sign
+        assert (r["label"] == "positive") == any(w in r["text"].split() for w in WORDS[:3])
+        assert "''q''" in r["text"]  # quotes kept as text (QUOTE_NONE)
+
+
+@pytest.mark.slow
+def test_both_sides_fine_tune_the_same_converted_bert(tmp_path):
+    import transformers
+
+    import squeezebert_jax as sj
+
+    hf = tmp_path / "hf"
+    cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64)
+    transformers.BertModel(cfg).save_pretrained(hf)
+    (hf / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    transformers.BertTokenizerFast(str(hf / "vocab.txt"), do_lower_case=True).save_pretrained(hf)
+    sj.import_torch(str(hf), str(tmp_path / "model"))
+    real_text.movie_splits(str(_snippets(tmp_path / "s.txt", n=1200)), str(tmp_path / "data"))
+    recipe = real_text.Recipe(learning_rate=1e-3, epochs=4, max_length=16)
+    config = load_script("eval/real_text.py").files_config()
+    ours = real_text.ours(str(tmp_path / "model"), str(tmp_path / "data"), str(tmp_path / "run"), recipe, config)
+    theirs = real_text.transformers_run(str(hf), str(tmp_path / "data"), recipe)
+    for r in (ours, theirs):
+        assert len(r.per_epoch) == recipe.epochs and r.examples_per_s > 0
+        assert r.dev_accuracy == 1.0, r  # a separable task: both learn it
