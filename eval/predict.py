@@ -1,4 +1,5 @@
-"""Label new text with a fine-tuned classifier: one JSON line per input (label and probabilities, or a score).
+"""Label new text with a fine-tuned classifier: one JSON line per input (label and probabilities, or a score; a tagger
+(token classifier): the words and a tag per word).
 
     python eval/predict.py --model runs/reviews/model --input new_reviews.txt --out predictions.jsonl
     python eval/predict.py --model runs/reviews/model --input new.csv --text_columns review --out predictions.jsonl

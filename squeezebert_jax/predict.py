@@ -4,7 +4,8 @@
     predictor(["a gripping, funny film", "two hours I will not get back"])
     # [{"label": "positive", "probabilities": {"negative": 0.03, "positive": 0.97}}, ...]
 
-Inputs: strings, or (text, text) pairs for a pair classifier. Files: ``.txt`` (a text per line; a pair as two
+Inputs: strings, or (text, text) pairs for a pair classifier; a tagger (token classifier) gives
+``{"words": [...], "tags": [...]}`` for each text, its words split on whitespace. Files: ``.txt`` (a text per line; a pair as two
 tab-separated texts), ``.csv`` / ``.tsv`` / ``.jsonl`` (the ``text_columns``; default the file's only column, or
 ``text``). A regression model (one output) gives ``{"score": x}``. Batches are cut to their length bucket
 (``batching``) and run data parallel over every device.
@@ -29,12 +30,13 @@ class Predictor:
     def __init__(self, model_dir: str, max_length: int = 128, batch_size: int = 64):
         from squeezebert_jax.inference import NoClassifierError, model_tokenizer
         from squeezebert_jax.io import load_pretrained
-        from squeezebert_jax.model import SqueezeBertForSequenceClassification
+        from squeezebert_jax.model import SqueezeBertForSequenceClassification, SqueezeBertForTokenClassification
 
         self.model = load_pretrained(model_dir)
-        if not isinstance(self.model, SqueezeBertForSequenceClassification):
-            raise NoClassifierError(f"{model_dir}: the model ({type(self.model).__name__}) has no sequence-classifier "
-                                    f"head: fine-tune it first (train/finetune.py)")
+        self.tagger = isinstance(self.model, SqueezeBertForTokenClassification)
+        if not (self.tagger or isinstance(self.model, SqueezeBertForSequenceClassification)):
+            raise NoClassifierError(f"{model_dir}: the model ({type(self.model).__name__}) has no sequence- or token-"
+                                    f"classifier head: fine-tune it first (train/finetune.py)")
         self.tokenizer = model_tokenizer(model_dir, self.model.config.vocab_size)
         self.max_length = min(max_length, self.model.config.max_position_embeddings)
         self.batch_size = batch_size
@@ -57,9 +59,26 @@ class Predictor:
             raise FloatingPointError("the model's outputs are not finite numbers (damaged weights?)")
         return logits
 
+    def tag(self, texts: Sequence[str]) -> list[dict]:
+        """A tagger's tag per word (words split on whitespace; a word past ``max_length`` gets None)."""
+        from squeezebert_jax.inference import predict_logits
+
+        if any(not isinstance(t, str) for t in texts):
+            raise InputError("a tagger labels single texts (its words split on whitespace), not pairs")
+        examples = [tasks.TokenExample(i, tuple(t.split()), None) for i, t in enumerate(texts)]
+        arrays = tasks.ConllTask("predict", {}, tuple(self.labels)).encode(examples, self.tokenizer, self.max_length)
+        ids = predict_logits(self.model, arrays, self.batch_size).argmax(-1)
+        out = []
+        for ex, row, marks in zip(examples, ids, arrays["labels"]):
+            tags = [self.labels[t] for t in row[marks != tasks.IGNORE]]
+            out.append({"words": list(ex.words), "tags": tags + [None] * (len(ex.words) - len(tags))})
+        return out
+
     def __call__(self, texts: Sequence[str | tuple[str, str]]) -> list[dict]:
         if not len(texts):
             return []
+        if self.tagger:
+            return self.tag(list(texts))
         logits = self.logits(list(texts)).astype(np.float64)
         if self.labels is None:
             return [{"score": float(x[0])} for x in logits]

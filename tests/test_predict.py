@@ -78,4 +78,30 @@ def test_a_model_without_a_classifier_is_one_line(tmp_path, run_cli):
     (tmp_path / "in.txt").write_text("good\n")
     rc, out, err = run_cli("eval/predict.py", "--model", tmp_path / "m", "--input", tmp_path / "in.txt", "--out",
                            tmp_path / "o.jsonl")
-    assert rc == 1 and "has no sequence-classifier head" in err and not (tmp_path / "o.jsonl").exists()
+    assert rc == 1 and "has no sequence- or token-classifier head" in err and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path):
+    """Tags per word: the argmax at each word's first piece, as the model scores it; words past max_length get None."""
+    from squeezebert_jax import tasks
+
+    vocab = VOCAB + ["##s"]
+    cfg = sj.SqueezeBertConfig(vocab_size=len(vocab), hidden_size=32, embedding_size=32, num_hidden_layers=1,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                               id2label={0: "O", 1: "B-X", 2: "I-X"})
+    sj.save_pretrained(sj.SqueezeBertForTokenClassification(cfg, num_labels=3, rngs=nnx.Rngs(1)), tmp_path / "tagger")
+    (tmp_path / "tagger" / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    texts = ["the movies was good", "plots truly awful"]
+    out = Predictor(str(tmp_path / "tagger"))(texts)
+    model = sj.load_pretrained(tmp_path / "tagger")
+    model.eval()
+    tok = sj.Tokenizer.from_dir(tmp_path / "tagger")
+    for text, row in zip(texts, out):
+        arrays = tasks.ConllTask("t", {}, ("O", "B-X", "I-X")).encode(
+            [tasks.TokenExample(0, tuple(text.split()), None)], tok, 16)
+        logits = model(*(jnp.asarray(arrays[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))).logits
+        first = arrays["labels"][0] != tasks.IGNORE
+        assert row["words"] == text.split() and sum(first) == len(text.split())
+        assert row["tags"] == [("O", "B-X", "I-X")[i] for i in np.asarray(logits[0]).argmax(-1)[first]]
+    short = Predictor(str(tmp_path / "tagger"), max_length=4)(["the movie was good"])[0]
+    assert short["tags"][2:] == [None, None] and None not in short["tags"][:2]  # [CLS] the movie [SEP]
