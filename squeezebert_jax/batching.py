@@ -54,10 +54,14 @@ def assemble(arrays: dict[str, np.ndarray], idx: np.ndarray, batch_size: int, wi
     that carry ``weights`` 0."""
     pad = batch_size - len(idx)
     rows = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
-    b = {k: (v[rows, :width] if k in SEQUENCE_KEYS or (k == "labels" and v.ndim == 2) else v[rows])
-         for k, v in arrays.items()}
+    b = {k: (v[rows, :width] if k in SEQUENCE_KEYS or _token_labels(k, v) else v[rows]) for k, v in arrays.items()}
     b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
     return b
+
+
+def _token_labels(key: str, v: np.ndarray) -> bool:
+    """A token task's labels: integer ids per position (a multilabel task's multi-hot labels are floats)."""
+    return key == "labels" and v.ndim == 2 and v.dtype.kind == "i"
 
 
 def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | None = None):

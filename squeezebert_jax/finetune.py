@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -61,6 +62,9 @@ def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regress
     """Weighted mean loss over real examples (weights 0 on padding). See the module docstring. ``teacher_weight``:
     a number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
     w = weights.astype(jnp.float32)
+    if labels.ndim == 2 and jnp.issubdtype(labels.dtype, jnp.floating):  # multilabel: a sigmoid per label
+        per = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), labels).mean(-1)
+        return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
     if labels.ndim == 2:  # token classification: the scored pieces of each (real) example
         valid = (labels != tasks.IGNORE).astype(jnp.float32) * w[:, None]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
@@ -301,9 +305,10 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
     task = tasks.resolve(config)
     load = task.load
     encode = lambda ex: task.encode(ex, tok, config.max_seq_length)  # noqa: E731
-    if task.head != "SqueezeBertForSequenceClassification" and (config.distill.teacher or config.distill.transfer_text):
-        raise InputError(f"distillation (distill.teacher, distill.transfer_text) is for sequence classifiers, not "
-                         f"{task.kind}")
+    kind = getattr(task, "kind", "classification")
+    if kind not in ("classification", "regression") and (config.distill.teacher or config.distill.transfer_text):
+        raise InputError(f"distillation (distill.teacher, distill.transfer_text) is for single-label classifiers "
+                         f"and regression, not {kind}")
     train_ex = load("train")
     if config.max_train_examples:
         train_ex = train_ex[:config.max_train_examples]
@@ -496,8 +501,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                                        buckets)
                     if not np.isfinite(logits).all():
                         raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
-                    preds = logits[:, 0] if regression else logits.argmax(-1)
-                    for name, value in spec.metrics(preds, arr["labels"]).items():
+                    for name, value in spec.metrics(logits, arr["labels"]).items():
                         result[f"{split}/{name}"] = value
                 result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
                 history.append(result)

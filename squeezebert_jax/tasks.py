@@ -8,7 +8,8 @@ reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``f
     data.text_columns   "sentence" or "premise,hypothesis" (a pair)
     data.label_column   "label"
     data.kind           classification (label names read from the training file, kept as the model's id2label),
-                        regression (a float per row), or token_classification (CoNLL files: a word and its tag per
+                        regression (a float per row), multilabel (any number of labels per row: "a|b", or a JSON
+                        list; sigmoid outputs), or token_classification (CoNLL files: a word and its tag per
                         line, the tag last; a blank line between sentences; -DOCSTART- lines skipped)
     data.labels         "neg,pos": the label names in id order (default: the training file's, sorted)
 
@@ -32,7 +33,8 @@ from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import GlueExample
 
-KINDS = ("classification", "regression", "token_classification")
+KINDS = ("classification", "regression", "multilabel", "token_classification")
+LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
@@ -143,7 +145,7 @@ class FileTask:
     labels: tuple[str, ...] | None  # classification: names in id order; regression: None
 
     def __post_init__(self):
-        if self.kind not in ("classification", "regression"):
+        if self.kind not in ("classification", "regression", "multilabel"):
             raise InputError(f"config.data.kind={self.kind!r}: one of {', '.join(KINDS)}")
         if len(self.text_columns) not in (1, 2) or not all(self.text_columns):
             raise InputError(f"config.data.text_columns={','.join(self.text_columns)!r}: one column, or two for "
@@ -156,10 +158,11 @@ class FileTask:
     num_labels = property(lambda self: 1 if self.is_regression else len(self.labels))
     eval_splits = property(lambda self: ("validation",) if "validation" in self.files else ())
     test_splits = property(lambda self: ("test",) if "test" in self.files else ())
-    main_metric = property(lambda self: "pearson" if self.is_regression else "accuracy")
+    main_metric = property(lambda self: {"regression": "pearson", "multilabel": "micro_f1"}.get(self.kind, "accuracy"))
 
     def load(self, split: str) -> list[GlueExample]:
-        """The split's rows as examples (labels as ids, or floats); test files may leave the label column out."""
+        """The split's rows as examples (labels as ids, floats, or tuples of ids); test files may leave the label column
+        out."""
         path = self.files[split]
         examples = []
         for lineno, row in read_rows(path):
@@ -180,9 +183,15 @@ class FileTask:
         return examples
 
     def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
-        return glue.encode_examples(examples, tokenizer, max_length, regression=self.is_regression)
+        if self.kind != "multilabel":
+            return glue.encode_examples(examples, tokenizer, max_length, regression=self.is_regression)
+        out = glue.encode_examples([dataclasses.replace(e, label=None) for e in examples], tokenizer, max_length)
+        out["labels"] = np.zeros((len(examples), self.num_labels), np.float32)  # multi-hot; a test row: none
+        for i, e in enumerate(examples):
+            out["labels"][i, list(e.label or ())] = 1.0
+        return out
 
-    def _label(self, raw, path: str, lineno: int) -> int | float:
+    def _label(self, raw, path: str, lineno: int) -> int | float | tuple[int, ...]:
         where = f"{path}:{lineno}: column {self.label_column!r}"
         if self.is_regression:
             try:
@@ -192,13 +201,27 @@ class FileTask:
             if not math.isfinite(value):
                 raise DataFileError(f"{where}: {raw!r} is not a finite number")
             return value
+        if self.kind == "multilabel":
+            names = _label_names(raw)
+            if bad := [n for n in names if n not in self.labels]:
+                raise DataFileError(f"{where}: label {bad[0]!r} is not one of {list(self.labels)}")
+            return tuple(sorted({self.labels.index(n) for n in names}))
         name = _label_name(raw)
         if name not in self.labels:
             raise DataFileError(f"{where}: label {name!r} is not one of {list(self.labels)}")
         return self.labels.index(name)
 
     def metrics(self, predictions, labels) -> dict[str, float]:
+        """From logits (or ids / scores): accuracy, F1 (two labels) and macro-F1; Pearson, Spearman and MSE; for
+        multilabel (a label is on where its logit is > 0) micro- and macro-F1 and the exact-match share."""
         p, y = np.asarray(predictions), np.asarray(labels)
+        if self.kind == "multilabel":
+            on, gold = p > 0, y > 0.5
+            tp, fp, fn = (on & gold).sum(0), (on & ~gold).sum(0), (~on & gold).sum(0)
+            micro = 2 * tp.sum() / max(2 * tp.sum() + fp.sum() + fn.sum(), 1)
+            seen = (tp + fp + fn) > 0
+            macro = float(np.mean(2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen]))) if seen.any() else 0.0
+            return {"micro_f1": float(micro), "macro_f1": macro, "exact_match": float(np.mean((on == gold).all(1)))}
         if self.is_regression:
             p = p.reshape(len(p), -1)[:, 0] if p.ndim == 2 else p
             mse = float(np.mean((p.astype(np.float64) - y) ** 2))
@@ -398,13 +421,19 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
     return float(np.mean(scores)) if scores else 0.0
 
 
-def label_names_of(path: str, column: str) -> tuple[str, ...]:
+def _label_names(raw) -> list[str]:
+    """A multilabel field's names: a JSON list, or a string split on ``LABEL_SEPARATOR`` (empty: no label)."""
+    items = raw if isinstance(raw, list) else str(raw).split(LABEL_SEPARATOR)
+    return [n for n in (_label_name(x) for x in items) if n]
+
+
+def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
     """The distinct labels of a training file, sorted (numerically when every one is an integer)."""
     names = set()
     for lineno, row in read_rows(path):
         if column not in row:
             raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
-        names.add(_label_name(row[column]))
+        names.update(_label_names(row[column]) if multilabel else [_label_name(row[column])])
     if not names:
         raise DataFileError(f"{path}: no rows (the train split is empty)")
     numeric = all(n.lstrip("-").isdigit() for n in names)
@@ -432,9 +461,9 @@ def resolve(config) -> Any:
         return ConllTask(name, files, tags)
     columns = tuple(c.strip() for c in d.text_columns.split(","))
     labels = None
-    if d.kind == "classification":
+    if d.kind in ("classification", "multilabel"):
         labels = (tuple(x.strip() for x in d.labels.split(",")) if d.labels
-                  else label_names_of(files["train"], d.label_column))
+                  else label_names_of(files["train"], d.label_column, d.kind == "multilabel"))
         if len(labels) < 2:
             raise InputError(f"{files['train']}: column {d.label_column!r} has one label ({labels[0]!r}); "
                              f"a classifier needs two or more")

@@ -169,3 +169,36 @@ def test_the_cli_names_a_bad_row_in_one_line_and_writes_nothing(init, tmp_path):
     line = one_error_line(re.sub(native, "", r.stderr, flags=re.M), "finetune.py")
     assert f"{dev}:3: column 'sentiment': label 'unknown' is not one of ['negative', 'positive']" in line
     assert os.listdir(wd) == ["log.txt"]
+
+
+def test_multilabel_rows_train_sigmoid_outputs_and_report_f1(init, tmp_path):
+    """Labels 'a|b' per row (any number, also none), multi-hot targets, a sigmoid per label; micro-F1 equals
+    sklearn's."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(0)
+
+    def write(path, n):
+        rows = [("review", "genres")]
+        for _ in range(n):
+            on = [g for g, w in (("comedy", WORDS[0]), ("drama", WORDS[3])) if rng.random() < 0.5]
+            words = [*rng.choice(WORDS[6:], 3)] + [w for g, w in (("comedy", WORDS[0]), ("drama", WORDS[3]))
+                                                   if g in on]
+            rows.append((" ".join(rng.permutation(words)), "|".join(on)))
+        with open(path, "w", newline="") as f:
+            csv.writer(f).writerows(rows)
+        return path
+
+    train, dev = write(tmp_path / "train.csv", 384), write(tmp_path / "dev.csv", 32)
+    c = _files_config(init, train, dev, **{"data.label_column": "genres", "data.kind": "multilabel",
+                                           "num_epochs": 6, "learning_rate": 3e-3})
+    task = tasks.resolve(c)
+    assert task.labels == ("comedy", "drama") and task.main_metric == "micro_f1"
+    res = ft.finetune(c, str(tmp_path / "run"))
+    assert res["best"]["validation/micro_f1"] > 0.9
+    y = (rng.random((50, 3)) < 0.4).astype(np.float32)
+    logits = rng.normal(size=(50, 3))
+    t = tasks.FileTask("t", "multilabel", {"train": "x.csv"}, ("a",), "l", ("a", "b", "c"))
+    m = t.metrics(logits, y)
+    assert m["micro_f1"] == pytest.approx(f1_score(y, logits > 0, average="micro"))
+    assert m["macro_f1"] == pytest.approx(f1_score(y, logits > 0, average="macro"))
