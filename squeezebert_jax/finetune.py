@@ -410,7 +410,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
     # -- Restore: the newest readable checkpoint in workdir, else step 0 -----------------------------
     checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
-                                        async_save=config.async_checkpoints, with_data=False, with_meta=True)
+                                              async_save=config.async_checkpoints, with_data=False, with_meta=True)
     writer = reporting.MetricsWriter(workdir)
     try:
         if outside := [s for s in checkpointer.all_steps() if not 0 < s <= total]:
