@@ -303,17 +303,18 @@ def _layer_teacher(config, student_config, teacher_config):
     from squeezebert_jax import distill
     from squeezebert_jax.model import SqueezeBertModel, abstract_model
 
-    d = config.distill
-    weights = {f"{k}_weight": float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
-    if teacher_config is None or not any(weights.values()):
+    if teacher_config is None:
         return None, None, {}
-    pairs = distill.layer_pairs(d.layer_map, student_config.num_hidden_layers, teacher_config.num_hidden_layers)
+    loss = distill.config_layer_loss(config.distill, student_config.num_hidden_layers,
+                                     teacher_config.num_hidden_layers)
+    if loss is None:
+        return None, None, {}
     encoder = abstract_model(lambda: SqueezeBertModel(teacher_config, dtype=trainer.compute_dtype(config),
                                                       rngs=nnx.Rngs(0)))
     encoder.eval()
     graphdef, state = nnx.split(encoder)
     proj = jax.eval_shape(lambda: distill.init_projection(student_config.hidden_size, teacher_config.hidden_size))
-    return distill.LayerLoss(pairs, **weights), distill.LayerTeacher(graphdef, nnx.to_pure_dict(state)), proj
+    return loss, distill.LayerTeacher(graphdef, nnx.to_pure_dict(state)), proj
 
 
 def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
@@ -427,16 +428,22 @@ class DoesNotFit(Exception):
         self.required_gib = required_gib
 
 
-def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True,
-                   bytes_accessed: bool = False) -> PhaseReport:
-    """``compile_phase``; XLA's out-of-memory refusal becomes ``DoesNotFit`` with the bytes it asked for."""
+def oom_as_does_not_fit(compile_fn, *args, **kwargs):
+    """``compile_fn(*args, **kwargs)``; XLA's out-of-memory refusal becomes ``DoesNotFit`` with the bytes it asked
+    for."""
     try:
-        return compile_phase(config, phase, target, model, costs, bytes_accessed)
+        return compile_fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 -- jax.errors.JaxRuntimeError, matched by message
         msg = str(e)
         if "RESOURCE_EXHAUSTED" not in msg and "out of memory" not in msg.lower():
             raise
         raise DoesNotFit(msg.splitlines()[0][:400], required_gib(msg)) from None
+
+
+def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True,
+                   bytes_accessed: bool = False) -> PhaseReport:
+    """``compile_phase``, XLA's out-of-memory refusal as ``DoesNotFit``."""
+    return oom_as_does_not_fit(compile_phase, config, phase, target, model, costs, bytes_accessed)
 
 
 def required_gib(message: str) -> float | None:

@@ -122,6 +122,15 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
 # Layer maps
 # --------------------------------------------------------------------------------------------------
 
+def config_layer_loss(d, student_layers: int, teacher_layers: int) -> LayerLoss | None:
+    """The ``distill`` config block's intermediate-layer losses (its weights, over ``layer_map``'s pairs); None when
+    their weights are all 0."""
+    weights = {f"{k}_weight": float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
+    if not any(weights.values()):
+        return None
+    return LayerLoss(layer_pairs(d.layer_map, student_layers, teacher_layers), **weights)
+
+
 def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[int, int], ...]:
     """(student layer, teacher layer) pairs of a layer map (see the module docstring); 0 is the embeddings."""
     s, t = student_layers, teacher_layers

@@ -138,7 +138,7 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     never served stale targets."""
     task = tasks.task_by_name(task)
     tok = inference.model_tokenizer(teacher_dir, role="teacher ")
-    arrays = glue.encode_examples(examples, tok, max_length, regression=task.is_regression)
+    arrays = task.encode(examples, tok, max_length)
     key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task.name}|{split}|{max_length}".encode())
     for name in sorted(os.listdir(teacher_dir)):
         if name.endswith((".safetensors", ".bin", ".json")):
@@ -169,17 +169,16 @@ def _layer_distillation(config, student_cfg, dtype):
     """(LayerLoss, LayerTeacher, projection params) for the config's intermediate-layer losses, or (None, None, {})
     when their weights are all 0. ``student_cfg``: the student's architecture."""
     d = config.distill
-    loss_weights = {k: float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")}
-    if not any(loss_weights.values()):
+    if not any(float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")):
         return None, None, {}
     if not d.teacher:
         raise InputError("distill.patient_weight / hidden_weight / attention_weight need a distill.teacher MODEL_DIR")
     teacher_cfg = _read_config(d.teacher)[0]
-    pairs = distill.layer_pairs(d.layer_map, student_cfg.num_hidden_layers, teacher_cfg.num_hidden_layers)
-    loss = distill.LayerLoss(pairs, **{f"{k}_weight": v for k, v in loss_weights.items()})
+    loss = distill.config_layer_loss(d, student_cfg.num_hidden_layers, teacher_cfg.num_hidden_layers)
     teacher = distill.layer_teacher(d.teacher, config.init_from, student_cfg, loss, config.max_seq_length, dtype)
     proj = distill.init_projection(student_cfg.hidden_size, teacher_cfg.hidden_size, config.seed)
-    log.info("layer distillation from %s: pairs %s, weights %s%s", d.teacher, pairs, loss_weights,
+    log.info("layer distillation from %s: pairs %s, weights %s%s", d.teacher, loss.pairs,
+             {k: getattr(loss, f"{k}_weight") for k in ("patient", "hidden", "attention")},
              f", projection {student_cfg.hidden_size} -> {teacher_cfg.hidden_size}" if proj else "")
     return loss, teacher, proj
 

@@ -74,12 +74,9 @@ def predict_batches(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch
         del b["weights"]
         logits = np.asarray(parallel.to_host(eval_logits(structure, state, parallel.shard_batch(b, mesh))))
         if out is None:  # [N, C], or [N, max_length, C] for a token head (its positions past a bucket: 0)
-            out = np.zeros((len(arrays["input_ids"]), *arrays["input_ids"].shape[1:2][:logits.ndim - 2],
-                            logits.shape[-1]), logits.dtype)
-        if logits.ndim == 3:
-            out[idx, :width] = logits[:len(idx)]
-        else:
-            out[idx] = logits[:len(idx)]
+            per_row = (arrays["input_ids"].shape[1], logits.shape[-1]) if logits.ndim == 3 else logits.shape[1:]
+            out = np.zeros((len(arrays["input_ids"]), *per_row), logits.dtype)
+        out[(idx, slice(0, width)) if logits.ndim == 3 else idx] = logits[:len(idx)]
     return out if out is not None else np.zeros((0, 1), np.float32)
 
 

@@ -244,11 +244,9 @@ def _compile_finetune(config, target) -> int:
     for name, job in jobs:
         try:
             with aot.quiet_native_stderr(_LOG_PATH):
-                r = job()
-        except Exception as e:  # noqa: BLE001 -- XLA's out-of-memory refusal, matched by message
-            if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
-                raise
-            bad.append(f"{name}: XLA needs {aot.required_gib(str(e)) or 'more than'} GiB, a {target.chip.name} has "
+                r = aot.oom_as_does_not_fit(job)
+        except aot.DoesNotFit as e:
+            bad.append(f"{name}: XLA needs {e.required_gib or 'more than'} GiB, a {target.chip.name} has "
                        f"{target.chip.hbm_gib:.2f} GiB")
             continue
         rows.append(r)
