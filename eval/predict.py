@@ -1,12 +1,15 @@
-"""Label new text with a fine-tuned classifier: one JSON line per input (label and probabilities, or a score; a tagger
-(token classifier): the words and a tag per word).
+"""Label new text with a fine-tuned model: one JSON line per input (label and probabilities, or a score; a tagger
+(token classifier): the words and a tag per word; extractive QA: the answer's text, characters and probability;
+multiple choice: the chosen ending and every choice's probability).
 
     python eval/predict.py --model runs/reviews/model --input new_reviews.txt --out predictions.jsonl
     python eval/predict.py --model runs/reviews/model --input new.csv --text_columns review --out predictions.jsonl
     python eval/predict.py --model runs/rte/model --input pairs.jsonl --text_columns premise,hypothesis --out p.jsonl
+    python eval/predict.py --model runs/squad/model --input questions.jsonl --max_length 384 --out answers.jsonl
 
 --input: .txt (a text per line; a pair as two tab-separated texts), .csv, .tsv or .jsonl (--text_columns: one column,
-or two for pairs; default the file's only column, or "text"). --out is never replaced without --overwrite. In Python:
+or two for pairs; default the file's only column, or "text"; QA: "question,context"; multiple choice: the run's
+columns). --out is never replaced without --overwrite. In Python:
 squeezebert_jax.predict.Predictor(MODEL_DIR)(["a text", ...]).
 """
 
@@ -18,7 +21,7 @@ from squeezebert_jax.predict import predict_file
 
 def main(argv=None):
     p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--model", required=True, help="MODEL_DIR of a fine-tuned sequence classifier")
+    p.add_argument("--model", required=True, help="MODEL_DIR of a fine-tuned model")
     p.add_argument("--input", required=True, help=".txt, .csv, .tsv or .jsonl")
     p.add_argument("--out", required=True, help="JSON lines to write (one per input)")
     p.add_argument("--text_columns", default="", help="the input's text column, or two for pairs (csv/jsonl)")

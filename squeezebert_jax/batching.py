@@ -42,6 +42,8 @@ def length_buckets(spec, max_length: int) -> tuple[int, ...]:
 def lengths(arrays: dict[str, np.ndarray]) -> np.ndarray:
     """Each example's length: the position after its last real token (the attention mask's)."""
     mask = arrays["attention_mask"]
+    if mask.ndim == 3:  # multiple choice [N, choices, S]: the longest choice
+        mask = mask.any(1)
     return np.where(mask.any(1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 0)
 
 
@@ -50,11 +52,11 @@ def bucket_index(arrays: dict[str, np.ndarray], buckets: tuple[int, ...]) -> np.
 
 
 def assemble(arrays: dict[str, np.ndarray], idx: np.ndarray, batch_size: int, width: int) -> dict[str, np.ndarray]:
-    """Rows ``idx`` as one batch of ``batch_size`` rows cut to ``width`` positions: padded with copies of its first row
-    that carry ``weights`` 0."""
+    """Rows ``idx`` as one batch of ``batch_size`` rows cut to ``width`` positions (the last axis of the sequences: a
+    multiple-choice row is [choices, S]): padded with copies of its first row that carry ``weights`` 0."""
     pad = batch_size - len(idx)
     rows = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
-    b = {k: (v[rows, :width] if k in SEQUENCE_KEYS or _token_labels(k, v) else v[rows]) for k, v in arrays.items()}
+    b = {k: (v[rows][..., :width] if k in SEQUENCE_KEYS or _token_labels(k, v) else v[rows]) for k, v in arrays.items()}
     b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
     return b
 
@@ -68,7 +70,7 @@ def batches(arrays: dict[str, np.ndarray], batch_size: int, order: np.ndarray | 
     """Fixed-shape batches in ``order`` (all rows at full width); the last one is padded with ``weights`` 0."""
     n = len(arrays["input_ids"])
     order = np.arange(n) if order is None else order
-    width = arrays["input_ids"].shape[1]
+    width = arrays["input_ids"].shape[-1]
     for i in range(0, n, batch_size):
         yield assemble(arrays, order[i:i + batch_size], batch_size, width)
 

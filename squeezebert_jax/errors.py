@@ -15,3 +15,7 @@ class CheckpointMismatchError(InputError):
     """A checkpoint that does not fit what is asked of it: weights with a tensor missing, unexpected or misshapen for
     the model (the message names the file and the tensors, in the checkpoint's own names), or a training checkpoint
     whose train state has another structure or other shapes than the current config's (nothing is touched)."""
+
+
+class DataFileError(InputError):
+    """A data file that does not fit the task's description: the message names the file, line and column."""

@@ -52,6 +52,11 @@ from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
+HEAD_NAMES = {"SqueezeBertForSequenceClassification": "sequence-classifier",
+              "SqueezeBertForTokenClassification": "token-classifier",
+              "SqueezeBertForQuestionAnswering": "question-answering", "SqueezeBertForMultipleChoice": "multiple-choice"}
+TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
+
 
 
 # --------------------------------------------------------------------------------------------------
@@ -87,6 +92,18 @@ def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regress
     return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
+def span_loss(logits, start_positions, end_positions, attention_mask, weights):
+    """Extractive QA: the mean of the start and end positions' cross-entropies over each real example's positions
+    (``logits`` [B, S, 2]); the padding is left out of the softmax, so a batch cut to its length bucket gives the loss
+    of one padded to ``max_seq_length`` (transformers' ``run_qa`` keeps the padding in)."""
+    w = weights.astype(jnp.float32)
+    x = jnp.where(attention_mask[..., None] > 0, logits.astype(jnp.float32), -1e9)
+    logp = jax.nn.log_softmax(x, axis=1)
+    nll = -(jnp.take_along_axis(logp[..., 0], start_positions[:, None], 1)[:, 0]
+            + jnp.take_along_axis(logp[..., 1], end_positions[:, None], 1)[:, 0]) / 2
+    return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
 # --------------------------------------------------------------------------------------------------
 # A classifier for a task
 # --------------------------------------------------------------------------------------------------
@@ -107,9 +124,11 @@ def align_to_task(model, task, source: str):
     task = spec.name
     if not isinstance(model, HEADS[spec.head]):
         raise inference.NoClassifierError(
-            f"{source}: the model ({type(model).__name__}) has no sequence-classifier head, so it cannot be used for "
-            f"{task}: fine-tune it on {task} first (train/finetune.py with --config.init_from set to it), or convert "
-            f"a PyTorch classifier with convert/from_pytorch.py --head SqueezeBertForSequenceClassification")
+            f"{source}: the model ({type(model).__name__}) has no {HEAD_NAMES[spec.head]} head, so "
+            f"it cannot be used for {task}: fine-tune it on {task} first (train/finetune.py with --config.init_from "
+            f"set to it), or convert a PyTorch model with convert/from_pytorch.py --head {spec.head}")
+    if spec.labels is None and not spec.is_regression:  # question answering, multiple choice: no label outputs
+        return model
     n = getattr(model, "num_labels", None)
     if n != spec.num_labels:
         raise TaskMismatchError(f"{source}: a classifier with {n} outputs cannot be used for {task} "
@@ -197,8 +216,11 @@ def make_train_step(graphdef, rest, tx, w_teacher: float, regression: bool, laye
         m.train()
         inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
         out = m(*inputs, collect=True) if layer_loss is not None else m(*inputs)
-        loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"), b.get("teacher_weight", w_teacher),
-                         regression)
+        if "start_positions" in b:  # extractive QA
+            loss = span_loss(out.logits, b["start_positions"], b["end_positions"], b["attention_mask"], b["weights"])
+        else:
+            loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"),
+                             b.get("teacher_weight", w_teacher), regression)
         if layer_loss is None:
             return loss, {}
         extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), trainable.get("proj", {}),
@@ -330,8 +352,8 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
         extra["teacher_weight"] = np.ones(len(transfer_ex), np.float32)
         train = {k: np.concatenate([v, extra[k]]) for k, v in train.items() if k in extra}
         log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "teacher", "teacher_weight")
-            if k in train]
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
+                        "teacher", "teacher_weight") if k in train]
     return TaskData({k: train[k] for k in keys}, evals, len(train_ex), len(transfer_ex))
 
 
@@ -500,7 +522,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                                        buckets)
                     if not np.isfinite(logits).all():
                         raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
-                    for name, value in spec.metrics(logits, arr["labels"]).items():
+                    for name, value in tasks.split_metrics(spec, logits, arr).items():
                         result[f"{split}/{name}"] = value
                 result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
                 history.append(result)
@@ -510,7 +532,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                 at_target = pruner is None or pruner.at_target
                 if at_target and (best is None or _better(result["score"], best["score"])):
                     best = result
-                    _export(model, state["params"]["model"], os.path.join(workdir, "model"), config.init_from)
+                    _export(model, state["params"]["model"], os.path.join(workdir, "model"), config.init_from,
+                            spec.card() if hasattr(spec, "card") else None)
                 losses.clear()
                 layer_parts.clear()
                 tokens[:] = [0, 0]
@@ -548,14 +571,17 @@ def _train_row(window: list, timer, lr: float) -> dict[str, float]:
     return m | {"learning_rate": float(lr), "examples_per_s": examples / dt, "tokens_per_s": tokens / dt}
 
 
-def _export(model, params, out_dir: str, tokenizer_dir: str) -> None:
-    """``params`` (on the mesh) into ``model`` and saved as a MODEL_DIR with ``tokenizer_dir``'s tokenizer (process 0)."""
+def _export(model, params, out_dir: str, tokenizer_dir: str, card: dict | None = None) -> None:
+    """``params`` (on the mesh) into ``model`` and saved as a MODEL_DIR with ``tokenizer_dir``'s tokenizer (process 0);
+    ``card``: how the task reads and decodes (QA's windows, the choice columns) as ``task.json``, for ``predict``."""
     host = parallel.to_host(params)
     params_state = nnx.state(model, nnx.Param)
     nnx.replace_by_pure_dict(params_state, host)
     nnx.update(model, params_state)
     if jax.process_index() == 0:
         save_pretrained(model, out_dir, tokenizer_dir=tokenizer_dir)
+        if card is not None:
+            atomic_write(os.path.join(out_dir, TASK_CARD), json.dumps(card, indent=2))
 
 
 # --------------------------------------------------------------------------------------------------

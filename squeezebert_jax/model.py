@@ -598,6 +598,11 @@ class QuestionAnsweringOutput:
     last_hidden_state: jax.Array
     pooler_output: jax.Array
 
+    @property
+    def logits(self) -> jax.Array:
+        """[B, S, 2]: the start and end logits of every position (what fine-tuning and evaluation read)."""
+        return jnp.stack([self.start_logits, self.end_logits], -1)
+
 
 # --------------------------------------------------------------------------------------------------
 # Models

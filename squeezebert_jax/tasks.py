@@ -9,8 +9,11 @@ reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``f
     data.label_column   "label"
     data.kind           classification (label names read from the training file, kept as the model's id2label),
                         regression (a float per row), multilabel (any number of labels per row: "a|b", or a JSON
-                        list; sigmoid outputs), or token_classification (CoNLL files: a word and its tag per
-                        line, the tag last; a blank line between sentences; -DOCSTART- lines skipped)
+                        list; sigmoid outputs), token_classification (CoNLL files: a word and its tag per
+                        line, the tag last; a blank line between sentences; -DOCSTART- lines skipped),
+                        question_answering (SQuAD v1.1 / v2.0 JSON or JSON Lines: ``squeezebert_jax.squad``; with
+                        data.doc_stride, max_query_length, max_answer_length, n_best, null_threshold), or
+                        multiple_choice (data.choice_columns the endings, SWAG-style: ``ChoiceTask``)
     data.labels         "neg,pos": the label names in id order (default: the training file's, sorted)
 
 Files are read with the standard library's ``csv`` (quoted fields may hold the delimiter, quotes and newlines) and
@@ -30,17 +33,15 @@ from typing import Any
 import numpy as np
 
 from squeezebert_jax import glue
-from squeezebert_jax.errors import InputError
+from squeezebert_jax import squad
+from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.glue import GlueExample
 
-KINDS = ("classification", "regression", "multilabel", "token_classification")
+KINDS = ("classification", "regression", "multilabel", "token_classification", "question_answering",
+         "multiple_choice")
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
-
-
-class DataFileError(InputError):
-    """A data file that does not fit the task's description: the message names the file, line and column."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -166,17 +167,7 @@ class FileTask:
         path = self.files[split]
         examples = []
         for lineno, row in read_rows(path):
-            texts = []
-            for col in self.text_columns:
-                if col not in row:
-                    raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))})")
-                texts.append(text_value(row[col], path, lineno, col))
-            label = None
-            if self.label_column in row:
-                label = self._label(row[self.label_column], path, lineno)
-            elif split != "test":
-                raise DataFileError(f"{path}:{lineno}: no label column {self.label_column!r} (has "
-                                    f"{', '.join(map(str, row))})")
+            texts, label = row_fields(path, lineno, row, self.text_columns, self.label_column, self._label, split)
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
@@ -359,6 +350,95 @@ class ConllTask:
             "accuracy": float(np.mean([a == b for ps, gs in zip(pred, gold) for a, b in zip(ps, gs)] or [0.0]))}
 
 
+# --------------------------------------------------------------------------------------------------
+# Multiple choice: a context and N endings (SWAG)
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ChoiceExample:
+    idx: int
+    context: str
+    lead: str | None  # the start every ending continues (SWAG's sent2), or None
+    endings: tuple[str, ...]
+    label: int | None  # the right ending's index; None: unlabelled
+
+
+@dataclasses.dataclass(frozen=True)
+class ChoiceTask:
+    """Multiple choice on CSV/TSV/JSON Lines rows (SWAG's layout: ``sent1``, ``sent2``, ``ending0`` .. ``ending3``,
+    ``label``): ``text_columns`` the context (and the start every ending continues), ``choice_columns`` the endings,
+    ``label_column`` the right one's index (0-based) or its column name. Each choice is encoded as the pair
+    ``(context, start + " " + ending)``, as transformers' ``run_swag``; the model scores every choice, the loss is the
+    cross-entropy over them, the metric accuracy."""
+
+    name: str
+    files: dict
+    text_columns: tuple[str, ...]
+    choice_columns: tuple[str, ...]
+    label_column: str
+
+    kind, head = "multiple_choice", "SqueezeBertForMultipleChoice"
+    is_regression, labels = False, None
+    main_metric = "accuracy"
+    num_labels = property(lambda self: len(self.choice_columns))
+    eval_splits = property(lambda self: ("validation",) if "validation" in self.files else ())
+    test_splits = property(lambda self: ("test",) if "test" in self.files else ())
+
+    def __post_init__(self):
+        if len(self.text_columns) not in (1, 2) or not all(self.text_columns):
+            raise InputError(f"config.data.text_columns={','.join(self.text_columns)!r}: the context column, and "
+                             f"optionally the column each ending continues (SWAG: sent1,sent2)")
+        if len(self.choice_columns) < 2 or not all(self.choice_columns):
+            raise InputError(f"config.data.choice_columns={','.join(self.choice_columns)!r}: two or more columns "
+                             f"holding the endings (SWAG: ending0,ending1,ending2,ending3)")
+
+    def load(self, split: str) -> list[ChoiceExample]:
+        path, out = self.files[split], []
+        for lineno, row in read_rows(path):
+            texts, label = row_fields(path, lineno, row, (*self.text_columns, *self.choice_columns), self.label_column,
+                                      self._label, split)
+            lead = texts[1] if len(self.text_columns) == 2 else None
+            out.append(ChoiceExample(len(out), texts[0], lead, tuple(texts[len(self.text_columns):]), label))
+        if not out:
+            raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        return out
+
+    def _label(self, raw, path: str, lineno: int) -> int:
+        name = _label_name(raw)
+        if name in self.choice_columns:
+            return self.choice_columns.index(name)
+        if name.isdigit() and int(name) < len(self.choice_columns):
+            return int(name)
+        raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} is not a choice: an index "
+                            f"0..{len(self.choice_columns) - 1} or one of {list(self.choice_columns)}")
+
+    def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
+        """``[N, choices, max_length]`` inputs, each choice ``[CLS] context [SEP] (start ending) [SEP]``; ``labels``
+        [N] (0 for an unlabelled row)."""
+        n, c = len(examples), self.num_labels
+        first = [ex.context for ex in examples for _ in range(c)]
+        second = [f"{ex.lead} {e}" if ex.lead is not None else e for ex in examples for e in ex.endings]
+        enc = tokenizer.encode_batch(first, second, max_length=max_length)
+        out = {k: np.asarray(enc[k], np.int32).reshape(n, c, max_length)
+               for k in ("input_ids", "attention_mask", "token_type_ids")}
+        out["labels"] = np.array([ex.label or 0 for ex in examples], np.int32)
+        return out
+
+    def metrics(self, predictions, labels) -> dict[str, float]:
+        p = np.asarray(predictions)
+        return {"accuracy": glue.accuracy(p.argmax(-1) if p.ndim == 2 else p, np.asarray(labels))}
+
+    def card(self) -> dict:
+        return {"kind": self.kind, "text_columns": list(self.text_columns),
+                "choice_columns": list(self.choice_columns)}
+
+
+def split_metrics(task, logits, arrays) -> dict[str, float]:
+    """A split's scores from the model's outputs on its encoded ``arrays``: ``task.score`` where the task decodes
+    outputs with more than the labels (QA's windows), else ``task.metrics(logits, labels)``."""
+    return task.score(logits, arrays) if hasattr(task, "score") else task.metrics(logits, arrays["labels"])
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
     if tag == "O":
         return "O", ""
@@ -394,6 +474,20 @@ def entity_scores(gold: list[list[str]], pred: list[list[str]]) -> dict[str, flo
     precision, recall = hit / len(p) if p else 0.0, hit / len(g) if g else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
+    """(the texts of ``columns``, the parsed label or None) of one row; a test row may leave the label out."""
+    texts = []
+    for col in columns:
+        if col not in row:
+            raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))})")
+        texts.append(text_value(row[col], path, lineno, col))
+    if label_column in row:
+        return texts, parse_label(row[label_column], path, lineno)
+    if split != "test":
+        raise DataFileError(f"{path}:{lineno}: no label column {label_column!r} (has {', '.join(map(str, row))})")
+    return texts, None
 
 
 def text_value(value, path: str, lineno: int, col: str) -> str:
@@ -460,6 +554,15 @@ def resolve(config) -> Any:
         tags = tuple(x.strip() for x in d.labels.split(",")) if d.labels else tag_names_of(files["train"])
         return ConllTask(name, files, tags)
     columns = tuple(c.strip() for c in d.text_columns.split(","))
+    if d.kind == "question_answering":
+        settings = {k: d[k] for k in ("max_query_length", "doc_stride", "max_answer_length", "n_best",
+                                      "null_threshold")}
+        squad.SquadTask(name, files, False, **settings).check(config.max_seq_length)
+        version_2 = any(squad.has_unanswerable(files[s]) for s in ("train", "validation") if s in files)
+        return squad.SquadTask(name, files, version_2, **settings)
+    if d.kind == "multiple_choice":
+        return ChoiceTask(name, files, columns, tuple(c.strip() for c in d.choice_columns.split(",") if c.strip()),
+                          d.label_column)
     labels = None
     if d.kind in ("classification", "multilabel"):
         labels = (tuple(x.strip() for x in d.labels.split(",")) if d.labels

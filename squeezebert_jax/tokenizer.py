@@ -203,6 +203,10 @@ class Tokenizer(abc.ABC):
     def _text(self, ids: list[int]) -> str:
         """The text of token ids (specials skipped)."""
 
+    @abc.abstractmethod
+    def _offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Token ids and each piece's character span, in the native library's batch call."""
+
     # -- construction / saving --------------------------------------------------------------------
 
     @staticmethod
@@ -312,6 +316,12 @@ class Tokenizer(abc.ABC):
         piece carries its tag), in one batch call of the native library."""
         return self._ids(list(words)) if len(words) else []
 
+    def pieces_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Each text's token ids (no specials) and each piece's character span ``(start, end)`` in the text: what
+        ``text[start:end]`` a piece stands for (extractive QA maps a span of pieces back to the context's text)."""
+        texts = _check_texts(texts, "texts")
+        return self._offsets(texts) if texts else []
+
     def encode(self, text: str, text_pair: str | None = None, max_length: int = 128) -> dict[str, np.ndarray]:
         """``[CLS] text [SEP] (text_pair [SEP])``, longest-first truncated and padded to ``max_length``.
 
@@ -391,6 +401,10 @@ class WordPieceTokenizer(Tokenizer):
     def _text(self, ids: list[int]) -> str:
         return self._backend.decode(ids, skip_special_tokens=False)
 
+    def _offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        return [(e.ids, [tuple(o) for o in e.offsets]) for e in self._backend.encode_batch(texts,
+                                                                                         add_special_tokens=False)]
+
 
 class SentencePieceTokenizer(Tokenizer):
     """A ``sentencepiece`` model (``*.model``) holding BERT-style specials (see ``SP_SPECIAL_NAMES``)."""
@@ -438,6 +452,26 @@ class SentencePieceTokenizer(Tokenizer):
 
     def _text(self, ids: list[int]) -> str:
         return self._sp.decode(ids)
+
+    def _offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        out = []
+        try:
+            protos = self._sp.encode(texts, return_type="proto")  # sentencepiece >= 0.2.1
+        except (TypeError, ValueError):
+            protos = self._sp.encode(texts, out_type="immutable_proto")
+        for text, proto in zip(texts, protos):
+            # sentencepiece's spans are UTF-8 byte offsets: as character offsets (a piece's leading U+2581 stands
+            # for the space before it, which its span leaves out where it can)
+            byte_end = np.cumsum([0] + [len(ch.encode()) for ch in text])
+            char = lambda b: int(np.searchsorted(byte_end, b))  # noqa: E731
+            spans = []
+            for p in proto.pieces:
+                start, end = char(p.begin), char(p.end)
+                while start < end and text[start].isspace():
+                    start += 1
+                spans.append((start, end))
+            out.append(([p.id for p in proto.pieces], spans))
+        return out
 
 
 def _read_bytes(path: str) -> bytes:

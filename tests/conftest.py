@@ -110,6 +110,18 @@ def write_sst2(d, n_train=384, n_dev=32, seed=0):
         f"{i}\t{r.split(chr(9))[0]}" for i, r in enumerate(rows(8))) + "\n")
 
 
+def tiny_init(path, vocab):
+    """A MODEL_DIR at ``path``: a random 2-layer, hidden-32 pretraining model and ``vocab`` as its vocab.txt."""
+    import squeezebert_jax as sj
+    from flax import nnx
+
+    cfg = sj.SqueezeBertConfig(vocab_size=len(vocab), hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), path)
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    return path
+
+
 def glue_config(task, init_from, data_dir, **kw):
     """train/configs/glue.py's config for ``task`` on a MODEL_DIR and GLUE_DIR, seq 16, no progress bar."""
     c = load_script("train/configs/glue.py").get_config(task)

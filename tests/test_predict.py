@@ -78,7 +78,7 @@ def test_a_model_without_a_classifier_is_one_line(tmp_path, run_cli):
     (tmp_path / "in.txt").write_text("good\n")
     rc, out, err = run_cli("eval/predict.py", "--model", tmp_path / "m", "--input", tmp_path / "in.txt", "--out",
                            tmp_path / "o.jsonl")
-    assert rc == 1 and "has no sequence- or token-classifier head" in err and not (tmp_path / "o.jsonl").exists()
+    assert rc == 1 and "has no classifier, tagger, question-answering or multiple-choice head" in err and not (tmp_path / "o.jsonl").exists()
 
 
 def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path):

@@ -59,3 +59,24 @@ def test_both_sides_fine_tune_the_same_converted_bert(tmp_path):
     for r in (ours, theirs):
         assert len(r.per_epoch) == recipe.epochs and r.examples_per_s > 0
         assert r.dev_accuracy == 1.0, r  # a separable task: both learn it
+
+
+def test_every_kind_is_written_from_the_snippets_and_runs_end_to_end(tmp_path):
+    """eval/real_text.py --part kinds on a tiny random model: each kind's files load, fine-tune one epoch, and a dev row
+    is predicted (QA: a SQuAD v2.0 file whose answers sit at their offsets; tagging: B-PRAISE / B-BLAME words)."""
+    from conftest import tiny_init
+
+    snippets = _snippets(tmp_path / "s.txt", n=200)
+    settings = real_text.write_kind_files(str(snippets), str(tmp_path / "kinds"), n_train=120, n_dev=40)
+    assert sorted(settings) == sorted(real_text.KIND_DESCRIPTIONS)
+    conll = (tmp_path / "kinds" / "token_classification" / "dev.conll").read_text()
+    assert "good B-PRAISE" in conll and "bad B-BLAME" in conll and "movie O" in conll
+    rows = real_text.run_kinds(str(tiny_init(tmp_path / "init", VOCAB)), settings, str(tmp_path / "runs"),
+                               load_script("train/configs/glue.py").get_config, epochs=1, learning_rate=1e-3)
+    got = {r["kind"]: r for r in rows}
+    assert got["question_answering"]["metrics"].keys() >= {"exact_match", "f1", "HasAns_f1", "NoAns_f1"}
+    assert set(got["question_answering"]["prediction"]) >= {"answer", "probability"}
+    assert got["token_classification"]["prediction"]["tags"][0] in ("O", "B-PRAISE", "B-BLAME")
+    assert len(got["multiple_choice"]["prediction"]["probabilities"]) == 4
+    assert "score" in got["regression"]["prediction"] and "micro_f1" in got["multilabel"]["metrics"]
+    assert all(r["train"] > 0 and r["wall_s"] > 0 for r in rows)

@@ -13,19 +13,13 @@ import numpy as np
 import pytest
 
 import squeezebert_jax as sj
-from conftest import ROOT, VOCAB, WORDS, glue_config
+from conftest import ROOT, VOCAB, WORDS, glue_config, tiny_init
 from squeezebert_jax import finetune as ft
 from squeezebert_jax import tasks
 
 
 def _init_dir(path):
-    from flax import nnx
-
-    cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
-    sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), path)
-    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    return path
+    return tiny_init(path, VOCAB)
 
 
 def _rows(n, seed):

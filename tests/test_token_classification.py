@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flax import nnx
 
 import squeezebert_jax as sj
-from conftest import glue_config
+from conftest import glue_config, tiny_init
 from squeezebert_jax import finetune as ft
 from squeezebert_jax import tasks
 
@@ -41,12 +40,7 @@ def _write_conll(path, n, seed, docstart=True):
 
 @pytest.fixture(scope="module")
 def init(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tok") / "init"
-    cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
-    sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), path)
-    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    return path
+    return tiny_init(tmp_path_factory.mktemp("tok") / "init", VOCAB)
 
 
 def _config(init, train, dev, **kw):

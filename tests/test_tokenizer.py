@@ -329,3 +329,24 @@ def test_load_picks_the_kind_behind_one_interface(hand_vocab, sp_tok):
     assert type(sp_tok) is SentencePieceTokenizer
     for tok, kind, name in ((wp, "wordpiece", "vocab.txt"), (sp_tok, "sentencepiece", "spiece.model")):
         assert isinstance(tok, Tokenizer) and (tok.kind, tok.file_name) == (kind, name)
+
+
+@pytest.mark.parametrize("vocab_name", ["hand_vocab", "trained_vocab"])
+def test_piece_offsets_equal_bert_tokenizer_fast(vocab_name, request):
+    path = request.getfixturevalue(vocab_name)
+    texts = ["The Café's owner, Zoë, said \u201chello\u201d!", "  spaced   out  ", "naïve résumé x"]
+    ours = Tokenizer.from_file(path).pieces_with_offsets(texts)
+    enc = _hf(path)(texts, add_special_tokens=False, return_offsets_mapping=True)
+    for (ids, offsets), want_ids, want_offsets in zip(ours, enc["input_ids"], enc["offset_mapping"]):
+        assert ids == want_ids and offsets == [tuple(o) for o in want_offsets]
+
+
+def test_sentencepiece_piece_offsets_cover_their_characters(sp_tok):
+    texts = ["the café's owner said hello", "  spaced   out  ", "naïve résumé"]
+    for text, (ids, offsets) in zip(texts, sp_tok.pieces_with_offsets(texts)):
+        assert ids == sp_tok.tokenize(text)
+        pieces = [sp_tok.id_to_token(i).replace("\u2581", "") for i in ids]
+        for (s, e), piece in zip(offsets, pieces):
+            assert 0 <= s <= e <= len(text) and not text[s:s + 1].isspace()
+            if sp_tok.unk_id not in ids:
+                assert text[s:e].lower() == piece

@@ -20,6 +20,7 @@ import csv
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -170,3 +171,142 @@ def transformers_run(hf_dir: str, data_dir: str, recipe: Recipe) -> Result:
     wall = time.perf_counter() - t0
     return Result(f"transformers {transformers.__version__} + torch {torch.__version__}", max(per_epoch), per_epoch,
                   wall, len(train_x) * recipe.epochs / wall)
+
+
+# --------------------------------------------------------------------------------------------------
+# Every data kind, end to end, on files written from the real snippets
+# --------------------------------------------------------------------------------------------------
+
+# Sentiment words for the tagging and QA files (a word's tag or a question's answer; the contexts are the real snippets)
+PRAISE = ("good", "great", "best", "funny", "fun", "entertaining", "beautiful", "charming", "wonderful", "smart",
+          "engaging", "enjoyable", "moving", "brilliant", "compelling", "witty", "delightful", "fascinating")
+BLAME = ("bad", "worst", "boring", "dull", "tedious", "stupid", "mess", "awful", "flat", "silly", "predictable",
+         "tiresome", "lame", "pointless", "unfunny", "clumsy")
+KIND_DESCRIPTIONS = {
+    "regression": "the raters' mean score in [-4, 4] (Pearson)",
+    "multilabel": "labels positive|negative and strong (|mean| >= 2) (micro-F1)",
+    "token_classification": "each word of a snippet tagged B-PRAISE / B-BLAME from a word list (entity F1)",
+    "question_answering": "'Which word praises the film?' over a snippet: its first praising word, or none (SQuAD "
+                          "v2.0; F1)",
+    "multiple_choice": "a snippet's first half and four second halves, one its own (SWAG-style; accuracy)",
+}
+
+
+def _snippets(snippets: str) -> list[tuple[str, float]]:
+    with open(snippets, encoding="utf-8", newline="") as f:
+        return [(rec["text"].strip(), float(rec["sentiment"]))
+                for rec in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def _bare(word: str) -> str:
+    return word.strip(".,;:!?\"'()-").lower()
+
+
+def write_kind_files(snippets: str, out_dir: str, n_train: int = 400, n_dev: int = 100, seed: int = 0) -> dict:
+    """For each kind in ``KIND_DESCRIPTIONS``, train and dev files in ``out_dir/<kind>/`` written from the real
+    snippets (a seeded draw, disjoint train and dev); returns ``{kind: config.data settings}``."""
+    import json
+
+    rows = _snippets(snippets)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(rows))
+    split = {"train": [rows[i] for i in order[:n_train]], "dev": [rows[i] for i in order[n_train:n_train + n_dev]]}
+    settings = {}
+
+    def path(kind, name):
+        os.makedirs(os.path.join(out_dir, kind), exist_ok=True)
+        return os.path.join(out_dir, kind, name)
+
+    def write_csv(kind, name, header, table):
+        with open(path(kind, name), "w", encoding="utf-8", newline="") as f:
+            csv.writer(f).writerows([header, *table])
+
+    for name, part in split.items():
+        write_csv("regression", f"{name}.csv", ["text", "score"], [(t, s) for t, s in part])
+        write_csv("multilabel", f"{name}.csv", ["text", "labels"],
+                  [(t, "|".join([("positive" if s > 0 else "negative")] + (["strong"] if abs(s) >= 2 else [])))
+                   for t, s in part])
+        with open(path("token_classification", f"{name}.conll"), "w", encoding="utf-8") as f:
+            for text, _ in part:
+                for w in text.split():
+                    tag = "B-PRAISE" if _bare(w) in PRAISE else "B-BLAME" if _bare(w) in BLAME else "O"
+                    f.write(f"{w} {tag}\n")
+                f.write("\n")
+        with open(path("question_answering", f"{name}.jsonl"), "w", encoding="utf-8") as f:
+            for i, (text, _) in enumerate(part):
+                hits = [m for m in re.finditer(r"[A-Za-z]+", text) if m.group().lower() in PRAISE]
+                answers = {"text": [hits[0].group()], "answer_start": [hits[0].start()]} if hits else \
+                    {"text": [], "answer_start": []}
+                f.write(json.dumps({"id": f"{name}{i}", "question": "Which word praises the film?",
+                                    "context": text, "answers": answers}) + "\n")
+        table = []
+        long = [t for t, _ in part if len(t.split()) >= 4]  # two words or more in each half
+        for i, text in enumerate(long):
+            words = text.split()
+            others = [long[j] for j in rng.choice([j for j in range(len(long)) if j != i], 3, replace=False)]
+            endings = [" ".join(words[len(words) // 2:])] + [" ".join(o.split()[len(o.split()) // 2:]) for o in others]
+            at = int(rng.integers(4))
+            endings.insert(at, endings.pop(0))
+            table.append((" ".join(words[:len(words) // 2]), *endings, at))
+        write_csv("multiple_choice", f"{name}.csv", ["context", "ending0", "ending1", "ending2", "ending3", "label"],
+                  table)
+    settings["regression"] = {"text_columns": "text", "label_column": "score", "train_file": "train.csv",
+                              "validation_file": "dev.csv"}
+    settings["multilabel"] = {"text_columns": "text", "label_column": "labels", "train_file": "train.csv",
+                              "validation_file": "dev.csv"}
+    settings["token_classification"] = {"train_file": "train.conll", "validation_file": "dev.conll"}
+    settings["question_answering"] = {"train_file": "train.jsonl", "validation_file": "dev.jsonl", "doc_stride": 32,
+                                      "max_query_length": 16}
+    settings["multiple_choice"] = {"text_columns": "context", "choice_columns": "ending0,ending1,ending2,ending3",
+                                   "train_file": "train.csv", "validation_file": "dev.csv"}
+    for kind, s in settings.items():
+        s["kind"] = kind
+        for key in ("train_file", "validation_file"):
+            s[key] = os.path.join(out_dir, kind, s[key])
+    return settings
+
+
+MAIN_METRIC = {"regression": "pearson", "multilabel": "micro_f1", "token_classification": "f1",
+               "question_answering": "f1", "multiple_choice": "accuracy"}
+
+
+def run_kinds(model_dir: str, settings: dict, workdir: str, make_config, epochs: int = 3,
+              learning_rate: float = 1e-4) -> list[dict]:
+    """Fine-tune ``model_dir`` on each kind's files with train/finetune.py's code and predict the first dev rows with
+    eval/predict.py's; one row per kind: its dev metrics (best epoch), wall time and a prediction."""
+    from squeezebert_jax.finetune import finetune
+    from squeezebert_jax.predict import Predictor, read_inputs
+
+    out = []
+    for kind, data in settings.items():
+        c = make_config()
+        c.init_from, c.task, c.progress = model_dir, "files", False
+        for k, v in data.items():
+            c.data[k] = v
+        c.learning_rate, c.num_epochs, c.batch_size, c.max_seq_length = learning_rate, epochs, 16, 64
+        t0 = time.perf_counter()
+        res = finetune(c, os.path.join(workdir, kind))
+        wall = time.perf_counter() - t0
+        predictor = Predictor(os.path.join(workdir, kind, "model"), max_length=64)
+        if kind == "token_classification":
+            first = [" ".join(next(iter(_conll_sentences(data["validation_file"]))))]
+        else:
+            first = read_inputs(data["validation_file"], predictor.columns or data.get("text_columns", ""))[:1]
+        best = res["best"]
+        out.append({"kind": kind, "metric": MAIN_METRIC[kind], "value": best[f"validation/{MAIN_METRIC[kind]}"],
+                    "epoch": best["epoch"], "metrics": {k.split("/", 1)[1]: v for k, v in best.items()
+                                                        if k.startswith("validation/")},
+                    "train": res["train_examples"], "wall_s": wall, "input": first[0],
+                    "prediction": predictor(first)[0]})
+    return out
+
+
+def _conll_sentences(path: str):
+    words = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                words.append(line.split()[0])
+            elif words:
+                yield words
+                words = []

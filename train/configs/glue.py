@@ -6,6 +6,17 @@ JSON Lines files), optionally with sweep settings: "rte", "rte,lr=3e-5,dropout=0
         --config.data.train_file train.csv --config.data.validation_file dev.csv \
         --config.data.text_columns text --config.data.label_column label --workdir runs/mine
 
+    # extractive QA on SQuAD v1.1 / v2.0 files (windows as run_qa: 384 pieces, doc stride 128)
+    python train/finetune.py --config train/configs/glue.py:files --config.init_from MODEL_DIR \
+        --config.data.kind question_answering --config.data.train_file train-v2.0.json \
+        --config.data.validation_file dev-v2.0.json --config.max_seq_length 384 --config.data.doc_stride 128 \
+        --workdir runs/squad
+    # multiple choice, SWAG's CSV columns
+    python train/finetune.py --config train/configs/glue.py:files --config.init_from MODEL_DIR \
+        --config.data.kind multiple_choice --config.data.train_file train.csv --config.data.validation_file val.csv \
+        --config.data.text_columns sent1,sent2 --config.data.choice_columns ending0,ending1,ending2,ending3 \
+        --workdir runs/swag
+
     python train/finetune.py --config train/configs/glue.py:rte --config.init_from MODEL_DIR \
         --config.data_dir glue_data --workdir runs/rte
     # distillation from a teacher MODEL_DIR, starting from the MNLI-finetuned student (paper §4.2.2):
@@ -37,10 +48,15 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = task
     # task=files: your own labelled text (squeezebert_jax.tasks). CSV/TSV/JSON Lines files; text_columns one column
-    # or "a,b" for pairs; kind classification (labels: "" reads them from the training file, sorted) or regression.
+    # or "a,b" for pairs; kind classification (labels: "" reads them from the training file, sorted), regression,
+    # multilabel, token_classification (CoNLL files), question_answering (SQuAD JSON / JSON Lines; run_qa's windows:
+    # max_seq_length 384 with doc_stride 128) or multiple_choice (choice_columns: the endings, e.g. SWAG's
+    # "ending0,ending1,ending2,ending3" with text_columns "sent1,sent2").
     c.data = ml_collections.ConfigDict({"train_file": "", "validation_file": "", "test_file": "",
                                         "text_columns": "sentence", "label_column": "label",
-                                        "kind": "classification", "labels": "", "name": ""})
+                                        "kind": "classification", "labels": "", "name": "", "choice_columns": "",
+                                        "max_query_length": 64, "doc_stride": 32, "max_answer_length": 30,
+                                        "n_best": 20, "null_threshold": 0.0})
     c.init_from = ""  # MODEL_DIR (pretrained, or MNLI-finetuned for transfer)
     c.data_dir = ""  # GLUE_DIR written by the original download script; empty: TFDS glue/<task>
     c.skip_malformed = False

@@ -1,0 +1,114 @@
+"""Multiple choice from SWAG-style files (tasks.ChoiceTask): choices encoded as run_swag pairs, [N, choices, S] batches
+cut to their length bucket with the logits of fixed padding, a tiny model trained to pick the right ending, predict,
+and label errors naming file and line."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+
+import squeezebert_jax as sj
+from conftest import glue_config, tiny_init
+from squeezebert_jax import batching, inference, tasks
+from squeezebert_jax import finetune as ft
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "film", "was", "shot", "in", "york", "##shire", "by",
+         "john", "smith", "and", "mary", "jones", "new", "paris", "london", "rome", "at", ".", "then", "left", "for"]
+PLACES = ["york", "paris", "london", "rome"]
+HEADER = ["sent1", "sent2", "ending0", "ending1", "ending2", "ending3", "label"]
+
+
+@pytest.fixture(scope="module")
+def init(tmp_path_factory):
+    return tiny_init(tmp_path_factory.mktemp("mc") / "init", VOCAB)
+
+
+def _rows(n, seed):
+    """'john shot the film in <place> .' / 'then john left for' -> the ending that names <place> and is the only one
+    in its form ('the film in <place> .'; the others: '<place> .')."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        person, place = ["john", "mary jones", "john smith"][rng.integers(3)], PLACES[rng.integers(4)]
+        endings = [f"the film in {p} ." if p == place else f"{p} ." for p in rng.permutation(PLACES)]
+        right = next(i for i, e in enumerate(endings) if place in e.split())
+        rows.append([f"{person} shot the film in {place} .", f"then {person} left for", *endings, str(right)])
+    return rows
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([HEADER, *rows])
+    return path
+
+
+def _config(init, train, dev, **kw):
+    c = glue_config("rte", init, "", **{"learning_rate": 3e-3, "num_epochs": 4, "dropout": 0.0, "max_seq_length": 32,
+                                        **kw})
+    c.task, c.data.kind = "files", "multiple_choice"
+    c.data.train_file, c.data.validation_file = str(train), str(dev)
+    c.data.text_columns, c.data.choice_columns = "sent1,sent2", "ending0,ending1,ending2,ending3"
+    return c
+
+
+def test_choices_are_run_swags_pairs_and_buckets_keep_the_logits(init, tmp_path):
+    import transformers
+
+    path = _write(tmp_path / "a.csv", _rows(10, 0))
+    task = tasks.ChoiceTask("a", {"train": str(path)}, ("sent1", "sent2"), tuple(HEADER[2:6]), "label")
+    examples = task.load("train")
+    ours = task.encode(examples, sj.Tokenizer.from_dir(init), 32)
+    hf = transformers.BertTokenizerFast(str(init / "vocab.txt"), do_lower_case=True)
+    first = [ex.context for ex in examples for _ in range(4)]
+    second = [f"{ex.lead} {e}" for ex in examples for e in ex.endings]
+    enc = hf(first, second, truncation=True, max_length=32, padding="max_length")
+    for k in ("input_ids", "token_type_ids", "attention_mask"):
+        assert ours[k].reshape(40, 32).tolist() == enc[k]
+    assert ours["labels"].tolist() == [int(r[-1]) for r in _rows(10, 0)]
+    # [N, 4, S] cut to the bucket of its longest choice: the logits of fixed padding
+    model = sj.SqueezeBertForMultipleChoice(sj.io._read_config(init)[0], rngs=nnx.Rngs(1))
+    width = int(batching.lengths(ours).max())
+    assert width < 32 and batching.assemble(ours, np.arange(10), 10, width)["input_ids"].shape == (10, 4, width)
+    fixed = inference.predict_logits(model, ours, buckets=(32,))
+    bucketed = inference.predict_logits(model, ours, buckets=(8, 16, 24, 32))
+    np.testing.assert_allclose(bucketed, fixed, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
+    train, dev = _write(tmp_path / "train.csv", _rows(256, 0)), _write(tmp_path / "dev.csv", _rows(48, 1))
+    res = ft.finetune(_config(init, train, dev, num_epochs=6), str(tmp_path / "run"))
+    assert res["best"]["validation/accuracy"] > 0.8, [h["validation/accuracy"] for h in res["history"]]
+    model_dir = tmp_path / "run" / "model"
+    assert type(sj.load_pretrained(model_dir)) is sj.SqueezeBertForMultipleChoice
+    rows = _rows(8, 2)
+    _write(tmp_path / "new.csv", [r[:-1] + [""] for r in rows])
+    rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "new.csv", "--out",
+                           tmp_path / "out.jsonl", "--max_length", 32)
+    assert rc == 0, err
+    got = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(got) == 8 and all(len(g["probabilities"]) == 4 for g in got)
+    assert np.mean([g["choice"] == int(r[-1]) for g, r in zip(got, rows)]) >= 0.75
+    assert all(g["ending"] == r[2 + g["choice"]] for g, r in zip(got, rows))
+
+
+@pytest.mark.parametrize("label, msg", [("4", r"dev.csv:3: column 'label': '4' is not a choice: an index 0..3 or one "
+                                               r"of \['ending0', 'ending1', 'ending2', 'ending3'\]"),
+                                        ("ending9", r"dev.csv:3: column 'label': 'ending9' is not a choice")])
+def test_a_label_that_is_no_choice_is_named(init, tmp_path, label, msg):
+    train = _write(tmp_path / "train.csv", _rows(8, 0))
+    rows = _rows(2, 1)
+    rows[1][-1] = label
+    dev = _write(tmp_path / "dev.csv", rows)
+    with pytest.raises(sj.errors.InputError, match=msg):
+        ft.finetune(_config(init, train, dev), str(tmp_path / "run"))
+
+
+def test_the_label_may_name_the_right_column(init, tmp_path):
+    rows = _rows(4, 0)
+    path = _write(tmp_path / "a.csv", [r[:-1] + [f"ending{r[-1]}"] for r in rows])
+    task = tasks.ChoiceTask("a", {"train": str(path)}, ("sent1", "sent2"), tuple(HEADER[2:6]), "label")
+    assert [ex.label for ex in task.load("train")] == [int(r[-1]) for r in rows]
