@@ -77,7 +77,7 @@ def kinds(args, snippets: str, model_dir: str) -> str:
     rows = [[r["kind"], f"{r['metric']} {r['value']:.3f}" if r["value"] <= 1 else f"{r['metric']} {r['value']:.1f}",
              ", ".join(f"{k} {v:.3f}" if abs(v) <= 1 else f"{k} {v:.1f}" for k, v in r["metrics"].items()
                        if k != r["metric"]), f"{r['wall_s']:.0f}",
-             _short(r["input"]) + " -> " + _short(r["prediction"])] for r in results]
+             _short(r["input"]) + " -> " + _outcome(r["kind"], r["prediction"])] for r in results]
     table = format_table(["kind", "dev (best epoch)", "other dev metrics", "wall s", "a dev row predicted"], rows,
                          title=(f"every data kind: all-MiniLM-L6-v2 on files written from VADER's movie snippets (400 "
                                 f"train / 100 dev, 3 epochs, lr 1e-4, max length 64); host: {cpu_model()}; "
@@ -86,11 +86,23 @@ def kinds(args, snippets: str, model_dir: str) -> str:
     return table
 
 
-def _short(x, n: int = 70) -> str:
-    import json
-
-    text = x if isinstance(x, str) else json.dumps(x)
+def _short(x, n: int = 60) -> str:
+    text = x if isinstance(x, str) else x[-1] if len(x) == 2 else x[0]  # a QA row: its context
     return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _outcome(kind: str, p: dict) -> str:
+    """One prediction in a few words."""
+    if kind == "regression":
+        return f"score {p['score']:+.2f}"
+    if kind == "multilabel":
+        return "labels " + ("|".join(p["labels"]) or "none")
+    if kind == "token_classification":
+        hits = [f"{w}/{t}" for w, t in zip(p["words"], p["tags"]) if t not in ("O", None)]
+        return "tags " + (", ".join(hits) or "all O")
+    if kind == "question_answering":
+        return f"answer {p['answer']!r} (p {p['probability']:.2f})"
+    return f"ending {p['choice']} (p {max(p['probabilities']):.2f})"
 
 
 def compare(args, hf_dir: str, snippets: str, model_dir: str) -> str:

@@ -418,7 +418,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     eval_rest = jax.device_put(rest, NamedSharding(mesh, P()))
 
     # -- Optimizer, train state and the jitted step ------------------------------------------------
-    buckets = batching.length_buckets(config.length_buckets, config.max_seq_length)
+    buckets = batching.length_buckets(config.length_buckets, config.max_seq_length, batching.lengths(data.train))
     steps_per_epoch = batching.steps_per_epoch(data.train, config.batch_size, buckets)
     total = steps_per_epoch * config.num_epochs
     trainable = {"model": params} | ({"proj": proj} if proj else {})

@@ -65,9 +65,9 @@ def eval_batch_size(batch_size: int, mesh) -> int:
 def predict_batches(graphdef, state: tuple, arrays: dict[str, np.ndarray], batch_size: int, mesh,
              buckets: tuple[int, ...] | None = None) -> np.ndarray:
     """Logits of an eval-mode ``graphdef`` with ``state`` for every row of ``arrays`` (in their order), batches split
-    over ``mesh`` and cut to their length bucket (``batching``; default: the ``auto`` buckets of the rows' width)."""
+    over ``mesh`` and cut to their length bucket (``batching``; default: the ``auto`` buckets of the rows' lengths)."""
     structure, arrays = Structure(graphdef), {k: arrays[k] for k in INPUT_KEYS}
-    buckets = buckets or batching.length_buckets("auto", arrays["input_ids"].shape[-1])
+    buckets = buckets or batching.length_buckets("auto", arrays["input_ids"].shape[-1], batching.lengths(arrays))
     size, out = eval_batch_size(batch_size, mesh), None
     for idx, width in batching.eval_plan(arrays, size, buckets):
         b = batching.assemble(arrays, idx, size, width)

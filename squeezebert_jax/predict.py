@@ -8,7 +8,8 @@ Inputs: strings, or (text, text) pairs for a pair classifier; a tagger (token cl
 ``{"words": [...], "tags": [...]}`` for each text, its words split on whitespace; an extractive QA model takes
 (question, context) pairs and gives ``{"answer", "start", "end", "score", "probability"}`` ("" for "no answer" from a
 SQuAD v2.0 model); a multiple-choice model takes (context[, start], ending, ending, ...) rows and gives ``{"choice",
-"ending", "probabilities"}``. Files: ``.txt`` (a text per line; a pair as two tab-separated texts), ``.csv`` / ``.tsv``
+"ending", "probabilities"}``; a multilabel classifier gives ``{"labels": [...], "probabilities"}`` (a sigmoid per
+label). Files: ``.txt`` (a text per line; a pair as two tab-separated texts), ``.csv`` / ``.tsv``
 / ``.jsonl`` (the ``text_columns``; default the file's only column, or ``text``; QA: ``question,context``; multiple
 choice: the run's text and choice columns). A regression model (one output) gives ``{"score": x}``. Batches are cut to
 their length bucket (``batching``) and run data parallel over every device.
@@ -59,7 +60,7 @@ class Predictor:
             return "question,context"
         if self.kind == "choice":
             return ",".join(self.card.get("text_columns", ["context"]) + self.card.get("choice_columns", []))
-        return ""
+        return ",".join(self.card.get("text_columns", []))
 
     def _logits(self, arrays) -> np.ndarray:
         from squeezebert_jax.inference import predict_logits
@@ -132,6 +133,10 @@ class Predictor:
         logits = self.logits(list(texts))
         if self.labels is None:
             return [{"score": float(x[0])} for x in logits]
+        if self.card.get("kind") == "multilabel":  # a sigmoid per label; on where it is above 0.5
+            p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+            return [{"labels": [name for name, v in zip(self.labels, row) if v > 0.5],
+                     "probabilities": {name: float(v) for name, v in zip(self.labels, row)}} for row in p]
         return [{"label": self.labels[int(row.argmax())],
                  "probabilities": {name: float(v) for name, v in zip(self.labels, row)}} for row in _softmax(logits)]
 

@@ -35,6 +35,7 @@ import string
 
 import numpy as np
 
+from squeezebert_jax import sources
 from squeezebert_jax.errors import DataFileError, InputError
 
 NO_CONTEXT = -1  # the offsets of a piece that is not the context's (specials, question, padding)
@@ -58,6 +59,8 @@ def read_squad(path: str, labelled: bool = True) -> list[QAExample]:
     """The questions of a SQuAD JSON or JSON Lines file (see the module docstring). ``labelled``: each question must
     carry answers or be marked unanswerable; else (a test file) the answers may be left out. Every error names the file
     and the line (of the question's id in a SQuAD JSON)."""
+    if sources.is_dataset(path):  # datasets' SQuAD rows: id, question, context, answers {text, answer_start}
+        return _examples(((f"{path}:{i}", {"id": str(i), **row}) for i, row in sources.rows(path)), path, labelled)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
     ext = os.path.splitext(path)[1].lower()
@@ -70,6 +73,10 @@ def read_squad(path: str, labelled: bool = True) -> list[QAExample]:
         raise DataFileError(f"{path}: not UTF-8 text (byte {e.start})") from None
     doc = _squad_json(raw)
     rows = _squad_json_rows(path, raw, doc) if doc is not None else _jsonl_rows(path, raw)
+    return _examples(rows, path, labelled)
+
+
+def _examples(rows, path: str, labelled: bool) -> list[QAExample]:
     out, seen = [], {}
     for where, row in rows:
         ex = _example(len(out), where, row, labelled)

@@ -28,12 +28,13 @@ import dataclasses
 import json
 import math
 import os
+import re
 from typing import Any
 
 import numpy as np
 
 from squeezebert_jax import glue
-from squeezebert_jax import squad
+from squeezebert_jax import sources, squad
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.glue import GlueExample
 
@@ -82,7 +83,11 @@ class GlueTask:
 # --------------------------------------------------------------------------------------------------
 
 def read_rows(path: str):
-    """(line, {column: value}) for every record of a CSV / TSV / JSON Lines file; the line is where the record starts."""
+    """(line, {column: value}) for every record of a CSV / TSV / JSON Lines file (the line where the record starts), or
+    (row, {column: value}) for every row of a dataset split ``hf:...`` / ``tfds:...`` (``sources``)."""
+    if sources.is_dataset(path):
+        yield from sources.rows(path)
+        return
     fmt = FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:
         raise DataFileError(f"{path}: unknown file type {os.path.splitext(path)[1]!r}; give a .csv, .tsv or .jsonl file")
@@ -182,6 +187,11 @@ class FileTask:
             out["labels"][i, list(e.label or ())] = 1.0
         return out
 
+    def card(self) -> dict:
+        """What ``predict`` needs (``task.json``): the kind (a multilabel model's outputs are a sigmoid each) and the
+        text columns (a file's default input columns)."""
+        return {"kind": self.kind, "text_columns": list(self.text_columns)}
+
     def _label(self, raw, path: str, lineno: int) -> int | float | tuple[int, ...]:
         where = f"{path}:{lineno}: column {self.label_column!r}"
         if self.is_regression:
@@ -236,10 +246,14 @@ class TokenExample:
     tags: tuple[str, ...] | None  # None: unlabelled (a test file of words only)
 
 
-def read_conll(path: str) -> list[tuple[int, list[str], list[str] | None]]:
+def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
+               ) -> list[tuple[int, list[str], list[str] | None]]:
     """(first line, words, tags) per sentence: a word per line, its tag the last whitespace-separated field (CoNLL-2003's
     "word POS chunk NER" reads as word and NER), a blank line between sentences, -DOCSTART- lines skipped. A file of one
-    field per line is words without tags."""
+    field per line is words without tags. A dataset split (``hf:...`` / ``tfds:...``): a sentence per row, its words in
+    ``columns[0]`` and their tags (names, or class labels) in ``columns[1]``."""
+    if sources.is_dataset(path):
+        return _dataset_sentences(path, columns)
     sentences, words, tags, start, fields = [], [], [], None, None
     for lineno, line in enumerate(_lines(path), 1):
         parts = line.split()
@@ -263,6 +277,24 @@ def read_conll(path: str) -> list[tuple[int, list[str], list[str] | None]]:
     return sentences
 
 
+def _dataset_sentences(path: str, columns: tuple[str, str]):
+    words_col, tags_col = columns
+    out = []
+    for row_no, row in sources.rows(path):
+        if words_col not in row:
+            raise DataFileError(f"{path}:{row_no}: no column {words_col!r} of words (has {', '.join(map(str, row))}); "
+                                f"name it with config.data.text_columns")
+        words = [str(w) for w in row[words_col]]
+        tags = [str(t) for t in row[tags_col]] if tags_col in row else None
+        if tags is not None and len(tags) != len(words):
+            raise DataFileError(f"{path}:{row_no}: {len(words)} words but {len(tags)} tags in {tags_col!r}")
+        if words:
+            out.append((row_no, words, tags))
+    if not out:
+        raise DataFileError(f"{path}: no sentences")
+    return out
+
+
 def _lines(path: str):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
@@ -274,9 +306,9 @@ def _lines(path: str):
             raise DataFileError(f"{path}: not UTF-8 text (byte {e.start} of a read block)") from None
 
 
-def tag_names_of(path: str) -> tuple[str, ...]:
+def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -> tuple[str, ...]:
     """The tags of a CoNLL training file: "O" first, then the others sorted (B-LOC, B-PER, I-LOC, ...)."""
-    names = {t for _, _, tags in read_conll(path) for t in (tags or ())}
+    names = {t for _, _, tags in read_conll(path, columns) for t in (tags or ())}
     if not names:
         raise DataFileError(f"{path}: no tags (a word and its tag per line)")
     return tuple(sorted(names, key=lambda t: (t != "O", t)))
@@ -289,6 +321,7 @@ class ConllTask:
     name: str
     files: dict
     labels: tuple[str, ...]
+    columns: tuple[str, str] = ("tokens", "ner_tags")  # a dataset split's words and tags (CoNLL files: unused)
 
     kind, head = "token_classification", "SqueezeBertForTokenClassification"
     is_regression = False
@@ -300,7 +333,7 @@ class ConllTask:
 
     def load(self, split: str) -> list[TokenExample]:
         path, out = self.files[split], []
-        for lineno, words, tags in read_conll(path):
+        for lineno, words, tags in read_conll(path, self.columns):
             if tags is None and split != "test":
                 raise DataFileError(f"{path}:{lineno}: words without tags (a word and its tag per line)")
             for i, t in enumerate(tags or ()):
@@ -549,10 +582,12 @@ def resolve(config) -> Any:
                          "token_classification)")
     if d.kind not in KINDS:
         raise InputError(f"config.data.kind={d.kind!r}: one of {', '.join(KINDS)}")
-    name = d.name or os.path.splitext(os.path.basename(files["train"]))[0]
+    name = d.name or re.sub(r"[^\w.-]+", "_", os.path.splitext(os.path.basename(files["train"].rstrip("/")))[0])
     if d.kind == "token_classification":
-        tags = tuple(x.strip() for x in d.labels.split(",")) if d.labels else tag_names_of(files["train"])
-        return ConllTask(name, files, tags)
+        columns = (d.text_columns if d.text_columns != "sentence" else "tokens",
+                   d.label_column if d.label_column != "label" else "ner_tags")
+        tags = tuple(x.strip() for x in d.labels.split(",")) if d.labels else tag_names_of(files["train"], columns)
+        return ConllTask(name, files, tags, columns)
     columns = tuple(c.strip() for c in d.text_columns.split(","))
     if d.kind == "question_answering":
         settings = {k: d[k] for k in ("max_query_length", "doc_stride", "max_answer_length", "n_best",

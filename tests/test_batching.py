@@ -32,7 +32,7 @@ def test_bucket_widths():
     assert batching.length_buckets("48,16", 64) == (16, 48, 64)
     with pytest.raises(sj.errors.InputError, match=r"length_buckets='32,200': widths \[200\] outside 1..max_seq_length"):
         batching.length_buckets("32,200", 128)
-    with pytest.raises(sj.errors.InputError, match="'auto', 'none' or widths"):
+    with pytest.raises(sj.errors.InputError, match="'auto', 'auto:K', 'none' or widths"):
         batching.length_buckets("short", 128)
 
 
@@ -118,3 +118,25 @@ def test_finetuning_compiles_at_most_one_step_per_bucket_and_reports_the_padding
     assert fixed["history"][0]["train_padding_share"] > 0.6  # 4..15 tokens in 32 positions
     epochs = [r for r in reporting.read_metrics(str(tmp_path / "auto")) if "train_padding_share" in r]
     assert [r["train_padding_share"] for r in epochs] == [h["train_padding_share"] for h in auto["history"]]
+
+
+def test_auto_widths_pad_least_as_a_brute_force_search_finds():
+    import itertools
+
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.gamma(4.0, 7.0, 300).astype(int) + 3, 128)
+    cands = sorted({min(128, -(-int(x) // 8) * 8) for x in lengths})
+
+    def cost(widths):
+        w = np.asarray(sorted(widths))
+        return int(w[np.searchsorted(w, lengths)].sum())
+
+    for k in (1, 2, 3, 4):
+        best = min((c for r in range(1, k + 1) for c in itertools.combinations(cands, r) if max(c) == cands[-1]),
+                   key=cost)
+        got = batching.best_widths(lengths, 128, k)
+        assert cost(got) == cost(best) and len(got) <= k and all(w % 8 == 0 for w in got)
+    assert set(batching.length_buckets("auto", 128, lengths)) == set(batching.best_widths(lengths, 128, 4)) | {128}
+    assert len(batching.length_buckets("auto:2", 128, lengths)) <= 3
+    with pytest.raises(sj.errors.InputError, match="auto:K needs a number of widths K >= 1"):
+        batching.length_buckets("auto:x", 128)

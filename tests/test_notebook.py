@@ -39,6 +39,6 @@ def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     assert s["ptl_max_abs_diff"] <= 1e-4  # the exported .ptl vs Flax (export_lite also checks this)
     assert os.path.getsize(tmp_path / "rte.ptl") > 0
     assert (tmp_path / "rte" / "model" / "params.safetensors").is_file()
-    assert s["finetune_best"]["score"] > 0.6  # story order from a smoke-pretrained model (measured: 0.785)
+    assert s["finetune_best"]["score"] > 0.8  # story order from a smoke-pretrained model (measured: 0.99)
     assert [r["model"] for r in s["latency"]] == ["squeezebert-uncased", "bert-base-uncased"]
     assert all(r["lite_ms"] > 0 and r["flax_ms"] > 0 for r in s["latency"])

@@ -66,7 +66,7 @@ def test_every_kind_is_written_from_the_snippets_and_runs_end_to_end(tmp_path):
     is predicted (QA: a SQuAD v2.0 file whose answers sit at their offsets; tagging: B-PRAISE / B-BLAME words)."""
     from conftest import tiny_init
 
-    snippets = _snippets(tmp_path / "s.txt", n=200)
+    snippets = _snippets(tmp_path / "s.txt", n=500)
     settings = real_text.write_kind_files(str(snippets), str(tmp_path / "kinds"), n_train=120, n_dev=40)
     assert sorted(settings) == sorted(real_text.KIND_DESCRIPTIONS)
     conll = (tmp_path / "kinds" / "token_classification" / "dev.conll").read_text()

@@ -190,6 +190,17 @@ def test_multilabel_rows_train_sigmoid_outputs_and_report_f1(init, tmp_path):
     assert task.labels == ("comedy", "drama") and task.main_metric == "micro_f1"
     res = ft.finetune(c, str(tmp_path / "run"))
     assert res["best"]["validation/micro_f1"] > 0.9
+    # predict: the labels whose sigmoid is above 0.5 (the model's task.json says it is multilabel)
+    from squeezebert_jax.predict import Predictor
+
+    predictor = Predictor(str(tmp_path / "run" / "model"), max_length=16)
+    with open(dev, newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = predictor([r["review"] for r in rows])
+    gold = np.array([[g in r["genres"].split("|") for g in ("comedy", "drama")] for r in rows])
+    on = np.array([[g in p["labels"] for g in ("comedy", "drama")] for p in got])
+    assert f1_score(gold, on, average="micro") == pytest.approx(res["best"]["validation/micro_f1"])
+    assert all(0 < v < 1 for g in got for v in g["probabilities"].values())
     y = (rng.random((50, 3)) < 0.4).astype(np.float32)
     logits = rng.normal(size=(50, 3))
     t = tasks.FileTask("t", "multilabel", {"train": "x.csv"}, ("a",), "l", ("a", "b", "c"))

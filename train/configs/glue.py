@@ -51,7 +51,8 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     # or "a,b" for pairs; kind classification (labels: "" reads them from the training file, sorted), regression,
     # multilabel, token_classification (CoNLL files), question_answering (SQuAD JSON / JSON Lines; run_qa's windows:
     # max_seq_length 384 with doc_stride 128) or multiple_choice (choice_columns: the endings, e.g. SWAG's
-    # "ending0,ending1,ending2,ending3" with text_columns "sent1,sent2").
+    # "ending0,ending1,ending2,ending3" with text_columns "sent1,sent2"). A *_file may name a dataset split instead:
+    # hf:DIR_OR_NAME[:SPLIT] (datasets) or tfds:NAME[:SPLIT] (squeezebert_jax.sources).
     c.data = ml_collections.ConfigDict({"train_file": "", "validation_file": "", "test_file": "",
                                         "text_columns": "sentence", "label_column": "label",
                                         "kind": "classification", "labels": "", "name": "", "choice_columns": "",
@@ -62,8 +63,9 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.skip_malformed = False
     c.seed = 0
     c.max_seq_length = 128
-    # Batches padded to their length bucket, not all to max_seq_length (squeezebert_jax.batching): "auto" (a quarter,
-    # half, three quarters and all of max_seq_length), "none" (fixed padding) or widths "32,64,96".
+    # Batches padded to their length bucket, not all to max_seq_length (squeezebert_jax.batching): "auto" (the 4
+    # widths that pad the training rows least, and max_seq_length), "auto:K" (K widths), "none" (fixed padding) or
+    # widths "32,64,96".
     c.length_buckets = "auto"
     c.batch_size = 16
     c.learning_rate = PAPER_LR.get(task, 3e-5)

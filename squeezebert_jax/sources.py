@@ -1,0 +1,132 @@
+"""Rows of a dataset where a data file is asked for: ``hf:DATASET[:SPLIT]`` and ``tfds:NAME[:SPLIT]``.
+
+    hf:/data/reviews:train        a Hugging Face ``datasets`` dataset written by ``save_to_disk`` (a DatasetDict's
+                                  split, or a Dataset), read with ``datasets.load_from_disk``
+    hf:imdb:test                  a dataset by name through ``datasets.load_dataset`` (from the local cache: this
+                                  machine downloads nothing at run time)
+    tfds:imdb_reviews:train       a TFDS dataset prepared under ``$TFDS_DATA_DIR`` (``tfds.load(download=False)``)
+
+The split defaults to ``train``. Each row is a ``{column: value}`` dict as a CSV or JSON Lines row would be: bytes are
+decoded as UTF-8, a ``ClassLabel`` value is its name (a negative one, TFDS' and datasets' mark of an unlabelled row,
+leaves the column out), a sequence of ``ClassLabel`` values (a tagged sentence's ``ner_tags``) is the list of names.
+Messages name a row as ``SPEC:ROW`` (1-based), as a file's line is named.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from squeezebert_jax.errors import DataFileError, MissingExtraError
+
+PREFIXES = ("hf:", "tfds:")
+
+
+def is_dataset(spec) -> bool:
+    return isinstance(spec, str) and spec.startswith(PREFIXES)
+
+
+def parse(spec: str) -> tuple[str, str, str]:
+    """(``hf`` or ``tfds``, the dataset, the split): the part after the last ':' is the split when it holds no '/'."""
+    kind, _, rest = spec.partition(":")
+    name, sep, split = rest.rpartition(":")
+    if not sep or "/" in split or not split:
+        name, split = rest, "train"
+    if not name:
+        raise DataFileError(f"{spec}: no dataset named (hf:PATH_OR_NAME[:SPLIT] or tfds:NAME[:SPLIT])")
+    return kind, name, split
+
+
+def rows(spec: str):
+    """(row number, {column: value}) for every row of the dataset split ``spec`` names (see the module docstring)."""
+    kind, name, split = parse(spec)
+    yield from (_hf_rows if kind == "hf" else _tfds_rows)(spec, name, split)
+
+
+def _hf_rows(spec: str, name: str, split: str):
+    # by name: the local cache only (this machine reaches no hub); a user's own setting wins
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    try:
+        import datasets
+    except ImportError as e:
+        raise MissingExtraError(f"{spec}: reading a Hugging Face dataset needs `pip install datasets` (the "
+                                f"squeezebert_jax[datasets] extra)") from e
+    try:
+        if os.path.isdir(name):
+            ds = datasets.load_from_disk(name)
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise DataFileError(f"{spec}: no split {split!r} in {name} (has {', '.join(ds)})")
+                ds = ds[split]
+        else:
+            ds = datasets.load_dataset(name, split=split)
+    except DataFileError:
+        raise
+    except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
+        raise DataFileError(f"{spec}: cannot load the dataset ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                            f"give a directory written by save_to_disk, or a name in the local datasets cache") from None
+    features = ds.features
+    for i, row in enumerate(ds, 1):
+        yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
+
+
+def _tfds_rows(spec: str, name: str, split: str):
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:
+        raise MissingExtraError(f"{spec}: reading a TFDS dataset needs `pip install tensorflow-datasets "
+                                f"tensorflow-cpu` (the squeezebert_jax[tfds] extra)") from e
+    try:
+        ds, info = tfds.load(name, split=split, with_info=True, download=False,
+                             data_dir=os.environ.get("TFDS_DATA_DIR") or None)
+    except Exception as e:  # noqa: BLE001 - TFDS raises many kinds for a dataset that is not prepared or known
+        raise DataFileError(f"{spec}: cannot load the dataset ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                            f"prepare it under $TFDS_DATA_DIR first (tfds build)") from None
+    features = info.features
+    for i, row in enumerate(tfds.as_numpy(ds), 1):
+        yield i, {k: _value(v, features[k] if k in features else None) for k, v in row.items()
+                  if not _unlabelled(v, features[k] if k in features else None)}
+
+
+def _names(feature):
+    """The label names of a ``ClassLabel`` feature (datasets' or TFDS'), those of the ClassLabel inside a sequence
+    feature as a 1-tuple, or None."""
+    if feature is None:
+        return None
+    names = getattr(feature, "names", None)
+    if names is not None and hasattr(feature, "int2str"):
+        return list(names)
+    inner = getattr(feature, "feature", None)
+    if inner is not None and getattr(inner, "names", None) is not None:
+        return (list(inner.names),)
+    return None
+
+
+def _unlabelled(value, feature) -> bool:
+    names = _names(feature)
+    return isinstance(names, list) and np.ndim(value) == 0 and int(value) < 0
+
+
+def _value(value, feature):
+    names = _names(feature)
+    if isinstance(names, tuple):  # a sequence of class labels
+        return [names[0][int(v)] for v in np.asarray(value).reshape(-1)]
+    if names is not None:
+        return names[int(value)]
+    return _plain(value)
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()] if value.ndim else _plain(value.item())
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

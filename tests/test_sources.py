@@ -1,0 +1,106 @@
+"""Own data from datasets instead of files (squeezebert_jax.sources): ``hf:DIR:SPLIT`` (a datasets dataset saved with
+save_to_disk) and ``tfds:NAME:SPLIT`` (TFDS mock data in a real builder's features), for classification (ClassLabel
+names become the model's labels), token classification (a Sequence of ClassLabel tags) and SQuAD rows; errors name
+the dataset and row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import squeezebert_jax as sj
+from conftest import VOCAB, WORDS, glue_config, tiny_init
+from squeezebert_jax import finetune as ft
+from squeezebert_jax import sources, squad, tasks
+
+datasets = pytest.importorskip("datasets")
+
+
+def _texts(rng, y):
+    return [" ".join([*rng.choice(WORDS[6:], 2), rng.choice(WORDS[:3] if t else WORDS[3:6]), "the"]) for t in y]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A DatasetDict on disk: train (384) and validation (32) rows of text and a ClassLabel (neg, pos); -1 marks an
+    unlabelled test row."""
+    rng = np.random.default_rng(0)
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["neg", "pos"])})
+    splits = {}
+    for name, n in (("train", 384), ("validation", 32), ("test", 4)):
+        y = rng.integers(0, 2, n)
+        splits[name] = datasets.Dataset.from_dict({"text": _texts(rng, y),
+                                                   "label": [-1] * n if name == "test" else y.tolist()}, features)
+    path = tmp_path_factory.mktemp("hf") / "reviews"
+    datasets.DatasetDict(splits).save_to_disk(str(path))
+    return path
+
+
+def _config(init, train, dev, **kw):
+    c = glue_config("rte", init, "", **{"learning_rate": 3e-3, "num_epochs": 3, "dropout": 0.0, **kw})
+    c.task, c.data.train_file, c.data.validation_file = "files", train, dev
+    c.data.text_columns = "text"
+    return c
+
+
+def test_a_saved_datasets_dataset_trains_with_its_class_label_names(saved, tmp_path):
+    init = tiny_init(tmp_path / "init", VOCAB)
+    res = ft.finetune(_config(init, f"hf:{saved}:train", f"hf:{saved}:validation"), str(tmp_path / "run"))
+    assert res["labels"] == ["neg", "pos"] and res["best"]["validation/accuracy"] > 0.9
+    assert sj.load_pretrained(tmp_path / "run" / "model").config.id2label == {0: "neg", 1: "pos"}
+    # an unlabelled split (ClassLabel -1) reads as a test file without labels
+    task = tasks.FileTask("r", "classification", {"train": f"hf:{saved}:train", "test": f"hf:{saved}:test"}, ("text",),
+                          "label", ("neg", "pos"))
+    assert [e.label for e in task.load("test")] == [None] * 4
+
+
+def test_a_tfds_dataset_reads_in_its_builders_features():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf
+
+    def as_dataset(self, split, *args, **kwargs):
+        return tf.data.Dataset.from_tensor_slices({"text": [b"a good movie", "caf\u00e9 bad".encode()],
+                                                   "label": np.array([1, 0], np.int64)})
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, policy=tfds.testing.MockPolicy.USE_CODE):
+        rows = list(sources.rows("tfds:imdb_reviews:test"))
+        names = tasks.label_names_of("tfds:imdb_reviews:train", "label")
+    assert rows == [(1, {"text": "a good movie", "label": "pos"}), (2, {"text": "caf\u00e9 bad", "label": "neg"})]
+    assert names == ("neg", "pos")
+
+
+def test_tagged_sentences_and_squad_rows_from_datasets(tmp_path):
+    tags = datasets.ClassLabel(names=["O", "B-PER", "I-PER"])
+    ner = datasets.Dataset.from_dict({"tokens": [["john", "smith", "was", "here"], ["mary"]],
+                                      "ner_tags": [[1, 2, 0, 0], [1]]},
+                                     datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                                        "ner_tags": datasets.Sequence(tags)}))
+    ner.save_to_disk(str(tmp_path / "ner"))
+    c = glue_config("rte", "x", "")
+    c.task, c.data.kind, c.data.train_file = "files", "token_classification", f"hf:{tmp_path / 'ner'}"
+    task = tasks.resolve(c)
+    assert task.labels == ("O", "B-PER", "I-PER")
+    assert [(e.words, e.tags) for e in task.load("train")] == [
+        (("john", "smith", "was", "here"), ("B-PER", "I-PER", "O", "O")), (("mary",), ("B-PER",))]
+
+    context = "John Smith shot the film."
+    qa = datasets.Dataset.from_dict({"id": ["a", "b"], "question": ["Who shot it?", "Who sold it?"],
+                                     "context": [context, context],
+                                     "answers": [{"text": ["John Smith"], "answer_start": [0]},
+                                                 {"text": [], "answer_start": []}]})
+    qa.save_to_disk(str(tmp_path / "qa"))
+    got = squad.read_squad(f"hf:{tmp_path / 'qa'}")
+    assert [(e.id, e.answers) for e in got] == [("a", (("John Smith", 0),)), ("b", ())]
+
+
+def test_errors_name_the_dataset_and_the_row(saved, tmp_path):
+    with pytest.raises(sj.errors.DataFileError, match=r"no split 'dev' in .*reviews \(has train, validation, test\)"):
+        list(sources.rows(f"hf:{saved}:dev"))
+    task = tasks.FileTask("r", "classification", {"train": f"hf:{saved}:train"}, ("review",), "label", ("neg", "pos"))
+    with pytest.raises(sj.errors.DataFileError, match=rf"hf:{saved}:train:1: no column 'review' \(has text, label\)"):
+        task.load("train")
+    with pytest.raises(sj.errors.DataFileError, match=r"hf:nosuchdataset-xyz: cannot load the dataset"):
+        list(sources.rows("hf:nosuchdataset-xyz"))
+    assert sources.parse("hf:/data/a:b/c") == ("hf", "/data/a:b/c", "train")
+    assert sources.parse("tfds:glue/sst2:validation") == ("tfds", "glue/sst2", "validation")
