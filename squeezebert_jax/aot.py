@@ -289,7 +289,11 @@ def finetune_model(config, model_config):
     from squeezebert_jax import glue
     from squeezebert_jax.model import SqueezeBertForSequenceClassification, abstract_model
 
+    from squeezebert_jax.finetune import layer_execution
+
     num_labels = glue.get_task(config.task).num_labels
+    scan, remat = layer_execution(config.layers, "tpu")  # "auto": the accelerators' choice
+    model_config = model_config.replace(scan_layers=scan, remat=remat)
     return abstract_model(lambda: SqueezeBertForSequenceClassification(
         model_config, num_labels=num_labels, dtype=trainer.compute_dtype(config), rngs=nnx.Rngs(0)))
 

@@ -10,6 +10,13 @@ from collections.abc import Callable
 from squeezebert_jax.errors import InputError
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back: os has no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], None]) -> str:
     """Write ``path`` whole or not at all: into a temp file in the same directory, flushed to disk, then renamed over
     ``path`` (``os.replace``), so a reader or a crash never sees a half-written file. ``data`` is text (UTF-8, ``\\n``
@@ -31,6 +38,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
             os.fsync(fd)
         finally:
             os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())  # a writer such as safetensors' makes its file 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -47,7 +47,7 @@ from squeezebert_jax.io import (
     load_pretrained,
     save_pretrained,
 )
-from squeezebert_jax.model import HEADS, Structure
+from squeezebert_jax.model import HEADS, Structure, set_execution
 from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -272,6 +272,19 @@ def build_step(config: ml_collections.ConfigDict, graphdef, rest, trainable, tot
     return FinetuneStep(tx, rates, init, shardings, abstract, step_fn)
 
 
+LAYERS = {"scan": (True, "minimal"), "unrolled": (False, "none")}
+
+
+def layer_execution(layers: str, platform: str) -> tuple[bool | None, str | None]:
+    """(scan_layers, remat) for ``config.layers`` on ``platform``: ``scan`` (the layers under one ``lax.scan``, each
+    keeping only its named matmul outputs for the backward pass: accelerators' compile time and memory), ``unrolled``
+    (every layer its own code, nothing recomputed: on a 2-core Xeon, MiniLM's fine-tuning step at batch 16 x 32 runs
+    56 examples/s against scan's 51), ``auto``: unrolled on CPU, scan elsewhere. The numbers are the same either way."""
+    if layers == "auto":
+        layers = "unrolled" if platform == "cpu" else "scan"
+    return LAYERS[layers]
+
+
 def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     """Every training setting against its range, before anything is loaded or compiled: one line naming the setting,
     its value and what is valid."""
@@ -286,6 +299,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     need(0.0 <= config.warmup_fraction <= 1.0, "warmup_fraction", "a fraction in [0, 1]")
     need(config.weight_decay >= 0.0, "weight_decay", "a decay >= 0")
     need(config.max_seq_length >= 2, "max_seq_length", "at least 2 ([CLS] and [SEP])")
+    need(config.layers in ("auto", *LAYERS), "layers", "auto, scan or unrolled")
     batching.length_buckets(config.length_buckets, config.max_seq_length)  # its own one-line refusal
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
@@ -411,6 +425,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     model = load_pretrained(init_from, spec.head, num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
     model = align_to_task(model, spec, config.init_from)
+    set_execution(model, *layer_execution(config.layers, jax.default_backend()))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     model.eval()

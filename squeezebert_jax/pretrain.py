@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 from typing import Any
 
@@ -361,6 +362,55 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
 # The trainer
 # --------------------------------------------------------------------------------------------------
 
+def check_settings(config: ml_collections.ConfigDict) -> None:
+    """Every setting against its range and the others, before anything is written, loaded or compiled: one line naming
+    the setting, its value and what is valid (a phase-2 ``seq_len`` past the model's positions is refused here, not
+    56k steps into the run)."""
+
+    def need(ok: bool, name: str, valid: str):
+        if not ok:
+            value = config
+            for part in name.replace("]", "").replace("[", ".").split("."):
+                value = value[int(part)] if isinstance(value, (list, tuple)) else value[part]
+            raise InputError(f"config.{name}={value!r}: {valid}")
+
+    def finite(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    need(finite(config.learning_rate) and config.learning_rate > 0, "learning_rate", "a finite rate > 0")
+    need(finite(config.warmup_fraction) and 0 <= config.warmup_fraction <= 1, "warmup_fraction", "a fraction in [0, 1]")
+    need(finite(config.decay_power) and config.decay_power > 0, "decay_power", "a finite power > 0")
+    need(finite(config.weight_decay) and config.weight_decay >= 0, "weight_decay", "a finite decay >= 0")
+    need(config.clip_norm is None or (finite(config.clip_norm) and config.clip_norm >= 0), "clip_norm",
+         "a global norm > 0, or 0 for no clipping")
+    for name in ("global_batch_size", "num_microbatches", "log_every", "checkpoint_every", "preemption_sync_every"):
+        need(isinstance(config[name], int) and config[name] >= 1, name, "an integer >= 1")
+    need(isinstance(config.keep_checkpoints, int) and config.keep_checkpoints >= 1, "keep_checkpoints",
+         "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
+    need(isinstance(config.stop_at_step, int) and config.stop_at_step >= 0, "stop_at_step", "an integer >= 0 (0: off)")
+    need(config.data.source in ("demo", "prepared"), "data.source", "demo or prepared")
+    need(config.data.source != "prepared" or bool(config.data.path), "data.path",
+         "a directory written by train/prepare_data.py (data.source=prepared)")
+    trainer.compute_dtype(config)
+    if not config.phases:
+        raise InputError("config.phases is empty: at least one phase (name, num_steps, seq_len, "
+                         "max_predictions_per_seq)")
+    if config.init_from:
+        from squeezebert_jax.io import _read_config
+
+        positions, source = _read_config(config.init_from)[0].max_position_embeddings, config.init_from
+    else:
+        positions, source = model_config(config).max_position_embeddings, f"model.preset {config.model.preset!r}"
+    for phase in get_phases(config):
+        at = f"phases[{phase.index}]"
+        need(isinstance(phase.num_steps, int) and phase.num_steps >= 1, f"{at}.num_steps", "an integer >= 1")
+        need(isinstance(phase.seq_len, int) and 5 <= phase.seq_len <= positions, f"{at}.seq_len",
+             f"an integer in [5, {positions}] (the max_position_embeddings of {source}; 5: [CLS] a [SEP] b [SEP])")
+        need(isinstance(phase.max_predictions_per_seq, int) and 1 <= phase.max_predictions_per_seq <= phase.seq_len,
+             f"{at}.max_predictions_per_seq", f"an integer in [1, seq_len {phase.seq_len}]")
+        microbatches(config, phase)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Pretrain as ``config`` says, in ``workdir``; returns the last logged metrics, plus ``preempted``: True when
     the run stopped early (SIGTERM or ``stop_at_step``) with a checkpoint to resume from and no exported model."""
@@ -370,6 +420,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if "://" in workdir:
         raise InputError(f"workdir {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
                          f"or mounted path (e.g. a bucket mounted with gcsfuse)")
+
+    check_settings(config)
 
     # -- Distributed + mesh ------------------------------------------------------------------------
     parallel.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,

@@ -26,6 +26,8 @@ import abc
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -513,6 +515,10 @@ def _train_wordpiece(files: list[str], out_dir: str, vocab_size: int) -> str:
     tok.train(files, trainer)
     vocab = tok.get_vocab(with_added_tokens=True)
     tokens = sorted(vocab, key=vocab.__getitem__)
+    if len(tokens) > vocab_size:  # the trainer keeps every character of the corpus (and its ## form)
+        raise InputError(f"the characters of {', '.join(files)} alone (each, and its ## form) take {len(tokens)} "
+                         f"WordPiece entries with the specials, more than the vocab_size {vocab_size} asked: ask for "
+                         f"at least {len(tokens)} (nothing written)")
     if [vocab[t] for t in tokens] != list(range(len(tokens))) or tuple(tokens[:len(BERT_SPECIALS)]) != BERT_SPECIALS:
         raise RuntimeError("the WordPiece trainer returned ids that are not 0..N-1 with the specials first")
     bad = [t for t in tokens if not t or "\n" in t or t != t.rstrip(_RUST_WHITESPACE)]
@@ -524,7 +530,8 @@ def _train_wordpiece(files: list[str], out_dir: str, vocab_size: int) -> str:
 def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbose: bool) -> str:
     import sentencepiece as spm
 
-    prefix = os.path.join(out_dir, "spiece")
+    tmp = tempfile.mkdtemp(prefix=".spiece-", dir=out_dir)  # the model and its .vocab appear together, or not at all
+    prefix = os.path.join(tmp, "spiece")
     try:
         spm.SentencePieceTrainer.train(
             input=files, model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
@@ -534,8 +541,12 @@ def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbos
             input_sentence_size=10_000_000, shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1, minloglevel=0 if verbose else 1)  # 1: warnings and errors only
     except RuntimeError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise InputError(f"SentencePiece training on {', '.join(files)} failed: {e}") from None
-    return prefix + ".model"
+    for name in ("spiece.vocab", "spiece.model"):
+        os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return os.path.join(out_dir, "spiece.model")
 
 
 def _has_text(path: str) -> bool:
@@ -545,7 +556,7 @@ def _has_text(path: str) -> bool:
 
 
 def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLike, vocab_size: int,
-                    kind: str = "wordpiece", *, verbose: bool = False) -> Tokenizer:
+                    kind: str = "wordpiece", *, verbose: bool = False, overwrite: bool = False) -> Tokenizer:
     """Train a vocabulary of ``vocab_size`` entries on text ``files`` and write it into ``out_dir``.
 
     ``wordpiece``: the ``tokenizers`` WordPiece trainer behind uncased BERT normalization and
@@ -555,7 +566,9 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     ``out_dir/spiece.model`` (and the readable ``spiece.vocab``). Training reads lines; at most 10M lines
     (a random sample) feed SentencePiece. Returns the trained tokenizer, loaded from the written file; a
     WordPiece vocabulary comes out smaller than ``vocab_size`` (with a warning) when the corpus runs out of
-    merges.
+    merges, and is refused (nothing written) when the corpus's characters alone need more entries than asked. An
+    existing ``vocab.txt`` / ``spiece.model`` in ``out_dir`` is refused unless ``overwrite`` (a MODEL_DIR's tokenizer
+    replaced would silently change what its ids mean).
     """
     files = [os.fspath(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
     if not files:
@@ -571,6 +584,10 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         raise InputError(f"no text to train on in {', '.join(files)}: "
                          f"{'the file is' if len(files) == 1 else 'every file is'} empty or holds only blank lines")
     out_dir = os.fspath(out_dir)
+    target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")
+    if os.path.exists(target) and not overwrite:
+        raise InputError(f"{target} already exists (a model's tokenizer?); pass --overwrite to replace it, or choose "
+                         f"another --out")
     os.makedirs(out_dir, exist_ok=True)
     if kind == "wordpiece":
         path = _train_wordpiece(files, out_dir, vocab_size)

@@ -341,3 +341,20 @@ def test_atomic_write_text_bytes_and_writer(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(p).st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_model_dirs_weights_get_the_users_umask(tmp_path, umask):
+    """Issue 26 class 8: params.safetensors (written by safetensors, which makes its file 0600) reads as config.json
+    does: 0644 under umask 022, 0600 under 077."""
+    from flax import nnx
+
+    cfg = sj.SqueezeBertConfig(vocab_size=20, hidden_size=32, embedding_size=32, num_hidden_layers=1,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=32)
+    old = os.umask(umask)
+    try:
+        sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), tmp_path / "m")
+    finally:
+        os.umask(old)
+    modes = {name: os.stat(tmp_path / "m" / name).st_mode & 0o777 for name in os.listdir(tmp_path / "m")}
+    assert modes == {"config.json": 0o666 & ~umask, "params.safetensors": 0o666 & ~umask}

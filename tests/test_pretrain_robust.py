@@ -240,3 +240,32 @@ def test_the_cli_console_preemption_refused_restart_and_changed_resume(tmp_path,
     assert [h["start_step"] for h in history] == [0, 2]
     assert history[0]["config"]["learning_rate"] == 0.002 and history[1]["config"]["learning_rate"] == 0.001
     assert history[1]["changed"]["learning_rate"] == [0.002, 0.001]
+
+
+TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_seq=5),
+              dict(name="phase2", num_steps=2, seq_len=256, max_predictions_per_seq=8)]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"learning_rate": -1e-3}, "config.learning_rate=-0.001: a finite rate > 0"),
+    ({"learning_rate": float("nan")}, "config.learning_rate=nan: a finite rate > 0"),
+    ({"keep_checkpoints": 0}, "config.keep_checkpoints=0: an integer >= 1 (the newest this many are kept; 0 would "
+                              "delete every checkpoint)"),
+    ({"log_every": 0}, "config.log_every=0: an integer >= 1"),
+    ({"checkpoint_every": 0}, "config.checkpoint_every=0: an integer >= 1"),
+    ({"warmup_fraction": 1.5}, "config.warmup_fraction=1.5: a fraction in [0, 1]"),
+    ({"phases": TWO_PHASES}, "config.phases[1].seq_len=256: an integer in [5, 128] (the max_position_embeddings of "
+                             "model.preset 'squeezebert-uncased'"),
+    ({"phases": [dict(TWO_PHASES[0], max_predictions_per_seq=40)]},
+     "config.phases[0].max_predictions_per_seq=40: an integer in [1, seq_len 32]"),
+    ({"phases": [dict(TWO_PHASES[0], num_steps=0)]}, "config.phases[0].num_steps=0: an integer >= 1"),
+    ({"phases": []}, "config.phases is empty"),
+    ({"data.source": "wiki"}, "config.data.source='wiki': demo or prepared"),
+    ({"data.source": "prepared"}, "config.data.path='': a directory written by train/prepare_data.py"),
+])
+def test_a_setting_out_of_range_is_refused_before_anything_is_written(tmp_path, overrides, message):
+    """Issue 26 class 5: one line naming the setting, its value and the valid range; no workdir made, no compile."""
+    with pytest.raises(errors.InputError) as e:
+        pretrain.train_and_evaluate(tiny_config(**overrides), str(tmp_path / "run"))
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()

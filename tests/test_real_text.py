@@ -61,6 +61,7 @@ def test_both_sides_fine_tune_the_same_converted_bert(tmp_path):
         assert r.dev_accuracy == 1.0, r  # a separable task: both learn it
 
 
+@pytest.mark.slow
 def test_every_kind_is_written_from_the_snippets_and_runs_end_to_end(tmp_path):
     """eval/real_text.py --part kinds on a tiny random model: each kind's files load, fine-tune one epoch, and a dev row
     is predicted (QA: a SQuAD v2.0 file whose answers sit at their offsets; tagging: B-PRAISE / B-BLAME words)."""
@@ -80,3 +81,33 @@ def test_every_kind_is_written_from_the_snippets_and_runs_end_to_end(tmp_path):
     assert len(got["multiple_choice"]["prediction"]["probabilities"]) == 4
     assert "score" in got["regression"]["prediction"] and "micro_f1" in got["multilabel"]["metrics"]
     assert all(r["train"] > 0 and r["wall_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_the_pretraining_proof_runs_end_to_end_on_written_material(tmp_path, monkeypatch, run_cli):
+    """eval/real_pretraining.py with its fetchers pointed at material the test writes (addresses from the demo
+    grammar, the snippets above, the tests' vocabulary): the corpus in prepare_data's format, a few pretraining steps,
+    both fine-tunes, and the table."""
+    from squeezebert_jax import corpus
+
+    sotu = tmp_path / "sotu"
+    sotu.mkdir()
+    for i, doc in enumerate(corpus.generate_documents(12, seed=3)):
+        (sotu / f"{1790 + i}_someone_n.txt").write_text(" ".join(s.capitalize() + "." for s in doc) + "\n")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    vocab = sorted({w for doc in corpus.generate_documents(12, seed=3) for s in doc for w in s.split()} | set(WORDS))
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    (hf / "vocab.txt").write_text("\n".join(specials + sorted(set(vocab) | {"."})) + "\n")
+    snippets = _snippets(tmp_path / "s.txt", n=120)
+    monkeypatch.setattr(real_text, "fetch", lambda cache: (str(hf), str(snippets)))
+    monkeypatch.setattr(real_text, "fetch_sotu", lambda cache: str(sotu))
+    counts = real_text.sotu_corpus(str(sotu), str(tmp_path / "c.txt"))
+    lines = (tmp_path / "c.txt").read_text().split("\n")
+    assert counts["addresses"] == 12 and lines.count("") >= 12 and counts["sentences"] == len([x for x in lines if x])
+    rc, out, err = run_cli("eval/real_pretraining.py", "--workdir", tmp_path / "run", "--steps", "4", "--batch", "8",
+                           "--finetune_epochs", "1", "--out", tmp_path / "table.md")
+    assert rc == 0, err
+    assert "pretrained on SOTU (4 steps x 8 seq x 128" in out and "random initialisation" in out
+    assert "MLM loss / accuracy at steps: " in out and "pretraining - random:" in out
+    assert (tmp_path / "table.md").read_text().startswith("SqueezeBERT 4 layers x 256")

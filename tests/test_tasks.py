@@ -207,3 +207,18 @@ def test_multilabel_rows_train_sigmoid_outputs_and_report_f1(init, tmp_path):
     m = t.metrics(logits, y)
     assert m["micro_f1"] == pytest.approx(f1_score(y, logits > 0, average="micro"))
     assert m["macro_f1"] == pytest.approx(f1_score(y, logits > 0, average="macro"))
+
+
+def test_scanned_and_unrolled_layers_train_to_the_same_numbers(init, tmp_path):
+    """config.layers: scan (accelerators' default) and unrolled (CPU's) run the same computation, dropout included."""
+    train, dev = _write_csv(tmp_path / "train.csv", _rows(64, 0)), _write_csv(tmp_path / "dev.csv", _rows(16, 1))
+    runs = {}
+    for layers in ("scan", "unrolled"):
+        c = _files_config(init, train, dev, num_epochs=2, layers=layers, dropout=0.1)
+        res = ft.finetune(c, str(tmp_path / layers))
+        runs[layers] = [(h["train_loss"], h["validation/accuracy"]) for h in res["history"]]
+    np.testing.assert_allclose(runs["scan"], runs["unrolled"], rtol=1e-5)
+    assert ft.layer_execution("auto", "cpu") == (False, "none") and ft.layer_execution("auto", "tpu") == (True,
+                                                                                                      "minimal")
+    with pytest.raises(sj.errors.InputError, match="config.layers='fast': auto, scan or unrolled"):
+        ft.finetune(_files_config(init, train, dev, layers="fast"), str(tmp_path / "bad"))

@@ -350,3 +350,29 @@ def test_sentencepiece_piece_offsets_cover_their_characters(sp_tok):
             assert 0 <= s <= e <= len(text) and not text[s:s + 1].isspace()
             if sp_tok.unk_id not in ids:
                 assert text[s:e].lower() == piece
+
+
+@pytest.mark.parametrize("kind, name", [("wordpiece", "vocab.txt"), ("sentencepiece", "spiece.model")])
+def test_an_existing_tokenizer_is_replaced_only_with_overwrite(corpus_file, tmp_path, run_cli, digest, kind, name):
+    """Issue 26 class 3: a MODEL_DIR's tokenizer is never replaced by accident; with --overwrite it is."""
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / name).write_bytes(b"the model's own tokenizer\n")
+    before = digest(out)
+    rc, stdout, err = run_cli("train/tokenizer.py", "--input", corpus_file, "--out", out, "--vocab_size", "150",
+                              "--kind", kind)
+    assert rc == 1 and f"{out / name} already exists (a model's tokenizer?); pass --overwrite" in err
+    assert len(err.strip().splitlines()) == 1 and digest(out) == before
+    rc, stdout, err = run_cli("train/tokenizer.py", "--input", corpus_file, "--out", out, "--vocab_size", "150",
+                              "--kind", kind, "--overwrite")
+    assert rc == 0, err
+    assert Tokenizer.from_file(out / name).vocab_size == 150 and not [p for p in os.listdir(out) if p.startswith(".")]
+
+
+def test_a_wordpiece_vocabulary_smaller_than_the_corpus_alphabet_is_refused(corpus_file, tmp_path, run_cli):
+    """The trainer keeps every character (and its ## form) whatever the size asked: refused, naming the size needed,
+    instead of a vocab.txt larger than asked."""
+    rc, stdout, err = run_cli("train/tokenizer.py", "--input", corpus_file, "--out", tmp_path / "v", "--vocab_size",
+                              "20")
+    assert rc == 1 and "more than the vocab_size 20 asked: ask for at least" in err
+    assert not (tmp_path / "v" / "vocab.txt").exists()

@@ -21,9 +21,11 @@ def main(argv=None) -> int:
     p.add_argument("--vocab_size", type=cli.positive_int, required=True, help="vocabulary size, specials included")
     p.add_argument("--kind", choices=["wordpiece", "sentencepiece"], default="wordpiece")
     p.add_argument("--verbose", action="store_true", help="show the SentencePiece trainer's log")
+    p.add_argument("--overwrite", action="store_true", help="replace a vocab.txt / spiece.model already in --out")
     args = p.parse_args(argv)
     cli.setup_logging(None)
-    tok = train_tokenizer(args.input, args.out, args.vocab_size, args.kind, verbose=args.verbose)
+    tok = train_tokenizer(args.input, args.out, args.vocab_size, args.kind, verbose=args.verbose,
+                          overwrite=args.overwrite)
     print(f"wrote {tok.path}: {tok.kind}, vocab_size {tok.vocab_size}")
     return 0
 

@@ -67,6 +67,10 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     # widths that pad the training rows least, and max_seq_length), "auto:K" (K widths), "none" (fixed padding) or
     # widths "32,64,96".
     c.length_buckets = "auto"
+    # How the encoder's layers run (the same numbers either way): "scan" (one compiled layer under lax.scan, matmul
+    # outputs kept for the backward pass: compile time and memory on accelerators), "unrolled" (no recompute: ~10%
+    # faster steps on CPU), "auto": unrolled on CPU, scan on accelerators.
+    c.layers = "auto"
     c.batch_size = 16
     c.learning_rate = PAPER_LR.get(task, 3e-5)
     c.warmup_fraction = 0.1
