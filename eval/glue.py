@@ -13,6 +13,7 @@ import os
 import sys
 
 from squeezebert_jax import cli, glue
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test
 
 
@@ -55,6 +56,9 @@ def main(argv=None):
             if task == "mnli":  # AX is predicted by the MNLI model
                 for path in predict_test(model_dir, "ax", args.data_dir, args.out, args.max_length):
                     print("wrote", path)
+    if not per_task:
+        raise InputError(f"--model {args.model}: no task was evaluated (no <task>/model directory fits, and it is no "
+                         f"MODEL_DIR itself); a table of no results is not printed")
     print(glue.table(glue.table_results(per_task), name=os.path.basename(os.path.normpath(args.model))))
 
 

@@ -614,8 +614,18 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
     for s in ([split] if split else spec.eval_splits):
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
         logits = inference.predict_logits(model, arr)
+        _check_finite(logits, model_dir, task, s)
         out[s] = glue.compute_metrics(task, logits[:, 0] if spec.is_regression else logits.argmax(-1), arr["labels"])
     return out
+
+
+def _check_finite(logits, model_dir: str, task: str, split: str) -> None:
+    """A non-finite output is an error, never a score (a classifier with NaN weights would otherwise get an accuracy
+    and a server file)."""
+    if not np.isfinite(logits).all():
+        bad = int((~np.isfinite(logits)).any(-1).sum())
+        raise InputError(f"{model_dir}: the model's outputs on {task} {split} are not finite numbers for {bad} of "
+                         f"{len(logits)} examples (damaged weights?); no metrics or predictions written")
 
 
 def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, max_length: int = 128) -> list[str]:
@@ -628,6 +638,7 @@ def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, 
     for s in spec.test_splits:
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
         logits = inference.predict_logits(model, arr)
+        _check_finite(logits, model_dir, task, s)
         paths.append(glue.write_predictions(task, arr["idx"], logits[:, 0] if spec.is_regression else logits,
                                             out_dir, split_name=s))
     return paths

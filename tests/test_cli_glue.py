@@ -234,3 +234,29 @@ def test_eval_console_is_the_results_and_the_table(tmp_path, data, run_cli):
     rc, out, err = run_cli("eval/glue.py", "--model", model, "--task", "RTE", "--data_dir", data, "--max_length", "16")
     assert rc == 0 and err == "", err
     assert out.startswith("rte {\"validation\": {\"accuracy\": ") and "SqueezeBERT (paper)" in out
+
+
+# -- issue 26 class 7: results never lie ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("predict", [False, True])
+def test_a_classifier_with_nan_weights_gets_no_score(tmp_path, data, run_cli, digest, predict):
+    import numpy as np
+
+    path = model_dir(tmp_path / "nan")
+    model = sj.load_pretrained(path)
+    model.classifier.kernel.set_value(model.classifier.kernel[...] * np.nan)
+    sj.save_pretrained(model, path)
+    before = digest(path, data)
+    argv = ["--model", path, "--task", "rte", "--data_dir", data] + (["--predict", "test", "--out", tmp_path / "sub"]
+                                                                     if predict else [])
+    rc, out, err = run_cli("eval/glue.py", *argv)
+    line = one_error_line(err, "glue.py")
+    assert rc == 1 and "the model's outputs on rte validation are not finite numbers for 4 of 4 examples" in line
+    assert "rte" not in out and digest(path, data) == before and not (tmp_path / "sub").exists()
+
+
+def test_all_tasks_with_no_model_is_an_error_not_an_empty_table(tmp_path, data, run_cli):
+    (tmp_path / "runs").mkdir()
+    rc, out, err = run_cli("eval/glue.py", "--model", tmp_path / "runs", "--task", "all", "--data_dir", data)
+    line = one_error_line(err, "glue.py")
+    assert rc == 1 and "no task was evaluated" in line and "|" not in out
