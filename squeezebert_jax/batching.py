@@ -1,10 +1,11 @@
 """Batches of encoded text, padded to a few lengths instead of all to ``max_seq_length``.
 
 Real sentences are short (movie-review snippets: 27 WordPiece tokens on average, 46 at the 95th percentile): padding
-every example to 128 computes mostly padding. Examples are grouped by length into buckets (``"auto"``: four widths chosen
-from the training rows' lengths to pad least, and ``max_seq_length``), each batch is cut to its bucket's width, and so XLA
-compiles one program per bucket (a fixed, small number) while the tokens computed are mostly real. Cutting only removes
-padding (positions past every example's last token): logits and losses equal those of fixed padding up to float error.
+every example to 128 computes mostly padding. Examples are grouped by length into buckets (``"auto"``: four widths
+chosen from the training rows' lengths to pad least, and ``max_seq_length``), each batch is cut to its bucket's width,
+and so XLA compiles one program per bucket (a fixed, small number) while the tokens computed are mostly real. Cutting
+only removes padding (positions past every example's last token): logits and losses equal those of fixed padding up to
+float error.
 
 A training epoch's plan is drawn from its seed alone (a permutation of the examples, grouped by bucket into batches,
 the batches shuffled when more than one bucket holds rows), so a resumed run finds its position from the step.
@@ -96,7 +97,7 @@ def assemble(arrays: dict[str, np.ndarray], idx: np.ndarray, batch_size: int, wi
     multiple-choice row is [choices, S]): padded with copies of its first row that carry ``weights`` 0."""
     pad = batch_size - len(idx)
     rows = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
-    b = {k: (v[rows][..., :width] if k in SEQUENCE_KEYS or _token_labels(k, v) else v[rows]) for k, v in arrays.items()}
+    b = {k: (v[rows, ..., :width] if k in SEQUENCE_KEYS or _token_labels(k, v) else v[rows]) for k, v in arrays.items()}
     b["weights"] = np.concatenate([np.ones(len(idx), np.float32), np.zeros(pad, np.float32)])
     return b
 

@@ -54,8 +54,8 @@ log = logging.getLogger(__name__)
 
 HEAD_NAMES = {"SqueezeBertForSequenceClassification": "sequence-classifier",
               "SqueezeBertForTokenClassification": "token-classifier",
-              "SqueezeBertForQuestionAnswering": "question-answering", "SqueezeBertForMultipleChoice": "multiple-choice"}
-TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
+              "SqueezeBertForQuestionAnswering": "question-answering",
+              "SqueezeBertForMultipleChoice": "multiple-choice"}
 
 
 
@@ -596,7 +596,7 @@ def _export(model, params, out_dir: str, tokenizer_dir: str, card: dict | None =
     if jax.process_index() == 0:
         save_pretrained(model, out_dir, tokenizer_dir=tokenizer_dir)
         if card is not None:
-            atomic_write(os.path.join(out_dir, TASK_CARD), json.dumps(card, indent=2))
+            atomic_write(os.path.join(out_dir, tasks.TASK_CARD), json.dumps(card, indent=2))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -614,18 +614,9 @@ def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None 
     for s in ([split] if split else spec.eval_splits):
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
         logits = inference.predict_logits(model, arr)
-        _check_finite(logits, model_dir, task, s)
+        inference.check_finite(logits, model_dir, f"{task} {s}")
         out[s] = glue.compute_metrics(task, logits[:, 0] if spec.is_regression else logits.argmax(-1), arr["labels"])
     return out
-
-
-def _check_finite(logits, model_dir: str, task: str, split: str) -> None:
-    """A non-finite output is an error, never a score (a classifier with NaN weights would otherwise get an accuracy
-    and a server file)."""
-    if not np.isfinite(logits).all():
-        bad = int((~np.isfinite(logits)).any(-1).sum())
-        raise InputError(f"{model_dir}: the model's outputs on {task} {split} are not finite numbers for {bad} of "
-                         f"{len(logits)} examples (damaged weights?); no metrics or predictions written")
 
 
 def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, max_length: int = 128) -> list[str]:
@@ -638,7 +629,7 @@ def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, 
     for s in spec.test_splits:
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
         logits = inference.predict_logits(model, arr)
-        _check_finite(logits, model_dir, task, s)
+        inference.check_finite(logits, model_dir, f"{task} {s}")
         paths.append(glue.write_predictions(task, arr["idx"], logits[:, 0] if spec.is_regression else logits,
                                             out_dir, split_name=s))
     return paths

@@ -56,6 +56,18 @@ def eval_logits(structure: Structure, state: tuple, b):
     return m(b["input_ids"], b["attention_mask"], b["token_type_ids"]).logits
 
 
+def check_finite(logits: np.ndarray, source: str, on: str = "") -> np.ndarray:
+    """``logits``, or one line naming the model (``source``) and the data (``on``) when any is not a finite number: a
+    non-finite output is an error, never a score or a prediction (a classifier with NaN weights would otherwise get an
+    accuracy and a server file)."""
+    bad = ~np.isfinite(logits).reshape(len(logits), -1).all(-1) if len(logits) else np.zeros(0, bool)
+    if bad.any():
+        raise InputError(f"{source}: the model's outputs{' on ' + on if on else ''} are not finite numbers for "
+                         f"{int(bad.sum())} of {len(logits)} examples (damaged weights?); no metrics or predictions "
+                         f"written")
+    return logits
+
+
 def eval_batch_size(batch_size: int, mesh) -> int:
     """``batch_size`` rounded up to a multiple of the mesh's devices (each device takes the same number of rows)."""
     n = mesh.shape["data"]

@@ -37,13 +37,12 @@ class Predictor:
         from squeezebert_jax.io import load_pretrained
         from squeezebert_jax.model import HEADS
 
-        self.model = load_pretrained(model_dir)
+        self.model, self.model_dir = load_pretrained(model_dir), model_dir
         self.kind = next((k for k, head in KINDS.items() if isinstance(self.model, HEADS[head])), None)
         if self.kind is None:
             raise NoClassifierError(f"{model_dir}: the model ({type(self.model).__name__}) has no classifier, tagger, "
                                     f"question-answering or multiple-choice head: fine-tune it first "
                                     f"(train/finetune.py)")
-        self.tagger = self.kind == "tagger"
         self.card = _read_card(model_dir)
         self.tokenizer = model_tokenizer(model_dir, self.model.config.vocab_size)
         self.max_length = min(max_length, self.model.config.max_position_embeddings)
@@ -63,12 +62,9 @@ class Predictor:
         return ",".join(self.card.get("text_columns", []))
 
     def _logits(self, arrays) -> np.ndarray:
-        from squeezebert_jax.inference import predict_logits
+        from squeezebert_jax.inference import check_finite, predict_logits
 
-        logits = predict_logits(self.model, arrays, self.batch_size)
-        if not np.isfinite(logits).all():
-            raise FloatingPointError("the model's outputs are not finite numbers (damaged weights?)")
-        return logits
+        return check_finite(predict_logits(self.model, arrays, self.batch_size), self.model_dir)
 
     def logits(self, texts: Sequence[str | tuple[str, str]]) -> np.ndarray:
         pairs = [isinstance(t, (tuple, list)) for t in texts]
@@ -153,7 +149,7 @@ def _softmax(logits) -> np.ndarray:
 
 def _read_card(model_dir: str) -> dict:
     """The model's ``task.json`` (written by fine-tuning for QA and multiple choice), or {}."""
-    path = os.path.join(model_dir, "task.json")
+    path = os.path.join(model_dir, tasks.TASK_CARD)
     if not os.path.exists(path):
         return {}
     try:

@@ -65,8 +65,9 @@ def _hf_rows(spec: str, name: str, split: str):
     except DataFileError:
         raise
     except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
-        raise DataFileError(f"{spec}: cannot load the dataset ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                            f"give a directory written by save_to_disk, or a name in the local datasets cache") from None
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        raise DataFileError(f"{spec}: cannot load the dataset ({reason}); give a directory written by save_to_disk, "
+                            f"or a name in the local datasets cache") from None
     features = ds.features
     for i, row in enumerate(ds, 1):
         yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
@@ -84,10 +85,9 @@ def _tfds_rows(spec: str, name: str, split: str):
     except Exception as e:  # noqa: BLE001 - TFDS raises many kinds for a dataset that is not prepared or known
         raise DataFileError(f"{spec}: cannot load the dataset ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                             f"prepare it under $TFDS_DATA_DIR first (tfds build)") from None
-    features = info.features
+    features = {k: info.features[k] for k in info.features.keys()}
     for i, row in enumerate(tfds.as_numpy(ds), 1):
-        yield i, {k: _value(v, features[k] if k in features else None) for k, v in row.items()
-                  if not _unlabelled(v, features[k] if k in features else None)}
+        yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
 
 
 def _names(feature):

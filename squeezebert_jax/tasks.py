@@ -41,6 +41,7 @@ from squeezebert_jax.glue import GlueExample
 KINDS = ("classification", "regression", "multilabel", "token_classification", "question_answering",
          "multiple_choice")
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
+TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
