@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from squeezebert_jax import cli, glue
+from squeezebert_jax import cli, files, glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test
 
@@ -25,6 +25,7 @@ def main(argv=None):
     p.add_argument("--data_dir", default=None, help="GLUE_DIR (glue_data/); default: TFDS")
     p.add_argument("--predict", choices=["test"], default=None, help="also write GLUE-server test files")
     p.add_argument("--out", default="glue_predictions", help="where --predict writes")
+    p.add_argument("--overwrite", action="store_true", help="replace the prediction files already in --out")
     p.add_argument("--max_length", type=cli.positive_int, default=128)
     args = p.parse_args(argv)
     cli.setup_logging(None)
@@ -34,6 +35,8 @@ def main(argv=None):
         except glue.UnknownTaskError as e:
             raise glue.UnknownTaskError(f"--task: {e.args[0]}; or 'all'") from None
     tasks = glue.RECIPE_ORDER if args.task == "all" else (args.task,)
+    if args.predict:  # before any work: a submission already written is never replaced without --overwrite
+        files.check_output_dir(args.out, overwrite=args.overwrite)
     per_task = {}
     for task in tasks:
         model_dir = args.model

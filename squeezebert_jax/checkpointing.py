@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -40,6 +41,24 @@ def state_mismatch(saved_metadata, abstract_state, limit: int = 4) -> str:
     return "; ".join(parts)
 
 
+def _quiet_closed_loop_callbacks() -> None:
+    """When a save fails (a full disk), tensorstore's pending writes keep completing into the asyncio loop that orbax
+    has already closed: each raises ``RuntimeError('Event loop is closed')`` in a callback, which Python prints as an
+    unraisable exception (hundreds of tracebacks for one full disk, before the error itself arrives). Those, and only
+    those, are dropped (installed with the first Checkpointer)."""
+    previous = sys.unraisablehook
+    if getattr(previous, "closed_loop_filter", False):
+        return
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, RuntimeError) and "Event loop is closed" in str(unraisable.exc_value):
+            return
+        previous(unraisable)
+
+    hook.closed_loop_filter = True
+    sys.unraisablehook = hook
+
+
 class Checkpointer:
     """orbax CheckpointManager for {train state, data iterator}. Saves are async; orbax writes to a
     temporary directory and renames on commit, so a half-written checkpoint is never listed.
@@ -53,6 +72,7 @@ class Checkpointer:
                  with_meta: bool = False):
         import orbax.checkpoint as ocp
 
+        _quiet_closed_loop_callbacks()
         self._ocp, self.with_data, self.directory = ocp, with_data, os.path.abspath(directory)
         self.with_meta = with_meta  # a JSON item beside the state (fine-tuning: the epochs' results so far)
         if jax.default_backend() == "cpu":
@@ -89,7 +109,18 @@ class Checkpointer:
             args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
         if self.with_meta:
             args["meta"] = self._ocp.args.JsonSave(meta or {})
-        return self.manager.save(step, args=self._ocp.args.Composite(**args), force=force)
+        try:
+            return self.manager.save(step, args=self._ocp.args.Composite(**args), force=force)
+        except Exception:
+            # A failed save (a full disk) leaves orbax's writer threads running: let them end here, so that the error
+            # reaches the user alone and the interpreter does not exit under them (a screen of asyncio tracebacks).
+            # The step's temporary directory is orbax's to skip; the checkpoints before it are intact.
+            self._failed = True
+            try:
+                self.manager.wait_until_finished()
+            except Exception:  # noqa: BLE001 -- the same failure, seen again: the first one is raised
+                pass
+            raise
 
     def set_aside(self, step: int) -> None:
         """Rename an unreadable step directory to ``corrupt-<step>-<time>`` so that the run can write that step
@@ -103,6 +134,14 @@ class Checkpointer:
 
             multihost_utils.sync_global_devices(f"set_aside_{step}")
         self.manager.reload()
+
+    def steps_on_disk(self) -> list[int]:
+        """The steps whose checkpoint directories are committed on disk now (read from the directory, not orbax's
+        cached list: what a message that says "saved" may rely on)."""
+        try:
+            return sorted(int(n) for n in os.listdir(self.directory) if n.isdigit())
+        except FileNotFoundError:
+            return []
 
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
@@ -165,5 +204,9 @@ class Checkpointer:
         self.manager.wait_until_finished()
 
     def close(self):
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.manager.wait_until_finished()
+            self.manager.close()
+        except Exception:
+            if not getattr(self, "_failed", False):
+                raise  # after a failed save the same error is already on its way up

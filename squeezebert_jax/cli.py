@@ -11,6 +11,7 @@ Logging: the console shows WARNING and above (and the scripts' own progress bars
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import re
@@ -24,6 +25,50 @@ from squeezebert_jax.errors import InputError, MissingExtraError
 EXPECTED = (InputError, MissingExtraError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
             PermissionError, FloatingPointError)
 DEBUG_ENV = "SQUEEZEBERT_DEBUG"
+
+
+# A full disk, a quota or a read-only file system, however a library reports it: an OSError's errno, or the C++ text
+# inside orbax's ValueError("RESOURCE_EXHAUSTED: ... No space left on device"), array_record's and torch's RuntimeError.
+_DISK_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                errno.EROFS: "read-only file system"}
+_DISK_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+               "Read-only file system": errno.EROFS}
+
+
+def _causes(e: BaseException):
+    seen, todo = set(), [e]
+    while todo:
+        x = todo.pop(0)
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        todo += [x.__cause__, x.__context__, *getattr(x, "exceptions", ())]
+
+
+def disk_error_line(e: BaseException) -> str | None:
+    """One line for an error whose cause is a full disk, a quota or a read-only file system (anywhere in its chain),
+    naming the path written and what to do; None for any other error."""
+    for x in _causes(e):
+        code = x.errno if isinstance(x, OSError) and x.errno in _DISK_ERRNOS else None
+        text = str(x)
+        if code is None:
+            code = next((c for t, c in _DISK_TEXTS.items() if t in text), None)
+        if code is None:
+            continue
+        path = x.filename if isinstance(x, OSError) and x.filename else None
+        if path is None:
+            m = re.search(r'"(/[^"]+)"', text) or re.search(r"(?:writing|file|path) '?(/[^\s;:,']+)", text)
+            path = m.group(1) if m else None
+        if path:  # orbax's temporary names: the directory the user knows
+            path = re.sub(r"/[^/]*\.orbax-checkpoint-tmp.*$", "", os.fspath(path))
+        where = f" writing {path}" if path else ""
+        if code == errno.EROFS:
+            return f"{_DISK_ERRNOS[code]}{where}: choose a writable directory"
+        df = f" (df -h {os.path.dirname(path) or '.'})" if path else ""
+        return (f"{_DISK_ERRNOS[code]}{where}: free space there{df} and run the same command again; what was saved "
+                "before (checkpoints, finished files) is kept")
+    return None
 
 
 def debug_requested(argv) -> bool:
@@ -63,6 +108,13 @@ def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None =
             raise
         report(e, prog)
         return 1
+    except Exception as e:
+        line = disk_error_line(e)
+        if debug or line is None:
+            raise
+        logging.getLogger(__name__).info("the full error", exc_info=e)  # the traceback, in the run's log file only
+        report(InputError(line), prog)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -87,7 +139,7 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
                 if type(value).__name__ == "_ErrorConfig":
                     raise flags.Error(f"flag --{name}: cannot load the config file: {_last_line(value._error)}")
             return rest
-        except (flags.Error, AttributeError, KeyError, SyntaxError) as e:
+        except (flags.Error, AttributeError, KeyError, SyntaxError, ValueError, IndexError) as e:
             if debug_requested(argv[1:]):
                 raise
             prog = os.path.basename(argv[0] or "squeezebert_jax")
@@ -106,6 +158,18 @@ def flag_error_line(e: BaseException, argv: list[str] = ()) -> str:
     not Python names its file and line."""
     if isinstance(e, SyntaxError):
         return f"{e.filename}:{e.lineno}: {e.msg} (a config file must be Python defining get_config)"
+    if isinstance(e, (ValueError, IndexError)) and not isinstance(e, KeyError):
+        # ml_collections' override paths: a list entry is config.phases[0].x; "phases.0.x" does not parse
+        m = re.search(r"Could not parse '([^']+)'", str(e))
+        if m:
+            path = m.group(1)
+            fixed = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", path)
+            hint = f": write a list entry's index in brackets, --config.{fixed}" if fixed != path else ""
+            return f"--config.{path}: not a field path{hint}"
+        if isinstance(e, IndexError):
+            given = [a.split("=", 1)[0] for a in argv[1:] if re.search(r"\[\d+\]", a.split("=", 1)[0])]
+            return (f"{', '.join(given) or 'an override'}: the config's list has no entry of that index "
+                    "(indices count from 0)")
     if isinstance(e, (AttributeError, KeyError)):
         inner = e
         while inner.args and isinstance(inner.args[0], BaseException):  # ml_collections nests KeyError in it
@@ -152,15 +216,33 @@ def positive_int(s: str) -> int:
 
 
 class _ConsoleHandler(logging.StreamHandler):
-    """WARNING and above on stderr, written through tqdm so that a progress bar on the screen is not torn."""
+    """WARNING and above on stderr, written through tqdm so that a progress bar on the screen is not torn. Another
+    library's record is one line here (its traceback goes to the log file only), and one about a full disk is left to
+    the script's own error line."""
 
     def emit(self, record):
         try:
             from tqdm import tqdm
 
+            if not record.name.startswith("squeezebert_jax"):
+                text = record.getMessage()
+                if any(t in text for t in _DISK_TEXTS):
+                    return
+                if record.exc_info or record.exc_text or "\n" in text:
+                    record = logging.makeLogRecord(record.__dict__ | {
+                        "msg": text.strip().splitlines()[0] + " (details in the log file)" if text.strip() else text,
+                        "args": None, "exc_info": None, "exc_text": None, "stack_info": None})
             tqdm.write(self.format(record), file=sys.stderr)
         except Exception:  # noqa: BLE001 -- logging must never raise
             self.handleError(record)
+
+
+class _FileHandler(logging.FileHandler):
+    """The run's log file. A record that cannot be written (a full disk) is dropped: the console would otherwise get
+    logging's own traceback for each one, while the run's error line already says what happened."""
+
+    def handleError(self, record):
+        pass
 
 
 def setup_logging(log_file: str | None = None, console_level: int = logging.WARNING) -> None:
@@ -176,7 +258,7 @@ def setup_logging(log_file: str | None = None, console_level: int = logging.WARN
     root.addHandler(console)
     if log_file:
         os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-        fh = logging.FileHandler(log_file, mode="a", encoding="utf-8")
+        fh = _FileHandler(log_file, mode="a", encoding="utf-8")
         fh.setLevel(logging.INFO)
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(fh)

@@ -19,6 +19,7 @@ step (``distill.patient_weight`` ...), and unlabeled transfer text on the teache
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -38,8 +39,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from squeezebert_jax import (batching, checkpointing, distill, errors, glue, inference, optim, parallel, prune,
-                             reporting, tasks, trainer)
+from squeezebert_jax import (batching, checkpointing, distill, errors, files, glue, inference, optim, parallel,
+                             prune, reporting, tasks, trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.io import (
     _read_config,
@@ -289,16 +290,51 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     """Every training setting against its range, before anything is loaded or compiled: one line naming the setting,
     its value and what is valid."""
 
+    def value(name):
+        v = config
+        for part in name.split("."):
+            v = v[part]
+        return v
+
     def need(ok: bool, name: str, valid: str):
         if not ok:
-            raise InputError(f"config.{name}={config[name]!r}: {valid}")
+            raise InputError(f"config.{name}={value(name)!r}: {valid}")
 
-    need(math.isfinite(config.learning_rate) and config.learning_rate > 0, "learning_rate", "a finite rate > 0")
-    for name in ("num_epochs", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size"):
-        need(int(config[name]) >= 1, name, "an integer >= 1")
-    need(0.0 <= config.warmup_fraction <= 1.0, "warmup_fraction", "a fraction in [0, 1]")
-    need(config.weight_decay >= 0.0, "weight_decay", "a decay >= 0")
-    need(config.max_seq_length >= 2, "max_seq_length", "at least 2 ([CLS] and [SEP])")
+    def number(name, lo=None, hi=None, lo_open=False, hi_open=False) -> bool:
+        v = value(name)
+        return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and (lo is None or (v > lo if lo_open else v >= lo))
+                and (hi is None or (v < hi if hi_open else v <= hi)))
+
+    def integer(name, lo) -> bool:
+        v = value(name)
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    need(number("learning_rate", 0, lo_open=True), "learning_rate", "a finite rate > 0")
+    for name in ("num_epochs", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
+                 "preemption_sync_every"):
+        need(integer(name, 1), name, "an integer >= 1")
+    zero_means = {"num_devices": "all devices", "max_train_examples": "every row", "student_layers": "init_from's depth"}
+    for name, meaning in zero_means.items():
+        need(integer(name, 0), name, f"an integer >= 0 (0: {meaning})")
+    need(number("warmup_fraction", 0, 1), "warmup_fraction", "a fraction in [0, 1]")
+    need(number("weight_decay", 0), "weight_decay", "a finite decay >= 0")
+    for name in ("dropout", "attention_dropout"):
+        need(value(name) is None or number(name, 0, 1, hi_open=True), name, "a probability in [0, 1), or unset "
+             "(init_from's own)")
+    need(number("distill.teacher_weight", 0, 1), "distill.teacher_weight", "a share in [0, 1] (1: the teacher's "
+         "soft labels alone)")
+    for name in ("patient_weight", "hidden_weight", "attention_weight"):
+        need(number(f"distill.{name}", 0), f"distill.{name}", "a finite weight >= 0 (0: off)")
+    need(number("prune.target", 0, 1, hi_open=True), "prune.target", "a sparsity in [0, 1) (0: off)")
+    need(number("prune.begin", 0, 1) and number("prune.end", 0, 1) and config.prune.begin <= config.prune.end,
+         "prune.begin", f"a fraction of the run with 0 <= prune.begin <= prune.end <= 1 (prune.end is "
+         f"{config.prune.end!r})")
+    need(integer("prune.every", 1), "prune.every", "an integer >= 1")
+    for name in ("max_query_length", "doc_stride", "max_answer_length", "n_best"):
+        need(integer(f"data.{name}", 1), f"data.{name}", "an integer >= 1")
+    need(number("data.null_threshold"), "data.null_threshold", "a finite score margin")
+    need(integer("max_seq_length", 2), "max_seq_length", "an integer >= 2 ([CLS] and [SEP])")
     need(config.layers in ("auto", *LAYERS), "layers", "auto, scan or unrolled")
     batching.length_buckets(config.length_buckets, config.max_seq_length)  # its own one-line refusal
     need(config.batch_size % num_devices == 0, "batch_size",
@@ -314,7 +350,8 @@ def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
         return
     was = history[-1]["config"]
     now = json.loads(config.to_json_best_effort())
-    for key in ("task", "init_from", "data.train_file"):
+    for key in ("task", "init_from", "data_dir", "data.kind", "data.train_file", "data.validation_file",
+                "student_layers"):
         a, b = was, now
         for part in key.split("."):
             a, b = (a or {}).get(part), (b or {}).get(part)
@@ -375,7 +412,7 @@ def _host_losses(values) -> list[float]:
     return [float(v) for v in jax.device_get(values)]
 
 
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> dict[str, Any]:
     """Fine-tune ``config.init_from`` on ``config.task`` in ``workdir``; returns the eval results dict.
 
     The run is data parallel over the mesh (``num_devices``, ``fsdp`` as in pretraining): the shared donated step
@@ -384,14 +421,21 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     exactly. After each epoch the dev splits are evaluated on the mesh and the best epoch is exported as
     WORKDIR/model. A pretraining (or bare encoder) MODEL_DIR gets a new classifier head; a classifier for another
     label count keeps its encoder and gets a new head too. Nothing is written to ``workdir`` before the settings and
-    inputs are checked."""
+    inputs are checked; one run per workdir (``files.RunLock``), and a workdir holding files of no fine-tuning run (a
+    MODEL_DIR, a pretraining run) is refused unless ``overwrite``."""
     workdir = os.fspath(workdir)
 
     # -- Mesh and settings -------------------------------------------------------------------------
     parallel.maybe_initialize_distributed()
     mesh = parallel.make_mesh(config.num_devices or None)
     check_settings(config, mesh.shape["data"])
+    files.check_run_dir(workdir, "fine-tuning", overwrite)
     _check_workdir(workdir, config)
+    with files.RunLock(workdir, "fine-tuning") if jax.process_index() == 0 else contextlib.nullcontext():
+        return _finetune(config, workdir, mesh)
+
+
+def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str, Any]:
     spec = tasks.resolve(config)  # a GLUE task, or the user's files (their labels read here)
     regression, num_labels = spec.is_regression, spec.num_labels
     if not spec.eval_splits:
@@ -562,7 +606,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     if stopped:
         log.warning("stopped early (signal): checkpoint saved at step %d, exiting cleanly; run again on %s to resume",
                     step, workdir)
-        return {"task": config.task, "best": best, "history": history, "preempted": True}
+        return {"task": config.task, "best": best, "history": history, "preempted": True,
+                "checkpoint_step": max(checkpointer.steps_on_disk(), default=None)}
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
                "train_examples": data.num_labeled, "transfer_examples": data.num_transfer,
                "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task), "preempted": False,

@@ -209,7 +209,7 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     split = _split(spec, split)
     lay = spec.layouts[split]
     examples: list[GlueExample] = []
-    skipped, ncols, row_no = 0, lay.ncols, 0
+    skipped, ncols, row_no, seen_index = 0, lay.ncols, 0, {}
     with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 is named like any other bad row
         for lineno, raw in enumerate(f, 1):
             raw = raw.rstrip(b"\n").rstrip(b"\r").removeprefix(b"\xef\xbb\xbf" if lineno == 1 else b"")
@@ -246,6 +246,12 @@ def read_glue_tsv(path: str, task: str, split: str, *,
                                           f"(skip_malformed=True drops and counts such rows)") from None
                 skipped += 1
                 log.debug("%s:%d: skipped: %s", path, lineno, e)
+            else:
+                if lay.index is not None:  # the server file has a row per index: a duplicate is never skipped
+                    if idx in seen_index:
+                        raise GlueFormatError(f"{path}:{lineno}: index {idx} appears twice (also at line "
+                                              f"{seen_index[idx]})")
+                    seen_index[idx] = lineno
             row_no += 1
     if ncols is None and lay.header:
         raise GlueFormatError(f"{path}: empty file (no header)")

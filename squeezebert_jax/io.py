@@ -116,6 +116,9 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
             raise InputError(f"{model_dir}/config.json: unknown architecture {saved!r}")
         mapped = convert.Mapped(saved, {k.removeprefix("transformer/"): v for k, v in flat.items()})
         allow_new = head not in (None, saved) or num_labels is not None
+    elif raw.get("library") == "squeezebert_jax":  # our MODEL_DIR, its weights file gone
+        raise FileNotFoundError(f"{path}: no such file; {model_dir} is a squeezebert_jax MODEL_DIR (its config.json "
+                                "says so) whose weights are missing: copy the whole directory again")
     else:  # a transformers directory: its pooler may be missing (BertForMaskedLM has none)
         path = model_dir
         mapped = convert.torch_to_flat(convert.read_torch_checkpoint(model_dir), config,

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -98,9 +99,13 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
     for p in map(os.fspath, paths):
         if os.path.isdir(p):
             raise InputError(f"{p} is a directory; give the text files in it (e.g. {os.path.join(p, '*.txt')})")
-        if not os.path.isfile(p):
+        if not os.path.exists(p):
             hint = ": a pattern that matched no file" if any(c in p for c in "*?[") else ""
             raise FileNotFoundError(2, f"no such corpus file{hint}", p)
+        mode = os.stat(p).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise InputError(f"{p} is not a regular file or a pipe; give the corpus as text files (a pipe such as "
+                             "<(zcat corpus.txt.gz) is read once, as a stream)")
         out.append(p)
     if not out:
         raise InputError("no corpus files given")
@@ -123,6 +128,35 @@ def _clean(line: str, stats: CorpusStats, max_line_chars: int) -> str:
     return line
 
 
+MAX_CUT_SHARE = 0.5  # a text file losing more than this share of its bytes to cut lines is refused
+
+
+def _utf8_boundary(raw: bytes) -> int:
+    """The length of ``raw`` without a UTF-8 character cut at its end (a line read in part)."""
+    if not raw:
+        return 0
+    i = len(raw) - 1
+    while i > 0 and len(raw) - i < 4 and (raw[i] & 0xC0) == 0x80:  # back over continuation bytes to the lead byte
+        i -= 1
+    lead = raw[i]
+    need = 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    return len(raw) if len(raw) - i >= need else i
+
+
+def _report_cut_lines(path: str, cut: int, lost: int, size: int, max_line_chars: int, cr_only: bool) -> None:
+    """A file whose lines were cut at ``max_line_chars``: a warning on the console, or a refusal when more than
+    ``MAX_CUT_SHARE`` of its bytes would be lost (a file with no usable line breaks)."""
+    share = lost / max(size, 1)
+    why = ("; its lines end in CR alone (an old Mac file?): convert them first, e.g. tr '\\r' '\\n' < IN > OUT"
+           if cr_only else "; one sentence per line is expected")
+    msg = (f"{path}: {cut} line{'s' if cut > 1 else ''} longer than max_line_chars ({max_line_chars}) cut, losing "
+           f"{lost} of its {size} bytes ({share:.1%}){why}")
+    if share > MAX_CUT_SHARE:
+        raise InputError(f"{msg}; refused (more than {MAX_CUT_SHARE:.0%} of the file would be lost): fix its line "
+                         "breaks, or raise --max_line_chars")
+    log.warning("%s", msg)
+
+
 def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats | None = None,
                         max_line_chars: int = MAX_LINE_CHARS, max_invalid_utf8: float = MAX_INVALID_UTF8
                         ) -> Iterator[list[str]]:
@@ -130,18 +164,31 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
     blank (or whitespace-only) lines; a document never spans two files. Odd input is counted in ``stats``; a file
     with more than ``max_invalid_utf8`` of its bytes not UTF-8 text raises InputError naming it and the share."""
     stats = stats if stats is not None else CorpusStats()
+    cap = 4 * max_line_chars + 4  # bytes read of one line at most: its first max_line_chars characters (UTF-8)
     for path in paths:
         doc: list[str] = []
         blank_run = 0
         lines_before, bytes_before, size = stats.invalid_utf8_lines, stats.invalid_utf8_bytes, 0
         next_check = _CHECK_BYTES
+        cut, lost, cr_only, rest = 0, 0, False, False
         with open(path, "rb") as f:
-            for raw in f:
-                line = _clean(_decode(raw, stats), stats, max_line_chars)
+            for raw in iter(lambda: f.readline(cap), b""):
                 size += len(raw)
                 if size >= next_check:
                     _check_invalid_share(path, stats.invalid_utf8_bytes - bytes_before, size, max_invalid_utf8, False)
                     next_check = size + _CHECK_BYTES
+                if rest:  # the rest of a line already cut: skipped, never held whole in memory
+                    lost += len(raw.rstrip(b"\r\n"))
+                    rest = not raw.endswith(b"\n")
+                    continue
+                rest = len(raw) == cap and not raw.endswith(b"\n")
+                cr_only = cr_only or b"\r" in raw.rstrip(b"\r\n")
+                part = raw[:_utf8_boundary(raw)] if rest else raw
+                truncated = stats.truncated_lines
+                line = _clean(_decode(part, stats), stats, max_line_chars)
+                if stats.truncated_lines > truncated or rest:
+                    stats.truncated_lines = truncated + 1
+                    cut, lost = cut + 1, lost + len(raw.rstrip(b"\r\n")) - len(line.encode("utf-8"))
                 if line:
                     doc.append(line)
                     blank_run = 0
@@ -154,6 +201,8 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
                     stats.empty_documents += 1
         bad = stats.invalid_utf8_bytes - bytes_before
         _check_invalid_share(path, bad, size, max_invalid_utf8, True)
+        if cut:
+            _report_cut_lines(path, cut, lost, size, max_line_chars, cr_only)
         if stats.invalid_utf8_lines > lines_before:
             log.warning("%s: %d lines hold %d bytes (%.3f%% of the file) that are not UTF-8 text; kept with U+FFFD "
                         "replacement characters", path, stats.invalid_utf8_lines - lines_before, bad, 100 * bad / size)
@@ -321,32 +370,45 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
         done = sum(sizes) > 0
     finally:
         bar.close()
-        for w in writers:
-            w.close()
-        if not done:  # an error, or nothing to write: leave out_dir as it was
-            for p in tmp:
-                if os.path.exists(p):
-                    os.remove(p)
-            if created and not os.listdir(out_dir):
-                os.rmdir(out_dir)
+        try:
+            failed = None
+            for w in writers:  # each closed even when another's close fails (a full disk fails them all)
+                try:
+                    w.close()
+                except Exception as e:  # noqa: BLE001 -- re-raised below, once every writer is closed
+                    done, failed = False, failed or e
+            if failed is not None:
+                raise failed
+        finally:
+            if not done:  # an error, or nothing to write: leave out_dir as it was
+                for p in tmp:
+                    if os.path.exists(p):
+                        os.remove(p)
+                if created and not os.listdir(out_dir):
+                    os.rmdir(out_dir)
     num_docs = sum(sizes)
     if num_docs == 0:
         raise InputError(f"no document with at least two non-empty sentences in the sources ({stats})")
     meta_path = os.path.join(out_dir, "meta.json")
-    if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
-        os.remove(meta_path)
-    for p, n in zip(tmp, names):
-        os.replace(p, os.path.join(out_dir, n))
-    for f in os.listdir(out_dir):  # stale shards of an earlier run with another num_shards
-        if f.startswith("shard-") and f.endswith(".array_record") and f not in names:
-            os.remove(os.path.join(out_dir, f))
-    meta = {"format_version": FORMAT_VERSION, "num_docs": num_docs, "num_records": num_docs,
-            "num_sentences": stats.sentences, "num_tokens": num_tokens, "num_shards": num_shards,
-            "shards": names, "shard_num_records": sizes, "token_width": width, "writer_options": writer_options,
-            "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
-                          "file": tokenizer.save(out_dir)},
-            "stats": dataclasses.asdict(stats)}
-    atomic_write(meta_path, json.dumps(meta, indent=2))
+    try:
+        if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
+            os.remove(meta_path)
+        for p, n in zip(tmp, names):
+            os.replace(p, os.path.join(out_dir, n))
+        for f in os.listdir(out_dir):  # stale shards of an earlier run with another num_shards
+            if f.startswith("shard-") and f.endswith(".array_record") and f not in names:
+                os.remove(os.path.join(out_dir, f))
+        meta = {"format_version": FORMAT_VERSION, "num_docs": num_docs, "num_records": num_docs,
+                "num_sentences": stats.sentences, "num_tokens": num_tokens, "num_shards": num_shards,
+                "shards": names, "shard_num_records": sizes, "token_width": width, "writer_options": writer_options,
+                "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
+                              "file": tokenizer.save(out_dir)},
+                "stats": dataclasses.asdict(stats)}
+        atomic_write(meta_path, json.dumps(meta, indent=2))
+    finally:
+        for p in tmp:  # renamed unless the renames failed
+            if os.path.exists(p):
+                os.remove(p)
     log.info("prepared %d documents, %d sentences, %d tokens into %s; %s", num_docs, stats.sentences,
              num_tokens, out_dir, stats)
     return meta
@@ -363,6 +425,33 @@ def load_meta(data_dir: str | os.PathLike) -> dict:
         raise InputError(f"{path}: format_version {meta.get('format_version')}, this code reads "
                          f"{FORMAT_VERSION}; prepare the data again (train/prepare_data.py)")
     return meta
+
+
+def data_fingerprint(data_dir: str | os.PathLike) -> dict:
+    """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records and bytes."""
+    import hashlib
+
+    data_dir = os.fspath(data_dir)
+    meta = load_meta(data_dir)
+    with open(os.path.join(data_dir, meta["tokenizer"]["file"]), "rb") as f:
+        vocab = hashlib.sha256(f.read()).hexdigest()
+    sizes = meta.get("shard_num_records") or [None] * len(meta["shards"])
+    return {"tokenizer_sha256": vocab, "num_tokens": meta.get("num_tokens"),
+            "shards": {n: [r, os.path.getsize(os.path.join(data_dir, n))] for n, r in zip(meta["shards"], sizes)}}
+
+
+def fingerprint_change(saved: dict, now: dict) -> tuple[bool, str]:
+    """(whether the vocabulary changed, what changed in words; '' when nothing did) between two fingerprints."""
+    if saved.get("tokenizer_sha256") != now.get("tokenizer_sha256"):
+        return True, "its tokenizer file is another vocabulary (token ids now mean other words)"
+    a, b = saved.get("shards", {}), now.get("shards", {})
+    if a == b:
+        return False, ""
+
+    def count(x):
+        return f"{len(x)} shards, {sum(r for r, _ in x.values() if r)} documents, {sum(n for _, n in x.values())} bytes"
+
+    return False, f"its shards are not the ones the checkpoint read ({count(a)} then; {count(b)} now)"
 
 
 def shard_paths(data_dir: str | os.PathLike) -> list[str]:

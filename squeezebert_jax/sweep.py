@@ -29,8 +29,8 @@ from typing import Any
 import ml_collections
 from tqdm.auto import tqdm
 
+from squeezebert_jax import files, glue
 from squeezebert_jax import finetune as ft
-from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
 from squeezebert_jax.trainer import config_changes
@@ -295,7 +295,12 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     the whole-table recipe, each task's run in WORKDIR/<task>. A run recorded in the record is skipped; one that was
     interrupted resumes from its checkpoints. ``predict``: GLUE-server files of the chosen runs in
     WORKDIR/predictions (AX from MNLI's). ``echo`` gets one line per finished run (task, settings, score, elapsed /
-    ETA)."""
+    ETA). One sweep per workdir at a time (``files.RunLock``)."""
+    with files.RunLock(workdir, "GLUE sweep"):
+        return _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo)
+
+
+def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo) -> str:
     tasks = list(tasks or glue.RECIPE_ORDER)
     if transfer and "mnli" in tasks:
         tasks.insert(0, tasks.pop(tasks.index("mnli")))

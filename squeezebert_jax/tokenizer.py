@@ -585,10 +585,14 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                          f"{'the file is' if len(files) == 1 else 'every file is'} empty or holds only blank lines")
     out_dir = os.fspath(out_dir)
     target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")
-    if os.path.exists(target) and not overwrite:
-        raise InputError(f"{target} already exists (a model's tokenizer?); pass --overwrite to replace it, or choose "
-                         f"another --out")
+    present = [os.path.join(out_dir, n) for n in TOKENIZER_FILE_NAMES if os.path.exists(os.path.join(out_dir, n))]
+    if present and not overwrite:  # another kind's file too: Tokenizer.from_dir would go on reading that one
+        raise InputError(f"{present[0]} already exists (a model's tokenizer?); pass --overwrite to replace it, or "
+                         f"choose another --out")
     os.makedirs(out_dir, exist_ok=True)
+    for other in present:  # --overwrite: the directory ends with this tokenizer alone
+        if other != target:
+            os.remove(other)
     if kind == "wordpiece":
         path = _train_wordpiece(files, out_dir, vocab_size)
     else:

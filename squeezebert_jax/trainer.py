@@ -140,9 +140,11 @@ def read_config_history(workdir: str) -> list[dict]:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except ValueError:
                     continue
+                if isinstance(row, dict) and isinstance(row.get("config"), dict):
+                    rows.append(row)
     return rows
 
 
@@ -161,7 +163,14 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
         previous = history[-1]["config"]
     elif os.path.exists(cfg_path):  # a workdir from before the history: keep its config as the first start
         with open(cfg_path, encoding="utf-8") as f:
-            previous = json.load(f)
+            try:
+                previous = json.load(f)
+            except ValueError as e:
+                raise InputError(f"{cfg_path}: not valid JSON ({e}); the run's config file is damaged: move it away "
+                                 "(a resume needs only the checkpoints)") from None
+        if not isinstance(previous, dict):
+            raise InputError(f"{cfg_path}: not a config (a JSON object); move it away (a resume needs only the "
+                             "checkpoints)")
         rows.append({"start_step": None, "time": None, "config": previous, "changed": {}})
     else:
         previous = None

@@ -15,11 +15,14 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from squeezebert_jax import cli
+from squeezebert_jax import cli, files
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import finetune
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, eval_results.json, model/")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "write the run into a --workdir that holds files of no fine-tuning "
+                               "run (files of the same names are replaced)")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -27,12 +30,17 @@ def main(argv):
     del argv
     if not _CONFIG.value.init_from:
         raise app.UsageError("--config.init_from MODEL_DIR is required")
+    files.check_run_dir(_WORKDIR.value, "fine-tuning", _OVERWRITE.value)  # before log.txt is written there
     cli.setup_logging(os.path.join(_WORKDIR.value, "log.txt"))
     cli.enable_compilation_cache()
-    results = finetune(_CONFIG.value, _WORKDIR.value)
+    results = finetune(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value)
+    checkpoints = os.path.join(_WORKDIR.value, "checkpoints")
+    if results["preempted"] and results.get("checkpoint_step") is None:
+        raise InputError(f"stopped early (signal), and no checkpoint is on disk in {checkpoints}: the run must start "
+                         "over")
     if results["preempted"]:
-        print(f"stopped early (signal): checkpoint saved in {os.path.join(_WORKDIR.value, 'checkpoints')}; run the "
-              f"same command again to resume")
+        print(f"stopped early (signal): checkpoint of step {results['checkpoint_step']} saved in {checkpoints}; run "
+              "the same command again to resume")
         return
     print(json.dumps(results["best"], indent=2))
     print(f"best model: {os.path.join(_WORKDIR.value, 'model')}")

@@ -6,7 +6,8 @@ Text files: one sentence per line, a blank line between documents (BERT's create
 file with more than --max_invalid_utf8 of its bytes not UTF-8 text is refused (below that, counted and reported).
 TFDS: one document per example, its text feature split into sentences (pretrain_data.split_sentences).
 An --out that already holds files (an earlier preparation) is refused unless --overwrite; the earlier preparation
-stays valid until the new meta.json is written. Library logs go to OUT/prepare_log.txt.
+stays valid until the new meta.json is written. One preparation at a time writes into --out (OUT/.lock); the rerun
+of one that failed (a full disk, say) needs no --overwrite. Library logs go to OUT/prepare_log.txt.
 """
 
 import argparse
@@ -15,9 +16,10 @@ import os
 import sys
 
 from squeezebert_jax import cli, files, pretrain_data
-from squeezebert_jax.tokenizer import Tokenizer
+from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, Tokenizer
 
 LOG_NAME = "prepare_log.txt"
+WHAT = "data preparation"
 
 
 def _share(s: str) -> float:
@@ -49,15 +51,27 @@ def main(argv=None) -> int:
     # Everything that can be checked is checked before anything is written.
     inputs = pretrain_data.check_text_files(args.input) if args.input else None
     tokenizer = Tokenizer.from_file(args.vocab)
-    files.check_output_dir(args.out, overwrite=args.overwrite, ignore=(LOG_NAME,))  # (a failed run leaves its log)
-    cli.setup_logging(os.path.join(args.out, LOG_NAME))
-    stats = pretrain_data.CorpusStats()
-    sources = inputs or pretrain_data.iter_tfds_documents(
-        args.tfds, args.tfds_split, args.tfds_text_feature, args.tfds_data_dir, stats)
-    meta = pretrain_data.prepare(sources, tokenizer, args.out, args.num_shards, stats=stats,
-                                 max_line_chars=args.max_line_chars, max_invalid_utf8=args.max_invalid_utf8)
+    check_out(args.out, args.overwrite)
+    with files.RunLock(args.out, WHAT, logs=(LOG_NAME,)):  # one preparation at a time into --out
+        check_out(args.out, args.overwrite)  # again, now that no other run can write there: one may have just ended
+        cli.setup_logging(os.path.join(args.out, LOG_NAME))
+        stats = pretrain_data.CorpusStats()
+        sources = inputs or pretrain_data.iter_tfds_documents(
+            args.tfds, args.tfds_split, args.tfds_text_feature, args.tfds_data_dir, stats)
+        meta = pretrain_data.prepare(sources, tokenizer, args.out, args.num_shards, stats=stats,
+                                     max_line_chars=args.max_line_chars, max_invalid_utf8=args.max_invalid_utf8)
     print(json.dumps(meta, indent=2))
     return 0
+
+
+def check_out(out: str, overwrite: bool) -> None:
+    """--out is empty, or holds a preparation's leftovers only (a failed run's log and lock; an unfinished
+    preparation: shards and the tokenizer file, no meta.json), or --overwrite was given."""
+    ignore = (LOG_NAME, files.LOCK_NAME)
+    if (os.path.isdir(out) and files.read_lock(out).get("what") == WHAT
+            and not os.path.exists(os.path.join(out, "meta.json"))):
+        ignore += tuple(n for n in os.listdir(out) if n.startswith(("shard-", ".tmp")) or n in TOKENIZER_FILE_NAMES)
+    files.check_output_dir(out, overwrite=overwrite, ignore=ignore)
 
 
 if __name__ == "__main__":

@@ -13,28 +13,36 @@ from absl import flags
 from ml_collections import config_flags
 
 from squeezebert_jax import cli
-from squeezebert_jax.pretrain import train_and_evaluate
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.pretrain import check_settings, check_workdir, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, model/")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "write the run into a --workdir that holds files of no pretraining "
+                               "run (files of the same names are replaced)")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
     del argv
     workdir, t0 = _WORKDIR.value, time.perf_counter()
+    check_settings(_CONFIG.value)
+    check_workdir(_CONFIG.value, workdir, _OVERWRITE.value)  # before log.txt is written there
     cli.setup_logging(os.path.join(workdir, "log.txt"))
     cli.enable_compilation_cache()
     print(f"pretraining in {workdir} (full log: {os.path.join(workdir, 'log.txt')})")
-    final = train_and_evaluate(_CONFIG.value, workdir)
+    final = train_and_evaluate(_CONFIG.value, workdir, overwrite=_OVERWRITE.value)
     elapsed = time.perf_counter() - t0
     if "loss" in final:
         print(f"last interval: loss {final['loss']:.4f} (mlm {final['mlm_loss']:.4f}, accuracy "
               f"{final['mlm_accuracy']:.3f}; sop {final['sop_loss']:.4f}, accuracy {final['sop_accuracy']:.3f}), "
               f"{final['seq_per_s']:.1f} seq/s; {elapsed:.0f} s in all")
+    if final["preempted"] and final.get("checkpoint_step") is None:
+        raise InputError(f"stopped early, and no checkpoint is on disk in {os.path.join(workdir, 'checkpoints')}: "
+                             "the run must start over")
     if final["preempted"]:
-        print(f"stopped early: checkpoint saved, no model exported; run the same command again to resume "
-              f"from {os.path.join(workdir, 'checkpoints')}")
+        print(f"stopped early: checkpoint of step {final['checkpoint_step']} saved, no model exported; run the same "
+              f"command again to resume from {os.path.join(workdir, 'checkpoints')}")
     else:
         print(f"model saved to {os.path.join(workdir, 'model')} (convert/to_pytorch.py accepts it); "
               f"metrics in {os.path.join(workdir, 'metrics.jsonl')}")

@@ -5,7 +5,9 @@
         --config.data.path /data/wiki_books_prepared
     python train/pretrain.py --config train/configs/pretrain.py:bert-base --workdir ... --config.data.path ...
 
-Override anything with --config.x=... (e.g. --config.num_microbatches=8 when 8192 sequences do not fit).
+Override anything with --config.x=... (e.g. --config.num_microbatches=8 when 8192 sequences do not fit); a phase's
+field by its index in brackets: --config.phases[0].num_steps=1000, --config.phases[1].seq_len=384.
+keep_checkpoints is >= 1 (the newest this many are kept; there is no "keep none").
 The workdir is a local or mounted path (e.g. a bucket mounted with gcsfuse); URLs such as gs://... are refused.
 """
 
@@ -39,7 +41,11 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
                                         "num_workers": 0, "num_shards": 4, "demo_num_docs": 4000,
                                         "demo_seed": 0, "prefetch": 2})
     # data.prefetch: batches made and put on the devices ahead of the step (a background thread; 0: inline);
-    # data.num_workers: grain worker processes making batches (0: grain's read thread in this process)
+    # data.num_workers: grain worker processes making batches (0: grain's read thread in this process);
+    # data.start_over: resume the model and optimizer on data prepared again since the checkpoint (other shards),
+    # reading the new data from its beginning (without it such a resume is refused: the saved position is the old
+    # data's). A changed vocabulary is always refused.
+    c.data.start_over = False
     c.log_every = 100
     c.checkpoint_every = 1000
     c.keep_checkpoints = 3
