@@ -192,7 +192,8 @@ class SqueezeBertConfig:
         "squeezebert-uncased" (as released: vocab 30528, groups q/k/v 4, post-attention 1, FFN 4/4),
         "bert-base-uncased" (all groups 1) and the 24 BERT miniatures of Turc et al. (2019) as
         "bert-L{2,4,6,8,10,12}-H{128,256,512,768}" (heads H/64, intermediate 4H), with the aliases
-        bert-tiny, bert-mini, bert-small, bert-medium.
+        bert-tiny, bert-mini, bert-small, bert-medium; "tinybert-4-312" (TinyBERT's general-distillation student:
+        BERT with 4 layers, hidden 312, 12 heads, intermediate 1200).
         """
         key = _MINIATURE_ALIASES.get(name, name)
         bert = dict.fromkeys(_GROUP_FIELDS, 1)
@@ -200,6 +201,9 @@ class SqueezeBertConfig:
             cfg = dict(vocab_size=30528)
         elif key in ("bert-base-uncased", "bert-base"):
             cfg = dict(bert)
+        elif key == "tinybert-4-312":  # TinyBERT General 4L-312D (Jiao et al.): BERT, 12 heads of 26, FFN 1200
+            cfg = dict(bert, num_hidden_layers=4, hidden_size=312, embedding_size=312, num_attention_heads=12,
+                       intermediate_size=1200)
         elif m := re.fullmatch(r"bert-L(\d+)-H(\d+)", key):
             layers, hidden = int(m[1]), int(m[2])
             if layers not in (2, 4, 6, 8, 10, 12) or hidden not in (128, 256, 512, 768):
@@ -208,7 +212,7 @@ class SqueezeBertConfig:
                        num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
         else:
             raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
-                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}")
+                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312")
         cfg.update(overrides)
         return cls(**cfg)
 

@@ -111,3 +111,15 @@ def test_cli_refuses_an_existing_out_and_an_unknown_row(run_cli, tmp_path, diges
     assert digest(out_file) == before
     rc, out, err = run_cli("eval/compare.py", "--no-latency", "--only", "RoBERTa")
     assert rc == 1 and "--only RoBERTa: no row's name contains it" in err and out == ""
+
+
+def test_tinybert_4_312_is_transformers_bert_of_that_shape_and_near_the_papers_figures():
+    """The paper's TinyBERT 4/312 row (14.5M, 1.2 GFLOPs): our preset counts as transformers' BertModel of that shape;
+    the published 14.5M also holds TinyBERT's 312 -> 768 distillation projection (compare.FOOTNOTES)."""
+    config = ENTRY["TinyBERT 4/312"].config()
+    ref = transformers.BertModel(transformers.BertConfig(hidden_size=312, num_hidden_layers=4,
+                                                         num_attention_heads=12, intermediate_size=1200))
+    ours = compare.param_counts(config)
+    assert ours == ref.num_parameters() == 14_350_248
+    assert round((ours + 312 * 768 + 768) / 1e6, 1) == 14.6 and abs(ours / 14.5e6 - 1) < 0.011
+    assert round(flops(config, 128) / 1e9, 1) == published("TinyBERT 4/312", "gflops")[0] == 1.2
