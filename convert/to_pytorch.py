@@ -14,7 +14,7 @@ import sys
 
 from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
-from squeezebert_jax.convert import torch_architecture
+from squeezebert_jax.convert import default_style, torch_architecture
 
 
 def main(argv=None):
@@ -24,15 +24,18 @@ def main(argv=None):
                    "--overwrite)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into a non-empty --out, replacing config.json, model.safetensors and tokenizer files")
-    p.add_argument("--model_type", default="squeezebert", choices=["squeezebert", "bert"])
+    p.add_argument("--model_type", default=None, choices=["squeezebert", "bert", "albert"],
+                   help="transformers family to write (default: albert for an ALBERT model, else squeezebert; bert "
+                        "when every group count is 1)")
     args = p.parse_args(argv)
     cli.setup_logging(None)
     if not os.path.isdir(args.src):
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
     check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
     model = load_pretrained(args.src)
-    export_torch(model, args.out, style=args.model_type, tokenizer_dir=args.src)
-    print(f"wrote {args.out}: {torch_architecture(model, args.model_type)} (model_type {args.model_type})")
+    style = args.model_type or default_style(model.config)
+    export_torch(model, args.out, style=style, tokenizer_dir=args.src)
+    print(f"wrote {args.out}: {torch_architecture(model, style)} (model_type {style})")
 
 
 if __name__ == "__main__":

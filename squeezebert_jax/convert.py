@@ -38,6 +38,23 @@ _HEAD_TABLE = {
                    ("classifier.bias", "classifier/bias", "copy")],
     "qa": [("qa_outputs.weight", "qa_outputs/kernel", "linear"), ("qa_outputs.bias", "qa_outputs/bias", "copy")],
 }
+# ALBERT's heads under their transformers names (AlbertForPreTraining: predictions.*, sop_classifier.classifier.*)
+_ALBERT_HEAD_TABLE = {
+    "mlm": [("predictions.dense.weight", "cls/predictions/transform/dense/kernel", "linear"),
+            ("predictions.dense.bias", "cls/predictions/transform/dense/bias", "copy"),
+            ("predictions.LayerNorm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
+            ("predictions.LayerNorm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
+            ("predictions.bias", "cls/predictions/bias", "copy")],
+    "sop": [("sop_classifier.classifier.weight", "cls/seq_relationship/kernel", "linear"),
+            ("sop_classifier.classifier.bias", "cls/seq_relationship/bias", "copy")],
+}
+# the base model's prefix in a head class's state_dict, and the first key parts of head tensors, per style
+_PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert."}
+_HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier")
+# a tied MLM decoder (dropped on reading, after checking it equals what it is tied to), per style
+_TIED = {"squeezebert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
+         "bert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
+         "albert": ("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias")}
 _HEAD_PARTS = {
     "SqueezeBertModel": (),
     "SqueezeBertForMaskedLM": ("mlm",),
@@ -52,6 +69,7 @@ _HEAD_PARTS = {
 _TORCH_ARCH = {
     "squeezebert": {h: h for h in HEADS} | {"SqueezeBertForPreTraining": "SqueezeBertForMaskedLM"},
     "bert": {h: h.replace("SqueezeBert", "Bert") for h in HEADS},
+    "albert": {h: h.replace("SqueezeBert", "Albert") for h in HEADS},
 }
 
 
@@ -62,7 +80,15 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
          ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings/embedding", "copy"),
          ("embeddings.LayerNorm.weight", "embeddings/LayerNorm/scale", "copy"),
          ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/bias", "copy")]
-    if style == "squeezebert":
+    if style == "albert":  # one shared layer (group 0, layer 0), the embeddings' projection in the encoder
+        t += [("encoder.embedding_hidden_mapping_in.weight", "embeddings/project/kernel", "linear"),
+              ("encoder.embedding_hidden_mapping_in.bias", "embeddings/project/bias", "copy")]
+        names = {"attention/query": "attention.query", "attention/key": "attention.key",
+                 "attention/value": "attention.value", "post_attention/conv1d": "attention.dense",
+                 "intermediate/conv1d": "ffn", "output/conv1d": "ffn_output"}
+        norms = {"post_attention/layernorm": "attention.LayerNorm", "output/layernorm": "full_layer_layer_norm"}
+        layer, kind = "encoder.albert_layer_groups.0.albert_layers", "linear_as_conv"
+    elif style == "squeezebert":
         names = {"attention/query": "attention.query", "attention/key": "attention.key",
                  "attention/value": "attention.value", "post_attention/conv1d": "post_attention.conv1d",
                  "intermediate/conv1d": "intermediate.conv1d", "output/conv1d": "output.conv1d"}
@@ -74,26 +100,31 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
                  "intermediate/conv1d": "intermediate.dense", "output/conv1d": "output.dense"}
         norms = {"post_attention/layernorm": "attention.output.LayerNorm", "output/layernorm": "output.LayerNorm"}
         layer, kind = "encoder.layer", "linear_as_conv"
-    for i in range(config.num_hidden_layers):
+    for i in range(1 if config.shared_layers else config.num_hidden_layers):
         for ours, theirs in names.items():
             t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/kernel", kind))
             t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
         for ours, theirs in norms.items():
             t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/scale", "copy"))
             t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
-    t.append(("pooler.dense.weight", "pooler/dense/kernel", "linear"))
-    t.append(("pooler.dense.bias", "pooler/dense/bias", "copy"))
+    pooler = "pooler" if style == "albert" else "pooler.dense"
+    t.append((f"{pooler}.weight", "pooler/dense/kernel", "linear"))
+    t.append((f"{pooler}.bias", "pooler/dense/bias", "copy"))
     return t
 
 
 def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, str, str]]:
     """Full (torch key, flax path, kind) table for ``head``; torch keys carry the head-class prefix."""
-    prefix = "" if head == "SqueezeBertModel" else ("transformer." if style == "squeezebert" else "bert.")
+    prefix = "" if head == "SqueezeBertModel" else _PREFIX[style]
     fprefix = "" if head == "SqueezeBertModel" else "transformer/"
     rows = [(prefix + k, fprefix + p, kind) for k, p, kind in _encoder_table(config, style)]
     for part in _HEAD_PARTS[head]:
-        rows += _HEAD_TABLE[part]
+        rows += _head_table(style)[part]
     return rows
+
+
+def _head_table(style: str) -> dict[str, list[tuple[str, str, str]]]:
+    return _HEAD_TABLE | _ALBERT_HEAD_TABLE if style == "albert" else _HEAD_TABLE
 
 
 def _groups_of(path: str, config: SqueezeBertConfig) -> int:
@@ -156,12 +187,15 @@ def check_head(head, what: str = "head") -> str | None:
 
 
 def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
-    """"squeezebert" or "bert" from the key names."""
+    """"squeezebert", "bert" or "albert" from the key names."""
+    if any(".albert_layer_groups." in k for k in state_dict):
+        return "albert"
     if any(".attention.self.query." in k for k in state_dict):
         return "bert"
     if any("encoder.layers." in k for k in state_dict):
         return "squeezebert"
-    raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*) nor BERT (encoder.layer.*) keys")
+    raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*), BERT (encoder.layer.*) nor ALBERT "
+                     "(encoder.albert_layer_groups.*) keys")
 
 
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
@@ -174,8 +208,8 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
         return "SqueezeBertForQuestionAnswering"
     if "classifier.weight" in state_dict:
         return "SqueezeBertForSequenceClassification"
-    has_mlm = "cls.predictions.transform.dense.weight" in state_dict
-    has_sop = "cls.seq_relationship.weight" in state_dict
+    has_mlm = any(k in state_dict for k in ("cls.predictions.transform.dense.weight", "predictions.dense.weight"))
+    has_sop = any(k in state_dict for k in ("cls.seq_relationship.weight", "sop_classifier.classifier.weight"))
     if has_mlm and has_sop:
         return "SqueezeBertForPreTraining"
     if has_mlm:
@@ -185,11 +219,11 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
 
 def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -> dict[str, np.ndarray]:
     """Bring keys to the head class's layout: a bare base model's keys gain the prefix, and vice versa."""
-    prefix = "transformer." if style == "squeezebert" else "bert."
+    prefix = _PREFIX[style]
     out = {}
     for k, v in state_dict.items():
         base = k[len(prefix):] if k.startswith(prefix) else k
-        is_head_key = base.split(".")[0] in ("cls", "classifier", "qa_outputs")
+        is_head_key = base.split(".")[0] in _HEAD_KEYS
         out[base if (head == "SqueezeBertModel" or is_head_key) else prefix + base] = v
     return out
 
@@ -239,15 +273,17 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     style = detect_style(sd)
     if style == "bert" and not config.is_bert:
         raise InputError(f"{source}: BERT-layout weights but the config has groups != 1")
+    if (style == "albert") != (config.family == "albert"):
+        raise InputError(f"{source}: {style.upper()}-layout weights but the config is {config.style.upper()}'s "
+                         "(its model_type)")
     saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, style, head)
-    word_key = ("" if head == "SqueezeBertModel" else ("transformer." if style == "squeezebert" else "bert.")) \
-        + "embeddings.word_embeddings.weight"
-    _check_tied(sd, word_key, source)
+    word_key = ("" if head == "SqueezeBertModel" else _PREFIX[style]) + "embeddings.word_embeddings.weight"
+    _check_tied(sd, word_key, source, style)
     rows = _table(config, head, style)
     named = {t for t, _, _ in rows}
-    rows += [r for part in _HEAD_PARTS[saved] for r in _HEAD_TABLE[part] if r[0] not in named]  # the saved head's
+    rows += [r for part in _HEAD_PARTS[saved] for r in _head_table(style)[part] if r[0] not in named]  # saved head
     params, names, shapes, layouts = {}, {}, {}, {}
     for tkey, fpath, kind in rows:
         path = fpath.removeprefix("transformer/")
@@ -264,10 +300,10 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     return Mapped(saved, params | sd, names, shapes, layouts)
 
 
-def _check_tied(sd: dict, word_key: str, source: str) -> None:
+def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert") -> None:
     """Drop the tied decoder after checking it really equals the embeddings / MLM bias."""
-    for key, ref in (("cls.predictions.decoder.weight", word_key), ("cls.predictions.decoder.bias",
-                                                                      "cls.predictions.bias")):
+    weight, bias, mlm_bias = _TIED[style]
+    for key, ref in ((weight, word_key), (bias, mlm_bias)):
         if key in sd:
             if ref in sd and not np.array_equal(sd[key], sd[ref]):
                 raise InputError(f"{source}: {key} differs from {ref}; untied MLM decoders are not supported")
@@ -297,11 +333,20 @@ def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
             for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
+def default_style(config: SqueezeBertConfig) -> str:
+    """The transformers layout a model is written in unless another is asked: ALBERT's for ALBERT, else
+    SqueezeBERT's (a model with every group 1 may also be written as BERT)."""
+    return "albert" if config.family == "albert" else "squeezebert"
+
+
 def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str,
-                  style: str = "squeezebert") -> dict[str, np.ndarray]:
-    """Our parameters of ``head`` (by path) as a transformers state_dict in SqueezeBERT or BERT keys."""
+                  style: str | None = None) -> dict[str, np.ndarray]:
+    """Our parameters of ``head`` (by path) as a transformers state_dict in SqueezeBERT, BERT or ALBERT keys."""
+    style = style or default_style(config)
     if style == "bert" and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
+    if (style == "albert") != (config.family == "albert"):
+        raise InputError(f"a {config.style} model cannot be written as {style}")
     flat = dict(flat)
     out = {}
     for tkey, fpath, kind in _table(config, head, style):
@@ -309,18 +354,18 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
         out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
-    if style == "bert" and head in _BERT_HEADS_WITHOUT_POOLER:
-        out = {k: v for k, v in out.items() if not k.startswith("bert.pooler.")}
+    if style in ("bert", "albert") and head in _BERT_HEADS_WITHOUT_POOLER:
+        out = {k: v for k, v in out.items() if not k.startswith(f"{_PREFIX[style]}pooler.")}
     return out
 
 
-def to_torch_state_dict(model: nnx.Module, style: str = "squeezebert") -> dict[str, np.ndarray]:
+def to_torch_state_dict(model: nnx.Module, style: str | None = None) -> dict[str, np.ndarray]:
     """transformers state_dict (numpy float32) of ``model`` in SqueezeBERT or (if all groups are 1) BERT keys."""
     return flat_to_torch(flat_params(model), model.config, head_name(model), style)
 
 
-def torch_architecture(model: nnx.Module, style: str = "squeezebert") -> str:
-    return _TORCH_ARCH[style][head_name(model)]
+def torch_architecture(model: nnx.Module, style: str | None = None) -> str:
+    return _TORCH_ARCH[style or default_style(model.config)][head_name(model)]
 
 
 # --------------------------------------------------------------------------------------------------

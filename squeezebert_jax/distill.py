@@ -80,7 +80,7 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
     for key, value in convert.flat_params(model).items():
         key = key.removeprefix("transformer/")
         m = _LAYER.match(key)
-        if m is None:
+        if m is None or model.config.shared_layers:  # ALBERT: every layer is the one shared layer, run fewer times
             flat[key] = value
         elif int(m[1]) in new_index:
             flat[f"encoder/layers/{new_index[int(m[1])]}/{key[m.end():]}"] = value

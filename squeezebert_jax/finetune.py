@@ -314,7 +314,8 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     for name in ("num_epochs", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
                  "preemption_sync_every"):
         need(integer(name, 1), name, "an integer >= 1")
-    zero_means = {"num_devices": "all devices", "max_train_examples": "every row", "student_layers": "init_from's depth"}
+    zero_means = {"num_devices": "all devices", "max_train_examples": "every row",
+                  "student_layers": "init_from's depth"}
     for name, meaning in zero_means.items():
         need(integer(name, 0), name, f"an integer >= 0 (0: {meaning})")
     need(number("warmup_fraction", 0, 1), "warmup_fraction", "a fraction in [0, 1]")

@@ -1,6 +1,8 @@
 """Analytic forward FLOPs, counted as the SqueezeBERT paper does (footnote 11: a multiply-add is 2 FLOPs).
 
 Counted: every matrix multiply of the encoder, i.e. the Q/K/V, post-attention and FFN position-wise layers
+(ALBERT: its one shared layer at each of the num_hidden_layers steps, and the embeddings' projection to hidden_size,
+under "embedding")
 (a grouped layer costs 1/G of the dense one), the two activation-activation products QKᵀ and (softmax)V,
 and the pooler (+ an optional classifier of ``num_labels`` outputs). Not counted: embedding lookups, bias
 adds, softmax, LayerNorm, GELU and residual adds (together < 1% at seq 128), as in the paper's Table 1
@@ -30,13 +32,15 @@ def flops_breakdown(config: SqueezeBertConfig, seq_len: int = 128, num_labels: i
     ``pooler_every_token``: the pooler counted at all ``seq_len`` positions, as seed 003's figures are (module
     docstring); by default at the [CLS] position only, as the model runs it."""
     c, s = config, seq_len
-    h, i, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+    h, i, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers  # ALBERT: n runs of the one shared layer
     # As the paper's Table 1: "FC in self-attention" is Q/K/V; the post-attention FC is its FFN_1.
     attention_fc = 2 * s * h * h * (1 / c.q_groups + 1 / c.k_groups + 1 / c.v_groups)
     ffn_fc = 2 * s * h * (h / c.post_attention_groups + i / c.intermediate_groups + i / c.output_groups)
     attention_mm = 2 * 2 * s * s * h  # QKᵀ and probs·V over all heads
+    # ALBERT's projection of the embeddings (embedding_size) to hidden_size: once, before the first layer
+    projection = 2.0 * s * c.embedding_size * h if c.factorized_embeddings else 0.0
     return {
-        "embedding": 0.0,
+        "embedding": projection,
         "attention_fc": n * attention_fc,
         "attention_softmax_qkv": n * attention_mm,
         "ffn_fc": n * ffn_fc,

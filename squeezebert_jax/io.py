@@ -232,11 +232,13 @@ def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
 # transformers export
 # --------------------------------------------------------------------------------------------------
 
-def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str = "squeezebert",
+def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | None = None,
                  tokenizer_dir: str | None = None) -> str:
-    """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors)."""
+    """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``:
+    "squeezebert", "bert" or "albert" (default: ``convert.default_style``)."""
     from safetensors.numpy import save_file
 
+    style = style or convert.default_style(model.config)
     hf_dir = os.fspath(hf_dir)
     os.makedirs(hf_dir, exist_ok=True)
     sd = convert.to_torch_state_dict(model, style=style)

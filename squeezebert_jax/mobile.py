@@ -125,19 +125,24 @@ def make_flax_forward(model: nnx.Module, dtype=None):
 # --------------------------------------------------------------------------------------------------
 
 def torch_class_name(model: nnx.Module) -> str:
-    """transformers class the export uses: SqueezeBert* (BERT* when all groups are 1); MLM for pretraining."""
-    style = "bert" if model.config.is_bert else "squeezebert"
+    """transformers class the export uses: SqueezeBert* (BERT* when all groups are 1, Albert* for ALBERT); MLM for
+    pretraining."""
+    style = _style(model)
     head = convert.head_name(model)
     if head == "SqueezeBertForPreTraining":
-        return "BertForMaskedLM" if style == "bert" else "SqueezeBertForMaskedLM"
+        return convert.torch_architecture(model, style).replace("ForPreTraining", "ForMaskedLM")
     return convert.torch_architecture(model, style)
+
+
+def _style(model: nnx.Module) -> str:
+    return model.config.style
 
 
 def to_transformers(model: nnx.Module):
     """The transformers PyTorch model (float32, eval, eager attention) holding ``model``'s weights."""
     import transformers
 
-    style = "bert" if model.config.is_bert else "squeezebert"
+    style = _style(model)
     cls_name = torch_class_name(model)
     with tempfile.TemporaryDirectory(prefix="sqb-export-") as d:
         export_torch(model, d, style=style)
@@ -147,7 +152,8 @@ def to_transformers(model: nnx.Module):
                                            dtype="float32")
     # Heads that transformers builds without these parts: the SOP head (we export MLM logits only) and, for
     # BERT's token-level heads and MLM, the pooler (add_pooling_layer=False). They feed no exported output.
-    unused = {k for k in info["unexpected_keys"] if ".pooler." in f".{k}" or k.startswith("cls.seq_relationship.")}
+    unused = {k for k in info["unexpected_keys"] if ".pooler." in f".{k}"
+              or k.startswith(("cls.seq_relationship.", "sop_classifier."))}
     if info["missing_keys"] or set(info["unexpected_keys"]) - unused or info.get("mismatched_keys"):
         raise RuntimeError(f"export to {cls_name} lost weights: missing {info['missing_keys']}, unexpected "
                            f"{info['unexpected_keys']}, mismatched {info.get('mismatched_keys')}")

@@ -45,7 +45,7 @@ _MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
 _COUNT_FIELDS = ("vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
                  "intermediate_size", "max_position_embeddings", "type_vocab_size", *_GROUP_FIELDS)
 # What each SqueezeBertConfig field must hold (checked by __post_init__; config.json is written by hand sometimes).
-_FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "pad_token_id": "int", "hidden_act": "str",
+_FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "pad_token_id": "int", "hidden_act": "str", "family": "str",
                 "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "float",
                 "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str"}
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "float": "a number", "prob": "a number in [0, 1]",
@@ -96,6 +96,9 @@ def _json_repr(v, limit: int = 40) -> str:
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
+FAMILIES = ("", "albert")
+
+
 @dataclasses.dataclass
 class SqueezeBertConfig:
     """Architecture hyper-parameters, with transformers' ``SqueezeBertConfig`` field names and defaults.
@@ -118,6 +121,10 @@ class SqueezeBertConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
+    # "" : SqueezeBERT (or BERT, every group count 1). "albert": ALBERT (Lan et al.): BERT's layer with every group
+    # count 1, one set of layer weights run num_hidden_layers times, and the embeddings (embedding_size) projected to
+    # hidden_size before the first layer (transformers' AlbertModel, num_hidden_groups = inner_group_num = 1).
+    family: str = ""
     q_groups: int = 4
     k_groups: int = 4
     v_groups: int = 4
@@ -134,9 +141,13 @@ class SqueezeBertConfig:
 
     def __post_init__(self):
         self._check_types()
-        if self.embedding_size != self.hidden_size:
+        if self.family not in FAMILIES:
+            raise InputError(f"family {self.family!r} not supported; one of {sorted(FAMILIES)}")
+        if self.family == "albert" and not self.is_bert:
+            raise InputError("family 'albert' has every group count 1 (ALBERT's layers are BERT's)")
+        if self.embedding_size != self.hidden_size and not self.factorized_embeddings:
             raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
-                             " as in the reference encoder")
+                             " as in the reference encoder (a smaller one is ALBERT's: family 'albert')")
         if self.hidden_size % self.num_attention_heads:
             raise InputError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
                              f"{self.num_attention_heads}")
@@ -177,6 +188,22 @@ class SqueezeBertConfig:
                 raise InputError(f"{name} is {_json_repr(v)}; expected {_EXPECTED[kind]}")
 
     @property
+    def shared_layers(self) -> bool:
+        """One set of layer weights run ``num_hidden_layers`` times (ALBERT's cross-layer sharing)."""
+        return self.family == "albert"
+
+    @property
+    def factorized_embeddings(self) -> bool:
+        """Embeddings of ``embedding_size`` projected to ``hidden_size`` by a dense layer before the encoder."""
+        return self.family == "albert"
+
+    @property
+    def style(self) -> str:
+        """The transformers family the weights convert to by default: "albert", "bert" (every group 1) or
+        "squeezebert"."""
+        return self.family or ("bert" if self.is_bert else "squeezebert")
+
+    @property
     def is_bert(self) -> bool:
         """True when every group count is 1, i.e. the architecture is exactly BERT."""
         return all(getattr(self, f) == 1 for f in _GROUP_FIELDS)
@@ -193,7 +220,8 @@ class SqueezeBertConfig:
         "bert-base-uncased" (all groups 1) and the 24 BERT miniatures of Turc et al. (2019) as
         "bert-L{2,4,6,8,10,12}-H{128,256,512,768}" (heads H/64, intermediate 4H), with the aliases
         bert-tiny, bert-mini, bert-small, bert-medium; "tinybert-4-312" (TinyBERT's general-distillation student:
-        BERT with 4 layers, hidden 312, 12 heads, intermediate 1200).
+        BERT with 4 layers, hidden 312, 12 heads, intermediate 1200); "albert-base-v2" (ALBERT-base: vocab 30000,
+        embeddings 128, 12 shared layers of hidden 768, gelu_new, no dropout).
         """
         key = _MINIATURE_ALIASES.get(name, name)
         bert = dict.fromkeys(_GROUP_FIELDS, 1)
@@ -201,6 +229,9 @@ class SqueezeBertConfig:
             cfg = dict(vocab_size=30528)
         elif key in ("bert-base-uncased", "bert-base"):
             cfg = dict(bert)
+        elif key == "albert-base-v2":  # ALBERT-base (Lan et al.): 12 shared layers of BERT-base's, embeddings 128
+            cfg = dict(bert, family="albert", vocab_size=30000, embedding_size=128, hidden_act="gelu_new",
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         elif key == "tinybert-4-312":  # TinyBERT General 4L-312D (Jiao et al.): BERT, 12 heads of 26, FFN 1200
             cfg = dict(bert, num_hidden_layers=4, hidden_size=312, embedding_size=312, num_attention_heads=12,
                        intermediate_size=1200)
@@ -212,7 +243,8 @@ class SqueezeBertConfig:
                        num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
         else:
             raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
-                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312")
+                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312, "
+                             "albert-base-v2")
         cfg.update(overrides)
         return cls(**cfg)
 
@@ -233,8 +265,19 @@ class SqueezeBertConfig:
                                  "is not supported (only absolute)")
             kw.update(dict.fromkeys(_GROUP_FIELDS, 1))
             kw["embedding_size"] = kw.get("hidden_size", 768)
+        elif model_type == "albert":
+            for name in ("num_hidden_groups", "inner_group_num"):
+                if d.get(name, 1) != 1:
+                    raise InputError(f"{source}: {name} {d[name]!r} is not supported (ALBERT with one group of one "
+                                     "shared layer, as every released ALBERT)")
+            if d.get("position_embedding_type", "absolute") != "absolute":
+                raise InputError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
+                                 "is not supported (only absolute)")
+            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="albert")
+            kw.setdefault("embedding_size", 128)
+            kw.setdefault("hidden_act", "gelu_new")
         elif model_type != "squeezebert":
-            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert' or 'bert'")
+            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert', 'bert' or 'albert'")
         if kw.get("pad_token_id") is None:
             kw.pop("pad_token_id", None)
         try:
@@ -255,14 +298,21 @@ class SqueezeBertConfig:
         return cls.from_dict(d, source=path)
 
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
-        """transformers-style config dict (``model_type`` "squeezebert", or "bert" when is_bert)."""
+        """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or
+        transformers' own "bert" (when is_bert) or "albert" (family albert)."""
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
-        if model_type == "bert":
+        if not d["family"]:
+            d.pop("family")
+        if (model_type == "albert") != (self.family == "albert") and model_type != "squeezebert":
+            raise InputError(f"a {self.style} config cannot be written as model_type {model_type!r}")
+        if model_type in ("bert", "albert"):
             if not self.is_bert:
-                raise InputError("a grouped SqueezeBERT config cannot be written as model_type 'bert'")
-            for f in (*_GROUP_FIELDS, "embedding_size"):
-                d.pop(f)
+                raise InputError(f"a grouped SqueezeBERT config cannot be written as model_type {model_type!r}")
+            for f in (*_GROUP_FIELDS, *(("embedding_size",) if model_type == "bert" else ()), "family"):
+                d.pop(f, None)
             d["position_embedding_type"] = "absolute"
+            if model_type == "albert":
+                d.update(num_hidden_groups=1, inner_group_num=1, classifier_dropout_prob=d["hidden_dropout_prob"])
         d["model_type"] = model_type
         if self.id2label is not None:
             d["id2label"] = {str(k): v for k, v in self.id2label.items()}
@@ -407,14 +457,18 @@ class Embeddings(nnx.Module):
                                              embedding_init=init, rngs=rngs)
         self.token_type_embeddings = nnx.Embed(c.type_vocab_size, c.embedding_size, embedding_init=init,
                                                rngs=rngs)
-        self.LayerNorm = LayerNorm(c.hidden_size, c.layer_norm_eps, dtype)  # config eps here (reference)
+        self.LayerNorm = LayerNorm(c.embedding_size, c.layer_norm_eps, dtype)  # config eps here (reference)
         self.dropout = nnx.Dropout(c.hidden_dropout_prob, rngs=rngs)
+        if c.factorized_embeddings:  # ALBERT's encoder.embedding_hidden_mapping_in
+            self.project = Dense(c.embedding_size, c.hidden_size, init_std=c.initializer_range, dtype=dtype,
+                                 rngs=rngs)
 
     def __call__(self, input_ids, token_type_ids, position_ids):
         x = (self.word_embeddings.embedding[...][input_ids]
              + self.position_embeddings.embedding[...][position_ids]
              + self.token_type_embeddings.embedding[...][token_type_ids])
-        return self.dropout(self.LayerNorm(x))
+        x = self.dropout(self.LayerNorm(x))
+        return self.project(x) if hasattr(self, "project") else x
 
 
 class SelfAttention(nnx.Module):
@@ -459,7 +513,9 @@ class SqueezeBertLayer(nnx.Module):
         self.post_attention = ConvDropoutLayerNorm(h, h, c.post_attention_groups, c, dtype=dtype, rngs=rngs)
         self.intermediate = nnx.Dict(conv1d=GroupedConv1x1(h, i, c.intermediate_groups, init_std=std,
                                                            dtype=dtype, rngs=rngs))
-        self.output = ConvDropoutLayerNorm(i, h, c.output_groups, c, dtype=dtype, rngs=rngs)
+        # ALBERT's layer drops nothing out of its FFN before the residual (its dropout module is never called)
+        self.output = ConvDropoutLayerNorm(i, h, c.output_groups, c, dtype=dtype, rngs=rngs,
+                                           dropout_prob=0.0 if c.family == "albert" else None)
 
     def __call__(self, x, mask_bias, with_probs: bool = False):
         """The layer's output, or (output, attention probabilities [B, heads, S, S] before dropout) ``with_probs``."""
@@ -483,11 +539,13 @@ class SqueezeBertLayer(nnx.Module):
 
 
 class ConvDropoutLayerNorm(nnx.Module):
-    def __init__(self, cin, cout, groups, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
+    def __init__(self, cin, cout, groups, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs,
+                 dropout_prob: float | None = None):
         self.conv1d = GroupedConv1x1(cin, cout, groups, init_std=config.initializer_range, dtype=dtype,
                                      rngs=rngs)
-        self.layernorm = LayerNorm(cout, 1e-12, dtype)  # reference: eps 1e-12 whatever the config says
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        # SqueezeBERT's reference: eps 1e-12 whatever the config says; ALBERT's layers take the config's
+        self.layernorm = LayerNorm(cout, config.layer_norm_eps if config.family == "albert" else 1e-12, dtype)
+        self.dropout = nnx.Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
 
     def __call__(self, x, residual, name: str | None = None):
         y = self.dropout(self.conv1d(x)) + residual
@@ -512,18 +570,21 @@ class Encoder(nnx.Module):
 
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         self.scan_layers, self.remat = config.scan_layers, config.remat
+        self.num_layers = config.num_hidden_layers
         self.layers = nnx.List([SqueezeBertLayer(config, dtype=dtype, rngs=rngs)
-                                for _ in range(config.num_hidden_layers)])
+                                for _ in range(1 if config.shared_layers else config.num_hidden_layers)])
 
     def __call__(self, x, mask_bias, collect: bool = False):
         """The last layer's output; with ``collect``, ``(output, EncoderStates)``: every layer's hidden states and
         attention probabilities, for layer-wise distillation (the default path computes and keeps neither)."""
         policy = REMAT_POLICIES[self.remat]
         if not self.scan_layers or len(self.layers) < 2:
+            # unrolled; a shared layer (ALBERT) runs num_layers times, its gradient the sum over the calls
             call = lambda layer, h: layer(h, mask_bias, collect)  # noqa: E731
             run = call if self.remat == "none" else nnx.remat(call, policy=policy)
             hidden, probs = [x], []
-            for layer in self.layers:
+            layers = self.layers if len(self.layers) == self.num_layers else [self.layers[0]] * self.num_layers
+            for layer in layers:
                 x = run(layer, x)
                 if collect:
                     x, p = x
@@ -676,9 +737,9 @@ class MLMHead(nnx.Module):
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         c = config
         self.act, self.dtype = _ACTIVATIONS[c.hidden_act], dtype
-        self.transform = nnx.Dict(dense=Dense(c.hidden_size, c.hidden_size, init_std=c.initializer_range,
+        self.transform = nnx.Dict(dense=Dense(c.hidden_size, c.embedding_size, init_std=c.initializer_range,
                                               dtype=dtype, rngs=rngs),
-                                  LayerNorm=LayerNorm(c.hidden_size, c.layer_norm_eps, dtype))
+                                  LayerNorm=LayerNorm(c.embedding_size, c.layer_norm_eps, dtype))
         self.bias = nnx.Param(jnp.zeros((c.vocab_size,)))
 
     def __call__(self, h, word_embeddings):

@@ -16,10 +16,10 @@ import uuid
 
 import pytest
 from conftest import ROOT, VOCAB, losses, tiny_init, write_sst2
+from test_pretrain_robust import tiny_config
 
 from squeezebert_jax import cli, corpus, errors, files, pretrain, pretrain_data
 from squeezebert_jax.tokenizer import Tokenizer
-from test_pretrain_robust import tiny_config
 
 PRETRAIN = os.path.join(ROOT, "train", "pretrain.py")
 FINETUNE = os.path.join(ROOT, "train", "finetune.py")
@@ -84,7 +84,7 @@ def test_a_lock_from_another_host_is_refused_naming_the_file_to_delete(tmp_path)
     wd.mkdir()
     before = json.dumps({"what": "pretraining", "pid": 4242, "host": "tpu-host-7", "started": "2026-01-01T00:00:00"})
     (wd / files.LOCK_NAME).write_text(before)
-    with pytest.raises(errors.InputError, match=rf"pid 4242 on tpu-host-7.*delete that file"):
+    with pytest.raises(errors.InputError, match=r"pid 4242 on tpu-host-7.*delete that file"):
         files.RunLock(wd, "pretraining").acquire()
     assert (wd / files.LOCK_NAME).read_text() == before
 

@@ -32,6 +32,8 @@ SOURCES = {
     "004": "seed 004: BERT miniatures (Turc et al.), GLUE test MNLI-m/mm",
     "P3": "seed 001: SqueezeBERT paper, Table 3 (GLUE test): #MParams, GFLOPs, Pixel 3 latency (batch 1, seq 128), "
           "MNLI-m/mm",
+    "P2": "seed 001: SqueezeBERT paper, Table 2 (GLUE dev, no bells and whistles): #MParams, GFLOPs, Pixel 3 "
+          "latency (batch 1, seq 128)",
 }
 
 
@@ -86,6 +88,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("SqueezeBERT (groups 4/4/4/1/4/4)", "squeezebert-uncased",
           published=(Published("P3", 51.1, 7.42, 390, "82.0/81.1"),)),
     Entry("BERT-base, 50% pruned*", REFERENCE, sparsity=0.5),
+    Entry("ALBERT-base", "albert-base-v2", published=(Published("P2", 12.0, 22.5, 1690, every_token=True),)),
     Entry("TinyBERT 4/312", "tinybert-4-312", published=(Published("P3", 14.5, 1.2, 118, "82.5/81.8"),)),
     Entry("MobileBERT (published only)", None, published=(Published("003", 25.3, 5.7, mnli="83.3/82.6"),
                                                          Published("P3", 25.3, 5.36, 572, "84.3/83.4"))),
@@ -117,6 +120,10 @@ FOOTNOTES = [
     "printed precision (the paper's count: 22.35 / 11.17 / 5.59). The paper's own SqueezeBERT figure, 7.42, is the "
     "paper's count (ours 7.40; 7.55 the other way). MobileBERT's FLOPs differ between its sources (5.7 in seed "
     "003, 5.36 in the paper).",
+    "ALBERT-base: one set of BERT-base's layer weights run 12 times, embeddings of 128 projected to 768, a 30,000 "
+    "piece vocabulary: 11.68M as transformers' AlbertModel counts it (the paper's 12.0M rounds ALBERT's own '12M'); "
+    "its FLOPs are BERT-base's plus the projection (0.025 GFLOPs), and the same latency as BERT-base is expected: "
+    "sharing saves memory, not compute.",
     "TinyBERT 4/312: the shape of TinyBERT's general-distillation student (BERT, 4 layers, hidden 312, 12 heads, "
     "FFN 1200): 14.35M as transformers' BertModel counts it; the published 14.5M matches it plus the 312 -> 768 "
     "projection TinyBERT trains beside the student to compare its hidden states with BERT-base's (240,384 "
