@@ -48,13 +48,29 @@ _ALBERT_HEAD_TABLE = {
     "sop": [("sop_classifier.classifier.weight", "cls/seq_relationship/kernel", "linear"),
             ("sop_classifier.classifier.bias", "cls/seq_relationship/bias", "copy")],
 }
+# DistilBERT's heads: its MLM (vocab_transform, vocab_layer_norm, vocab_projector tied to the word embeddings) and
+# pre_classifier, which is our pooler (a ReLU where BERT's has tanh); DistilBERT has no SOP head in transformers: a
+# pretraining model's is read under our own name and never written.
+_DISTILBERT_HEAD_TABLE = {
+    "mlm": [("vocab_transform.weight", "cls/predictions/transform/dense/kernel", "linear"),
+            ("vocab_transform.bias", "cls/predictions/transform/dense/bias", "copy"),
+            ("vocab_layer_norm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
+            ("vocab_layer_norm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
+            ("vocab_projector.bias", "cls/predictions/bias", "copy")],
+    "sop": [("seq_relationship.weight", "cls/seq_relationship/kernel", "linear"),
+            ("seq_relationship.bias", "cls/seq_relationship/bias", "copy")],
+    "pre_classifier": [("pre_classifier.weight", "transformer/pooler/dense/kernel", "linear"),
+                       ("pre_classifier.bias", "transformer/pooler/dense/bias", "copy")],
+}
 # the base model's prefix in a head class's state_dict, and the first key parts of head tensors, per style
-_PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert."}
-_HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier")
+_PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert.", "distilbert": "distilbert."}
+_HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier", "pre_classifier", "vocab_transform",
+              "vocab_layer_norm", "vocab_projector", "seq_relationship")
 # a tied MLM decoder (dropped on reading, after checking it equals what it is tied to), per style
 _TIED = {"squeezebert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
          "bert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
-         "albert": ("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias")}
+         "albert": ("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias"),
+         "distilbert": ("vocab_projector.weight", None, None)}
 _HEAD_PARTS = {
     "SqueezeBertModel": (),
     "SqueezeBertForMaskedLM": ("mlm",),
@@ -70,6 +86,8 @@ _TORCH_ARCH = {
     "squeezebert": {h: h for h in HEADS} | {"SqueezeBertForPreTraining": "SqueezeBertForMaskedLM"},
     "bert": {h: h.replace("SqueezeBert", "Bert") for h in HEADS},
     "albert": {h: h.replace("SqueezeBert", "Albert") for h in HEADS},
+    "distilbert": {h: h.replace("SqueezeBert", "DistilBert") for h in HEADS}
+    | {"SqueezeBertForPreTraining": "DistilBertForMaskedLM"},  # written without its SOP head
 }
 
 
@@ -80,7 +98,15 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
          ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings/embedding", "copy"),
          ("embeddings.LayerNorm.weight", "embeddings/LayerNorm/scale", "copy"),
          ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/bias", "copy")]
-    if style == "albert":  # one shared layer (group 0, layer 0), the embeddings' projection in the encoder
+    if not config.type_vocab_size:
+        del t[2]
+    if style == "distilbert":  # no pooler in the base model: the classifiers' pre_classifier (a head part)
+        names = {"attention/query": "attention.q_lin", "attention/key": "attention.k_lin",
+                 "attention/value": "attention.v_lin", "post_attention/conv1d": "attention.out_lin",
+                 "intermediate/conv1d": "ffn.lin1", "output/conv1d": "ffn.lin2"}
+        norms = {"post_attention/layernorm": "sa_layer_norm", "output/layernorm": "output_layer_norm"}
+        layer, kind = "transformer.layer", "linear_as_conv"
+    elif style == "albert":  # one shared layer (group 0, layer 0), the embeddings' projection in the encoder
         t += [("encoder.embedding_hidden_mapping_in.weight", "embeddings/project/kernel", "linear"),
               ("encoder.embedding_hidden_mapping_in.bias", "embeddings/project/bias", "copy")]
         names = {"attention/query": "attention.query", "attention/key": "attention.key",
@@ -107,9 +133,10 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
         for ours, theirs in norms.items():
             t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/scale", "copy"))
             t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
-    pooler = "pooler" if style == "albert" else "pooler.dense"
-    t.append((f"{pooler}.weight", "pooler/dense/kernel", "linear"))
-    t.append((f"{pooler}.bias", "pooler/dense/bias", "copy"))
+    if style != "distilbert":
+        pooler = "pooler" if style == "albert" else "pooler.dense"
+        t.append((f"{pooler}.weight", "pooler/dense/kernel", "linear"))
+        t.append((f"{pooler}.bias", "pooler/dense/bias", "copy"))
     return t
 
 
@@ -118,13 +145,19 @@ def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, 
     prefix = "" if head == "SqueezeBertModel" else _PREFIX[style]
     fprefix = "" if head == "SqueezeBertModel" else "transformer/"
     rows = [(prefix + k, fprefix + p, kind) for k, p, kind in _encoder_table(config, style)]
-    for part in _HEAD_PARTS[head]:
+    for part in _head_parts(head, style):
         rows += _head_table(style)[part]
     return rows
 
 
 def _head_table(style: str) -> dict[str, list[tuple[str, str, str]]]:
-    return _HEAD_TABLE | _ALBERT_HEAD_TABLE if style == "albert" else _HEAD_TABLE
+    return _HEAD_TABLE | {"albert": _ALBERT_HEAD_TABLE, "distilbert": _DISTILBERT_HEAD_TABLE}.get(style, {})
+
+
+def _head_parts(head: str, style: str) -> tuple[str, ...]:
+    if style == "distilbert" and head in ("SqueezeBertForSequenceClassification", "SqueezeBertForMultipleChoice"):
+        return ("pre_classifier", "classifier")  # its pooler is the head's own
+    return _HEAD_PARTS[head]
 
 
 def _groups_of(path: str, config: SqueezeBertConfig) -> int:
@@ -187,15 +220,17 @@ def check_head(head, what: str = "head") -> str | None:
 
 
 def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
-    """"squeezebert", "bert" or "albert" from the key names."""
+    """"squeezebert", "bert", "albert" or "distilbert" from the key names."""
     if any(".albert_layer_groups." in k for k in state_dict):
         return "albert"
+    if any(".attention.q_lin." in k for k in state_dict):
+        return "distilbert"
     if any(".attention.self.query." in k for k in state_dict):
         return "bert"
     if any("encoder.layers." in k for k in state_dict):
         return "squeezebert"
-    raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*), BERT (encoder.layer.*) nor ALBERT "
-                     "(encoder.albert_layer_groups.*) keys")
+    raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*), BERT (encoder.layer.*), ALBERT "
+                     "(encoder.albert_layer_groups.*) nor DistilBERT (transformer.layer.*.q_lin) keys")
 
 
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
@@ -208,7 +243,8 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
         return "SqueezeBertForQuestionAnswering"
     if "classifier.weight" in state_dict:
         return "SqueezeBertForSequenceClassification"
-    has_mlm = any(k in state_dict for k in ("cls.predictions.transform.dense.weight", "predictions.dense.weight"))
+    has_mlm = any(k in state_dict for k in ("cls.predictions.transform.dense.weight", "predictions.dense.weight",
+                                            "vocab_transform.weight"))
     has_sop = any(k in state_dict for k in ("cls.seq_relationship.weight", "sop_classifier.classifier.weight"))
     if has_mlm and has_sop:
         return "SqueezeBertForPreTraining"
@@ -273,9 +309,9 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     style = detect_style(sd)
     if style == "bert" and not config.is_bert:
         raise InputError(f"{source}: BERT-layout weights but the config has groups != 1")
-    if (style == "albert") != (config.family == "albert"):
-        raise InputError(f"{source}: {style.upper()}-layout weights but the config is {config.style.upper()}'s "
-                         "(its model_type)")
+    if style in ("albert", "distilbert") or config.family:
+        if style != config.style:
+            raise InputError(f"{source}: {style}-layout weights but the config is {config.style}'s (its model_type)")
     saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, style, head)
@@ -283,7 +319,7 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     _check_tied(sd, word_key, source, style)
     rows = _table(config, head, style)
     named = {t for t, _, _ in rows}
-    rows += [r for part in _HEAD_PARTS[saved] for r in _head_table(style)[part] if r[0] not in named]  # saved head
+    rows += [r for part in _head_parts(saved, style) for r in _head_table(style)[part] if r[0] not in named]  # saved
     params, names, shapes, layouts = {}, {}, {}, {}
     for tkey, fpath, kind in rows:
         path = fpath.removeprefix("transformer/")
@@ -303,7 +339,7 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
 def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert") -> None:
     """Drop the tied decoder after checking it really equals the embeddings / MLM bias."""
     weight, bias, mlm_bias = _TIED[style]
-    for key, ref in ((weight, word_key), (bias, mlm_bias)):
+    for key, ref in ((weight, word_key), (bias, mlm_bias))[:2 if bias else 1]:
         if key in sd:
             if ref in sd and not np.array_equal(sd[key], sd[ref]):
                 raise InputError(f"{source}: {key} differs from {ref}; untied MLM decoders are not supported")
@@ -334,9 +370,9 @@ def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
 
 
 def default_style(config: SqueezeBertConfig) -> str:
-    """The transformers layout a model is written in unless another is asked: ALBERT's for ALBERT, else
-    SqueezeBERT's (a model with every group 1 may also be written as BERT)."""
-    return "albert" if config.family == "albert" else "squeezebert"
+    """The transformers layout a model is written in unless another is asked: its family's (ALBERT, DistilBERT),
+    else SqueezeBERT's (a model with every group 1 may also be written as BERT)."""
+    return config.family or "squeezebert"
 
 
 def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str,
@@ -345,13 +381,16 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
     style = style or default_style(config)
     if style == "bert" and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
-    if (style == "albert") != (config.family == "albert"):
+    if (style in ("albert", "distilbert") or config.family) and style != config.style:
         raise InputError(f"a {config.style} model cannot be written as {style}")
     flat = dict(flat)
     out = {}
     for tkey, fpath, kind in _table(config, head, style):
         groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
         out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
+    if style == "distilbert":  # no pooler outside the classifiers; no SOP head in transformers' DistilBERT
+        for path in [p for p in flat if "pooler/" in p or p.startswith("cls/seq_relationship/")]:
+            del flat[path]
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
     if style in ("bert", "albert") and head in _BERT_HEADS_WITHOUT_POOLER:

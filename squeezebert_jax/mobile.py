@@ -179,6 +179,8 @@ def _quiet_transformers():
 def _wrapper(torch_model, n_outputs: int):
     import torch
 
+    no_types = getattr(torch_model.config, "model_type", "") == "distilbert"
+
     class Exported(torch.nn.Module):
         """``forward(input_ids, attention_mask, token_type_ids)`` -> tensor or tuple of tensors."""
 
@@ -187,8 +189,9 @@ def _wrapper(torch_model, n_outputs: int):
             self.model = torch_model
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                             return_dict=False)
+            # DistilBERT takes no token types (ours ignores them too): the exported signature stays the same
+            types = {} if no_types else {"token_type_ids": token_type_ids}
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False, **types)
             return out[0] if n_outputs == 1 else tuple(out[:n_outputs])
 
     return Exported().eval()

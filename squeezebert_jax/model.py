@@ -35,6 +35,10 @@ from squeezebert_jax.errors import InputError
 # Config
 # --------------------------------------------------------------------------------------------------
 
+# transformers' DistilBertConfig names for our fields
+_DISTILBERT_FIELDS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+                      "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+                      "attention_dropout": "attention_probs_dropout_prob"}
 _GROUP_FIELDS = ("q_groups", "k_groups", "v_groups", "post_attention_groups", "intermediate_groups",
                  "output_groups")
 _EXECUTION_FIELDS = ("scan_layers", "remat")  # how to run, not what: kept out of config.json
@@ -43,9 +47,10 @@ _MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
 
 
 _COUNT_FIELDS = ("vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
-                 "intermediate_size", "max_position_embeddings", "type_vocab_size", *_GROUP_FIELDS)
+                 "intermediate_size", "max_position_embeddings", *_GROUP_FIELDS)
 # What each SqueezeBertConfig field must hold (checked by __post_init__; config.json is written by hand sometimes).
-_FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "pad_token_id": "int", "hidden_act": "str", "family": "str",
+_FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int", "pad_token_id": "int",
+                "hidden_act": "str", "family": "str",
                 "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "float",
                 "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str"}
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "float": "a number", "prob": "a number in [0, 1]",
@@ -96,7 +101,7 @@ def _json_repr(v, limit: int = 40) -> str:
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
-FAMILIES = ("", "albert")
+FAMILIES = ("", "albert", "distilbert")
 
 
 @dataclasses.dataclass
@@ -124,6 +129,9 @@ class SqueezeBertConfig:
     # "" : SqueezeBERT (or BERT, every group count 1). "albert": ALBERT (Lan et al.): BERT's layer with every group
     # count 1, one set of layer weights run num_hidden_layers times, and the embeddings (embedding_size) projected to
     # hidden_size before the first layer (transformers' AlbertModel, num_hidden_groups = inner_group_num = 1).
+    # "distilbert": DistilBERT (Sanh et al.): BERT's layer with every group count 1, no token-type embeddings
+    # (type_vocab_size 0: token_type_ids are ignored) and no pooler of its own: the classifiers' pre_classifier with
+    # a ReLU plays its part (transformers' DistilBertModel).
     family: str = ""
     q_groups: int = 4
     k_groups: int = 4
@@ -143,8 +151,11 @@ class SqueezeBertConfig:
         self._check_types()
         if self.family not in FAMILIES:
             raise InputError(f"family {self.family!r} not supported; one of {sorted(FAMILIES)}")
-        if self.family == "albert" and not self.is_bert:
-            raise InputError("family 'albert' has every group count 1 (ALBERT's layers are BERT's)")
+        if self.family and not self.is_bert:
+            raise InputError(f"family {self.family!r} has every group count 1 (its layers are BERT's)")
+        if self.type_vocab_size < (0 if self.family == "distilbert" else 1):
+            raise InputError(f"type_vocab_size is {self.type_vocab_size}; expected an integer >= 1 (0: DistilBERT's "
+                             "none, family 'distilbert')")
         if self.embedding_size != self.hidden_size and not self.factorized_embeddings:
             raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
                              " as in the reference encoder (a smaller one is ALBERT's: family 'albert')")
@@ -198,6 +209,11 @@ class SqueezeBertConfig:
         return self.family == "albert"
 
     @property
+    def pooler_act(self) -> str:
+        """The pooled output's activation: BERT's tanh pooler, or DistilBERT's ReLU pre_classifier."""
+        return "relu" if self.family == "distilbert" else "tanh"
+
+    @property
     def style(self) -> str:
         """The transformers family the weights convert to by default: "albert", "bert" (every group 1) or
         "squeezebert"."""
@@ -221,7 +237,8 @@ class SqueezeBertConfig:
         "bert-L{2,4,6,8,10,12}-H{128,256,512,768}" (heads H/64, intermediate 4H), with the aliases
         bert-tiny, bert-mini, bert-small, bert-medium; "tinybert-4-312" (TinyBERT's general-distillation student:
         BERT with 4 layers, hidden 312, 12 heads, intermediate 1200); "albert-base-v2" (ALBERT-base: vocab 30000,
-        embeddings 128, 12 shared layers of hidden 768, gelu_new, no dropout).
+        embeddings 128, 12 shared layers of hidden 768, gelu_new, no dropout); "distilbert-base-uncased"
+        (DistilBERT: 6 layers of BERT-base's, no token types).
         """
         key = _MINIATURE_ALIASES.get(name, name)
         bert = dict.fromkeys(_GROUP_FIELDS, 1)
@@ -232,6 +249,8 @@ class SqueezeBertConfig:
         elif key == "albert-base-v2":  # ALBERT-base (Lan et al.): 12 shared layers of BERT-base's, embeddings 128
             cfg = dict(bert, family="albert", vocab_size=30000, embedding_size=128, hidden_act="gelu_new",
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        elif key == "distilbert-base-uncased":  # DistilBERT (Sanh et al.): BERT-base's first 6 layers' shape
+            cfg = dict(bert, family="distilbert", num_hidden_layers=6, type_vocab_size=0)
         elif key == "tinybert-4-312":  # TinyBERT General 4L-312D (Jiao et al.): BERT, 12 heads of 26, FFN 1200
             cfg = dict(bert, num_hidden_layers=4, hidden_size=312, embedding_size=312, num_attention_heads=12,
                        intermediate_size=1200)
@@ -244,7 +263,7 @@ class SqueezeBertConfig:
         else:
             raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
                              f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312, "
-                             "albert-base-v2")
+                             "albert-base-v2, distilbert-base-uncased")
         cfg.update(overrides)
         return cls(**cfg)
 
@@ -276,8 +295,20 @@ class SqueezeBertConfig:
             kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="albert")
             kw.setdefault("embedding_size", 128)
             kw.setdefault("hidden_act", "gelu_new")
+        elif model_type == "distilbert":
+            if d.get("sinusoidal_pos_embds"):
+                raise InputError(f"{source}: sinusoidal_pos_embds is not supported (learned positions only, as the "
+                                 "released DistilBERTs)")
+            kw = {k: v for k, v in kw.items() if k in ("vocab_size", "max_position_embeddings", "initializer_range",
+                                                       "pad_token_id", "id2label")}
+            for theirs, ours in _DISTILBERT_FIELDS.items():
+                if theirs in d:
+                    kw[ours] = d[theirs]
+            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="distilbert", type_vocab_size=0, layer_norm_eps=1e-12)
+            kw["embedding_size"] = kw.get("hidden_size", 768)
         elif model_type != "squeezebert":
-            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert', 'bert' or 'albert'")
+            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert', 'bert', 'albert' or "
+                             "'distilbert'")
         if kw.get("pad_token_id") is None:
             kw.pop("pad_token_id", None)
         try:
@@ -303,8 +334,16 @@ class SqueezeBertConfig:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
         if not d["family"]:
             d.pop("family")
-        if (model_type == "albert") != (self.family == "albert") and model_type != "squeezebert":
+        if model_type != "squeezebert" and model_type != self.style:
             raise InputError(f"a {self.style} config cannot be written as model_type {model_type!r}")
+        if model_type == "distilbert":
+            out = {theirs: d[ours] for theirs, ours in _DISTILBERT_FIELDS.items()}
+            out.update({k: d[k] for k in ("vocab_size", "max_position_embeddings", "initializer_range",
+                                          "pad_token_id")}, sinusoidal_pos_embds=False, model_type="distilbert")
+            if self.id2label is not None:
+                out["id2label"] = {str(k): v for k, v in self.id2label.items()}
+                out["label2id"] = {v: k for k, v in self.id2label.items()}
+            return out
         if model_type in ("bert", "albert"):
             if not self.is_bert:
                 raise InputError(f"a grouped SqueezeBERT config cannot be written as model_type {model_type!r}")
@@ -455,8 +494,9 @@ class Embeddings(nnx.Module):
         self.word_embeddings.embedding.set_value(word)
         self.position_embeddings = nnx.Embed(c.max_position_embeddings, c.embedding_size,
                                              embedding_init=init, rngs=rngs)
-        self.token_type_embeddings = nnx.Embed(c.type_vocab_size, c.embedding_size, embedding_init=init,
-                                               rngs=rngs)
+        if c.type_vocab_size:  # DistilBERT has none
+            self.token_type_embeddings = nnx.Embed(c.type_vocab_size, c.embedding_size, embedding_init=init,
+                                                   rngs=rngs)
         self.LayerNorm = LayerNorm(c.embedding_size, c.layer_norm_eps, dtype)  # config eps here (reference)
         self.dropout = nnx.Dropout(c.hidden_dropout_prob, rngs=rngs)
         if c.factorized_embeddings:  # ALBERT's encoder.embedding_hidden_mapping_in
@@ -464,9 +504,9 @@ class Embeddings(nnx.Module):
                                  rngs=rngs)
 
     def __call__(self, input_ids, token_type_ids, position_ids):
-        x = (self.word_embeddings.embedding[...][input_ids]
-             + self.position_embeddings.embedding[...][position_ids]
-             + self.token_type_embeddings.embedding[...][token_type_ids])
+        x = self.word_embeddings.embedding[...][input_ids] + self.position_embeddings.embedding[...][position_ids]
+        if hasattr(self, "token_type_embeddings"):
+            x = x + self.token_type_embeddings.embedding[...][token_type_ids]
         x = self.dropout(self.LayerNorm(x))
         return self.project(x) if hasattr(self, "project") else x
 
@@ -702,7 +742,7 @@ class SqueezeBertModel(nnx.Module):
                 raise InputError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
         # Value checks need concrete inputs (eager calls); under jit they are the caller's contract.
         for name, t, hi in (("input_ids", input_ids, c.vocab_size),
-                            ("token_type_ids", token_type_ids, c.type_vocab_size),
+                            ("token_type_ids", token_type_ids if c.type_vocab_size else None, c.type_vocab_size),
                             ("position_ids", position_ids, c.max_position_embeddings)):
             if t is not None and _is_concrete(t) and t.size:
                 a = np.asarray(t)  # host copy: jnp reductions would be traced inside jit
@@ -727,7 +767,7 @@ class SqueezeBertModel(nnx.Module):
             x = self.embeddings(input_ids, token_type_ids, position_ids)
         x, states = self.encoder(x, mask_bias, True) if collect else (self.encoder(x, mask_bias), None)
         with jax.named_scope("pooler"):
-            pooled = jnp.tanh(self.pooler["dense"](x[:, 0]))
+            pooled = _ACTIVATIONS[self.config.pooler_act](self.pooler["dense"](x[:, 0]))
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, states=states)
 
 

@@ -88,6 +88,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("SqueezeBERT (groups 4/4/4/1/4/4)", "squeezebert-uncased",
           published=(Published("P3", 51.1, 7.42, 390, "82.0/81.1"),)),
     Entry("BERT-base, 50% pruned*", REFERENCE, sparsity=0.5),
+    Entry("DistilBERT 6/768", "distilbert-base-uncased",
+          published=(Published("P3", 66, 11.3, 814, "82.2/-", every_token=True),)),
     Entry("ALBERT-base", "albert-base-v2", published=(Published("P2", 12.0, 22.5, 1690, every_token=True),)),
     Entry("TinyBERT 4/312", "tinybert-4-312", published=(Published("P3", 14.5, 1.2, 118, "82.5/81.8"),)),
     Entry("MobileBERT (published only)", None, published=(Published("003", 25.3, 5.7, mnli="83.3/82.6"),
@@ -124,6 +126,9 @@ FOOTNOTES = [
     "piece vocabulary: 11.68M as transformers' AlbertModel counts it (the paper's 12.0M rounds ALBERT's own '12M'); "
     "its FLOPs are BERT-base's plus the projection (0.025 GFLOPs), and the same latency as BERT-base is expected: "
     "sharing saves memory, not compute.",
+    "DistilBERT 6/768: BERT-base's first 6 layers with no token-type embeddings and no pooler (its classifiers' "
+    "pre_classifier with a ReLU takes the pooler's place): 66.36M as transformers' DistilBertModel counts it; "
+    "GFLOPs count the pre_classifier as the pooler.",
     "TinyBERT 4/312: the shape of TinyBERT's general-distillation student (BERT, 4 layers, hidden 312, 12 heads, "
     "FFN 1200): 14.35M as transformers' BertModel counts it; the published 14.5M matches it plus the 312 -> 768 "
     "projection TinyBERT trains beside the student to compare its hidden states with BERT-base's (240,384 "
@@ -149,6 +154,8 @@ def param_counts(config: SqueezeBertConfig, sparsity: float = 0.0) -> int:
     (counted from the abstract model: nothing is allocated)."""
     model = nnx.eval_shape(lambda: SqueezeBertModel(config, rngs=nnx.Rngs(0)))
     pruned = sum(int(sparsity * m.kernel.size) for m in _encoder_kernels(model))
+    if config.family == "distilbert":  # its pooler is the classifier's pre_classifier, not the base model's
+        pruned += count_params(model.pooler)
     return count_params(model) - pruned
 
 

@@ -1,0 +1,109 @@
+"""DistilBERT (family "distilbert"): every head against transformers' PyTorch DistilBert* on random weights, the
+converter both ways (DistilBERT's own names; no token types; pre_classifier as the ReLU pooler), the parameter count,
+a MODEL_DIR round trip through convert/to_pytorch.py, the lite-interpreter export, and fine-tuning on a pair task."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+from conftest import VOCAB, glue_config, write_sst2
+from flax import nnx
+
+import squeezebert_jax as sj
+from squeezebert_jax import io, mobile
+from squeezebert_jax.benchmarks import compare
+
+TINY = dict(vocab_size=50, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64)
+OURS = dict(vocab_size=50, hidden_size=32, embedding_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=64)
+HEADS = {"DistilBertModel": "SqueezeBertModel", "DistilBertForMaskedLM": "SqueezeBertForMaskedLM",
+         "DistilBertForSequenceClassification": "SqueezeBertForSequenceClassification",
+         "DistilBertForTokenClassification": "SqueezeBertForTokenClassification",
+         "DistilBertForQuestionAnswering": "SqueezeBertForQuestionAnswering",
+         "DistilBertForMultipleChoice": "SqueezeBertForMultipleChoice"}
+NO_PRE_CLASSIFIER = ("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForTokenClassification",
+                     "DistilBertForQuestionAnswering")
+
+
+def torch_distilbert(cls: str):
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(transformers.DistilBertConfig(**TINY)).eval()
+    with torch.no_grad():  # non-trivial LayerNorms and biases
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name.lower():
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("cls", list(HEADS))
+def test_every_head_equals_transformers_and_converts_back_exactly(cls, tmp_path):
+    tm = torch_distilbert(cls)
+    tm.save_pretrained(tmp_path / "hf")
+    model = sj.load_pretrained(tmp_path / "hf")
+    assert type(model).__name__ == HEADS[cls] and model.config.family == "distilbert"
+    model.eval()
+    shape = (2, 3, 10) if cls == "DistilBertForMultipleChoice" else (2, 10)
+    rng = np.random.default_rng(0)
+    ids, mask = rng.integers(0, 50, shape), np.ones(shape, np.int64)
+    mask[1, ..., 7:] = 0
+    types = rng.integers(0, 2, shape)  # ignored, as DistilBERT takes none
+    with torch.no_grad():
+        t = tm(torch.tensor(ids), attention_mask=torch.tensor(mask))
+    f = model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(types))
+    if cls == "DistilBertModel":
+        pairs = [(t.last_hidden_state, f.last_hidden_state)]
+    elif cls == "DistilBertForQuestionAnswering":
+        pairs = [(t.start_logits, f.start_logits), (t.end_logits, f.end_logits)]
+    else:
+        pairs = [(t.logits, f.logits)]
+    for a, b in pairs:
+        assert np.max(np.abs(a.numpy() - np.asarray(b))) <= 1e-5
+    pooler = 32 * 32 + 32 if cls in NO_PRE_CLASSIFIER else 0
+    assert sj.count_params(model) - pooler == tm.num_parameters()
+    io.export_torch(model, tmp_path / "back")
+    back = getattr(transformers, cls).from_pretrained(tmp_path / "back")
+    want, got = tm.state_dict(), back.state_dict()
+    assert set(want) == set(got) and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_the_count_is_transformers_and_the_compare_row_the_papers():
+    config = sj.SqueezeBertConfig.preset("distilbert-base-uncased")
+    assert compare.param_counts(config) == transformers.DistilBertModel(
+        transformers.DistilBertConfig()).num_parameters() == 66_362_880
+    (row,) = [e for e in compare.ENTRIES if e.preset == "distilbert-base-uncased"]
+    assert round(sj.flops(config, 128, pooler_every_token=True) / 1e9, 1) == row.published[0].gflops == 11.3
+    assert abs(compare.param_counts(config) / 66e6 - 1) < 0.01
+
+
+def test_a_model_dir_writes_distilbert_and_exports_to_the_lite_interpreter(tmp_path, run_cli):
+    config = sj.SqueezeBertConfig.preset("distilbert-base-uncased", **OURS)
+    model = sj.SqueezeBertForSequenceClassification(config, num_labels=3, rngs=nnx.Rngs(0))
+    sj.save_pretrained(model, tmp_path / "m")
+    rc, out, err = run_cli("convert/to_pytorch.py", "--src", tmp_path / "m", "--out", tmp_path / "hf")
+    assert rc == 0 and "DistilBertForSequenceClassification (model_type distilbert)" in out, err
+    tm = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    ids, mask, tt = mobile.example_inputs(config, 2, 10, seed=3)
+    model.eval()
+    want = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt)).logits)
+    with torch.no_grad():
+        assert np.max(np.abs(tm(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy() - want)) <= 1e-5
+    res = mobile.export_lite(model, tmp_path / "d.ptl", batch=2, seq_len=10)
+    assert res.torch_class == "DistilBertForSequenceClassification"
+    got = mobile.run_torch(mobile.load_lite(res.path), ids, mask, tt)[0]
+    assert np.max(np.abs(got - want)) <= 1e-4
+
+
+def test_distilbert_fine_tunes_on_a_glue_task(tmp_path):
+    from squeezebert_jax import finetune as ft
+
+    config = sj.SqueezeBertConfig.preset("distilbert-base-uncased", **{**OURS, "vocab_size": len(VOCAB)})
+    sj.save_pretrained(sj.SqueezeBertForMaskedLM(config, rngs=nnx.Rngs(0)), tmp_path / "init")
+    (tmp_path / "init" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    write_sst2(tmp_path / "glue", n_train=64, n_dev=16)
+    res = ft.finetune(glue_config("sst2", tmp_path / "init", tmp_path / "glue", num_epochs=1, learning_rate=1e-3),
+                      str(tmp_path / "run"))
+    assert res["best"] is not None and np.isfinite(res["history"][-1]["train_loss"])
+    assert sj.load_pretrained(tmp_path / "run" / "model").config.family == "distilbert"
