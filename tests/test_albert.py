@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from conftest import assert_converts_back_exactly
 from flax import nnx
 
 import squeezebert_jax as sj
@@ -72,11 +73,7 @@ def test_every_head_equals_transformers_and_converts_back_exactly(cls, tmp_path)
         assert np.max(np.abs(a.numpy() - np.asarray(b))) <= 1e-5
     pooler = 32 * 32 + 32 if cls in ("AlbertForMaskedLM", "AlbertForTokenClassification",
                                      "AlbertForQuestionAnswering") else 0  # built without one by transformers
-    assert sj.count_params(model) - pooler == tm.num_parameters()
-    io.export_torch(model, tmp_path / "back")
-    back = getattr(transformers, cls).from_pretrained(tmp_path / "back")
-    want, got = tm.state_dict(), back.state_dict()
-    assert set(want) == set(got) and all(torch.equal(want[k], got[k]) for k in want)
+    assert_converts_back_exactly(model, tm, tmp_path / "back", pooler)
 
 
 def test_the_shared_layer_is_one_set_of_weights_and_its_gradient_sums_over_the_layers():

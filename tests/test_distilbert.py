@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, glue_config, write_sst2
+from conftest import VOCAB, assert_converts_back_exactly, glue_config, write_sst2
 from flax import nnx
 
 import squeezebert_jax as sj
-from squeezebert_jax import io, mobile
+from squeezebert_jax import mobile
 from squeezebert_jax.benchmarks import compare
 
 TINY = dict(vocab_size=50, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64)
@@ -62,11 +62,7 @@ def test_every_head_equals_transformers_and_converts_back_exactly(cls, tmp_path)
     for a, b in pairs:
         assert np.max(np.abs(a.numpy() - np.asarray(b))) <= 1e-5
     pooler = 32 * 32 + 32 if cls in NO_PRE_CLASSIFIER else 0
-    assert sj.count_params(model) - pooler == tm.num_parameters()
-    io.export_torch(model, tmp_path / "back")
-    back = getattr(transformers, cls).from_pretrained(tmp_path / "back")
-    want, got = tm.state_dict(), back.state_dict()
-    assert set(want) == set(got) and all(torch.equal(want[k], got[k]) for k in want)
+    assert_converts_back_exactly(model, tm, tmp_path / "back", pooler)
 
 
 def test_the_count_is_transformers_and_the_compare_row_the_papers():
