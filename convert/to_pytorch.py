@@ -24,9 +24,10 @@ def main(argv=None):
                    "--overwrite)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into a non-empty --out, replacing config.json, model.safetensors and tokenizer files")
-    p.add_argument("--model_type", default=None, choices=["squeezebert", "bert", "albert", "distilbert"],
-                   help="transformers family to write (default: the model's own for ALBERT and DistilBERT, else "
-                        "squeezebert; bert when every group count is 1)")
+    p.add_argument("--model_type", default=None,
+                   choices=["squeezebert", "bert", "albert", "distilbert", "electra"],
+                   help="transformers family to write (default: the model's own for ALBERT, DistilBERT and "
+                        "ELECTRA, else squeezebert; bert when every group count is 1)")
     args = p.parse_args(argv)
     cli.setup_logging(None)
     if not os.path.isdir(args.src):

@@ -52,6 +52,7 @@ from squeezebert_jax.model import (
     SqueezeBertForMultipleChoice,
     SqueezeBertForPreTraining,
     SqueezeBertForQuestionAnswering,
+    SqueezeBertForReplacedTokenDetection,
     SqueezeBertForSequenceClassification,
     SqueezeBertForTokenClassification,
     SqueezeBertModel,
@@ -60,7 +61,8 @@ from squeezebert_jax.model import (
 
 __all__ = [
     "HEADS", "SqueezeBertConfig", "SqueezeBertForMaskedLM", "SqueezeBertForMultipleChoice",
-    "SqueezeBertForPreTraining", "SqueezeBertForQuestionAnswering", "SqueezeBertForSequenceClassification",
+    "SqueezeBertForPreTraining", "SqueezeBertForQuestionAnswering", "SqueezeBertForReplacedTokenDetection",
+    "SqueezeBertForSequenceClassification",
     "SqueezeBertForTokenClassification", "SqueezeBertModel", "count_params", "export_torch", "flops",
     "flops_breakdown", "import_torch", "load_pretrained", "save_pretrained",
 ]

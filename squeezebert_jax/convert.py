@@ -37,6 +37,10 @@ _HEAD_TABLE = {
     "classifier": [("classifier.weight", "classifier/kernel", "linear"),
                    ("classifier.bias", "classifier/bias", "copy")],
     "qa": [("qa_outputs.weight", "qa_outputs/kernel", "linear"), ("qa_outputs.bias", "qa_outputs/bias", "copy")],
+    "rtd": [("discriminator_predictions.dense.weight", "rtd/dense/kernel", "linear"),  # ELECTRA's names
+            ("discriminator_predictions.dense.bias", "rtd/dense/bias", "copy"),
+            ("discriminator_predictions.dense_prediction.weight", "rtd/prediction/kernel", "linear"),
+            ("discriminator_predictions.dense_prediction.bias", "rtd/prediction/bias", "copy")],
 }
 # ALBERT's heads under their transformers names (AlbertForPreTraining: predictions.*, sop_classifier.classifier.*)
 _ALBERT_HEAD_TABLE = {
@@ -62,15 +66,35 @@ _DISTILBERT_HEAD_TABLE = {
     "pre_classifier": [("pre_classifier.weight", "transformer/pooler/dense/kernel", "linear"),
                        ("pre_classifier.bias", "transformer/pooler/dense/bias", "copy")],
 }
+# ELECTRA's heads: the generator's MLM (generator_lm_head tied to the word embeddings), and the classifiers' dense
+# layers, which are our pooler (a GELU where BERT's has tanh): classifier.dense (sequence classification) and
+# sequence_summary.summary (multiple choice); no SOP head in transformers' ELECTRA (read under our name, never written)
+_ELECTRA_HEAD_TABLE = {
+    "mlm": [("generator_predictions.dense.weight", "cls/predictions/transform/dense/kernel", "linear"),
+            ("generator_predictions.dense.bias", "cls/predictions/transform/dense/bias", "copy"),
+            ("generator_predictions.LayerNorm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
+            ("generator_predictions.LayerNorm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
+            ("generator_lm_head.bias", "cls/predictions/bias", "copy")],
+    "sop": _DISTILBERT_HEAD_TABLE["sop"],
+    "classifier_dense": [("classifier.dense.weight", "transformer/pooler/dense/kernel", "linear"),
+                         ("classifier.dense.bias", "transformer/pooler/dense/bias", "copy"),
+                         ("classifier.out_proj.weight", "classifier/kernel", "linear"),
+                         ("classifier.out_proj.bias", "classifier/bias", "copy")],
+    "summary": [("sequence_summary.summary.weight", "transformer/pooler/dense/kernel", "linear"),
+                ("sequence_summary.summary.bias", "transformer/pooler/dense/bias", "copy")],
+}
 # the base model's prefix in a head class's state_dict, and the first key parts of head tensors, per style
-_PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert.", "distilbert": "distilbert."}
+_PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert.", "distilbert": "distilbert.",
+           "electra": "electra."}
 _HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier", "pre_classifier", "vocab_transform",
-              "vocab_layer_norm", "vocab_projector", "seq_relationship")
+              "vocab_layer_norm", "vocab_projector", "seq_relationship", "generator_predictions", "generator_lm_head",
+              "discriminator_predictions", "sequence_summary")
 # a tied MLM decoder (dropped on reading, after checking it equals what it is tied to), per style
 _TIED = {"squeezebert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
          "bert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
          "albert": ("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias"),
-         "distilbert": ("vocab_projector.weight", None, None)}
+         "distilbert": ("vocab_projector.weight", None, None),
+         "electra": ("generator_lm_head.weight", None, None)}
 _HEAD_PARTS = {
     "SqueezeBertModel": (),
     "SqueezeBertForMaskedLM": ("mlm",),
@@ -79,6 +103,7 @@ _HEAD_PARTS = {
     "SqueezeBertForTokenClassification": ("classifier",),
     "SqueezeBertForMultipleChoice": ("classifier",),
     "SqueezeBertForQuestionAnswering": ("qa",),
+    "SqueezeBertForReplacedTokenDetection": ("rtd",),
 }
 # transformers class names (per model_type) for each of our heads; PreTraining is BERT's, or SqueezeBERT's MLM
 # class carrying the SOP head under BERT's name (as the released squeezebert-uncased checkpoint does).
@@ -88,6 +113,9 @@ _TORCH_ARCH = {
     "albert": {h: h.replace("SqueezeBert", "Albert") for h in HEADS},
     "distilbert": {h: h.replace("SqueezeBert", "DistilBert") for h in HEADS}
     | {"SqueezeBertForPreTraining": "DistilBertForMaskedLM"},  # written without its SOP head
+    "electra": {h: h.replace("SqueezeBert", "Electra") for h in HEADS}
+    | {"SqueezeBertForPreTraining": "ElectraForMaskedLM",  # written without its SOP head
+       "SqueezeBertForReplacedTokenDetection": "ElectraForPreTraining"},
 }
 
 
@@ -100,6 +128,9 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
          ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/bias", "copy")]
     if not config.type_vocab_size:
         del t[2]
+    if style == "electra" and config.factorized_embeddings:
+        t += [("embeddings_project.weight", "embeddings/project/kernel", "linear"),
+              ("embeddings_project.bias", "embeddings/project/bias", "copy")]
     if style == "distilbert":  # no pooler in the base model: the classifiers' pre_classifier (a head part)
         names = {"attention/query": "attention.q_lin", "attention/key": "attention.k_lin",
                  "attention/value": "attention.v_lin", "post_attention/conv1d": "attention.out_lin",
@@ -133,7 +164,7 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
         for ours, theirs in norms.items():
             t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/scale", "copy"))
             t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
-    if style != "distilbert":
+    if style not in ("distilbert", "electra"):  # those have the pooler in their classifier heads
         pooler = "pooler" if style == "albert" else "pooler.dense"
         t.append((f"{pooler}.weight", "pooler/dense/kernel", "linear"))
         t.append((f"{pooler}.bias", "pooler/dense/bias", "copy"))
@@ -151,12 +182,17 @@ def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, 
 
 
 def _head_table(style: str) -> dict[str, list[tuple[str, str, str]]]:
-    return _HEAD_TABLE | {"albert": _ALBERT_HEAD_TABLE, "distilbert": _DISTILBERT_HEAD_TABLE}.get(style, {})
+    return _HEAD_TABLE | {"albert": _ALBERT_HEAD_TABLE, "distilbert": _DISTILBERT_HEAD_TABLE,
+                          "electra": _ELECTRA_HEAD_TABLE}.get(style, {})
 
 
 def _head_parts(head: str, style: str) -> tuple[str, ...]:
     if style == "distilbert" and head in ("SqueezeBertForSequenceClassification", "SqueezeBertForMultipleChoice"):
         return ("pre_classifier", "classifier")  # its pooler is the head's own
+    if style == "electra" and head == "SqueezeBertForSequenceClassification":
+        return ("classifier_dense",)
+    if style == "electra" and head == "SqueezeBertForMultipleChoice":
+        return ("summary", "classifier")
     return _HEAD_PARTS[head]
 
 
@@ -241,10 +277,12 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
             return "SqueezeBert" + suffix
     if "qa_outputs.weight" in state_dict:
         return "SqueezeBertForQuestionAnswering"
-    if "classifier.weight" in state_dict:
+    if "discriminator_predictions.dense.weight" in state_dict:
+        return "SqueezeBertForReplacedTokenDetection"
+    if "classifier.weight" in state_dict or "classifier.out_proj.weight" in state_dict:
         return "SqueezeBertForSequenceClassification"
     has_mlm = any(k in state_dict for k in ("cls.predictions.transform.dense.weight", "predictions.dense.weight",
-                                            "vocab_transform.weight"))
+                                            "vocab_transform.weight", "generator_predictions.dense.weight"))
     has_sop = any(k in state_dict for k in ("cls.seq_relationship.weight", "sop_classifier.classifier.weight"))
     if has_mlm and has_sop:
         return "SqueezeBertForPreTraining"
@@ -307,6 +345,8 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     head = check_head(head)
     sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
     style = detect_style(sd)
+    if style == "bert" and config.family == "electra":  # ELECTRA's encoder keys are BERT's: its config says which
+        style = "electra"
     if style == "bert" and not config.is_bert:
         raise InputError(f"{source}: BERT-layout weights but the config has groups != 1")
     if style in ("albert", "distilbert") or config.family:
@@ -388,7 +428,7 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
     for tkey, fpath, kind in _table(config, head, style):
         groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
         out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
-    if style == "distilbert":  # no pooler outside the classifiers; no SOP head in transformers' DistilBERT
+    if style in ("distilbert", "electra"):  # no pooler outside the classifiers; no SOP head in transformers' own
         for path in [p for p in flat if "pooler/" in p or p.startswith("cls/seq_relationship/")]:
             del flat[path]
     if flat:

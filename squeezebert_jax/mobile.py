@@ -49,6 +49,7 @@ OUTPUT_NAMES = {
     "SqueezeBertForTokenClassification": ("logits",),
     "SqueezeBertForMultipleChoice": ("logits",),
     "SqueezeBertForQuestionAnswering": ("start_logits", "end_logits"),
+    "SqueezeBertForReplacedTokenDetection": ("logits",),
 }
 
 def example_inputs(config: SqueezeBertConfig, batch: int = 1, seq_len: int = 128, seed: int = 0,

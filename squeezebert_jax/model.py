@@ -101,7 +101,7 @@ def _json_repr(v, limit: int = 40) -> str:
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
-FAMILIES = ("", "albert", "distilbert")
+FAMILIES = ("", "albert", "distilbert", "electra")
 
 
 @dataclasses.dataclass
@@ -129,6 +129,9 @@ class SqueezeBertConfig:
     # "" : SqueezeBERT (or BERT, every group count 1). "albert": ALBERT (Lan et al.): BERT's layer with every group
     # count 1, one set of layer weights run num_hidden_layers times, and the embeddings (embedding_size) projected to
     # hidden_size before the first layer (transformers' AlbertModel, num_hidden_groups = inner_group_num = 1).
+    # "electra": ELECTRA (Clark et al.): BERT's layers with every group count 1, embeddings of embedding_size projected
+    # to hidden_size when smaller, no pooler of its own (the classifiers' dense layer with a GELU plays its part), and
+    # the replaced-token-detection head (SqueezeBertForReplacedTokenDetection; transformers' ElectraForPreTraining).
     # "distilbert": DistilBERT (Sanh et al.): BERT's layer with every group count 1, no token-type embeddings
     # (type_vocab_size 0: token_type_ids are ignored) and no pooler of its own: the classifiers' pre_classifier with
     # a ReLU plays its part (transformers' DistilBertModel).
@@ -158,7 +161,8 @@ class SqueezeBertConfig:
                              "none, family 'distilbert')")
         if self.embedding_size != self.hidden_size and not self.factorized_embeddings:
             raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
-                             " as in the reference encoder (a smaller one is ALBERT's: family 'albert')")
+                             " as in the reference encoder (a smaller one is ALBERT's or ELECTRA's: family 'albert' "
+                             "or 'electra')")
         if self.hidden_size % self.num_attention_heads:
             raise InputError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
                              f"{self.num_attention_heads}")
@@ -205,13 +209,14 @@ class SqueezeBertConfig:
 
     @property
     def factorized_embeddings(self) -> bool:
-        """Embeddings of ``embedding_size`` projected to ``hidden_size`` by a dense layer before the encoder."""
-        return self.family == "albert"
+        """Embeddings of ``embedding_size`` projected to ``hidden_size`` by a dense layer before the encoder (ALBERT
+        always; ELECTRA when they differ)."""
+        return self.family == "albert" or (self.family == "electra" and self.embedding_size != self.hidden_size)
 
     @property
     def pooler_act(self) -> str:
         """The pooled output's activation: BERT's tanh pooler, or DistilBERT's ReLU pre_classifier."""
-        return "relu" if self.family == "distilbert" else "tanh"
+        return {"distilbert": "relu", "electra": "gelu"}.get(self.family, "tanh")
 
     @property
     def style(self) -> str:
@@ -238,7 +243,8 @@ class SqueezeBertConfig:
         bert-tiny, bert-mini, bert-small, bert-medium; "tinybert-4-312" (TinyBERT's general-distillation student:
         BERT with 4 layers, hidden 312, 12 heads, intermediate 1200); "albert-base-v2" (ALBERT-base: vocab 30000,
         embeddings 128, 12 shared layers of hidden 768, gelu_new, no dropout); "distilbert-base-uncased"
-        (DistilBERT: 6 layers of BERT-base's, no token types).
+        (DistilBERT: 6 layers of BERT-base's, no token types); "electra-small-discriminator" (ELECTRA-Small:
+        12 layers of hidden 256, 4 heads, FFN 1024, embeddings 128).
         """
         key = _MINIATURE_ALIASES.get(name, name)
         bert = dict.fromkeys(_GROUP_FIELDS, 1)
@@ -251,6 +257,9 @@ class SqueezeBertConfig:
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         elif key == "distilbert-base-uncased":  # DistilBERT (Sanh et al.): BERT-base's first 6 layers' shape
             cfg = dict(bert, family="distilbert", num_hidden_layers=6, type_vocab_size=0)
+        elif key == "electra-small-discriminator":  # ELECTRA-Small (Clark et al.): 12 x 256, embeddings 128
+            cfg = dict(bert, family="electra", embedding_size=128, hidden_size=256, num_attention_heads=4,
+                       intermediate_size=1024)
         elif key == "tinybert-4-312":  # TinyBERT General 4L-312D (Jiao et al.): BERT, 12 heads of 26, FFN 1200
             cfg = dict(bert, num_hidden_layers=4, hidden_size=312, embedding_size=312, num_attention_heads=12,
                        intermediate_size=1200)
@@ -263,7 +272,7 @@ class SqueezeBertConfig:
         else:
             raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
                              f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312, "
-                             "albert-base-v2, distilbert-base-uncased")
+                             "albert-base-v2, distilbert-base-uncased, electra-small-discriminator")
         cfg.update(overrides)
         return cls(**cfg)
 
@@ -295,6 +304,12 @@ class SqueezeBertConfig:
             kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="albert")
             kw.setdefault("embedding_size", 128)
             kw.setdefault("hidden_act", "gelu_new")
+        elif model_type == "electra":
+            if d.get("position_embedding_type", "absolute") != "absolute":
+                raise InputError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
+                                 "is not supported (only absolute)")
+            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="electra")
+            kw.setdefault("embedding_size", 128)
         elif model_type == "distilbert":
             if d.get("sinusoidal_pos_embds"):
                 raise InputError(f"{source}: sinusoidal_pos_embds is not supported (learned positions only, as the "
@@ -344,7 +359,7 @@ class SqueezeBertConfig:
                 out["id2label"] = {str(k): v for k, v in self.id2label.items()}
                 out["label2id"] = {v: k for k, v in self.id2label.items()}
             return out
-        if model_type in ("bert", "albert"):
+        if model_type in ("bert", "albert", "electra"):
             if not self.is_bert:
                 raise InputError(f"a grouped SqueezeBERT config cannot be written as model_type {model_type!r}")
             for f in (*_GROUP_FIELDS, *(("embedding_size",) if model_type == "bert" else ()), "family"):
@@ -583,8 +598,8 @@ class ConvDropoutLayerNorm(nnx.Module):
                  dropout_prob: float | None = None):
         self.conv1d = GroupedConv1x1(cin, cout, groups, init_std=config.initializer_range, dtype=dtype,
                                      rngs=rngs)
-        # SqueezeBERT's reference: eps 1e-12 whatever the config says; ALBERT's layers take the config's
-        self.layernorm = LayerNorm(cout, config.layer_norm_eps if config.family == "albert" else 1e-12, dtype)
+        # SqueezeBERT's reference: eps 1e-12 whatever the config says; the other families' layers take the config's
+        self.layernorm = LayerNorm(cout, config.layer_norm_eps if config.family else 1e-12, dtype)
         self.dropout = nnx.Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
 
     def __call__(self, x, residual, name: str | None = None):
@@ -776,7 +791,8 @@ class MLMHead(nnx.Module):
 
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         c = config
-        self.act, self.dtype = _ACTIVATIONS[c.hidden_act], dtype
+        # ELECTRA's generator head applies GELU whatever hidden_act says
+        self.act, self.dtype = _ACTIVATIONS["gelu" if c.family == "electra" else c.hidden_act], dtype
         self.transform = nnx.Dict(dense=Dense(c.hidden_size, c.embedding_size, init_std=c.initializer_range,
                                               dtype=dtype, rngs=rngs),
                                   LayerNorm=LayerNorm(c.embedding_size, c.layer_norm_eps, dtype))
@@ -836,6 +852,22 @@ class SqueezeBertForPreTraining(_Head):
         mlm = self.cls["predictions"](h, self.transformer.embeddings.word_embeddings.embedding[...])
         sop = self.cls["seq_relationship"](out.pooler_output).astype(jnp.float32)
         return PreTrainingOutput(mlm, sop, out.last_hidden_state, out.pooler_output)
+
+
+class SqueezeBertForReplacedTokenDetection(_Head):
+    """ELECTRA's discriminator: a logit per token that it was replaced (dense + act + dense to 1), ``[B, S]``;
+    transformers' ``ElectraForPreTraining``."""
+
+    def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
+        super().__init__(config, dtype=dtype, rngs=rngs)
+        self.act = _ACTIVATIONS[config.hidden_act]
+        self.rtd = nnx.Dict(dense=self._dense(config.hidden_size, rngs), prediction=self._dense(1, rngs))
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
+        out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
+        h = self.act(self.rtd["dense"](out.last_hidden_state))
+        return LogitsOutput(self.rtd["prediction"](h)[..., 0].astype(jnp.float32), out.last_hidden_state,
+                            out.pooler_output)
 
 
 class SqueezeBertForSequenceClassification(_Head):
@@ -913,6 +945,7 @@ HEADS = {
     "SqueezeBertForTokenClassification": SqueezeBertForTokenClassification,
     "SqueezeBertForQuestionAnswering": SqueezeBertForQuestionAnswering,
     "SqueezeBertForMultipleChoice": SqueezeBertForMultipleChoice,
+    "SqueezeBertForReplacedTokenDetection": SqueezeBertForReplacedTokenDetection,
 }
 
 

@@ -90,6 +90,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("BERT-base, 50% pruned*", REFERENCE, sparsity=0.5),
     Entry("DistilBERT 6/768", "distilbert-base-uncased",
           published=(Published("P3", 66, 11.3, 814, "82.2/-", every_token=True),)),
+    Entry("ELECTRA-Small (discriminator)", "electra-small-discriminator",
+          published=(Published("P3", 14.0, 2.62, 248, "81.6/-"),)),
     Entry("ALBERT-base", "albert-base-v2", published=(Published("P2", 12.0, 22.5, 1690, every_token=True),)),
     Entry("TinyBERT 4/312", "tinybert-4-312", published=(Published("P3", 14.5, 1.2, 118, "82.5/81.8"),)),
     Entry("MobileBERT (published only)", None, published=(Published("003", 25.3, 5.7, mnli="83.3/82.6"),
@@ -129,6 +131,11 @@ FOOTNOTES = [
     "DistilBERT 6/768: BERT-base's first 6 layers with no token-type embeddings and no pooler (its classifiers' "
     "pre_classifier with a ReLU takes the pooler's place): 66.36M as transformers' DistilBertModel counts it; "
     "GFLOPs count the pre_classifier as the pooler.",
+    "ELECTRA-Small: the discriminator's shape (12 x 256, 4 heads, FFN 1024, embeddings 128 projected to 256) as "
+    "transformers' ElectraModel counts it (13.48M; with the discriminator's head 13.55M). The paper's row is "
+    "ELECTRA-Small++ (the same network, trained longer) at 14.0M, as the ELECTRA paper rounds it: 3.7% above the "
+    "encoder's count, a difference its sources do not explain. GFLOPs (2.63 against 2.62) count the classifier's "
+    "dense layer as the pooler, and the 128 -> 256 projection.",
     "TinyBERT 4/312: the shape of TinyBERT's general-distillation student (BERT, 4 layers, hidden 312, 12 heads, "
     "FFN 1200): 14.35M as transformers' BertModel counts it; the published 14.5M matches it plus the 312 -> 768 "
     "projection TinyBERT trains beside the student to compare its hidden states with BERT-base's (240,384 "
@@ -154,7 +161,7 @@ def param_counts(config: SqueezeBertConfig, sparsity: float = 0.0) -> int:
     (counted from the abstract model: nothing is allocated)."""
     model = nnx.eval_shape(lambda: SqueezeBertModel(config, rngs=nnx.Rngs(0)))
     pruned = sum(int(sparsity * m.kernel.size) for m in _encoder_kernels(model))
-    if config.family == "distilbert":  # its pooler is the classifier's pre_classifier, not the base model's
+    if config.family in ("distilbert", "electra"):  # its pooler is the classifier's dense layer, not the base model's
         pruned += count_params(model.pooler)
     return count_params(model) - pruned
 
