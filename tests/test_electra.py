@@ -91,3 +91,22 @@ def test_the_discriminator_writes_electra_for_pretraining_and_exports(tmp_path, 
     res = mobile.export_lite(model, tmp_path / "d.ptl", batch=2, seq_len=10)
     assert res.torch_class == "ElectraForPreTraining"
     assert np.max(np.abs(mobile.run_torch(mobile.load_lite(res.path), ids, mask, tt)[0] - want)) <= 1e-4
+
+
+@pytest.mark.parametrize("preset, overrides", [
+    ("electra-small-discriminator", dict(embedding_size=16)),  # projected to hidden 32
+    ("distilbert-base-uncased", dict(embedding_size=32)),
+])
+def test_the_families_pretrain_with_mlm_and_sop_and_export_their_family(tmp_path, preset, overrides):
+    """train/pretrain.py's objective (MLM + SOP) on an ELECTRA or DistilBERT encoder: a finite loss and a MODEL_DIR
+    that keeps the family (ELECTRA's own replaced-token detection is not a pretraining objective yet)."""
+    from test_pretrain_robust import tiny_config
+
+    from squeezebert_jax import pretrain
+
+    c = tiny_config(**{"model.preset": preset,
+                       "model.overrides": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                               intermediate_size=64, max_position_embeddings=128, **overrides)})
+    final = pretrain.train_and_evaluate(c, str(tmp_path / "run"))
+    assert final["preempted"] is False and np.isfinite(final["loss"])
+    assert sj.load_pretrained(tmp_path / "run" / "model").config.family == preset.split("-")[0]

@@ -106,7 +106,7 @@ FOOTNOTES = [
     "Ours: MParams = parameters of the built Flax SqueezeBertModel (embeddings, encoder, pooler; no task head), "
     "as BERT-base's published 109M counts them; GFLOPs = squeezebert_jax.flops at seq 128 (the paper's count: "
     "the encoder's position-wise matmuls, QK^T and probs.V, the pooler at [CLS]; a multiply-add is 2 FLOPs); "
-    "GFLOPs 003 count = the same plus the pooler at every position (see the last-but-one note); (+x%) is ours "
+    "GFLOPs 003 count = the same plus the pooler at every position (see the note on seed 003's FLOPs); (+x%) is ours "
     "against the first published value, in the column counted as that value was; speedup = our BERT-base ms / "
     "the row's ms, timed in the same run.",
     "* {pct:.0f}% pruned: the encoder's position-wise kernels (Q, K, V, post-attention, FFN expand and contract; "
