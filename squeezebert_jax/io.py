@@ -149,7 +149,7 @@ def from_torch_state_dict(state_dict, config: SqueezeBertConfig, head: str | Non
 
 def _is_head_param(path: str) -> bool:
     """A task head's parameter or the pooler's: the only ones a checkpoint may lack (``allow_new_heads``)."""
-    return path.split("/")[0] in ("cls", "classifier", "qa_outputs", "pooler")
+    return path.split("/")[0] in ("cls", "classifier", "qa_outputs", "pooler", "rtd")
 
 
 def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | None = None, *,

@@ -937,6 +937,42 @@ class SqueezeBertForMultipleChoice(_Head):
         return LogitsOutput(logits, out.last_hidden_state, out.pooler_output)
 
 
+class ElectraPreTraining(nnx.Module):
+    """ELECTRA's replaced-token-detection pretraining pair (Clark et al.): a small MLM ``generator`` whose samples
+    replace the masked tokens, and the ``discriminator`` (any family's encoder with the replaced-token-detection
+    head) that tells every token replaced or original. They share the word, position and token-type embeddings
+    (one set of arrays, trained by both losses), as in ELECTRA; the generator, ``generator_fraction`` of the
+    discriminator's hidden size, attention heads and FFN (the paper's 1/4), projects them to its own width."""
+
+    def __init__(self, config: SqueezeBertConfig, generator_fraction: float = 0.25, *, dtype=jnp.float32,
+                 rngs: nnx.Rngs):
+        self.config, self.dtype = config, dtype
+        self.discriminator = SqueezeBertForReplacedTokenDetection(config, dtype=dtype, rngs=rngs)
+        self.generator = SqueezeBertForMaskedLM(generator_config(config, generator_fraction), dtype=dtype, rngs=rngs)
+        ge, de = self.generator.transformer.embeddings, self.discriminator.transformer.embeddings
+        ge.word_embeddings, ge.position_embeddings = de.word_embeddings, de.position_embeddings
+        if hasattr(de, "token_type_embeddings"):
+            ge.token_type_embeddings = de.token_type_embeddings
+
+
+def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertConfig:
+    """ELECTRA's generator for a discriminator of ``config``: ``fraction`` of its hidden size, heads and FFN (at least
+    one head of the discriminator's head size), BERT's layers, and the discriminator's embeddings (``embedding_size``)
+    projected to its hidden size."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    heads = max(1, round(config.num_attention_heads * fraction))
+    return SqueezeBertConfig(
+        vocab_size=config.vocab_size, embedding_size=config.embedding_size, hidden_size=heads * head_dim,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=heads,
+        intermediate_size=max(1, round(config.intermediate_size * fraction)), hidden_act=config.hidden_act,
+        hidden_dropout_prob=config.hidden_dropout_prob,
+        attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
+        initializer_range=config.initializer_range, layer_norm_eps=config.layer_norm_eps,
+        pad_token_id=config.pad_token_id, family="electra", scan_layers=config.scan_layers, remat=config.remat,
+        **dict.fromkeys(_GROUP_FIELDS, 1))
+
+
 HEADS = {
     "SqueezeBertModel": SqueezeBertModel,
     "SqueezeBertForMaskedLM": SqueezeBertForMaskedLM,

@@ -29,7 +29,8 @@ from squeezebert_jax import checkpointing, errors, files, optim, parallel, pretr
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
 from squeezebert_jax.io import atomic_write, load_pretrained, save_pretrained
-from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining, Structure, set_execution
+from squeezebert_jax.model import (ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining, Structure,
+                                   generator_config, set_execution)
 
 log = logging.getLogger(__name__)
 
@@ -40,60 +41,111 @@ log = logging.getLogger(__name__)
 
 def pretraining_losses(out, batch) -> dict[str, jax.Array]:
     """Per-batch sums (so microbatches add up exactly): MLM NLL over real predictions, SOP NLL."""
-    logp = jax.nn.log_softmax(out.mlm_logits.astype(jnp.float32), axis=-1)
-    ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"].astype(jnp.float32)
-    nll = -jnp.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]
-    mlm_correct = (jnp.argmax(logp, -1) == ids).astype(jnp.float32)
     sop_logp = jax.nn.log_softmax(out.sop_logits.astype(jnp.float32), axis=-1)
     sop_nll = -jnp.take_along_axis(sop_logp, batch["sop_label"][:, None], axis=-1)[:, 0]
-    return {"mlm_nll_sum": jnp.sum(nll * w), "mlm_correct_sum": jnp.sum(mlm_correct * w), "mlm_weight": jnp.sum(w),
-            "sop_nll_sum": jnp.sum(sop_nll), "sop_correct_sum": jnp.sum(
-                (jnp.argmax(sop_logp, -1) == batch["sop_label"]).astype(jnp.float32)),
-            "sop_count": jnp.asarray(sop_nll.shape[0], jnp.float32)}
+    return mlm_losses(out.mlm_logits, batch) | {
+        "sop_nll_sum": jnp.sum(sop_nll),
+        "sop_correct_sum": jnp.sum((jnp.argmax(sop_logp, -1) == batch["sop_label"]).astype(jnp.float32)),
+        "sop_count": jnp.asarray(sop_nll.shape[0], jnp.float32)}
 
 
-def finalize_losses(s: dict[str, jax.Array]) -> dict[str, jax.Array]:
+def mlm_losses(mlm_logits, batch) -> dict[str, jax.Array]:
+    """Per-batch sums of the MLM NLL and accuracy over the real predictions (``masked_lm_weights`` > 0)."""
+    logp = jax.nn.log_softmax(mlm_logits.astype(jnp.float32), axis=-1)
+    ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"].astype(jnp.float32)
+    nll = -jnp.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]
+    correct = (jnp.argmax(logp, -1) == ids).astype(jnp.float32)
+    return {"mlm_nll_sum": jnp.sum(nll * w), "mlm_correct_sum": jnp.sum(correct * w), "mlm_weight": jnp.sum(w)}
+
+
+def finalize_losses(s: dict[str, jax.Array], rtd_weight: float = 0.0) -> dict[str, jax.Array]:
     mlm = s["mlm_nll_sum"] / jnp.maximum(s["mlm_weight"], 1.0)
+    out = {"mlm_loss": mlm, "mlm_accuracy": s["mlm_correct_sum"] / jnp.maximum(s["mlm_weight"], 1.0)}
+    if "rtd_bce_sum" in s:  # ELECTRA: the generator's MLM + rtd_weight x the discriminator's per-token BCE
+        rtd = s["rtd_bce_sum"] / jnp.maximum(s["rtd_tokens"], 1.0)
+        return out | {"loss": mlm + rtd_weight * rtd, "rtd_loss": rtd,
+                      "rtd_accuracy": s["rtd_correct_sum"] / jnp.maximum(s["rtd_tokens"], 1.0),
+                      "replaced_share": s["rtd_replaced_sum"] / jnp.maximum(s["rtd_tokens"], 1.0)}
     sop = s["sop_nll_sum"] / jnp.maximum(s["sop_count"], 1.0)
-    return {"loss": mlm + sop, "mlm_loss": mlm, "sop_loss": sop,
-            "mlm_accuracy": s["mlm_correct_sum"] / jnp.maximum(s["mlm_weight"], 1.0),
-            "sop_accuracy": s["sop_correct_sum"] / jnp.maximum(s["sop_count"], 1.0)}
+    return out | {"loss": mlm + sop, "sop_loss": sop,
+                  "sop_accuracy": s["sop_correct_sum"] / jnp.maximum(s["sop_count"], 1.0)}
+
+
+def replace_with_samples(input_ids, positions, original_ids, weights, generator_logits, rng):
+    """ELECTRA's corruption: at each real masked position (``weights`` > 0) the token is replaced by a sample of the
+    generator's softmax (Gumbel-max, no gradient through it); everywhere else the input stays. Returns (the
+    discriminator's input ids [B, S], its labels [B, S]: 1 where the token differs from the original -- a sample that
+    equals the original counts as original --, the samples [B, P])."""
+    logits = jax.lax.stop_gradient(generator_logits.astype(jnp.float32))
+    gumbel = -jnp.log(-jnp.log(jax.random.uniform(rng, logits.shape, jnp.float32, 1e-9, 1.0)))
+    sampled = jnp.argmax(logits + gumbel, axis=-1).astype(input_ids.dtype)
+    real = weights > 0
+    rows = jnp.arange(input_ids.shape[0])[:, None]
+    at = jnp.where(real, positions, input_ids.shape[1])  # padding predictions write out of bounds: dropped
+    disc_ids = input_ids.at[rows, at].set(sampled, mode="drop")
+    labels = jnp.zeros(input_ids.shape, jnp.int32).at[rows, at].set(
+        (sampled != original_ids).astype(jnp.int32), mode="drop")
+    return disc_ids, labels, sampled
+
+
+def rtd_losses(discriminator_logits, labels, attention_mask) -> dict[str, jax.Array]:
+    """Per-batch sums of the discriminator's sigmoid cross-entropy over the real tokens, its accuracy and the
+    share of replaced tokens."""
+    z = discriminator_logits.astype(jnp.float32)
+    y = labels.astype(jnp.float32)
+    m = attention_mask.astype(jnp.float32)
+    bce = optax.sigmoid_binary_cross_entropy(z, y)
+    return {"rtd_bce_sum": jnp.sum(bce * m), "rtd_correct_sum": jnp.sum(((z > 0) == (y > 0)) * m),
+            "rtd_replaced_sum": jnp.sum(y * m), "rtd_tokens": jnp.sum(m)}
 
 
 # --------------------------------------------------------------------------------------------------
 # The update step
 # --------------------------------------------------------------------------------------------------
 
-def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microbatches: int):
+def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microbatches: int,
+                    rtd_weight: float = 0.0):
     """``train_step(state, batch, rng, lr) -> (state, metrics)``: pure; jitted by the caller with shardings. ``tx``
     takes the update's learning rate ``lr`` as an input (``optim.learning_rate_input``): the host reads it from the
     phase's schedule, so that one compiled step serves every rate.
 
     The loss over the global batch is mean MLM NLL (over all real predictions) + mean SOP NLL; with
     ``num_microbatches`` > 1 the per-microbatch *sums* are accumulated and normalised once, so the
-    gradient equals the big batch's up to float error.
+    gradient equals the big batch's up to float error. An ``ElectraPreTraining`` model (``rtd_weight`` > 0) trains
+    ELECTRA's objective instead: the generator's MLM NLL + ``rtd_weight`` x the discriminator's mean per-token
+    sigmoid cross-entropy on the sampled replacements (``replace_with_samples``).
     """
 
     def sums_fn(params, batch, rng):
         model = nnx.merge(graphdef, params, rest)
+        rng, sample_rng = jax.random.split(rng)
         nnx.reseed(model, dropout=rng, default=rng)
         model.train()
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                    masked_positions=batch["masked_lm_positions"])
-        return pretraining_losses(out, batch)
+        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        if not rtd_weight:
+            return pretraining_losses(model(*inputs, masked_positions=batch["masked_lm_positions"]), batch)
+        gen = model.generator(*inputs, masked_positions=batch["masked_lm_positions"])
+        s = mlm_losses(gen.logits, batch)
+        disc_ids, labels, _ = replace_with_samples(batch["input_ids"], batch["masked_lm_positions"],
+                                                   batch["masked_lm_ids"], batch["masked_lm_weights"], gen.logits,
+                                                   sample_rng)
+        disc = model.discriminator(disc_ids, batch["attention_mask"], batch["token_type_ids"])
+        return s | rtd_losses(disc.logits, labels, batch["attention_mask"])
 
     def loss_fn(params, batch, rng, norm):
         s = sums_fn(params, batch, rng)
         # Scaled so that summing the microbatch losses gives the global mean losses.
-        loss = s["mlm_nll_sum"] / norm["mlm_weight"] + s["sop_nll_sum"] / norm["sop_count"]
-        return loss, s
+        second = (rtd_weight * s["rtd_bce_sum"] / norm["tokens"] if rtd_weight
+                  else s["sop_nll_sum"] / norm["sop_count"])
+        return s["mlm_nll_sum"] / norm["mlm_weight"] + second, s
 
     def normalizers(batch):
         return {"mlm_weight": jnp.maximum(jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)), 1.0),
-                "sop_count": jnp.asarray(batch["sop_label"].shape[0], jnp.float32)}
+                "sop_count": jnp.asarray(batch["sop_label"].shape[0], jnp.float32),
+                "tokens": jnp.maximum(jnp.sum(batch["attention_mask"].astype(jnp.float32)), 1.0)}
 
     return trainer.make_train_step(loss_fn, tx, num_microbatches, normalizers,
-                                   finalize=lambda loss, sums: finalize_losses(sums))
+                                   finalize=lambda loss, sums: finalize_losses(sums, rtd_weight))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,14 +192,22 @@ def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
     return SqueezeBertConfig.preset(config.model.preset, **overrides)
 
 
-def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> SqueezeBertForPreTraining:
-    """``config``'s pretraining model, randomly initialised from ``config.seed``; ``vocab_size`` (the tokenizer's)
-    replaces the preset's when ``model.vocab_from_tokenizer``."""
+def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None):
+    """``config``'s pretraining model, randomly initialised from ``config.seed``: a ``SqueezeBertForPreTraining``
+    (MLM + SOP), or with ``objective="rtd"`` an ``ElectraPreTraining`` pair whose discriminator is ``config.model``;
+    ``vocab_size`` (the tokenizer's) replaces the preset's when ``model.vocab_from_tokenizer``."""
     cfg = model_config(config)
     if vocab_size and config.model.vocab_from_tokenizer:
         cfg = cfg.replace(vocab_size=vocab_size)
-    return SqueezeBertForPreTraining(cfg, dtype=trainer.compute_dtype(config),
-                                     rngs=nnx.Rngs(params=config.seed, dropout=config.seed))
+    rngs = nnx.Rngs(params=config.seed, dropout=config.seed)
+    if rtd_weight(config):
+        return ElectraPreTraining(cfg, config.rtd.generator_fraction, dtype=trainer.compute_dtype(config), rngs=rngs)
+    return SqueezeBertForPreTraining(cfg, dtype=trainer.compute_dtype(config), rngs=rngs)
+
+
+def rtd_weight(config) -> float:
+    """The discriminator's loss weight when ``config.objective`` is "rtd" (ELECTRA's 50), else 0 (MLM + SOP)."""
+    return float(config.rtd.weight) if config.get("objective", "mlm_sop") == "rtd" else 0.0
 
 
 def split_model(model) -> tuple[Any, dict, dict]:
@@ -172,8 +232,16 @@ def check_batch_division(config, phase: Phase, num_devices: int) -> None:
                          f"microbatches ({num_devices} x {k})")
 
 
-def train_flops_per_sequence(cfg: SqueezeBertConfig, seq_len: int, max_predictions: int) -> float:
-    """Forward + backward (3x forward) FLOPs of one training sequence, MLM head at the masked positions."""
+def train_flops_per_sequence(cfg: SqueezeBertConfig, seq_len: int, max_predictions: int,
+                             generator_fraction: float = 0.0) -> float:
+    """Forward + backward (3x forward) FLOPs of one training sequence, MLM head at the masked positions (+ SOP); with
+    ``generator_fraction`` ELECTRA's: the generator with its MLM head, and the discriminator with its per-token head."""
+    if generator_fraction:
+        g = generator_config(cfg, generator_fraction)
+        gen = flops(g, seq_len) + max_predictions * (2 * g.hidden_size * g.embedding_size
+                                                      + 2 * g.embedding_size * g.vocab_size)
+        rtd_head = seq_len * (2 * cfg.hidden_size * cfg.hidden_size + 2 * cfg.hidden_size)
+        return 3.0 * (gen + flops(cfg, seq_len) + rtd_head)
     head = max_predictions * (2 * cfg.hidden_size * cfg.hidden_size + 2 * cfg.hidden_size * cfg.vocab_size)
     return 3.0 * (flops(cfg, seq_len) + head + 2 * cfg.hidden_size * 2)
 
@@ -195,19 +263,20 @@ class PhaseStep:
 _STEPS = trainer.StepCache()
 
 
-def _jitted_train_step(graphdef, rest, tx_settings: tuple, num_microbatches: int, shardings, mesh):
+def _jitted_train_step(graphdef, rest, tx_settings: tuple, num_microbatches: int, shardings, mesh,
+                       rtd: float = 0.0):
     """``jax.jit(make_train_step(...))`` with LAMB at ``tx_settings`` (weight decay, clip norm), from ``_STEPS``: one
     per distinct (model structure, ``rest``'s values, settings, microbatches, shardings) in the process."""
     leaves, treedef = jax.tree.flatten(shardings)
     structure = Structure(graphdef)
     key = (structure, trainer.fingerprint(rest), tx_settings, num_microbatches, treedef, tuple(leaves),
-           parallel.batch_sharding(mesh))
+           parallel.batch_sharding(mesh), rtd)
 
     def build():
         weight_decay, clip_norm = tx_settings
         tx = optim.learning_rate_input(optim.lamb, weight_decay=weight_decay, clip_norm=clip_norm)
-        return trainer.jit_train_step(make_train_step(structure.graphdef, rest, tx, num_microbatches), shardings,
-                                      mesh)
+        return trainer.jit_train_step(make_train_step(structure.graphdef, rest, tx, num_microbatches, rtd),
+                                      shardings, mesh)
 
     return _STEPS.get(key, build)
 
@@ -224,7 +293,7 @@ def build_phase_step(config, phase: Phase, params, graphdef, rest, mesh, fsdp: b
 
     shardings, abstract = trainer.train_state_shardings(init, params, mesh, fsdp)
     step_fn = _jitted_train_step(graphdef, rest, (config.weight_decay, config.clip_norm), microbatches(config, phase),
-                                 shardings, mesh)
+                                 shardings, mesh, rtd_weight(config))
     return PhaseStep(tx, optim.schedule_values(schedule, phase.num_steps), init, shardings, abstract, step_fn)
 
 
@@ -282,11 +351,18 @@ class Run:
     data_fingerprint: dict  # saved with each checkpoint (pretrain_data.data_fingerprint), checked on resume
 
 
+def second_task(m: dict) -> str:
+    """"sop" or "rtd": the objective's second loss in a metrics row."""
+    return "rtd" if "rtd_loss" in m else "sop"
+
+
 def log_line(step: int, phase: Phase, m: dict) -> str:
     """The console's line per log interval: what metrics.jsonl holds, readable."""
+    t = second_task(m)
     line = (f"step {step:>{len(str(phase.end))}d}/{phase.end} {phase.name} | loss {m['loss']:.4f} "
-            f"(mlm {m['mlm_loss']:.4f} acc {m['mlm_accuracy']:.3f}, sop {m['sop_loss']:.4f} acc {m['sop_accuracy']:.3f})"
-            f" | lr {m['learning_rate']:.3g} | grad norm {m['grad_norm']:.3g} | {m['seq_per_s']:.1f} seq/s")
+            f"(mlm {m['mlm_loss']:.4f} acc {m['mlm_accuracy']:.3f}, {t} {m[f'{t}_loss']:.4f} acc "
+            f"{m[f'{t}_accuracy']:.3f}) | lr {m['learning_rate']:.3g} | grad norm {m['grad_norm']:.3g} | "
+            f"{m['seq_per_s']:.1f} seq/s")
     return line + (f" | MFU {100 * m['mfu']:.1f}%" if m.get("mfu") else "")
 
 
@@ -302,7 +378,8 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
     rng = jax.random.key(config.seed)
     n_dev = run.mesh.shape["data"]
     start = int(jax.device_get(state["step"]))
-    seq_flops = train_flops_per_sequence(run.model_config, phase.seq_len, phase.max_predictions_per_seq)
+    seq_flops = train_flops_per_sequence(run.model_config, phase.seq_len, phase.max_predictions_per_seq,
+                                         config.rtd.generator_fraction if rtd_weight(config) else 0.0)
     pending: list[tuple[int, dict]] = []  # (step, device metrics) not yet fetched and checked
     window: list[dict] = []  # checked host metrics since the last log line
     timer, last, stop = reporting.Timer(), {}, False
@@ -347,8 +424,9 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
                   "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
             run.writer.write(done, m)
             reporting.say(log_line(done, phase, m))
-            bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}",
-                            sop_acc=f"{m['sop_accuracy']:.3f}")
+            t = second_task(m)
+            bar.set_postfix(**{"loss": f"{m['loss']:.3f}", "mlm_acc": f"{m['mlm_accuracy']:.3f}",
+                               f"{t}_acc": f"{m[f'{t}_accuracy']:.3f}"})
             last = m
         if done % config.checkpoint_every == 0 or done == phase.end or stop:
             fetch_and_check()  # never save a state whose step has not been checked
@@ -398,6 +476,14 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
              valid)
     need(finite(config.peak_flops_per_device) and config.peak_flops_per_device >= 0, "peak_flops_per_device",
          "a finite FLOP/s >= 0 (0: looked up by device kind)")
+    need(config.get("objective", "mlm_sop") in ("mlm_sop", "rtd"), "objective",
+         "mlm_sop (masked LM + sentence order) or rtd (ELECTRA's replaced-token detection)")
+    if config.get("objective", "mlm_sop") == "rtd":
+        need(finite(config.rtd.weight) and config.rtd.weight > 0, "rtd.weight", "a finite weight > 0 (ELECTRA: 50)")
+        need(finite(config.rtd.generator_fraction) and 0 < config.rtd.generator_fraction <= 1,
+             "rtd.generator_fraction", "a fraction in (0, 1] of the discriminator's width (ELECTRA: 1/4)")
+        need(not config.init_from, "init_from", "empty with objective=rtd (the generator and discriminator pair "
+             "starts from random weights here)")
     need(config.data.source in ("demo", "prepared"), "data.source", "demo or prepared")
     need(config.data.source != "prepared" or bool(config.data.path), "data.path",
          "a directory written by train/prepare_data.py (data.source=prepared)")
@@ -590,7 +676,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     nnx.replace_by_pure_dict(params_state, jax.device_get(params))
     nnx.update(model, params_state)
     if jax.process_index() == 0:
-        save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
+        if isinstance(model, ElectraPreTraining):  # the discriminator is the model; the generator is kept beside it
+            save_pretrained(model.discriminator, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
+            save_pretrained(model.generator, os.path.join(workdir, "generator"), tokenizer_dir=data_dir)
+        else:
+            save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
         atomic_write(os.path.join(workdir, "final_metrics.json"), json.dumps(last, indent=2))
     return last | {"preempted": False}
 

@@ -34,8 +34,9 @@ def main(argv):
     final = train_and_evaluate(_CONFIG.value, workdir, overwrite=_OVERWRITE.value)
     elapsed = time.perf_counter() - t0
     if "loss" in final:
+        t = "rtd" if "rtd_loss" in final else "sop"
         print(f"last interval: loss {final['loss']:.4f} (mlm {final['mlm_loss']:.4f}, accuracy "
-              f"{final['mlm_accuracy']:.3f}; sop {final['sop_loss']:.4f}, accuracy {final['sop_accuracy']:.3f}), "
+              f"{final['mlm_accuracy']:.3f}; {t} {final[f'{t}_loss']:.4f}, accuracy {final[f'{t}_accuracy']:.3f}), "
               f"{final['seq_per_s']:.1f} seq/s; {elapsed:.0f} s in all")
     if final["preempted"] and final.get("checkpoint_step") is None:
         raise InputError(f"stopped early, and no checkpoint is on disk in {os.path.join(workdir, 'checkpoints')}: "

@@ -35,6 +35,12 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     # A phase may set its own num_microbatches (seq 512 needs more than seq 128); otherwise the config's applies.
     c.phases = [dict(name="phase1", num_steps=56_000, seq_len=128, max_predictions_per_seq=20),
                 dict(name="phase2", num_steps=6_000, seq_len=512, max_predictions_per_seq=77)]
+    # objective: "mlm_sop" (the paper's masked LM + sentence-order prediction) or "rtd" (ELECTRA's replaced-token
+    # detection: a generator of rtd.generator_fraction of the model's width samples the masked tokens, the model --
+    # the discriminator, exported as WORKDIR/model; the generator as WORKDIR/generator -- tells every token replaced
+    # or original; loss = generator MLM + rtd.weight x discriminator BCE)
+    c.objective = "mlm_sop"
+    c.rtd = ml_collections.ConfigDict({"generator_fraction": 0.25, "weight": 50.0})
     c.fsdp = False
     c.num_devices = 0  # 0: all devices
     c.data = ml_collections.ConfigDict({"source": "prepared", "path": "", "whole_word_masking": False,
