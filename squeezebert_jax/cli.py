@@ -216,15 +216,19 @@ def positive_int(s: str) -> int:
 
 
 class _ConsoleHandler(logging.StreamHandler):
-    """WARNING and above on stderr, written through tqdm so that a progress bar on the screen is not torn. Another
-    library's record is one line here (its traceback goes to the log file only), and one about a full disk is left to
-    the script's own error line."""
+    """WARNING and above on stderr, written through tqdm so that a progress bar on the screen is not torn. With a log
+    file, another library's record is one line here (its traceback goes to the log file only), and one about a full
+    disk is left to the script's own error line."""
+
+    def __init__(self, with_log_file: bool):
+        super().__init__()
+        self.with_log_file = with_log_file
 
     def emit(self, record):
         try:
             from tqdm import tqdm
 
-            if not record.name.startswith("squeezebert_jax"):
+            if self.with_log_file and not record.name.startswith("squeezebert_jax"):
                 text = record.getMessage()
                 if any(t in text for t in _DISK_TEXTS):
                     return
@@ -252,7 +256,7 @@ def setup_logging(log_file: str | None = None, console_level: int = logging.WARN
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    console = _ConsoleHandler()
+    console = _ConsoleHandler(with_log_file=bool(log_file))
     console.setLevel(console_level)
     console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     root.addHandler(console)
