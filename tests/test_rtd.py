@@ -103,3 +103,25 @@ def test_rtd_settings_are_checked_before_anything_is_written(tmp_path, overrides
         pretrain.train_and_evaluate(tiny_config(**overrides), str(tmp_path / "run"))
     assert str(e.value).startswith(message)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_pretraining_comparison_runs_end_to_end(tmp_path, run_cli):
+    """eval/compare_pretraining.py at a few steps, for ALBERT (MLM + SOP, the shared layer) and ELECTRA (RTD): a row
+    per network, each pretrained with its objective and fine-tuned (SqueezeBERT and BERT take ALBERT's path); the
+    encoders' parameters are those of their families (ALBERT's shared layer the fewest)."""
+    from squeezebert_jax.benchmarks import pretraining_compare as pc
+
+    out = tmp_path / "table.md"
+    rc, stdout, err = run_cli("eval/compare_pretraining.py", "--workdir", tmp_path / "w", "--steps", "2",
+                              "--batch", "8", "--seq_len", "32", "--epochs", "1", "--train_rows", "32",
+                              "--families", "ALBERT", "ELECTRA (RTD)", "--out", out)
+    assert rc == 0, err
+    lines = [ln for ln in out.read_text().splitlines() if ln.startswith("| ") and "network" not in ln]
+    assert [ln.split("|")[1].strip() for ln in lines] == ["ALBERT", "ELECTRA (RTD)"]
+    assert "-" == lines[0].split("|")[4].strip()  # no RTD accuracy for an MLM + SOP run
+    assert "-" != lines[-1].split("|")[4].strip()  # ELECTRA's RTD accuracy
+    params = {n: sj.count_params(sj.SqueezeBertModel(pc.encoder_config(n), rngs=nnx.Rngs(0))) for n in pc.FAMILIES}
+    assert min(params, key=params.get) == "ALBERT"
+    rc, _, err = run_cli("eval/compare_pretraining.py", "--workdir", tmp_path / "w", "--steps", "2")
+    assert rc == 1 and "is not empty" in err  # a finished comparison is never overwritten without --overwrite
