@@ -164,7 +164,7 @@ def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str
         for ours, theirs in norms.items():
             t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/scale", "copy"))
             t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
-    if style not in ("distilbert", "electra"):  # those have the pooler in their classifier heads
+    if not config.pooler_in_heads:
         pooler = "pooler" if style == "albert" else "pooler.dense"
         t.append((f"{pooler}.weight", "pooler/dense/kernel", "linear"))
         t.append((f"{pooler}.bias", "pooler/dense/bias", "copy"))
@@ -349,9 +349,8 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
         style = "electra"
     if style == "bert" and not config.is_bert:
         raise InputError(f"{source}: BERT-layout weights but the config has groups != 1")
-    if style in ("albert", "distilbert") or config.family:
-        if style != config.style:
-            raise InputError(f"{source}: {style}-layout weights but the config is {config.style}'s (its model_type)")
+    if _family_mismatch(style, config):
+        raise InputError(f"{source}: {style}-layout weights but the config is {config.style}'s (its model_type)")
     saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, style, head)
@@ -374,6 +373,11 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
         except (ValueError, IndexError):  # a shape no reshape fits: kept as is, build_model reports it
             params[path] = x
     return Mapped(saved, params | sd, names, shapes, layouts)
+
+
+def _family_mismatch(style: str, config: SqueezeBertConfig) -> bool:
+    """A family's weights (ALBERT, DistilBERT, ELECTRA) convert only with that family's config, and back."""
+    return bool(style in ("albert", "distilbert", "electra") or config.family) and style != config.style
 
 
 def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert") -> None:
@@ -421,14 +425,14 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
     style = style or default_style(config)
     if style == "bert" and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
-    if (style in ("albert", "distilbert") or config.family) and style != config.style:
+    if _family_mismatch(style, config):
         raise InputError(f"a {config.style} model cannot be written as {style}")
     flat = dict(flat)
     out = {}
     for tkey, fpath, kind in _table(config, head, style):
         groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
         out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
-    if style in ("distilbert", "electra"):  # no pooler outside the classifiers; no SOP head in transformers' own
+    if config.pooler_in_heads:  # no pooler outside the classifiers; no SOP head in transformers' own
         for path in [p for p in flat if "pooler/" in p or p.startswith("cls/seq_relationship/")]:
             del flat[path]
     if flat:

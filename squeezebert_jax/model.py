@@ -214,6 +214,12 @@ class SqueezeBertConfig:
         return self.family == "albert" or (self.family == "electra" and self.embedding_size != self.hidden_size)
 
     @property
+    def pooler_in_heads(self) -> bool:
+        """The base model has no pooler of its own: the classifier heads' dense layer plays it (DistilBERT's
+        pre_classifier, ELECTRA's classifier.dense), so the encoder's transformers checkpoint has none."""
+        return self.family in ("distilbert", "electra")
+
+    @property
     def pooler_act(self) -> str:
         """The pooled output's activation: BERT's tanh pooler, or DistilBERT's ReLU pre_classifier."""
         return {"distilbert": "relu", "electra": "gelu"}.get(self.family, "tanh")

@@ -233,3 +233,24 @@ def assert_converts_back_exactly(model, torch_model, out_dir, pooler_params: int
     back = getattr(transformers, type(torch_model).__name__).from_pretrained(out_dir)
     want, got = torch_model.state_dict(), back.state_dict()
     assert set(want) == set(got) and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def assert_outputs_match(cls: str, torch_out, ours, tol: float = 1e-5) -> None:
+    """The outputs of transformers' ``cls`` (a class name) and of our model of that head agree within ``tol``: the
+    base model's hidden states (and pooled output where it has one), a pretraining head's MLM and SOP logits, QA's
+    start and end logits, any other head's logits."""
+    import numpy as np
+
+    t, f = torch_out, ours
+    if cls.endswith("Model"):
+        pairs = [(t.last_hidden_state, f.last_hidden_state)]
+        if getattr(t, "pooler_output", None) is not None:
+            pairs.append((t.pooler_output, f.pooler_output))
+    elif hasattr(t, "prediction_logits"):  # MLM + SOP (ELECTRA's ForPreTraining has logits only)
+        pairs = [(t.prediction_logits, f.mlm_logits), (t.sop_logits, f.sop_logits)]
+    elif cls.endswith("QuestionAnswering"):
+        pairs = [(t.start_logits, f.start_logits), (t.end_logits, f.end_logits)]
+    else:
+        pairs = [(t.logits, f.logits)]
+    for a, b in pairs:
+        assert a.shape == b.shape and np.max(np.abs(a.numpy() - np.asarray(b))) <= tol

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import assert_converts_back_exactly
+from conftest import assert_converts_back_exactly, assert_outputs_match
 from flax import nnx
 
 import squeezebert_jax as sj
@@ -48,16 +48,6 @@ def torch_albert(cls: str, seed: int = 0):
     return model
 
 
-def outputs(cls: str, t, f) -> list[tuple[np.ndarray, np.ndarray]]:
-    if cls == "AlbertModel":
-        return [(t.last_hidden_state, f.last_hidden_state), (t.pooler_output, f.pooler_output)]
-    if cls == "AlbertForPreTraining":
-        return [(t.prediction_logits, f.mlm_logits), (t.sop_logits, f.sop_logits)]
-    if cls == "AlbertForQuestionAnswering":
-        return [(t.start_logits, f.start_logits), (t.end_logits, f.end_logits)]
-    return [(t.logits, f.logits)]
-
-
 @pytest.mark.parametrize("cls", list(HEADS))
 def test_every_head_equals_transformers_and_converts_back_exactly(cls, tmp_path):
     tm = torch_albert(cls)
@@ -69,8 +59,7 @@ def test_every_head_equals_transformers_and_converts_back_exactly(cls, tmp_path)
     with torch.no_grad():
         t = tm(torch.tensor(ids), attention_mask=torch.tensor(mask), token_type_ids=torch.tensor(tt))
     f = model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt))
-    for a, b in outputs(cls, t, f):
-        assert np.max(np.abs(a.numpy() - np.asarray(b))) <= 1e-5
+    assert_outputs_match(cls, t, f)
     pooler = 32 * 32 + 32 if cls in ("AlbertForMaskedLM", "AlbertForTokenClassification",
                                      "AlbertForQuestionAnswering") else 0  # built without one by transformers
     assert_converts_back_exactly(model, tm, tmp_path / "back", pooler)

@@ -161,7 +161,7 @@ def param_counts(config: SqueezeBertConfig, sparsity: float = 0.0) -> int:
     (counted from the abstract model: nothing is allocated)."""
     model = nnx.eval_shape(lambda: SqueezeBertModel(config, rngs=nnx.Rngs(0)))
     pruned = sum(int(sparsity * m.kernel.size) for m in _encoder_kernels(model))
-    if config.family in ("distilbert", "electra"):  # its pooler is the classifier's dense layer, not the base model's
+    if config.pooler_in_heads:  # its pooler is the classifier's dense layer, not the base model's
         pruned += count_params(model.pooler)
     return count_params(model) - pruned
 
