@@ -85,7 +85,7 @@ _ELECTRA_HEAD_TABLE = {
 }
 # the base model's prefix in a head class's state_dict, and the first key parts of head tensors, per style
 _PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert.", "distilbert": "distilbert.",
-           "electra": "electra."}
+           "electra": "electra.", "mobilebert": "mobilebert."}
 _HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier", "pre_classifier", "vocab_transform",
               "vocab_layer_norm", "vocab_projector", "seq_relationship", "generator_predictions", "generator_lm_head",
               "discriminator_predictions", "sequence_summary")
@@ -94,7 +94,8 @@ _TIED = {"squeezebert": ("cls.predictions.decoder.weight", "cls.predictions.deco
          "bert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
          "albert": ("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias"),
          "distilbert": ("vocab_projector.weight", None, None),
-         "electra": ("generator_lm_head.weight", None, None)}
+         "electra": ("generator_lm_head.weight", None, None),
+         "mobilebert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias")}
 _HEAD_PARTS = {
     "SqueezeBertModel": (),
     "SqueezeBertForMaskedLM": ("mlm",),
@@ -116,11 +117,17 @@ _TORCH_ARCH = {
     "electra": {h: h.replace("SqueezeBert", "Electra") for h in HEADS}
     | {"SqueezeBertForPreTraining": "ElectraForMaskedLM",  # written without its SOP head
        "SqueezeBertForReplacedTokenDetection": "ElectraForPreTraining"},
+    "mobilebert": {h: h.replace("SqueezeBert", "MobileBert") for h in HEADS
+                   if h != "SqueezeBertForReplacedTokenDetection"},  # transformers has no MobileBERT discriminator
 }
 
 
 def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str, str]]:
     """(torch key without the base-model prefix, flax path under ``transformer/``, kind)."""
+    if style == "mobilebert":
+        from squeezebert_jax.models import mobilebert
+
+        return mobilebert.encoder_table(config)
     t = [("embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", "copy"),
          ("embeddings.position_embeddings.weight", "embeddings/position_embeddings/embedding", "copy"),
          ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings/embedding", "copy"),
@@ -182,6 +189,10 @@ def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, 
 
 
 def _head_table(style: str) -> dict[str, list[tuple[str, str, str]]]:
+    if style == "mobilebert":  # BERT's heads, and the MLM decoder's dense for the channels past embedding_size
+        from squeezebert_jax.models.mobilebert import MLM_DENSE_ROW
+
+        return _HEAD_TABLE | {"mlm": _HEAD_TABLE["mlm"] + [MLM_DENSE_ROW]}
     return _HEAD_TABLE | {"albert": _ALBERT_HEAD_TABLE, "distilbert": _DISTILBERT_HEAD_TABLE,
                           "electra": _ELECTRA_HEAD_TABLE}.get(style, {})
 
@@ -256,7 +267,9 @@ def check_head(head, what: str = "head") -> str | None:
 
 
 def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
-    """"squeezebert", "bert", "albert" or "distilbert" from the key names."""
+    """"squeezebert", "bert", "albert", "distilbert" or "mobilebert" from the key names (ELECTRA's are BERT's)."""
+    if any(".bottleneck.input.dense." in k for k in state_dict):
+        return "mobilebert"
     if any(".albert_layer_groups." in k for k in state_dict):
         return "albert"
     if any(".attention.q_lin." in k for k in state_dict):
@@ -266,7 +279,8 @@ def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
     if any("encoder.layers." in k for k in state_dict):
         return "squeezebert"
     raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*), BERT (encoder.layer.*), ALBERT "
-                     "(encoder.albert_layer_groups.*) nor DistilBERT (transformer.layer.*.q_lin) keys")
+                     "(encoder.albert_layer_groups.*), DistilBERT (transformer.layer.*.q_lin) nor MobileBERT "
+                     "(encoder.layer.*.bottleneck.*) keys")
 
 
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
@@ -376,8 +390,9 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
 
 
 def _family_mismatch(style: str, config: SqueezeBertConfig) -> bool:
-    """A family's weights (ALBERT, DistilBERT, ELECTRA) convert only with that family's config, and back."""
-    return bool(style in ("albert", "distilbert", "electra") or config.family) and style != config.style
+    """A family's weights (ALBERT, DistilBERT, ELECTRA, MobileBERT) convert only with that family's config, and
+    back."""
+    return bool(style in ("albert", "distilbert", "electra", "mobilebert") or config.family) and style != config.style
 
 
 def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert") -> None:
@@ -437,7 +452,7 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
             del flat[path]
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
-    if style in ("bert", "albert") and head in _BERT_HEADS_WITHOUT_POOLER:
+    if style in ("bert", "albert", "mobilebert") and head in _BERT_HEADS_WITHOUT_POOLER:
         out = {k: v for k, v in out.items() if not k.startswith(f"{_PREFIX[style]}pooler.")}
     return out
 
@@ -448,7 +463,11 @@ def to_torch_state_dict(model: nnx.Module, style: str | None = None) -> dict[str
 
 
 def torch_architecture(model: nnx.Module, style: str | None = None) -> str:
-    return _TORCH_ARCH[style or default_style(model.config)][head_name(model)]
+    style, head = style or default_style(model.config), head_name(model)
+    if head not in _TORCH_ARCH[style]:
+        raise InputError(f"transformers has no {style} class for {head}: such a model is kept in our MODEL_DIR "
+                         "format only")
+    return _TORCH_ARCH[style][head]
 
 
 # --------------------------------------------------------------------------------------------------

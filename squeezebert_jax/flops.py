@@ -2,7 +2,7 @@
 
 Counted: every matrix multiply of the encoder, i.e. the Q/K/V, post-attention and FFN position-wise layers
 (ALBERT: its one shared layer at each of the num_hidden_layers steps, and the embeddings' projection to hidden_size,
-under "embedding")
+under "embedding"; MobileBERT: ``models/mobilebert.flops_breakdown``, its bottlenecks and stacked FFNs)
 (a grouped layer costs 1/G of the dense one), the two activation-activation products QKᵀ and (softmax)V,
 and the pooler (+ an optional classifier of ``num_labels`` outputs). Not counted: embedding lookups, bias
 adds, softmax, LayerNorm, GELU and residual adds (together < 1% at seq 128), as in the paper's Table 1
@@ -31,6 +31,10 @@ def flops_breakdown(config: SqueezeBertConfig, seq_len: int = 128, num_labels: i
     attention FC (Q/K/V), 2.70% softmax(QKᵀ/√d)V, 73.0% FFN FC (post-attention + expand + contract)).
     ``pooler_every_token``: the pooler counted at all ``seq_len`` positions, as seed 003's figures are (module
     docstring); by default at the [CLS] position only, as the model runs it."""
+    if config.family == "mobilebert":  # its bottlenecks and stacked FFNs: counted in its own file
+        from squeezebert_jax.models import mobilebert
+
+        return mobilebert.flops_breakdown(config, seq_len, num_labels, pooler_every_token)
     c, s = config, seq_len
     h, i, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers  # ALBERT: n runs of the one shared layer
     # As the paper's Table 1: "FC in self-attention" is Q/K/V; the post-attention FC is its FFN_1.

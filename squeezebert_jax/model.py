@@ -46,13 +46,18 @@ _MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
                       "bert-small": "bert-L4-H512", "bert-medium": "bert-L8-H512"}
 
 
+# MobileBERT's own fields (family "mobilebert", transformers' MobileBertConfig names); written only for that family
+MOBILEBERT_FIELDS = ("intra_bottleneck_size", "num_feedforward_networks", "key_query_shared_bottleneck",
+                     "use_bottleneck_attention", "trigram_input", "classifier_activation")
 _COUNT_FIELDS = ("vocab_size", "hidden_size", "embedding_size", "num_hidden_layers", "num_attention_heads",
-                 "intermediate_size", "max_position_embeddings", *_GROUP_FIELDS)
+                 "intermediate_size", "max_position_embeddings", "intra_bottleneck_size", "num_feedforward_networks",
+                 *_GROUP_FIELDS)
 # What each SqueezeBertConfig field must hold (checked by __post_init__; config.json is written by hand sometimes).
 _FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int", "pad_token_id": "int",
                 "hidden_act": "str", "family": "str",
                 "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "float",
-                "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str"}
+                "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str",
+                **dict.fromkeys(MOBILEBERT_FIELDS[2:], "bool")}
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "float": "a number", "prob": "a number in [0, 1]",
              "str": "a string", "bool": "true or false", "dict": "an object of label names"}
 
@@ -101,7 +106,7 @@ def _json_repr(v, limit: int = 40) -> str:
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
-FAMILIES = ("", "albert", "distilbert", "electra")
+FAMILIES = ("", "albert", "distilbert", "electra", "mobilebert")
 
 
 @dataclasses.dataclass
@@ -135,6 +140,9 @@ class SqueezeBertConfig:
     # "distilbert": DistilBERT (Sanh et al.): BERT's layer with every group count 1, no token-type embeddings
     # (type_vocab_size 0: token_type_ids are ignored) and no pooler of its own: the classifiers' pre_classifier with
     # a ReLU plays its part (transformers' DistilBertModel).
+    # "mobilebert": MobileBERT (Sun et al.; squeezebert_jax/models/mobilebert.py): layers of a hidden_size body with a
+    # bottleneck of intra_bottleneck_size inside (attention at that width, num_feedforward_networks stacked FFNs),
+    # NoNorm, the 3-gram embedding (embedding_size x 3 -> hidden_size) and a pooler only with classifier_activation.
     family: str = ""
     q_groups: int = 4
     k_groups: int = 4
@@ -142,6 +150,13 @@ class SqueezeBertConfig:
     post_attention_groups: int = 1
     intermediate_groups: int = 4
     output_groups: int = 4
+    # MobileBERT only (MOBILEBERT_FIELDS): transformers' MobileBertConfig defaults (use_bottleneck and NoNorm always)
+    intra_bottleneck_size: int = 128
+    num_feedforward_networks: int = 4
+    key_query_shared_bottleneck: bool = True
+    use_bottleneck_attention: bool = False
+    trigram_input: bool = True
+    classifier_activation: bool = True
     id2label: dict[int, str] | None = None
     # How the encoder runs, not what it computes (never written to config.json): the layers under one
     # jax.lax.scan (one compiled layer body instead of num_hidden_layers copies: compile time and code size),
@@ -159,11 +174,15 @@ class SqueezeBertConfig:
         if self.type_vocab_size < (0 if self.family == "distilbert" else 1):
             raise InputError(f"type_vocab_size is {self.type_vocab_size}; expected an integer >= 1 (0: DistilBERT's "
                              "none, family 'distilbert')")
-        if self.embedding_size != self.hidden_size and not self.factorized_embeddings:
+        if self.embedding_size != self.hidden_size and not self.factorized_embeddings and self.family != "mobilebert":
             raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
-                             " as in the reference encoder (a smaller one is ALBERT's or ELECTRA's: family 'albert' "
-                             "or 'electra')")
-        if self.hidden_size % self.num_attention_heads:
+                             " as in the reference encoder (a smaller one is ALBERT's, ELECTRA's or MobileBERT's: "
+                             "family 'albert', 'electra' or 'mobilebert')")
+        if self.family == "mobilebert":
+            from squeezebert_jax.models import mobilebert
+
+            mobilebert.check_config(self)
+        elif self.hidden_size % self.num_attention_heads:
             raise InputError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
                              f"{self.num_attention_heads}")
         if self.hidden_act not in _ACTIVATIONS:
@@ -220,14 +239,20 @@ class SqueezeBertConfig:
         return self.family in ("distilbert", "electra")
 
     @property
+    def has_pooler(self) -> bool:
+        """The base model has a pooler dense layer (MobileBERT without classifier_activation pools the [CLS] state as it
+        is, with no parameters)."""
+        return self.family != "mobilebert" or self.classifier_activation
+
+    @property
     def pooler_act(self) -> str:
         """The pooled output's activation: BERT's tanh pooler, or DistilBERT's ReLU pre_classifier."""
         return {"distilbert": "relu", "electra": "gelu"}.get(self.family, "tanh")
 
     @property
     def style(self) -> str:
-        """The transformers family the weights convert to by default: "albert", "bert" (every group 1) or
-        "squeezebert"."""
+        """The transformers family the weights convert to by default: the family's ("albert", "distilbert", "electra",
+        "mobilebert"), "bert" (every group 1) or "squeezebert"."""
         return self.family or ("bert" if self.is_bert else "squeezebert")
 
     @property
@@ -250,7 +275,9 @@ class SqueezeBertConfig:
         BERT with 4 layers, hidden 312, 12 heads, intermediate 1200); "albert-base-v2" (ALBERT-base: vocab 30000,
         embeddings 128, 12 shared layers of hidden 768, gelu_new, no dropout); "distilbert-base-uncased"
         (DistilBERT: 6 layers of BERT-base's, no token types); "electra-small-discriminator" (ELECTRA-Small:
-        12 layers of hidden 256, 4 heads, FFN 1024, embeddings 128).
+        12 layers of hidden 256, 4 heads, FFN 1024, embeddings 128); "mobilebert-uncased" (MobileBERT: 24 layers of
+        a 512 body with a 128 bottleneck, 4 heads, 4 stacked FFNs of 512, NoNorm, ReLU, the 3-gram embedding of 128,
+        no pooler dense).
         """
         key = _MINIATURE_ALIASES.get(name, name)
         bert = dict.fromkeys(_GROUP_FIELDS, 1)
@@ -266,6 +293,10 @@ class SqueezeBertConfig:
         elif key == "electra-small-discriminator":  # ELECTRA-Small (Clark et al.): 12 x 256, embeddings 128
             cfg = dict(bert, family="electra", embedding_size=128, hidden_size=256, num_attention_heads=4,
                        intermediate_size=1024)
+        elif key == "mobilebert-uncased":  # MobileBERT (Sun et al.): transformers' released mobilebert-uncased
+            cfg = dict(bert, family="mobilebert", hidden_size=512, embedding_size=128, num_hidden_layers=24,
+                       num_attention_heads=4, intermediate_size=512, hidden_act="relu", hidden_dropout_prob=0.0,
+                       intra_bottleneck_size=128, num_feedforward_networks=4, classifier_activation=False)
         elif key == "tinybert-4-312":  # TinyBERT General 4L-312D (Jiao et al.): BERT, 12 heads of 26, FFN 1200
             cfg = dict(bert, num_hidden_layers=4, hidden_size=312, embedding_size=312, num_attention_heads=12,
                        intermediate_size=1200)
@@ -278,7 +309,8 @@ class SqueezeBertConfig:
         else:
             raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
                              f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312, "
-                             "albert-base-v2, distilbert-base-uncased, electra-small-discriminator")
+                             "albert-base-v2, distilbert-base-uncased, electra-small-discriminator, "
+                             "mobilebert-uncased")
         cfg.update(overrides)
         return cls(**cfg)
 
@@ -316,6 +348,11 @@ class SqueezeBertConfig:
                                  "is not supported (only absolute)")
             kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="electra")
             kw.setdefault("embedding_size", 128)
+        elif model_type == "mobilebert":
+            from squeezebert_jax.models import mobilebert
+
+            kw = mobilebert.config_from_transformers(d, kw, source)
+            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="mobilebert")
         elif model_type == "distilbert":
             if d.get("sinusoidal_pos_embds"):
                 raise InputError(f"{source}: sinusoidal_pos_embds is not supported (learned positions only, as the "
@@ -328,8 +365,8 @@ class SqueezeBertConfig:
             kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="distilbert", type_vocab_size=0, layer_norm_eps=1e-12)
             kw["embedding_size"] = kw.get("hidden_size", 768)
         elif model_type != "squeezebert":
-            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert', 'bert', 'albert' or "
-                             "'distilbert'")
+            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert', 'bert', 'albert', "
+                             "'distilbert', 'electra' or 'mobilebert'")
         if kw.get("pad_token_id") is None:
             kw.pop("pad_token_id", None)
         try:
@@ -355,6 +392,9 @@ class SqueezeBertConfig:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
         if not d["family"]:
             d.pop("family")
+        if self.family != "mobilebert":
+            for f in MOBILEBERT_FIELDS:
+                del d[f]
         if model_type != "squeezebert" and model_type != self.style:
             raise InputError(f"a {self.style} config cannot be written as model_type {model_type!r}")
         if model_type == "distilbert":
@@ -365,7 +405,7 @@ class SqueezeBertConfig:
                 out["id2label"] = {str(k): v for k, v in self.id2label.items()}
                 out["label2id"] = {v: k for k, v in self.id2label.items()}
             return out
-        if model_type in ("bert", "albert", "electra"):
+        if model_type in ("bert", "albert", "electra", "mobilebert"):
             if not self.is_bert:
                 raise InputError(f"a grouped SqueezeBERT config cannot be written as model_type {model_type!r}")
             for f in (*_GROUP_FIELDS, *(("embedding_size",) if model_type == "bert" else ()), "family"):
@@ -373,6 +413,8 @@ class SqueezeBertConfig:
             d["position_embedding_type"] = "absolute"
             if model_type == "albert":
                 d.update(num_hidden_groups=1, inner_group_num=1, classifier_dropout_prob=d["hidden_dropout_prob"])
+            if model_type == "mobilebert":
+                d.update(normalization_type="no_norm", use_bottleneck=True, true_hidden_size=self.intra_bottleneck_size)
         d["model_type"] = model_type
         if self.id2label is not None:
             d["id2label"] = {str(k): v for k, v in self.id2label.items()}
@@ -632,7 +674,10 @@ class Encoder(nnx.Module):
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         self.scan_layers, self.remat = config.scan_layers, config.remat
         self.num_layers = config.num_hidden_layers
-        self.layers = nnx.List([SqueezeBertLayer(config, dtype=dtype, rngs=rngs)
+        layer = SqueezeBertLayer
+        if config.family == "mobilebert":
+            from squeezebert_jax.models.mobilebert import Layer as layer
+        self.layers = nnx.List([layer(config, dtype=dtype, rngs=rngs)
                                 for _ in range(1 if config.shared_layers else config.num_hidden_layers)])
 
     def __call__(self, x, mask_bias, collect: bool = False):
@@ -743,10 +788,16 @@ class SqueezeBertModel(nnx.Module):
 
     def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
         self.config, self.dtype = config, dtype
-        self.embeddings = Embeddings(config, dtype=dtype, rngs=rngs)
+        if config.family == "mobilebert":
+            from squeezebert_jax.models import mobilebert
+
+            self.embeddings = mobilebert.Embeddings(config, dtype=dtype, rngs=rngs)
+        else:
+            self.embeddings = Embeddings(config, dtype=dtype, rngs=rngs)
         self.encoder = Encoder(config, dtype=dtype, rngs=rngs)
-        self.pooler = nnx.Dict(dense=Dense(config.hidden_size, config.hidden_size,
-                                           init_std=config.initializer_range, dtype=dtype, rngs=rngs))
+        if config.has_pooler:
+            self.pooler = nnx.Dict(dense=Dense(config.hidden_size, config.hidden_size,
+                                               init_std=config.initializer_range, dtype=dtype, rngs=rngs))
 
     def _check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids):
         c = self.config
@@ -788,26 +839,37 @@ class SqueezeBertModel(nnx.Module):
             x = self.embeddings(input_ids, token_type_ids, position_ids)
         x, states = self.encoder(x, mask_bias, True) if collect else (self.encoder(x, mask_bias), None)
         with jax.named_scope("pooler"):
-            pooled = _ACTIVATIONS[self.config.pooler_act](self.pooler["dense"](x[:, 0]))
+            pooled = (_ACTIVATIONS[self.config.pooler_act](self.pooler["dense"](x[:, 0])) if self.config.has_pooler
+                      else x[:, 0])  # MobileBERT without classifier_activation: the [CLS] state as it is
         return ModelOutput(last_hidden_state=x, pooler_output=pooled, states=states)
 
 
 class MLMHead(nnx.Module):
-    """transform (dense + act + LayerNorm) -> decoder tied to the word embeddings + own bias."""
+    """transform (dense + act + LayerNorm) -> decoder tied to the word embeddings + own bias. MobileBERT's transform
+    keeps hidden_size: its first embedding_size channels meet the word embeddings and the rest a ``dense``
+    ``[hidden_size - embedding_size, vocab_size]`` of its own."""
 
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         c = config
         # ELECTRA's generator head applies GELU whatever hidden_act says
         self.act, self.dtype = _ACTIVATIONS["gelu" if c.family == "electra" else c.hidden_act], dtype
-        self.transform = nnx.Dict(dense=Dense(c.hidden_size, c.embedding_size, init_std=c.initializer_range,
+        width = c.hidden_size if c.family == "mobilebert" else c.embedding_size
+        self.transform = nnx.Dict(dense=Dense(c.hidden_size, width, init_std=c.initializer_range,
                                               dtype=dtype, rngs=rngs),
-                                  LayerNorm=LayerNorm(c.embedding_size, c.layer_norm_eps, dtype))
+                                  LayerNorm=LayerNorm(width, c.layer_norm_eps, dtype))
+        if width > c.embedding_size:
+            self.dense = nnx.Param(_normal(c.initializer_range)(rngs.params(),
+                                                                (width - c.embedding_size, c.vocab_size)))
         self.bias = nnx.Param(jnp.zeros((c.vocab_size,)))
 
     def __call__(self, h, word_embeddings):
         h = self.transform["LayerNorm"](self.act(self.transform["dense"](h)))
-        logits = jnp.einsum("...h,vh->...v", h, word_embeddings.astype(self.dtype),
+        e = word_embeddings.shape[1]
+        logits = jnp.einsum("...h,vh->...v", h[..., :e], word_embeddings.astype(self.dtype),
                             preferred_element_type=jnp.float32)
+        if hasattr(self, "dense"):
+            logits = logits + jnp.einsum("...h,hv->...v", h[..., e:], self.dense[...].astype(self.dtype),
+                                         preferred_element_type=jnp.float32)
         return logits + self.bias[...]
 
 
@@ -947,7 +1009,8 @@ class ElectraPreTraining(nnx.Module):
     """ELECTRA's replaced-token-detection pretraining pair (Clark et al.): a small MLM ``generator`` whose samples
     replace the masked tokens, and the ``discriminator`` (any family's encoder with the replaced-token-detection
     head) that tells every token replaced or original. They share the word, position and token-type embeddings
-    (one set of arrays, trained by both losses), as in ELECTRA; the generator, ``generator_fraction`` of the
+    (one set of arrays, trained by both losses), as in ELECTRA (a MobileBERT discriminator shares its word embeddings
+    only: its position and type embeddings have its body's width); the generator, ``generator_fraction`` of the
     discriminator's hidden size, attention heads and FFN (the paper's 1/4), projects them to its own width."""
 
     def __init__(self, config: SqueezeBertConfig, generator_fraction: float = 0.25, *, dtype=jnp.float32,
@@ -956,9 +1019,11 @@ class ElectraPreTraining(nnx.Module):
         self.discriminator = SqueezeBertForReplacedTokenDetection(config, dtype=dtype, rngs=rngs)
         self.generator = SqueezeBertForMaskedLM(generator_config(config, generator_fraction), dtype=dtype, rngs=rngs)
         ge, de = self.generator.transformer.embeddings, self.discriminator.transformer.embeddings
-        ge.word_embeddings, ge.position_embeddings = de.word_embeddings, de.position_embeddings
-        if hasattr(de, "token_type_embeddings"):
-            ge.token_type_embeddings = de.token_type_embeddings
+        ge.word_embeddings = de.word_embeddings
+        if config.family != "mobilebert":  # MobileBERT's position and type embeddings are of its body's width
+            ge.position_embeddings = de.position_embeddings
+            if hasattr(de, "token_type_embeddings"):
+                ge.token_type_embeddings = de.token_type_embeddings
 
 
 def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertConfig:

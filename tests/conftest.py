@@ -110,13 +110,15 @@ def write_sst2(d, n_train=384, n_dev=32, seed=0):
         f"{i}\t{r.split(chr(9))[0]}" for i, r in enumerate(rows(8))) + "\n")
 
 
-def tiny_init(path, vocab):
-    """A MODEL_DIR at ``path``: a random 2-layer, hidden-32 pretraining model and ``vocab`` as its vocab.txt."""
+def tiny_init(path, vocab, config=None):
+    """A MODEL_DIR at ``path``: a random pretraining model of ``config`` (default: 2 layers of hidden 32) with the
+    vocabulary size of ``vocab``, and ``vocab`` as its vocab.txt."""
     import squeezebert_jax as sj
     from flax import nnx
 
-    cfg = sj.SqueezeBertConfig(vocab_size=len(vocab), hidden_size=32, embedding_size=32, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    cfg = config or sj.SqueezeBertConfig(hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    cfg = cfg.replace(vocab_size=len(vocab))
     sj.save_pretrained(sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(0)), path)
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return path
@@ -247,10 +249,53 @@ def assert_outputs_match(cls: str, torch_out, ours, tol: float = 1e-5) -> None:
         if getattr(t, "pooler_output", None) is not None:
             pairs.append((t.pooler_output, f.pooler_output))
     elif hasattr(t, "prediction_logits"):  # MLM + SOP (ELECTRA's ForPreTraining has logits only)
-        pairs = [(t.prediction_logits, f.mlm_logits), (t.sop_logits, f.sop_logits)]
+        sop = t.sop_logits if hasattr(t, "sop_logits") else t.seq_relationship_logits  # ALBERT's name, BERT's
+        pairs = [(t.prediction_logits, f.mlm_logits), (sop, f.sop_logits)]
     elif cls.endswith("QuestionAnswering"):
         pairs = [(t.start_logits, f.start_logits), (t.end_logits, f.end_logits)]
     else:
         pairs = [(t.logits, f.logits)]
     for a, b in pairs:
         assert a.shape == b.shape and np.max(np.abs(a.numpy() - np.asarray(b))) <= tol
+
+
+def assert_family_head_matches(torch_model, out_dir, family: str, ours: str, pooler_params: int = 0,
+                               vocab_size: int = 50, token_types: bool = True):
+    """A family's transformers head ``torch_model``, saved to ``out_dir`` and read by ``load_pretrained``: our head
+    class ``ours`` of ``family``, with the same outputs on padded inputs with two token types (``token_types``
+    False: a family that takes none, our model given them and ignoring them), written back exactly
+    (``assert_converts_back_exactly``). Returns our model."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    import squeezebert_jax as sj
+
+    cls = type(torch_model).__name__
+    torch_model.save_pretrained(out_dir / "hf")
+    model = sj.load_pretrained(out_dir / "hf")
+    assert type(model).__name__ == ours and model.config.family == family
+    model.eval()
+    shape = (2, 3, 10) if cls.endswith("ForMultipleChoice") else (2, 10)
+    rng = np.random.default_rng(0)
+    ids, mask, tt = rng.integers(0, vocab_size, shape), np.ones(shape, np.int64), np.zeros(shape, np.int64)
+    mask[1, ..., 7:] = 0
+    tt[..., 5:] = 1
+    with torch.no_grad():
+        t = torch_model(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                        **({"token_type_ids": torch.tensor(tt)} if token_types else {}))
+    assert_outputs_match(cls, t, model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt)))
+    assert_converts_back_exactly(model, torch_model, out_dir / "back", pooler_params)
+    return model
+
+
+def perturbed(torch_model):
+    """``torch_model`` with every bias and norm parameter moved off its initial value (zeros, ones: LayerNorm and
+    MobileBERT's NoNorm would start as identities), so that each one matters to the outputs compared."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in torch_model.named_parameters():
+            if name.endswith("bias") or "norm" in name.lower():
+                p.add_(0.1 * torch.randn_like(p))
+    return torch_model

@@ -84,21 +84,26 @@ def test_cli_prints_every_row_without_latency(run_cli):
     assert rows["PKD-3 (BERT-base, 3 layers)"][3:6] == ["5.59", "5.74 (+0.7%)", "5.7 [003]"]
     assert rows["SqueezeBERT (groups 4/4/4/1/4/4)"][1:6] == ["51.09 (-0.0%)", "51.1 [P3]", "7.40 (-0.3%)", "7.55",
                                                           "7.42 [P3]"]
-    mobilebert = rows["MobileBERT (published only)"]
-    assert mobilebert[1] == "-" and mobilebert[2] == "25.3 [003, P3]" and mobilebert[5] == "5.7 [003]; 5.36 [P3]"
+    mobilebert = rows["MobileBERT"]
+    assert mobilebert[1:6] == ["24.58 (-2.8%)", "25.3 [003, P3]", "5.39 (-5.5%)", "5.39", "5.7 [003]; 5.36 [P3]"]
     for src in compare.SOURCES:
         assert f"[{src}] seed 00" in out
     assert "latency not measured" in out
 
 
-def test_cli_times_the_chosen_rows_beside_bert_base(run_cli, tmp_path):
+@pytest.mark.parametrize("runtime", ["lite", "flax"])
+def test_cli_times_the_chosen_rows_beside_bert_base(run_cli, tmp_path, runtime):
+    """The lite interpreter (the default) times each row's exported .ptl, MobileBERT's and DistilBERT's included."""
     out_file = tmp_path / "compare.md"
-    rc, out, err = run_cli("eval/compare.py", "--tiny", "--only", "PKD-3", "--runs", "2", "--warmup", "1",
-                           "--out", out_file)
+    rc, out, err = run_cli("eval/compare.py", "--tiny", "--only", "PKD-3", "MobileBERT", "DistilBERT", "--runs", "2",
+                           "--warmup", "1", "--out", out_file, *(["--runtime", "flax"] if runtime == "flax" else []))
     assert rc == 0, err
     rows = [ln for ln in out.splitlines() if ln.startswith("| ") and not ln.startswith("| model")]
-    assert [r.split("|")[1].strip() for r in rows] == ["BERT-base", "PKD-3 (BERT-base, 3 layers)"]
+    assert [r.split("|")[1].strip() for r in rows] == ["BERT-base", "PKD-3 (BERT-base, 3 layers)", "DistilBERT 6/768",
+                                                       "MobileBERT"]
+    assert all(float(r.split("|")[7]) > 0 for r in rows)
     assert "| 1.00x " in rows[0] and "host: " in out and "cores" in out
+    assert ("lite interpreter running the row's exported .ptl" in out) == (runtime == "lite")
     assert out_file.read_text() == out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, assert_converts_back_exactly, assert_outputs_match, glue_config, write_sst2
+from conftest import VOCAB, assert_family_head_matches, glue_config, perturbed, tiny_init, write_sst2
 from flax import nnx
 
 import squeezebert_jax as sj
@@ -30,32 +30,14 @@ NO_PRE_CLASSIFIER = ("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForT
 
 def torch_distilbert(cls: str):
     torch.manual_seed(0)
-    model = getattr(transformers, cls)(transformers.DistilBertConfig(**TINY)).eval()
-    with torch.no_grad():  # non-trivial LayerNorms and biases
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name.lower():
-                p.add_(0.1 * torch.randn_like(p))
-    return model
+    return perturbed(getattr(transformers, cls)(transformers.DistilBertConfig(**TINY)).eval())
 
 
 @pytest.mark.parametrize("cls", list(HEADS))
 def test_every_head_equals_transformers_and_converts_back_exactly(cls, tmp_path):
-    tm = torch_distilbert(cls)
-    tm.save_pretrained(tmp_path / "hf")
-    model = sj.load_pretrained(tmp_path / "hf")
-    assert type(model).__name__ == HEADS[cls] and model.config.family == "distilbert"
-    model.eval()
-    shape = (2, 3, 10) if cls == "DistilBertForMultipleChoice" else (2, 10)
-    rng = np.random.default_rng(0)
-    ids, mask = rng.integers(0, 50, shape), np.ones(shape, np.int64)
-    mask[1, ..., 7:] = 0
-    types = rng.integers(0, 2, shape)  # ignored, as DistilBERT takes none
-    with torch.no_grad():
-        t = tm(torch.tensor(ids), attention_mask=torch.tensor(mask))
-    f = model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(types))
-    assert_outputs_match(cls, t, f)
     pooler = 32 * 32 + 32 if cls in NO_PRE_CLASSIFIER else 0
-    assert_converts_back_exactly(model, tm, tmp_path / "back", pooler)
+    assert_family_head_matches(torch_distilbert(cls), tmp_path, "distilbert", HEADS[cls], pooler,
+                               token_types=False)  # ours is given token types and ignores them
 
 
 def test_the_count_is_transformers_and_the_compare_row_the_papers():
@@ -88,9 +70,7 @@ def test_a_model_dir_writes_distilbert_and_exports_to_the_lite_interpreter(tmp_p
 def test_distilbert_fine_tunes_on_a_glue_task(tmp_path):
     from squeezebert_jax import finetune as ft
 
-    config = sj.SqueezeBertConfig.preset("distilbert-base-uncased", **{**OURS, "vocab_size": len(VOCAB)})
-    sj.save_pretrained(sj.SqueezeBertForMaskedLM(config, rngs=nnx.Rngs(0)), tmp_path / "init")
-    (tmp_path / "init" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    tiny_init(tmp_path / "init", VOCAB, sj.SqueezeBertConfig.preset("distilbert-base-uncased", **OURS))
     write_sst2(tmp_path / "glue", n_train=64, n_dev=16)
     res = ft.finetune(glue_config("sst2", tmp_path / "init", tmp_path / "glue", num_epochs=1, learning_rate=1e-3),
                       str(tmp_path / "run"))

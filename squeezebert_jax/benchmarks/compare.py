@@ -11,6 +11,7 @@ forward of a random-weight sequence classifier (values do not change the time), 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Sequence
 
 import numpy as np
@@ -94,8 +95,8 @@ ENTRIES: tuple[Entry, ...] = (
           published=(Published("P3", 14.0, 2.62, 248, "81.6/-"),)),
     Entry("ALBERT-base", "albert-base-v2", published=(Published("P2", 12.0, 22.5, 1690, every_token=True),)),
     Entry("TinyBERT 4/312", "tinybert-4-312", published=(Published("P3", 14.5, 1.2, 118, "82.5/81.8"),)),
-    Entry("MobileBERT (published only)", None, published=(Published("003", 25.3, 5.7, mnli="83.3/82.6"),
-                                                         Published("P3", 25.3, 5.36, 572, "84.3/83.4"))),
+    Entry("MobileBERT", "mobilebert-uncased", published=(Published("003", 25.3, 5.7, mnli="83.3/82.6"),
+                                                        Published("P3", 25.3, 5.36, 572, "84.3/83.4"))),
     *_miniatures(),
 )
 
@@ -122,8 +123,14 @@ FOOTNOTES = [
     "11.3) are the paper's count plus the pooler's hidden x hidden matmul at the other 127 positions (0.150 GFLOPs, "
     "as if the pooler ran on every token): so counted, ours are 22.50 / 11.32 / 5.74, each the published figure at its "
     "printed precision (the paper's count: 22.35 / 11.17 / 5.59). The paper's own SqueezeBERT figure, 7.42, is the "
-    "paper's count (ours 7.40; 7.55 the other way). MobileBERT's FLOPs differ between its sources (5.7 in seed "
-    "003, 5.36 in the paper).",
+    "paper's count (ours 7.40; 7.55 the other way).",
+    "MobileBERT: mobilebert-uncased's shape (24 layers of a 512 body around a 128 bottleneck, 4 heads, 4 stacked "
+    "FFNs of 512, NoNorm, the 3-gram embedding of 128 projected to 512, no pooler dense: classifier_activation is "
+    "off in the released config): 24.58M as transformers' MobileBertModel counts it, 2.8% under the published "
+    "25.3M, a difference its sources do not explain (the MLM head's transform and its 384 x 30522 decoder part "
+    "are not in either). GFLOPs: 5.34 in the layers plus 0.05 for the 3-gram projection; the published figures "
+    "differ between the sources (5.7 in seed 003, MobileBERT's own table; 5.36 in the paper), and neither says how "
+    "it counted.",
     "ALBERT-base: one set of BERT-base's layer weights run 12 times, embeddings of 128 projected to 768, a 30,000 "
     "piece vocabulary: 11.68M as transformers' AlbertModel counts it (the paper's 12.0M rounds ALBERT's own '12M'); "
     "its FLOPs are BERT-base's plus the projection (0.025 GFLOPs), and the same latency as BERT-base is expected: "
@@ -186,26 +193,55 @@ def magnitude_prune(model: nnx.Module, sparsity: float) -> nnx.Module:
 # --------------------------------------------------------------------------------------------------
 
 
-def _forward(entry: Entry, tiny: bool, seq_len: int):
+RUNTIMES = {"lite": "PyTorch's lite interpreter running the row's exported .ptl (the paper's runtime on the Pixel 3; "
+                    "frozen trace, optimize_for_mobile where XNNPACK is built in)",
+            "flax": "our jitted float32 Flax forward"}
+
+
+def _forward(entry: Entry, tiny: bool, seq_len: int, runtime: str = "flax", workdir: str | None = None):
+    """A zero-argument call of the row's random-weight classifier at batch 1 in ``runtime``: "flax" (jitted) or
+    "lite" (exported to ``workdir/<row>.ptl`` through transformers' PyTorch model, checked against Flax, loaded in the
+    lite interpreter)."""
     config = entry.config(tiny)
     model = HEADS["SqueezeBertForSequenceClassification"](config, num_labels=2, rngs=nnx.Rngs(0))
     if entry.sparsity:
         magnitude_prune(model, entry.sparsity)
     ids, mask, tt = mobile.example_inputs(config, 1, seq_len, seed=4)
-    return blocking(mobile.make_flax_forward(model), ids, mask, tt)
+    if runtime == "flax":
+        return blocking(mobile.make_flax_forward(model), ids, mask, tt)
+    import os
+    import re
+
+    from squeezebert_jax.benchmarks.timing import torch_call, torch_tensor
+
+    path = os.path.join(workdir, re.sub(r"[^A-Za-z0-9]+", "_", entry.name).strip("_") + ".ptl")
+    logging.info("%s: exporting to the lite interpreter (checked against Flax)", entry.name)
+    lite = mobile.load_lite(mobile.export_lite(model, path, batch=1, seq_len=seq_len).path)
+    return torch_call(lite, torch_tensor(ids), torch_tensor(mask), torch_tensor(tt))
 
 
 def latencies(entries: Sequence[Entry], tiny: bool = False, seq_len: int = 128, runs: int = 10, warmup: int = 2,
-              chunk: int = 6) -> tuple[dict[str, tuple[float, float]], str]:
-    """``({row name: (median ms, BERT-base ms / row ms)}, load note)``, batch 1. Rows are timed ``chunk`` at a time,
-    interleaved with BERT-base, so that at most ``chunk + 1`` models are in memory; each speedup is against the
-    BERT-base timings of its own chunk, and BERT-base's ms is the median over all chunks."""
+              chunk: int = 6, runtime: str = "flax") -> tuple[dict[str, tuple[float, float]], str]:
+    """``({row name: (median ms, BERT-base ms / row ms)}, load note)``, batch 1, in ``runtime`` (``RUNTIMES``). Rows
+    are timed ``chunk`` at a time, interleaved with BERT-base, so that at most ``chunk + 1`` models are in memory;
+    each speedup is against the BERT-base timings of its own chunk, and BERT-base's ms is the median over all
+    chunks."""
+    import tempfile
+
+    if runtime not in RUNTIMES:
+        raise InputError(f"runtime {runtime!r}; one of {', '.join(RUNTIMES)}")
+    with tempfile.TemporaryDirectory(prefix="sqb-compare-") as workdir:
+        return _latencies(entries, tiny, seq_len, runs, warmup, chunk,
+                          lambda e: _forward(e, tiny, seq_len, runtime, workdir))
+
+
+def _latencies(entries, tiny, seq_len, runs, warmup, chunk, forward):
     ref = next(e for e in entries if e.preset == REFERENCE and not e.overrides and not e.sparsity)
-    ref_fwd = _forward(ref, tiny, seq_len)
+    ref_fwd = forward(ref)
     others = [e for e in entries if e.preset is not None and e is not ref]
     out, ref_times, mon = {}, [], LoadMonitor()
     for i in range(0, len(others), chunk):
-        fns = {"__ref__": ref_fwd} | {e.name: _forward(e, tiny, seq_len) for e in others[i:i + chunk]}
+        fns = {"__ref__": ref_fwd} | {e.name: forward(e) for e in others[i:i + chunk]}
         t = time_interleaved(fns, runs, warmup)
         ref_times += t["__ref__"].times_ms
         for e in others[i:i + chunk]:
@@ -278,17 +314,17 @@ def select(patterns: Sequence[str] | None) -> tuple[Entry, ...]:
 
 
 def compare_table(entries: Sequence[Entry] = ENTRIES, tiny: bool = False, seq_len: int = 128,
-                  latency: bool = True, runs: int = 10, warmup: int = 2) -> str:
+                  latency: bool = True, runs: int = 10, warmup: int = 2, runtime: str = "flax") -> str:
     """The comparison table (Markdown) under its title, the sources and footnotes below it. ``entries[0]`` is
-    BERT-base."""
-    lat, note = latencies(entries, tiny, seq_len, runs, warmup) if latency else ({}, "")
+    BERT-base; latency in ``runtime`` (``RUNTIMES``)."""
+    lat, note = latencies(entries, tiny, seq_len, runs, warmup, runtime=runtime) if latency else ({}, "")
     rows = [_row(e, tiny, seq_len, lat) for e in entries]
     headers = ["model", "MParams ours", "MParams pub.", "GFLOPs ours", "GFLOPs ours, 003 count", "GFLOPs pub.",
                "CPU ms ours", "speedup ours", "Pixel 3 ms, speedup pub.", "MNLI-m/mm pub."]
     timing = "latency not measured (--no-latency)"
     if latency:
-        timing = (f"our CPU latency: batch 1, jitted float32 forward, random weights, median of {runs}, interleaved "
-                  f"with BERT-base; {note}")
+        timing = (f"our CPU latency: batch 1, {RUNTIMES[runtime]}, float32, random weights, median of {runs}, "
+                  f"interleaved with BERT-base; {note}")
     title = (f"Compression methods compared, seq {seq_len}{' (tiny configs: plumbing only)' if tiny else ''}; "
              f"{timing}")
     facts = _pruning_facts(entries, tiny, seq_len)

@@ -157,11 +157,19 @@ TINY_DIMS = dict(vocab_size=128, hidden_size=64, embedding_size=64, num_hidden_l
 
 
 def tiny_config(name: str = "squeezebert-uncased", **overrides) -> SqueezeBertConfig:
-    """The preset ``name`` (its group counts) at tiny dimensions: seconds to build, trace and time."""
+    """The preset ``name`` (its group counts and family) at tiny dimensions: seconds to build, trace and time."""
+    from squeezebert_jax.model import MOBILEBERT_FIELDS
+
     base = SqueezeBertConfig.preset(name)
-    groups = {f: getattr(base, f) for f in ("q_groups", "k_groups", "v_groups", "post_attention_groups",
-                                            "intermediate_groups", "output_groups")}
-    return SqueezeBertConfig(**(TINY_DIMS | groups | overrides))
+    kept = {f: getattr(base, f) for f in ("q_groups", "k_groups", "v_groups", "post_attention_groups",
+                                          "intermediate_groups", "output_groups", "family", "hidden_act")}
+    if base.family == "mobilebert":  # a 64 body around a 32 bottleneck, 3-gram embeddings of 32
+        kept |= {f: getattr(base, f) for f in MOBILEBERT_FIELDS} | dict(intra_bottleneck_size=32, embedding_size=32)
+    elif base.factorized_embeddings:  # ALBERT, ELECTRA: embeddings projected to the hidden size
+        kept |= dict(embedding_size=32)
+    elif base.family == "distilbert":
+        kept |= dict(type_vocab_size=0)
+    return SqueezeBertConfig(**(TINY_DIMS | kept | overrides))
 
 
 def preset_config(name: str, tiny: bool = False) -> SqueezeBertConfig:
