@@ -20,191 +20,27 @@ from typing import Mapping
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.model import HEADS, SqueezeBertConfig
 
 SKIPPED_BUFFERS = ("embeddings.position_ids",)
-
-# What each head class adds on top of the encoder (+ pooler), as (torch key, flax path, kind).
-_HEAD_TABLE = {
-    "mlm": [("cls.predictions.transform.dense.weight", "cls/predictions/transform/dense/kernel", "linear"),
-            ("cls.predictions.transform.dense.bias", "cls/predictions/transform/dense/bias", "copy"),
-            ("cls.predictions.transform.LayerNorm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
-            ("cls.predictions.transform.LayerNorm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
-            ("cls.predictions.bias", "cls/predictions/bias", "copy")],
-    "sop": [("cls.seq_relationship.weight", "cls/seq_relationship/kernel", "linear"),
-            ("cls.seq_relationship.bias", "cls/seq_relationship/bias", "copy")],
-    "classifier": [("classifier.weight", "classifier/kernel", "linear"),
-                   ("classifier.bias", "classifier/bias", "copy")],
-    "qa": [("qa_outputs.weight", "qa_outputs/kernel", "linear"), ("qa_outputs.bias", "qa_outputs/bias", "copy")],
-    "rtd": [("discriminator_predictions.dense.weight", "rtd/dense/kernel", "linear"),  # ELECTRA's names
-            ("discriminator_predictions.dense.bias", "rtd/dense/bias", "copy"),
-            ("discriminator_predictions.dense_prediction.weight", "rtd/prediction/kernel", "linear"),
-            ("discriminator_predictions.dense_prediction.bias", "rtd/prediction/bias", "copy")],
-}
-# ALBERT's heads under their transformers names (AlbertForPreTraining: predictions.*, sop_classifier.classifier.*)
-_ALBERT_HEAD_TABLE = {
-    "mlm": [("predictions.dense.weight", "cls/predictions/transform/dense/kernel", "linear"),
-            ("predictions.dense.bias", "cls/predictions/transform/dense/bias", "copy"),
-            ("predictions.LayerNorm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
-            ("predictions.LayerNorm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
-            ("predictions.bias", "cls/predictions/bias", "copy")],
-    "sop": [("sop_classifier.classifier.weight", "cls/seq_relationship/kernel", "linear"),
-            ("sop_classifier.classifier.bias", "cls/seq_relationship/bias", "copy")],
-}
-# DistilBERT's heads: its MLM (vocab_transform, vocab_layer_norm, vocab_projector tied to the word embeddings) and
-# pre_classifier, which is our pooler (a ReLU where BERT's has tanh); DistilBERT has no SOP head in transformers: a
-# pretraining model's is read under our own name and never written.
-_DISTILBERT_HEAD_TABLE = {
-    "mlm": [("vocab_transform.weight", "cls/predictions/transform/dense/kernel", "linear"),
-            ("vocab_transform.bias", "cls/predictions/transform/dense/bias", "copy"),
-            ("vocab_layer_norm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
-            ("vocab_layer_norm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
-            ("vocab_projector.bias", "cls/predictions/bias", "copy")],
-    "sop": [("seq_relationship.weight", "cls/seq_relationship/kernel", "linear"),
-            ("seq_relationship.bias", "cls/seq_relationship/bias", "copy")],
-    "pre_classifier": [("pre_classifier.weight", "transformer/pooler/dense/kernel", "linear"),
-                       ("pre_classifier.bias", "transformer/pooler/dense/bias", "copy")],
-}
-# ELECTRA's heads: the generator's MLM (generator_lm_head tied to the word embeddings), and the classifiers' dense
-# layers, which are our pooler (a GELU where BERT's has tanh): classifier.dense (sequence classification) and
-# sequence_summary.summary (multiple choice); no SOP head in transformers' ELECTRA (read under our name, never written)
-_ELECTRA_HEAD_TABLE = {
-    "mlm": [("generator_predictions.dense.weight", "cls/predictions/transform/dense/kernel", "linear"),
-            ("generator_predictions.dense.bias", "cls/predictions/transform/dense/bias", "copy"),
-            ("generator_predictions.LayerNorm.weight", "cls/predictions/transform/LayerNorm/scale", "copy"),
-            ("generator_predictions.LayerNorm.bias", "cls/predictions/transform/LayerNorm/bias", "copy"),
-            ("generator_lm_head.bias", "cls/predictions/bias", "copy")],
-    "sop": _DISTILBERT_HEAD_TABLE["sop"],
-    "classifier_dense": [("classifier.dense.weight", "transformer/pooler/dense/kernel", "linear"),
-                         ("classifier.dense.bias", "transformer/pooler/dense/bias", "copy"),
-                         ("classifier.out_proj.weight", "classifier/kernel", "linear"),
-                         ("classifier.out_proj.bias", "classifier/bias", "copy")],
-    "summary": [("sequence_summary.summary.weight", "transformer/pooler/dense/kernel", "linear"),
-                ("sequence_summary.summary.bias", "transformer/pooler/dense/bias", "copy")],
-}
-# the base model's prefix in a head class's state_dict, and the first key parts of head tensors, per style
-_PREFIX = {"squeezebert": "transformer.", "bert": "bert.", "albert": "albert.", "distilbert": "distilbert.",
-           "electra": "electra.", "mobilebert": "mobilebert."}
+# the first key parts of head tensors, in every family's names
 _HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier", "pre_classifier", "vocab_transform",
               "vocab_layer_norm", "vocab_projector", "seq_relationship", "generator_predictions", "generator_lm_head",
               "discriminator_predictions", "sequence_summary")
-# a tied MLM decoder (dropped on reading, after checking it equals what it is tied to), per style
-_TIED = {"squeezebert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
-         "bert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"),
-         "albert": ("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias"),
-         "distilbert": ("vocab_projector.weight", None, None),
-         "electra": ("generator_lm_head.weight", None, None),
-         "mobilebert": ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias")}
-_HEAD_PARTS = {
-    "SqueezeBertModel": (),
-    "SqueezeBertForMaskedLM": ("mlm",),
-    "SqueezeBertForPreTraining": ("mlm", "sop"),
-    "SqueezeBertForSequenceClassification": ("classifier",),
-    "SqueezeBertForTokenClassification": ("classifier",),
-    "SqueezeBertForMultipleChoice": ("classifier",),
-    "SqueezeBertForQuestionAnswering": ("qa",),
-    "SqueezeBertForReplacedTokenDetection": ("rtd",),
-}
-# transformers class names (per model_type) for each of our heads; PreTraining is BERT's, or SqueezeBERT's MLM
-# class carrying the SOP head under BERT's name (as the released squeezebert-uncased checkpoint does).
-_TORCH_ARCH = {
-    "squeezebert": {h: h for h in HEADS} | {"SqueezeBertForPreTraining": "SqueezeBertForMaskedLM"},
-    "bert": {h: h.replace("SqueezeBert", "Bert") for h in HEADS},
-    "albert": {h: h.replace("SqueezeBert", "Albert") for h in HEADS},
-    "distilbert": {h: h.replace("SqueezeBert", "DistilBert") for h in HEADS}
-    | {"SqueezeBertForPreTraining": "DistilBertForMaskedLM"},  # written without its SOP head
-    "electra": {h: h.replace("SqueezeBert", "Electra") for h in HEADS}
-    | {"SqueezeBertForPreTraining": "ElectraForMaskedLM",  # written without its SOP head
-       "SqueezeBertForReplacedTokenDetection": "ElectraForPreTraining"},
-    "mobilebert": {h: h.replace("SqueezeBert", "MobileBert") for h in HEADS
-                   if h != "SqueezeBertForReplacedTokenDetection"},  # transformers has no MobileBERT discriminator
-}
-
-
-def _encoder_table(config: SqueezeBertConfig, style: str) -> list[tuple[str, str, str]]:
-    """(torch key without the base-model prefix, flax path under ``transformer/``, kind)."""
-    if style == "mobilebert":
-        from squeezebert_jax.models import mobilebert
-
-        return mobilebert.encoder_table(config)
-    t = [("embeddings.word_embeddings.weight", "embeddings/word_embeddings/embedding", "copy"),
-         ("embeddings.position_embeddings.weight", "embeddings/position_embeddings/embedding", "copy"),
-         ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings/embedding", "copy"),
-         ("embeddings.LayerNorm.weight", "embeddings/LayerNorm/scale", "copy"),
-         ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/bias", "copy")]
-    if not config.type_vocab_size:
-        del t[2]
-    if style == "electra" and config.factorized_embeddings:
-        t += [("embeddings_project.weight", "embeddings/project/kernel", "linear"),
-              ("embeddings_project.bias", "embeddings/project/bias", "copy")]
-    if style == "distilbert":  # no pooler in the base model: the classifiers' pre_classifier (a head part)
-        names = {"attention/query": "attention.q_lin", "attention/key": "attention.k_lin",
-                 "attention/value": "attention.v_lin", "post_attention/conv1d": "attention.out_lin",
-                 "intermediate/conv1d": "ffn.lin1", "output/conv1d": "ffn.lin2"}
-        norms = {"post_attention/layernorm": "sa_layer_norm", "output/layernorm": "output_layer_norm"}
-        layer, kind = "transformer.layer", "linear_as_conv"
-    elif style == "albert":  # one shared layer (group 0, layer 0), the embeddings' projection in the encoder
-        t += [("encoder.embedding_hidden_mapping_in.weight", "embeddings/project/kernel", "linear"),
-              ("encoder.embedding_hidden_mapping_in.bias", "embeddings/project/bias", "copy")]
-        names = {"attention/query": "attention.query", "attention/key": "attention.key",
-                 "attention/value": "attention.value", "post_attention/conv1d": "attention.dense",
-                 "intermediate/conv1d": "ffn", "output/conv1d": "ffn_output"}
-        norms = {"post_attention/layernorm": "attention.LayerNorm", "output/layernorm": "full_layer_layer_norm"}
-        layer, kind = "encoder.albert_layer_groups.0.albert_layers", "linear_as_conv"
-    elif style == "squeezebert":
-        names = {"attention/query": "attention.query", "attention/key": "attention.key",
-                 "attention/value": "attention.value", "post_attention/conv1d": "post_attention.conv1d",
-                 "intermediate/conv1d": "intermediate.conv1d", "output/conv1d": "output.conv1d"}
-        norms = {"post_attention/layernorm": "post_attention.layernorm", "output/layernorm": "output.layernorm"}
-        layer, kind = "encoder.layers", "conv"
-    else:  # BERT: the same layers as nn.Linear, G = 1
-        names = {"attention/query": "attention.self.query", "attention/key": "attention.self.key",
-                 "attention/value": "attention.self.value", "post_attention/conv1d": "attention.output.dense",
-                 "intermediate/conv1d": "intermediate.dense", "output/conv1d": "output.dense"}
-        norms = {"post_attention/layernorm": "attention.output.LayerNorm", "output/layernorm": "output.LayerNorm"}
-        layer, kind = "encoder.layer", "linear_as_conv"
-    for i in range(1 if config.shared_layers else config.num_hidden_layers):
-        for ours, theirs in names.items():
-            t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/kernel", kind))
-            t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
-        for ours, theirs in norms.items():
-            t.append((f"{layer}.{i}.{theirs}.weight", f"encoder/layers/{i}/{ours}/scale", "copy"))
-            t.append((f"{layer}.{i}.{theirs}.bias", f"encoder/layers/{i}/{ours}/bias", "copy"))
-    if not config.pooler_in_heads:
-        pooler = "pooler" if style == "albert" else "pooler.dense"
-        t.append((f"{pooler}.weight", "pooler/dense/kernel", "linear"))
-        t.append((f"{pooler}.bias", "pooler/dense/bias", "copy"))
-    return t
 
 
 def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, str, str]]:
-    """Full (torch key, flax path, kind) table for ``head``; torch keys carry the head-class prefix."""
-    prefix = "" if head == "SqueezeBertModel" else _PREFIX[style]
+    """Full (torch key, flax path, kind) table for ``head`` in ``style``'s names (``models``); torch keys carry the
+    head class's prefix, flax paths the head's ``transformer/``."""
+    fam = models.get(style)
+    prefix = "" if head == "SqueezeBertModel" else fam.prefix
     fprefix = "" if head == "SqueezeBertModel" else "transformer/"
-    rows = [(prefix + k, fprefix + p, kind) for k, p, kind in _encoder_table(config, style)]
-    for part in _head_parts(head, style):
-        rows += _head_table(style)[part]
+    rows = [(prefix + k, fprefix + p, kind) for k, p, kind in fam.encoder_table(config)]
+    for part in fam.parts(head):
+        rows += fam.head_table[part]
     return rows
-
-
-def _head_table(style: str) -> dict[str, list[tuple[str, str, str]]]:
-    if style == "mobilebert":  # BERT's heads, and the MLM decoder's dense for the channels past embedding_size
-        from squeezebert_jax.models.mobilebert import MLM_DENSE_ROW
-
-        return _HEAD_TABLE | {"mlm": _HEAD_TABLE["mlm"] + [MLM_DENSE_ROW]}
-    return _HEAD_TABLE | {"albert": _ALBERT_HEAD_TABLE, "distilbert": _DISTILBERT_HEAD_TABLE,
-                          "electra": _ELECTRA_HEAD_TABLE}.get(style, {})
-
-
-def _head_parts(head: str, style: str) -> tuple[str, ...]:
-    if style == "distilbert" and head in ("SqueezeBertForSequenceClassification", "SqueezeBertForMultipleChoice"):
-        return ("pre_classifier", "classifier")  # its pooler is the head's own
-    if style == "electra" and head == "SqueezeBertForSequenceClassification":
-        return ("classifier_dense",)
-    if style == "electra" and head == "SqueezeBertForMultipleChoice":
-        return ("summary", "classifier")
-    return _HEAD_PARTS[head]
 
 
 def _groups_of(path: str, config: SqueezeBertConfig) -> int:
@@ -267,20 +103,8 @@ def check_head(head, what: str = "head") -> str | None:
 
 
 def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
-    """"squeezebert", "bert", "albert", "distilbert" or "mobilebert" from the key names (ELECTRA's are BERT's)."""
-    if any(".bottleneck.input.dense." in k for k in state_dict):
-        return "mobilebert"
-    if any(".albert_layer_groups." in k for k in state_dict):
-        return "albert"
-    if any(".attention.q_lin." in k for k in state_dict):
-        return "distilbert"
-    if any(".attention.self.query." in k for k in state_dict):
-        return "bert"
-    if any("encoder.layers." in k for k in state_dict):
-        return "squeezebert"
-    raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*), BERT (encoder.layer.*), ALBERT "
-                     "(encoder.albert_layer_groups.*), DistilBERT (transformer.layer.*.q_lin) nor MobileBERT "
-                     "(encoder.layer.*.bottleneck.*) keys")
+    """"squeezebert", "bert", "albert", "distilbert" or "mobilebert" from the key names (``models.detect_style``)."""
+    return models.detect_style(state_dict)
 
 
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
@@ -307,7 +131,7 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
 
 def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -> dict[str, np.ndarray]:
     """Bring keys to the head class's layout: a bare base model's keys gain the prefix, and vice versa."""
-    prefix = _PREFIX[style]
+    prefix = models.get(style).prefix
     out = {}
     for k, v in state_dict.items():
         base = k[len(prefix):] if k.startswith(prefix) else k
@@ -368,11 +192,12 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, style, head)
-    word_key = ("" if head == "SqueezeBertModel" else _PREFIX[style]) + "embeddings.word_embeddings.weight"
+    word_key = ("" if head == "SqueezeBertModel" else models.get(style).prefix) + "embeddings.word_embeddings.weight"
     _check_tied(sd, word_key, source, style)
     rows = _table(config, head, style)
     named = {t for t, _, _ in rows}
-    rows += [r for part in _head_parts(saved, style) for r in _head_table(style)[part] if r[0] not in named]  # saved
+    fam = models.get(style)
+    rows += [r for part in fam.parts(saved) for r in fam.head_table[part] if r[0] not in named]  # the saved head's
     params, names, shapes, layouts = {}, {}, {}, {}
     for tkey, fpath, kind in rows:
         path = fpath.removeprefix("transformer/")
@@ -392,12 +217,12 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
 def _family_mismatch(style: str, config: SqueezeBertConfig) -> bool:
     """A family's weights (ALBERT, DistilBERT, ELECTRA, MobileBERT) convert only with that family's config, and
     back."""
-    return bool(style in ("albert", "distilbert", "electra", "mobilebert") or config.family) and style != config.style
+    return bool(style not in ("squeezebert", "bert") or config.family) and style != config.style
 
 
 def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert") -> None:
     """Drop the tied decoder after checking it really equals the embeddings / MLM bias."""
-    weight, bias, mlm_bias = _TIED[style]
+    weight, bias, mlm_bias = models.get(style).tied
     for key, ref in ((weight, word_key), (bias, mlm_bias))[:2 if bias else 1]:
         if key in sd:
             if ref in sd and not np.array_equal(sd[key], sd[ref]):
@@ -408,11 +233,6 @@ def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert"
 # --------------------------------------------------------------------------------------------------
 # Flax model -> torch state_dict
 # --------------------------------------------------------------------------------------------------
-
-# transformers builds these BERT heads with BertModel(add_pooling_layer=False): their checkpoints have no pooler
-_BERT_HEADS_WITHOUT_POOLER = ("SqueezeBertForMaskedLM", "SqueezeBertForTokenClassification",
-                              "SqueezeBertForQuestionAnswering")
-
 
 def head_name(model: nnx.Module) -> str:
     for name, cls in HEADS.items():
@@ -452,8 +272,9 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
             del flat[path]
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
-    if style in ("bert", "albert", "mobilebert") and head in _BERT_HEADS_WITHOUT_POOLER:
-        out = {k: v for k, v in out.items() if not k.startswith(f"{_PREFIX[style]}pooler.")}
+    fam = models.get(style)
+    if head in fam.heads_without_pooler:
+        out = {k: v for k, v in out.items() if not k.startswith(f"{fam.prefix}pooler.")}
     return out
 
 
@@ -464,10 +285,11 @@ def to_torch_state_dict(model: nnx.Module, style: str | None = None) -> dict[str
 
 def torch_architecture(model: nnx.Module, style: str | None = None) -> str:
     style, head = style or default_style(model.config), head_name(model)
-    if head not in _TORCH_ARCH[style]:
+    classes = models.get(style).torch_classes
+    if head not in classes:
         raise InputError(f"transformers has no {style} class for {head}: such a model is kept in our MODEL_DIR "
                          "format only")
-    return _TORCH_ARCH[style][head]
+    return classes[head]
 
 
 # --------------------------------------------------------------------------------------------------

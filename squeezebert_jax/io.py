@@ -234,16 +234,16 @@ def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
 
 def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | None = None,
                  tokenizer_dir: str | None = None) -> str:
-    """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``:
-    "squeezebert", "bert" or "albert" (default: ``convert.default_style``)."""
+    """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``: a
+    family's transformers layout, "squeezebert", "bert", "albert", ... (default: ``convert.default_style``)."""
     from safetensors.numpy import save_file
 
     style = style or convert.default_style(model.config)
     hf_dir = os.fspath(hf_dir)
-    os.makedirs(hf_dir, exist_ok=True)
-    sd = convert.to_torch_state_dict(model, style=style)
+    sd = convert.to_torch_state_dict(model, style=style)  # everything that can be refused, before the directory
     d = model.config.to_dict(model_type=style)
     d["architectures"] = [convert.torch_architecture(model, style)]
+    os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
     if hasattr(model, "num_labels"):
         d["num_labels"] = model.num_labels

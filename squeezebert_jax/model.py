@@ -29,21 +29,18 @@ import numpy as np
 from flax import nnx, struct
 from jax.ad_checkpoint import checkpoint_name
 
+from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.layers import (_ACTIVATIONS, REMAT_POLICIES, SAVED_ACTIVATIONS, Dense,  # noqa: F401 (re-exported)
+                                    GroupedConv1x1, LayerNorm, SelfAttention, _normal, gelu)
 
 # --------------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------------
 
-# transformers' DistilBertConfig names for our fields
-_DISTILBERT_FIELDS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
-                      "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
-                      "attention_dropout": "attention_probs_dropout_prob"}
 _GROUP_FIELDS = ("q_groups", "k_groups", "v_groups", "post_attention_groups", "intermediate_groups",
                  "output_groups")
 _EXECUTION_FIELDS = ("scan_layers", "remat")  # how to run, not what: kept out of config.json
-_MINIATURE_ALIASES = {"bert-tiny": "bert-L2-H128", "bert-mini": "bert-L4-H256",
-                      "bert-small": "bert-L4-H512", "bert-medium": "bert-L8-H512"}
 
 
 # MobileBERT's own fields (family "mobilebert", transformers' MobileBertConfig names); written only for that family
@@ -179,9 +176,7 @@ class SqueezeBertConfig:
                              " as in the reference encoder (a smaller one is ALBERT's, ELECTRA's or MobileBERT's: "
                              "family 'albert', 'electra' or 'mobilebert')")
         if self.family == "mobilebert":
-            from squeezebert_jax.models import mobilebert
-
-            mobilebert.check_config(self)
+            models.mobilebert.check_config(self)
         elif self.hidden_size % self.num_attention_heads:
             raise InputError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
                              f"{self.num_attention_heads}")
@@ -279,38 +274,15 @@ class SqueezeBertConfig:
         a 512 body with a 128 bottleneck, 4 heads, 4 stacked FFNs of 512, NoNorm, ReLU, the 3-gram embedding of 128,
         no pooler dense).
         """
-        key = _MINIATURE_ALIASES.get(name, name)
-        bert = dict.fromkeys(_GROUP_FIELDS, 1)
-        if key == "squeezebert-uncased":
-            cfg = dict(vocab_size=30528)
-        elif key in ("bert-base-uncased", "bert-base"):
-            cfg = dict(bert)
-        elif key == "albert-base-v2":  # ALBERT-base (Lan et al.): 12 shared layers of BERT-base's, embeddings 128
-            cfg = dict(bert, family="albert", vocab_size=30000, embedding_size=128, hidden_act="gelu_new",
-                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        elif key == "distilbert-base-uncased":  # DistilBERT (Sanh et al.): BERT-base's first 6 layers' shape
-            cfg = dict(bert, family="distilbert", num_hidden_layers=6, type_vocab_size=0)
-        elif key == "electra-small-discriminator":  # ELECTRA-Small (Clark et al.): 12 x 256, embeddings 128
-            cfg = dict(bert, family="electra", embedding_size=128, hidden_size=256, num_attention_heads=4,
-                       intermediate_size=1024)
-        elif key == "mobilebert-uncased":  # MobileBERT (Sun et al.): transformers' released mobilebert-uncased
-            cfg = dict(bert, family="mobilebert", hidden_size=512, embedding_size=128, num_hidden_layers=24,
-                       num_attention_heads=4, intermediate_size=512, hidden_act="relu", hidden_dropout_prob=0.0,
-                       intra_bottleneck_size=128, num_feedforward_networks=4, classifier_activation=False)
-        elif key == "tinybert-4-312":  # TinyBERT General 4L-312D (Jiao et al.): BERT, 12 heads of 26, FFN 1200
-            cfg = dict(bert, num_hidden_layers=4, hidden_size=312, embedding_size=312, num_attention_heads=12,
-                       intermediate_size=1200)
-        elif m := re.fullmatch(r"bert-L(\d+)-H(\d+)", key):
-            layers, hidden = int(m[1]), int(m[2])
-            if layers not in (2, 4, 6, 8, 10, 12) or hidden not in (128, 256, 512, 768):
+        key = models.ALIASES.get(name, name)
+        if key not in models.PRESETS:
+            if re.fullmatch(r"bert-L(\d+)-H(\d+)", key):
                 raise InputError(f"unknown BERT miniature {name!r}: L in 2..12 (even), H in 128/256/512/768")
-            cfg = dict(bert, num_hidden_layers=layers, hidden_size=hidden, embedding_size=hidden,
-                       num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
-        else:
             raise InputError(f"unknown preset {name!r}; known: squeezebert-uncased, bert-base-uncased, "
-                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(_MINIATURE_ALIASES)}, tinybert-4-312, "
+                             f"bert-L{{2..12}}-H{{128..768}}, {', '.join(models.ALIASES)}, tinybert-4-312, "
                              "albert-base-v2, distilbert-base-uncased, electra-small-discriminator, "
                              "mobilebert-uncased")
+        cfg = dict(models.PRESETS[key])
         cfg.update(overrides)
         return cls(**cfg)
 
@@ -325,48 +297,12 @@ class SqueezeBertConfig:
         model_type = d.get("model_type", "squeezebert")
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in fields}
-        if model_type == "bert":
-            if d.get("position_embedding_type", "absolute") != "absolute":
-                raise InputError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
-                                 "is not supported (only absolute)")
-            kw.update(dict.fromkeys(_GROUP_FIELDS, 1))
-            kw["embedding_size"] = kw.get("hidden_size", 768)
-        elif model_type == "albert":
-            for name in ("num_hidden_groups", "inner_group_num"):
-                if d.get(name, 1) != 1:
-                    raise InputError(f"{source}: {name} {d[name]!r} is not supported (ALBERT with one group of one "
-                                     "shared layer, as every released ALBERT)")
-            if d.get("position_embedding_type", "absolute") != "absolute":
-                raise InputError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
-                                 "is not supported (only absolute)")
-            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="albert")
-            kw.setdefault("embedding_size", 128)
-            kw.setdefault("hidden_act", "gelu_new")
-        elif model_type == "electra":
-            if d.get("position_embedding_type", "absolute") != "absolute":
-                raise InputError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
-                                 "is not supported (only absolute)")
-            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="electra")
-            kw.setdefault("embedding_size", 128)
-        elif model_type == "mobilebert":
-            from squeezebert_jax.models import mobilebert
-
-            kw = mobilebert.config_from_transformers(d, kw, source)
-            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="mobilebert")
-        elif model_type == "distilbert":
-            if d.get("sinusoidal_pos_embds"):
-                raise InputError(f"{source}: sinusoidal_pos_embds is not supported (learned positions only, as the "
-                                 "released DistilBERTs)")
-            kw = {k: v for k, v in kw.items() if k in ("vocab_size", "max_position_embeddings", "initializer_range",
-                                                       "pad_token_id", "id2label")}
-            for theirs, ours in _DISTILBERT_FIELDS.items():
-                if theirs in d:
-                    kw[ours] = d[theirs]
-            kw.update(dict.fromkeys(_GROUP_FIELDS, 1), family="distilbert", type_vocab_size=0, layer_norm_eps=1e-12)
-            kw["embedding_size"] = kw.get("hidden_size", 768)
-        elif model_type != "squeezebert":
-            raise InputError(f"{source}: model_type {model_type!r} is not 'squeezebert', 'bert', 'albert', "
-                             "'distilbert', 'electra' or 'mobilebert'")
+        if not isinstance(model_type, str) or model_type not in models.BY_STYLE:
+            raise InputError(f"{source}: model_type {model_type!r} is not one of "
+                             f"{', '.join(repr(s) for s in models.BY_STYLE)}")
+        family = models.get(model_type)
+        if family.from_transformers is not None:
+            kw = family.from_transformers(d, kw, source)
         if kw.get("pad_token_id") is None:
             kw.pop("pad_token_id", None)
         try:
@@ -387,8 +323,8 @@ class SqueezeBertConfig:
         return cls.from_dict(d, source=path)
 
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
-        """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or
-        transformers' own "bert" (when is_bert) or "albert" (family albert)."""
+        """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or the
+        family's own transformers config (``style``: "bert" when every group is 1, "albert", "distilbert", ...)."""
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
         if not d["family"]:
             d.pop("family")
@@ -397,24 +333,8 @@ class SqueezeBertConfig:
                 del d[f]
         if model_type != "squeezebert" and model_type != self.style:
             raise InputError(f"a {self.style} config cannot be written as model_type {model_type!r}")
-        if model_type == "distilbert":
-            out = {theirs: d[ours] for theirs, ours in _DISTILBERT_FIELDS.items()}
-            out.update({k: d[k] for k in ("vocab_size", "max_position_embeddings", "initializer_range",
-                                          "pad_token_id")}, sinusoidal_pos_embds=False, model_type="distilbert")
-            if self.id2label is not None:
-                out["id2label"] = {str(k): v for k, v in self.id2label.items()}
-                out["label2id"] = {v: k for k, v in self.id2label.items()}
-            return out
-        if model_type in ("bert", "albert", "electra", "mobilebert"):
-            if not self.is_bert:
-                raise InputError(f"a grouped SqueezeBERT config cannot be written as model_type {model_type!r}")
-            for f in (*_GROUP_FIELDS, *(("embedding_size",) if model_type == "bert" else ()), "family"):
-                d.pop(f, None)
-            d["position_embedding_type"] = "absolute"
-            if model_type == "albert":
-                d.update(num_hidden_groups=1, inner_group_num=1, classifier_dropout_prob=d["hidden_dropout_prob"])
-            if model_type == "mobilebert":
-                d.update(normalization_type="no_norm", use_bottleneck=True, true_hidden_size=self.intra_bottleneck_size)
+        if model_type != "squeezebert":
+            d = models.get(model_type).to_transformers(self, d)
         d["model_type"] = model_type
         if self.id2label is not None:
             d["id2label"] = {str(k): v for k, v in self.id2label.items()}
@@ -431,121 +351,6 @@ class SqueezeBertConfig:
 # --------------------------------------------------------------------------------------------------
 # Building blocks
 # --------------------------------------------------------------------------------------------------
-
-def gelu(x: jax.Array) -> jax.Array:
-    """Exact GELU in PyTorch's form, ``x/2 * (1 + erf(x/sqrt(2)))`` (torch.nn.functional.gelu, transformers "gelu").
-
-    The same function as ``jax.nn.gelu(approximate=False)``, which XLA computes through ``erfc``: on XLA:CPU that
-    costs 2.8x more (3.7 vs 1.3 ms on [4, 1024, 768]; ~8% of the SqueezeBERT forward at batch 8) for no accuracy
-    that matters here; both are within 1.2e-6 of a float64 GELU, as torch's float32 one is.
-    """
-    return 0.5 * x * (1.0 + jax.lax.erf(x * np.asarray(math.sqrt(0.5), x.dtype)))
-
-
-_ACTIVATIONS = {
-    "gelu": gelu,
-    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-    "relu": jax.nn.relu,
-    "tanh": jnp.tanh,
-}
-
-
-# What a layer keeps for the backward pass under ``remat`` (jax.checkpoint policies); the rest is recomputed.
-# Under the layer scan every kept value is an output of the loop body, stacked over the layers: nothing XLA could
-# fuse away stays unmaterialised, so "none" keeps float32 LayerNorm intermediates, float32 attention scores and
-# probabilities, dropout masks and the grouped convs' transposed inputs of every layer -- 26.1 GiB per v5e chip for
-# the paper step at 256 x 128, the same for BERT-base (26.6): the scan needs a policy (README, "Compiled for
-# accelerators").
-# "minimal" (the default) keeps per token and layer the layer's named bf16 matmul outputs (q, k, v, the attention
-# context, the two pre-LayerNorm sums, the FFN expansion) and recomputes only element-wise work and the attention
-# scores (2.7% of the FLOPs): 11.3 GiB. "lean" also recomputes q, k and v (~6% more FLOPs): 9.6 GiB. "full"
-# keeps only each layer's input and runs the layer twice (~33% more FLOPs): 3.3 GiB.
-SAVED_ACTIVATIONS = ("q", "k", "v", "context", "attention_sum", "ffn_expand", "ffn_sum")
-REMAT_POLICIES = {
-    "none": None,  # no rematerialisation: every intermediate is kept
-    "minimal": jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS),
-    "lean": jax.checkpoint_policies.save_only_these_names(*SAVED_ACTIVATIONS[3:]),
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,  # matmul outputs kept; element-wise work recomputed
-    "full": jax.checkpoint_policies.nothing_saveable,  # only each layer's input kept; the layer runs twice
-}
-
-
-def _normal(std: float):
-    return jax.nn.initializers.normal(stddev=std)
-
-
-class GroupedConv1x1(nnx.Module):
-    """A grouped 1x1 Conv1d over channels-last input: a block-diagonal matmul, never a conv op (``_group_major`` on
-    CPU and GPU, ``_in_place`` on TPU; one compiled program holds only the branch of its platform).
-
-    kernel ``[G, Cin/G, Cout/G]``: group g maps input channels ``[g*Cin/G, (g+1)*Cin/G)`` to output channels
-    ``[g*Cout/G, (g+1)*Cout/G)``, exactly torch.nn.Conv1d(Cin, Cout, kernel_size=1, groups=G).
-    """
-
-    def __init__(self, cin: int, cout: int, groups: int, *, init_std: float, dtype=jnp.float32,
-                 rngs: nnx.Rngs):
-        if cin % groups or cout % groups:
-            raise InputError(f"groups={groups} must divide cin={cin} and cout={cout}")
-        self.groups, self.cin, self.cout, self.dtype = groups, cin, cout, dtype
-        self.kernel = nnx.Param(_normal(init_std)(rngs.params(), (groups, cin // groups, cout // groups)))
-        self.bias = nnx.Param(jnp.zeros((cout,)))
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        g = self.groups
-        kernel = self.kernel[...].astype(self.dtype)
-        x = x.astype(self.dtype)
-        if g == 1:
-            y = x @ kernel[0]
-        else:  # the layout is chosen when the step is lowered, for the platform it is lowered for
-            y = jax.lax.platform_dependent(x, kernel, tpu=self._in_place, default=self._group_major)
-        return y + self.bias[...].astype(self.dtype)
-
-    def _group_major(self, x, kernel):
-        """CPU and GPU: a batched matmul [G, N, Cin/G] x [G, Cin/G, Cout/G] between two transposes; the fastest form on
-        XLA:CPU (eval/bench_infer.py --sweep), and on an H100 target the paper step's peak is 33.4 GiB per GPU
-        this way against 39.8 GiB with the in-place einsum (1024 sequences x 128 per GPU)."""
-        g = self.groups
-        xg = x.reshape(-1, g, self.cin // g).transpose(1, 0, 2)
-        y = jax.lax.dot_general(xg, kernel, (((2,), (1,)), ((0,), (0,))))
-        return y.transpose(1, 0, 2).reshape(*x.shape[:-1], self.cout)
-
-    def _in_place(self, x, kernel):
-        """TPU: the group axis as a batch dimension where it lies; XLA picks the layouts. The explicit transposes of
-        the other form are real copies there: on a v5e, 17% more bytes accessed per training step, and without remat
-        their transposed inputs are what autodiff keeps (the grouped model's 1.5x memory of BERT-base)."""
-        g = self.groups
-        xg = x.reshape(*x.shape[:-1], g, self.cin // g)
-        return jnp.einsum("...gi,gio->...go", xg, kernel).reshape(*x.shape[:-1], self.cout)
-
-
-class Dense(nnx.Module):
-    """y = x @ kernel + bias, kernel ``[in, out]`` (torch Linear weight transposed)."""
-
-    def __init__(self, din: int, dout: int, *, init_std: float, dtype=jnp.float32, rngs: nnx.Rngs):
-        self.dtype = dtype
-        self.kernel = nnx.Param(_normal(init_std)(rngs.params(), (din, dout)))
-        self.bias = nnx.Param(jnp.zeros((dout,)))
-
-    def __call__(self, x):
-        return x.astype(self.dtype) @ self.kernel[...].astype(self.dtype) + self.bias[...].astype(self.dtype)
-
-
-class LayerNorm(nnx.Module):
-    """LayerNorm over the last axis with float32 statistics (exact two-pass variance)."""
-
-    def __init__(self, features: int, eps: float, dtype=jnp.float32):
-        self.eps, self.dtype = eps, dtype
-        self.scale = nnx.Param(jnp.ones((features,)))
-        self.bias = nnx.Param(jnp.zeros((features,)))
-
-    def __call__(self, x):
-        x = x.astype(jnp.float32)
-        mean = x.mean(-1, keepdims=True)
-        var = jnp.square(x - mean).mean(-1, keepdims=True)
-        y = (x - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...] + self.bias[...]
-        return y.astype(self.dtype)
-
-
 class Embeddings(nnx.Module):
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         c, init = config, _normal(config.initializer_range)
@@ -572,37 +377,6 @@ class Embeddings(nnx.Module):
             x = x + self.token_type_embeddings.embedding[...][token_type_ids]
         x = self.dropout(self.LayerNorm(x))
         return self.project(x) if hasattr(self, "project") else x
-
-
-class SelfAttention(nnx.Module):
-    """softmax(q kᵀ / sqrt(d) + mask) v over contiguous 64-channel heads; q/k/v are grouped 1x1 convs."""
-
-    def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
-        c, h, std = config, config.hidden_size, config.initializer_range
-        self.num_heads, self.head_dim, self.dtype = c.num_attention_heads, h // c.num_attention_heads, dtype
-        self.query = GroupedConv1x1(h, h, c.q_groups, init_std=std, dtype=dtype, rngs=rngs)
-        self.key = GroupedConv1x1(h, h, c.k_groups, init_std=std, dtype=dtype, rngs=rngs)
-        self.value = GroupedConv1x1(h, h, c.v_groups, init_std=std, dtype=dtype, rngs=rngs)
-        self.dropout = nnx.Dropout(c.attention_probs_dropout_prob, rngs=rngs)
-
-    def __call__(self, x, mask_bias, with_probs: bool = False):
-        b, s, _ = x.shape  # heads to [B, h, S, d]: batched dot_generals beat the einsum on XLA:CPU
-        split = lambda t: t.reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # noqa: E731
-        with jax.named_scope("qkv"):
-            q, k, v = (checkpoint_name(f(x), n) for f, n in ((self.query, "q"), (self.key, "k"), (self.value, "v")))
-        with jax.named_scope("attention_core"):
-            ctx, p = self.core(split(q), split(k), split(v), mask_bias)
-            return (ctx, p) if with_probs else ctx
-
-    def core(self, q, k, v, mask_bias):
-        """``(context [B, S, heads * d], attention probabilities [B, heads, S, S] before dropout)`` of q, k, v as
-        [B, heads, S, d]: dot_generals with (batch, head) batch dims."""
-        b, _, s, _ = q.shape
-        scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))), preferred_element_type=jnp.float32)
-        p = jax.nn.softmax(scores / math.sqrt(self.head_dim) + mask_bias, axis=-1)
-        probs = self.dropout(p).astype(self.dtype)
-        ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))
-        return checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context"), p
 
 
 class SqueezeBertLayer(nnx.Module):
@@ -674,9 +448,7 @@ class Encoder(nnx.Module):
     def __init__(self, config: SqueezeBertConfig, *, dtype, rngs: nnx.Rngs):
         self.scan_layers, self.remat = config.scan_layers, config.remat
         self.num_layers = config.num_hidden_layers
-        layer = SqueezeBertLayer
-        if config.family == "mobilebert":
-            from squeezebert_jax.models.mobilebert import Layer as layer
+        layer = models.mobilebert.Layer if config.family == "mobilebert" else SqueezeBertLayer
         self.layers = nnx.List([layer(config, dtype=dtype, rngs=rngs)
                                 for _ in range(1 if config.shared_layers else config.num_hidden_layers)])
 
@@ -789,9 +561,7 @@ class SqueezeBertModel(nnx.Module):
     def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
         self.config, self.dtype = config, dtype
         if config.family == "mobilebert":
-            from squeezebert_jax.models import mobilebert
-
-            self.embeddings = mobilebert.Embeddings(config, dtype=dtype, rngs=rngs)
+            self.embeddings = models.mobilebert.Embeddings(config, dtype=dtype, rngs=rngs)
         else:
             self.embeddings = Embeddings(config, dtype=dtype, rngs=rngs)
         self.encoder = Encoder(config, dtype=dtype, rngs=rngs)

@@ -37,7 +37,9 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.model import _ACTIVATIONS, Dense, SelfAttention, _normal  # model.py imports this file lazily
+from squeezebert_jax.layers import _ACTIVATIONS, Dense, SelfAttention, _normal
+from squeezebert_jax.models.family import (BERT_GROUPS, BERT_TIED, HEAD_TABLE, HEADS_WITHOUT_POOLER, Family,
+                                           bert_like_to_transformers, dense_rows, norm_rows, torch_classes)
 
 # transformers' MobileBertConfig defaults: its save_pretrained writes only the fields that differ from them
 TRANSFORMERS_DEFAULTS = dict(vocab_size=30522, hidden_size=512, num_hidden_layers=24, num_attention_heads=4,
@@ -70,7 +72,7 @@ def check_config(c) -> None:
                          f"equal it (it is {b})")
 
 
-def config_from_transformers(d: dict[str, Any], kw: dict[str, Any], source: str) -> dict[str, Any]:
+def from_transformers(d: dict[str, Any], kw: dict[str, Any], source: str) -> dict[str, Any]:
     """Our fields ``kw`` (those of ``d`` with our names) completed from a transformers MobileBertConfig dict ``d``,
     whose missing fields are transformers' defaults."""
     if d.get("normalization_type", "no_norm") != "no_norm":
@@ -79,10 +81,12 @@ def config_from_transformers(d: dict[str, Any], kw: dict[str, Any], source: str)
     if not d.get("use_bottleneck", True):
         raise InputError(f"{source}: use_bottleneck false is not supported (MobileBERT without its bottleneck is "
                          "BERT with NoNorm)")
-    kw = dict(kw)
-    for k, v in TRANSFORMERS_DEFAULTS.items():
-        kw.setdefault(k, v)
-    return kw
+    return TRANSFORMERS_DEFAULTS | kw | BERT_GROUPS | {"family": "mobilebert"}
+
+
+def to_transformers(config, d: dict[str, Any]) -> dict[str, Any]:
+    return bert_like_to_transformers(config, d) | dict(normalization_type="no_norm", use_bottleneck=True,
+                                                       true_hidden_size=config.intra_bottleneck_size)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -243,8 +247,8 @@ def encoder_table(c) -> list[tuple[str, str, str]]:
          ("embeddings.position_embeddings.weight", "embeddings/position_embeddings/embedding", "copy"),
          ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings/embedding", "copy")]
     if c.trigram_input or c.embedding_size != c.hidden_size:
-        t += _dense_rows("embeddings.embedding_transformation", "embeddings/embedding_transformation")
-    t += _norm_rows("embeddings.LayerNorm", "embeddings/LayerNorm")
+        t += dense_rows("embeddings.embedding_transformation", "embeddings/embedding_transformation")
+    t += norm_rows("embeddings.LayerNorm", "embeddings/LayerNorm")
     last = c.num_feedforward_networks - 1
     for i in range(c.num_hidden_layers):
         theirs, ours = f"encoder.layer.{i}.", f"encoder/layers/{i}/"
@@ -252,33 +256,25 @@ def encoder_table(c) -> list[tuple[str, str, str]]:
         if c.key_query_shared_bottleneck:
             parts.append(("bottleneck.attention", "bottleneck/attention"))
         for name in ("query", "key", "value"):
-            t += _dense_rows(f"{theirs}attention.self.{name}", f"{ours}attention/{name}")
+            t += dense_rows(f"{theirs}attention.self.{name}", f"{ours}attention/{name}")
         parts.append(("attention.output", "attention_output"))
         for tp, op in parts:
-            t += _dense_rows(f"{theirs}{tp}.dense", f"{ours}{op}/dense")
-            t += _norm_rows(f"{theirs}{tp}.LayerNorm", f"{ours}{op}/LayerNorm")
+            t += dense_rows(f"{theirs}{tp}.dense", f"{ours}{op}/dense")
+            t += norm_rows(f"{theirs}{tp}.LayerNorm", f"{ours}{op}/LayerNorm")
         for j in range(c.num_feedforward_networks):
             ffn = f"{theirs}ffn.{j}." if j < last else theirs
-            t += _dense_rows(f"{ffn}intermediate.dense", f"{ours}ffn/{j}/intermediate")
-            t += _dense_rows(f"{ffn}output.dense", f"{ours}ffn/{j}/output")
-            t += _norm_rows(f"{ffn}output.LayerNorm", f"{ours}ffn/{j}/LayerNorm")
-        t += _dense_rows(f"{theirs}output.bottleneck.dense", f"{ours}output_bottleneck/dense")
-        t += _norm_rows(f"{theirs}output.bottleneck.LayerNorm", f"{ours}output_bottleneck/LayerNorm")
+            t += dense_rows(f"{ffn}intermediate.dense", f"{ours}ffn/{j}/intermediate")
+            t += dense_rows(f"{ffn}output.dense", f"{ours}ffn/{j}/output")
+            t += norm_rows(f"{ffn}output.LayerNorm", f"{ours}ffn/{j}/LayerNorm")
+        t += dense_rows(f"{theirs}output.bottleneck.dense", f"{ours}output_bottleneck/dense")
+        t += norm_rows(f"{theirs}output.bottleneck.LayerNorm", f"{ours}output_bottleneck/LayerNorm")
     if c.classifier_activation:
-        t += _dense_rows("pooler.dense", "pooler/dense")
+        t += dense_rows("pooler.dense", "pooler/dense")
     return t
 
 
-def _dense_rows(theirs: str, ours: str) -> list[tuple[str, str, str]]:
-    return [(f"{theirs}.weight", f"{ours}/kernel", "linear"), (f"{theirs}.bias", f"{ours}/bias", "copy")]
-
-
-def _norm_rows(theirs: str, ours: str) -> list[tuple[str, str, str]]:
-    return [(f"{theirs}.weight", f"{ours}/scale", "copy"), (f"{theirs}.bias", f"{ours}/bias", "copy")]
-
-
-# The MLM decoder's second part: [H - E, V], the same layout in both (nn.Linear(V, H - E).weight)
-MLM_DENSE_ROW = ("cls.predictions.dense.weight", "cls/predictions/dense", "copy")
+# BERT's heads, and the MLM decoder's second part: [H - E, V], the same layout in both (nn.Linear(V, H - E).weight)
+HEADS = {"mlm": HEAD_TABLE["mlm"] + [("cls.predictions.dense.weight", "cls/predictions/dense", "copy")]}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,3 +298,16 @@ def flops_breakdown(c, s: int, num_labels: int = 0, pooler_every_token: bool = F
     return {"embedding": float(projection), "attention_fc": float(n * attention_fc),
             "attention_softmax_qkv": float(n * 2 * 2 * s * s * b), "ffn_fc": float(n * ffn_fc),
             "classifier": pooler + 2.0 * h * num_labels}
+
+
+FAMILY = Family(
+    style="mobilebert", prefix="mobilebert.", encoder_table=encoder_table, tied=BERT_TIED,
+    detect=".bottleneck.input.dense.", head_table=HEAD_TABLE | HEADS, torch_classes=torch_classes("MobileBert"),
+    heads_without_pooler=HEADS_WITHOUT_POOLER, from_transformers=from_transformers, to_transformers=to_transformers,
+    # transformers' released mobilebert-uncased: 24 layers of a 512 body around a 128 bottleneck, 4 heads, 4 stacked
+    # FFNs of 512, ReLU, no dropout but the attention's, the 3-gram embedding of 128, no pooler dense
+    presets={"mobilebert-uncased": dict(BERT_GROUPS, family="mobilebert", hidden_size=512, embedding_size=128,
+                                        num_hidden_layers=24, num_attention_heads=4, intermediate_size=512,
+                                        hidden_act="relu", hidden_dropout_prob=0.0, intra_bottleneck_size=128,
+                                        num_feedforward_networks=4, classifier_activation=False)},
+)
