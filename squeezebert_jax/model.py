@@ -31,8 +31,17 @@ from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.layers import (_ACTIVATIONS, REMAT_POLICIES, SAVED_ACTIVATIONS, Dense,  # noqa: F401 (re-exported)
-                                    GroupedConv1x1, LayerNorm, SelfAttention, _normal, gelu)
+from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
+    _ACTIVATIONS,
+    REMAT_POLICIES,
+    SAVED_ACTIVATIONS,
+    Dense,
+    GroupedConv1x1,
+    LayerNorm,
+    SelfAttention,
+    _normal,
+    gelu,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Config

@@ -149,3 +149,32 @@ def test_a_shallower_albert_student_runs_the_shared_layer_fewer_times():
     assert student.config.num_hidden_layers == 2 and sj.count_params(student) == sj.count_params(teacher)
     got, want = convert.flat_params(student), convert.flat_params(teacher)
     assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+@pytest.mark.parametrize("kind, sparsity", [("unstructured", 0.5), ("heads", 0.5), ("ffn", 0.25)])
+def test_pruning_albert_prunes_its_one_shared_layer_for_every_run(kind, sparsity, tmp_path):
+    """The pruner sees one layer (the shared one): its masks reach the sparsity there, and the pruned weights are
+    the ones every one of the num_hidden_layers runs uses; a fine-tuning run with pruning exports it pruned."""
+    from conftest import VOCAB, glue_config, tiny_init, write_sst2
+
+    from squeezebert_jax import finetune as ft
+    from squeezebert_jax import prune
+
+    model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig.preset("albert-base-v2", **TINY),
+                                                    num_labels=2, rngs=nnx.Rngs(0))
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    masks = prune.compute_masks(params, kind, sparsity, num_heads=4)
+    rep = prune.sparsity_report(jax.tree.map(lambda p, m: p * m, params, masks), num_heads=4)
+    assert set(rep["per_layer"]) == {"0"} and rep["encoder"] > 0
+    if kind == "unstructured":
+        assert rep["encoder"] == pytest.approx(sparsity, abs=0.01)
+    if kind != "unstructured":  # the run: the exported model holds the masked shared layer
+        return
+    tiny_init(tmp_path / "init", VOCAB, sj.SqueezeBertConfig.preset("albert-base-v2", **TINY))
+    write_sst2(tmp_path / "glue", n_train=64, n_dev=16)
+    cfg = glue_config("sst2", tmp_path / "init", tmp_path / "glue", num_epochs=2, learning_rate=1e-3)
+    cfg.prune.target, cfg.prune.end = sparsity, 0.5
+    res = ft.finetune(cfg, str(tmp_path / "run"))
+    assert res["history"][-1]["sparsity"] == pytest.approx(sparsity, abs=0.01)
+    out = nnx.to_pure_dict(nnx.state(sj.load_pretrained(tmp_path / "run" / "model"), nnx.Param))
+    assert prune.sparsity_report(out)["encoder"] == pytest.approx(sparsity, abs=0.01)

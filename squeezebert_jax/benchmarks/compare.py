@@ -1,11 +1,13 @@
 """The seeds' comparison table: parameters, FLOPs at seq 128 and our CPU latency of BERT-base, PKD-style students,
-the 24 BERT miniatures, SqueezeBERT and a 50%-pruned BERT-base, beside the published figures of seed 003 and the
+the 24 BERT miniatures, SqueezeBERT, a 50%-pruned BERT-base and the networks the paper compares (MobileBERT, ALBERT,
+ELECTRA-Small, TinyBERT, DistilBERT; squeezebert_jax/models), beside the published figures of seed 003 and the
 SqueezeBERT paper (seed 001), each quoted with its source.
 
 Ours: parameters counted from the built Flax ``SqueezeBertModel`` (embeddings, encoder, pooler: what the published
 "#Params" of BERT-base, 109M, counts), built abstractly (``nnx.eval_shape``, nothing allocated); FLOPs from
-``squeezebert_jax.flops`` (the paper's count: matmuls only, a multiply-add is 2 FLOPs); latency of the jitted
-forward of a random-weight sequence classifier (values do not change the time), batch 1.
+``squeezebert_jax.flops`` (the paper's count: matmuls only, a multiply-add is 2 FLOPs); latency of a random-weight
+sequence classifier (values do not change the time), batch 1, in PyTorch's lite interpreter (its exported ``.ptl``) or
+our jitted Flax forward (``RUNTIMES``).
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ def magnitude_prune(model: nnx.Module, sparsity: float) -> nnx.Module:
 
 RUNTIMES = {"lite": "PyTorch's lite interpreter running the row's exported .ptl (the paper's runtime on the Pixel 3; "
                     "frozen trace, optimize_for_mobile where XNNPACK is built in)",
-            "flax": "our jitted float32 Flax forward"}
+            "flax": "our jitted Flax forward"}
 
 
 def _forward(entry: Entry, tiny: bool, seq_len: int, runtime: str = "flax", workdir: str | None = None):

@@ -7,9 +7,19 @@ transformers' ``AlbertModel`` with ``num_hidden_groups = inner_group_num = 1``, 
 from __future__ import annotations
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.models.family import (BERT_GROUPS, HEAD_TABLE, HEADS_WITHOUT_POOLER, Family,
-                                           absolute_positions_only, bert_like_to_transformers, dense_rows,
-                                           embedding_rows, layer_rows, norm_rows, torch_classes)
+from squeezebert_jax.models.family import (
+    BERT_GROUPS,
+    HEAD_TABLE,
+    HEADS_WITHOUT_POOLER,
+    Family,
+    absolute_positions_only,
+    bert_like_to_transformers,
+    dense_rows,
+    embedding_rows,
+    layer_rows,
+    norm_rows,
+    torch_classes,
+)
 
 NAMES = ("attention.query", "attention.key", "attention.value", "attention.dense", "ffn", "ffn_output")
 NORMS = ("attention.LayerNorm", "full_layer_layer_norm")

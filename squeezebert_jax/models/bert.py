@@ -4,9 +4,18 @@ BERT miniatures of Turc et al. (2019) and TinyBERT's 4/312 student (Jiao et al.,
 
 from __future__ import annotations
 
-from squeezebert_jax.models.family import (BERT_GROUPS, BERT_TIED, HEADS_WITHOUT_POOLER, Family,
-                                           absolute_positions_only, bert_like_to_transformers, dense_rows,
-                                           embedding_rows, layer_rows, torch_classes)
+from squeezebert_jax.models.family import (
+    BERT_GROUPS,
+    BERT_TIED,
+    HEADS_WITHOUT_POOLER,
+    Family,
+    absolute_positions_only,
+    bert_like_to_transformers,
+    dense_rows,
+    embedding_rows,
+    layer_rows,
+    torch_classes,
+)
 
 NAMES = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
          "intermediate.dense", "output.dense")

@@ -6,8 +6,16 @@ embeddings (``type_vocab_size`` 0: token_type_ids are ignored) and no pooler of 
 from __future__ import annotations
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.models.family import (BERT_GROUPS, HEAD_TABLE, Family, dense_rows, embedding_rows, layer_rows,
-                                           norm_rows, torch_classes)
+from squeezebert_jax.models.family import (
+    BERT_GROUPS,
+    HEAD_TABLE,
+    Family,
+    dense_rows,
+    embedding_rows,
+    layer_rows,
+    norm_rows,
+    torch_classes,
+)
 
 NAMES = ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "ffn.lin1", "ffn.lin2")
 NORMS = ("sa_layer_norm", "output_layer_norm")

@@ -9,9 +9,18 @@ family as the discriminator) is ``train/pretrain.py --config.objective=rtd``."""
 from __future__ import annotations
 
 from squeezebert_jax.models import bert
-from squeezebert_jax.models.family import (BERT_GROUPS, HEAD_TABLE, Family, absolute_positions_only,
-                                           bert_like_to_transformers, dense_rows, embedding_rows, layer_rows,
-                                           norm_rows, torch_classes)
+from squeezebert_jax.models.family import (
+    BERT_GROUPS,
+    HEAD_TABLE,
+    Family,
+    absolute_positions_only,
+    bert_like_to_transformers,
+    dense_rows,
+    embedding_rows,
+    layer_rows,
+    norm_rows,
+    torch_classes,
+)
 
 # the generator's MLM (generator_lm_head tied to the word embeddings) and the classifiers' dense layers, which are
 # our pooler; no SOP head in transformers' ELECTRA (read under our name, never written)

@@ -38,8 +38,17 @@ from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.layers import _ACTIVATIONS, Dense, SelfAttention, _normal
-from squeezebert_jax.models.family import (BERT_GROUPS, BERT_TIED, HEAD_TABLE, HEADS_WITHOUT_POOLER, Family,
-                                           bert_like_to_transformers, dense_rows, norm_rows, torch_classes)
+from squeezebert_jax.models.family import (
+    BERT_GROUPS,
+    BERT_TIED,
+    HEAD_TABLE,
+    HEADS_WITHOUT_POOLER,
+    Family,
+    bert_like_to_transformers,
+    dense_rows,
+    norm_rows,
+    torch_classes,
+)
 
 # transformers' MobileBertConfig defaults: its save_pretrained writes only the fields that differ from them
 TRANSFORMERS_DEFAULTS = dict(vocab_size=30522, hidden_size=512, num_hidden_layers=24, num_attention_heads=4,
