@@ -177,9 +177,11 @@ class SqueezeBertConfig:
             raise InputError(f"family {self.family!r} not supported; one of {sorted(FAMILIES)}")
         if self.family and not self.is_bert:
             raise InputError(f"family {self.family!r} has every group count 1 (its layers are BERT's)")
-        if self.type_vocab_size < (0 if self.family == "distilbert" else 1):
-            raise InputError(f"type_vocab_size is {self.type_vocab_size}; expected an integer >= 1 (0: DistilBERT's "
-                             "none, family 'distilbert')")
+        if self.type_vocab_size < (0 if self.family in ("distilbert", "electra") else 1):
+            # 0: no token-type embeddings (token_type_ids ignored): DistilBERT's, and the ELECTRA generator of a
+            # DistilBERT discriminator
+            raise InputError(f"type_vocab_size is {self.type_vocab_size}; expected an integer >= 1 (0: none, for "
+                             "family 'distilbert' or 'electra')")
         if self.embedding_size != self.hidden_size and not self.factorized_embeddings and self.family != "mobilebert":
             raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
                              " as in the reference encoder (a smaller one is ALBERT's, ELECTRA's or MobileBERT's: "

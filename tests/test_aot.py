@@ -103,12 +103,19 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
 
 @pytest.mark.slow
 @needs_gpu_plugin
-def test_compile_smoke_step_for_h100_target(tmp_path):
-    """The smoke config's first phase (every phase: the TPU test's oversized batch)."""
-    rc, out, err, rows = _compile(tmp_path, "--topology", "h100:1x2", "--phase", "phase1")
+@pytest.mark.parametrize("family", [None, pytest.param("mobilebert-uncased", marks=pytest.mark.slow),
+                                    pytest.param("albert-base-v2", marks=pytest.mark.slow)])
+def test_compile_smoke_step_for_h100_target(tmp_path, family):
+    """The smoke config's first phase (every phase: the TPU test's oversized batch), with SqueezeBERT and with the
+    compared families whose layers are their own (MobileBERT's bottlenecks, ALBERT's one shared layer), whose XLA
+    FLOPs are 0.9 to 1.3 times the analytic count (squeezebert_jax.flops)."""
+    preset = ["--config.model.preset=" + family] if family else []
+    rc, out, err, rows = _compile(tmp_path, "--topology", "h100:1x2", "--phase", "phase1", *preset)
     assert rc == 0, err[-3000:]
-    assert "NVIDIA H100 80GB HBM3" in out
+    assert "NVIDIA H100 80GB HBM3" in out and (family or "squeezebert-uncased") in out
     assert [r["phase"] for r in rows] == ["phase1"] and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
+    if family:  # their whole-step counts (MobileBERT 1.08 here; SqueezeBERT's grouped smoke model: 1.63)
+        assert 0.9 < rows[0]["xla_flops"] / rows[0]["analytic_flops"] < 1.3
 
 
 def _compile_finetune(tmp_path, *args):

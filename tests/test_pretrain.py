@@ -139,6 +139,20 @@ def test_the_jitted_step_is_reused_only_for_the_same_program():
     assert all(o is not first for o in others) and len({id(o) for o in others}) == len(others)
 
 
+def test_the_step_cache_keeps_the_most_recently_used_steps():
+    """A step used again moves to the back: the one evicted is the least recently used, not the first built (a step
+    built by an earlier run and reused now must not be evicted by the next builds)."""
+    from squeezebert_jax import trainer
+
+    cache, built = trainer.StepCache(maxsize=2), []
+
+    def get(key):
+        return cache.get(key, lambda: built.append(key) or key.upper())
+
+    assert [get("a"), get("b"), get("a"), get("c"), get("a"), get("b")] == ["A", "B", "A", "C", "A", "B"]
+    assert built == ["a", "b", "c", "b"]  # "b", the least recently used, went for "c"; "a" stayed
+
+
 def test_a_phase_may_set_its_own_microbatches():
     """A seq-512 phase needs more accumulation than a seq-128 one: a phase's num_microbatches overrides the config's,
     and a count the global batch cannot split over the devices is refused naming the phase."""

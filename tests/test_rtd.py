@@ -125,3 +125,34 @@ def test_the_pretraining_comparison_runs_end_to_end(tmp_path, run_cli):
     assert min(params, key=params.get) == "ALBERT"
     rc, _, err = run_cli("eval/compare_pretraining.py", "--workdir", tmp_path / "w", "--steps", "2")
     assert rc == 1 and "is not empty" in err  # a finished comparison is never overwritten without --overwrite
+
+
+@pytest.mark.parametrize("preset", ["albert-base-v2", "distilbert-base-uncased", "electra-small-discriminator",
+                                    "mobilebert-uncased"])
+def test_every_family_is_an_rtd_discriminator(preset):
+    """The pair builds for each family's discriminator (a DistilBERT's generator has no token types either; a
+    MobileBERT's shares its word embeddings only), and the generator's MLM, the corruption and the discriminator's
+    BCE run through it with finite gradients for both."""
+    widths = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, vocab_size=40,
+                  max_position_embeddings=16)
+    widths |= dict(embedding_size=32) if preset.startswith("distilbert") else dict(embedding_size=16)
+    widths |= dict(intra_bottleneck_size=16) if preset.startswith("mobilebert") else {}
+    pair = ElectraPreTraining(sj.SqueezeBertConfig.preset(preset, **widths), 0.25, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    ids, mask = jnp.asarray(rng.integers(5, 40, (2, 12))), jnp.ones((2, 12), jnp.int32)
+    types = jnp.zeros((2, 12), jnp.int32).at[:, 6:].set(1)
+    positions, weights = jnp.asarray([[1, 4, 7], [2, 3, 9]]), jnp.ones((2, 3), jnp.float32)
+    original = jnp.take_along_axis(ids, positions, 1)
+
+    def loss(pair):
+        g = pair.generator(ids, mask, types, masked_positions=positions).logits
+        nll = -jnp.take_along_axis(jax.nn.log_softmax(g), original[..., None], -1).mean()
+        disc_ids, labels, _ = pretrain.replace_with_samples(ids, positions, original, weights, g, jax.random.key(1))
+        s = pretrain.rtd_losses(pair.discriminator(disc_ids, mask, types).logits, labels, mask)
+        return nll + 50 * s["rtd_bce_sum"] / s["rtd_tokens"]
+
+    value, grads = nnx.value_and_grad(loss)(pair)
+    leaves = jax.tree.leaves(nnx.state(grads, nnx.Param))
+    assert np.isfinite(float(value)) and all(np.isfinite(np.asarray(x)).all() for x in leaves)
+    assert float(jnp.abs(grads.generator.cls["predictions"].bias[...]).sum()) > 0
+    assert float(jnp.abs(grads.discriminator.rtd["prediction"].kernel[...]).sum()) > 0
