@@ -1,11 +1,13 @@
-"""Exact weight conversion between transformers' PyTorch SqueezeBERT / BERT and our Flax NNX model.
+"""Exact weight conversion between transformers' PyTorch models of every family (SqueezeBERT, BERT, ALBERT, DistilBERT,
+ELECTRA, MobileBERT) and our Flax NNX model.
 
-The mapping is an explicit name table (``_table``) plus a per-tensor reshape (``_to_flax`` / ``_to_torch``), dict to
+The mapping is an explicit name table (``_table``, built from the family's file in ``squeezebert_jax/models``: its
+``encoder_table`` and ``head_table``) plus a per-tensor reshape (``_to_flax`` / ``_to_torch``), dict to
 dict: ``torch_to_flat`` (state_dict -> our parameter paths, with the torch names and shapes for messages) and
 ``flat_to_torch``. No model is built here: ``io.build_model`` builds it and checks that every parameter is found,
 every tensor used and every shape right, naming the tensor otherwise. Known non-parameter buffers
-(``embeddings.position_ids``) and the tied MLM decoder (``cls.predictions.decoder.*``, which must equal the word
-embeddings / MLM bias) are recognised and skipped.
+(``embeddings.position_ids``) and the tied MLM decoder (``cls.predictions.decoder.*`` or the family's ``tied`` keys,
+which must equal the word embeddings / MLM bias) are recognised and skipped.
 
 Layouts: torch Conv1d weight ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``; torch Linear ``[out, in]``
 (BERT's dense layers are the G=1 case) <-> ``[in, out]``; LayerNorm ``weight`` <-> ``scale``.

@@ -91,6 +91,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("SqueezeBERT (groups 4/4/4/1/4/4)", "squeezebert-uncased",
           published=(Published("P3", 51.1, 7.42, 390, "82.0/81.1"),)),
     Entry("BERT-base, 50% pruned*", REFERENCE, sparsity=0.5),
+    Entry("Theseus 6/768 (BERT-base, 6 layers)", REFERENCE, dict(num_hidden_layers=6),
+          (Published("P3", 66, 11.3, 814, "82.4/82.1", every_token=True),)),
     Entry("DistilBERT 6/768", "distilbert-base-uncased",
           published=(Published("P3", 66, 11.3, 814, "82.2/-", every_token=True),)),
     Entry("ELECTRA-Small (discriminator)", "electra-small-discriminator",
@@ -120,7 +122,8 @@ FOOTNOTES = [
     "kernels magnitude-pruned, run dense. Seed 003's pruning rows are "
     "BERT-Large (e.g. NIP at 50.0%: MNLI 77.0 (-9.1)); no BERT-base figures are published there.",
     "PKD-6/PKD-3: BERT-base's first 6 / 3 layers' shapes (PKD's students). BERT-L12-H768 is BERT-base's shape "
-    "(seed 004: included for completeness) and BERT-L6-H768 PKD-6's.",
+    "(seed 004: included for completeness) and BERT-L6-H768 PKD-6's. Theseus 6/768 (BERT-of-Theseus, progressive "
+    "module replacing) ends as the same 6-layer BERT: its row is PKD-6's network, timed again in the same run.",
     "Seed 003's FLOPs of BERT-base and its 6- and 3-layer students (22.5, 11.3, 5.7; the paper quotes 22.5 and "
     "11.3) are the paper's count plus the pooler's hidden x hidden matmul at the other 127 positions (0.150 GFLOPs, "
     "as if the pooler ran on every token): so counted, ours are 22.50 / 11.32 / 5.74, each the published figure at its "
@@ -150,8 +153,8 @@ FOOTNOTES = [
     "projection TinyBERT trains beside the student to compare its hidden states with BERT-base's (240,384 "
     "parameters: 14.59M), used in distillation only. Its 1.2 GFLOPs is ours (1.25) at the printed precision.",
     "MNLI-m/mm: GLUE test accuracy of the model so named in the source, each trained its own way (PKD: patient "
-    "distillation; Turc 6/768: pre-trained distillation; MobileBERT: distillation of encoder layers; SqueezeBERT: "
-    "without bells and whistles); not measured here.",
+    "distillation; Turc 6/768: pre-trained distillation; Theseus: module replacing; MobileBERT: distillation of "
+    "encoder layers; SqueezeBERT: without bells and whistles); not measured here.",
 ]
 
 
