@@ -41,7 +41,7 @@ def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, 
     fprefix = "" if head == "SqueezeBertModel" else "transformer/"
     rows = [(prefix + k, fprefix + p, kind) for k, p, kind in fam.encoder_table(config)]
     for part in fam.parts(head):
-        rows += fam.head_table[part]
+        rows += fam.head_rows(config, part)
     return rows
 
 
@@ -199,9 +199,14 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     rows = _table(config, head, style)
     named = {t for t, _, _ in rows}
     fam = models.get(style)
-    rows += [r for part in fam.parts(saved) for r in fam.head_table[part] if r[0] not in named]  # the saved head's
+    rows += [r for part in fam.parts(saved) for r in fam.head_rows(config, part) if r[0] not in named]  # saved head's
     params, names, shapes, layouts = {}, {}, {}, {}
     for tkey, fpath, kind in rows:
+        if kind == "empty":  # a zero-size tensor we hold no parameter for
+            if tkey in sd and sd[tkey].size:
+                raise InputError(f"{source}: {tkey} has shape {tuple(sd[tkey].shape)}; the config implies [0, ...]")
+            sd.pop(tkey, None)
+            continue
         path = fpath.removeprefix("transformer/")
         names[path] = tkey
         if tkey not in sd:
@@ -267,6 +272,9 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
     flat = dict(flat)
     out = {}
     for tkey, fpath, kind in _table(config, head, style):
+        if kind == "empty":
+            out[tkey] = np.zeros((0, config.vocab_size), np.float32)
+            continue
         groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
         out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
     if config.pooler_in_heads:  # no pooler outside the classifiers; no SOP head in transformers' own

@@ -638,7 +638,7 @@ class MLMHead(nnx.Module):
         self.transform = nnx.Dict(dense=Dense(c.hidden_size, width, init_std=c.initializer_range,
                                               dtype=dtype, rngs=rngs),
                                   LayerNorm=LayerNorm(width, c.layer_norm_eps, dtype))
-        if width > c.embedding_size:
+        if width > c.embedding_size:  # MobileBERT's (transformers' is [0, vocab_size] when they are equal: no parameter)
             self.dense = nnx.Param(_normal(c.initializer_range)(rngs.params(),
                                                                 (width - c.embedding_size, c.vocab_size)))
         self.bias = nnx.Param(jnp.zeros((c.vocab_size,)))

@@ -14,7 +14,7 @@ from conftest import assert_family_head_matches, perturbed
 from flax import nnx
 
 import squeezebert_jax as sj
-from squeezebert_jax import convert, mobile
+from squeezebert_jax import convert, io, mobile
 from squeezebert_jax.benchmarks import compare
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import ElectraPreTraining
@@ -38,7 +38,9 @@ def tiny(**overrides) -> dict:
 VARIANTS = {"released": dict(classifier_activation=False), "pooler": dict(classifier_activation=True),
             "value_from_bottleneck": dict(use_bottleneck_attention=True, num_feedforward_networks=1),
             "no_trigram": dict(trigram_input=False, key_query_shared_bottleneck=False, hidden_size=16,
-                               intra_bottleneck_size=16)}
+                               intra_bottleneck_size=16),
+            # embeddings as wide as the body: the MLM decoder's own dense is [0, vocab]
+            "embeddings_of_the_body_width": dict(embedding_size=32)}
 
 
 # every head on the released shape; the variants change the encoder and the pooler: three heads cover them
@@ -136,11 +138,21 @@ def test_mobilebert_pretrains_with_mlm_and_sop_and_as_an_rtd_discriminator(tmp_p
 
     from squeezebert_jax import pretrain
 
-    c = tiny_config(**{"model.preset": "mobilebert-uncased", "model.overrides": dict(MODEL), "objective": objective})
+    # MLM + SOP with embeddings as wide as the body (no decoder dense of its own: transformers' is [0, vocab])
+    overrides = dict(MODEL, embedding_size=32) if objective == "mlm_sop" else dict(MODEL)
+    c = tiny_config(**{"model.preset": "mobilebert-uncased", "model.overrides": overrides, "objective": objective})
     final = pretrain.train_and_evaluate(c, str(tmp_path / "run"))
     assert final["preempted"] is False and np.isfinite(final["loss"])
     model = sj.load_pretrained(tmp_path / "run" / "model")
     assert model.config.family == "mobilebert" and model.config.num_feedforward_networks == 2
+    if objective == "mlm_sop":  # transformers reads it with nothing missing or left over
+        io.export_torch(model, tmp_path / "hf")
+        _, info = transformers.MobileBertForPreTraining.from_pretrained(tmp_path / "hf", output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"]
+    else:  # transformers has no MobileBERT discriminator: our MODEL_DIR only, said in one line, nothing written
+        with pytest.raises(InputError, match="no mobilebert class for SqueezeBertForReplacedTokenDetection"):
+            io.export_torch(model, tmp_path / "hf")
+        assert not (tmp_path / "hf").exists()
     if objective == "rtd":
         pair = ElectraPreTraining(model.config, rngs=nnx.Rngs(0))
         d, g = pair.discriminator.transformer.embeddings, pair.generator.transformer.embeddings

@@ -8,7 +8,8 @@ never family names.
 
 A row is ``(transformers key, our parameter path, kind)``; kinds: "copy"; "linear" (torch ``[out, in]`` <-> our
 ``[in, out]``); "conv" (torch Conv1d ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``); "linear_as_conv" (torch
-Linear ``[Cout, Cin]`` <-> our ``[1, Cin, Cout]``, a BERT layer's projection as our grouped one with G = 1).
+Linear ``[Cout, Cin]`` <-> our ``[1, Cin, Cout]``, a BERT layer's projection as our grouped one with G = 1); "empty"
+(a ``[0, vocab_size]`` tensor transformers holds and we have no parameter for: dropped on reading, written back empty).
 """
 
 from __future__ import annotations
@@ -89,9 +90,14 @@ class Family:
     from_transformers: Callable[[dict, dict, str], dict] | None = None  # (their dict, our fields of it, source)
     to_transformers: Callable[[Any, dict], dict] | None = None  # (config, our dict) -> their dict
     presets: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> SqueezeBertConfig fields
+    config_head_rows: Callable[[Any, str], list[Row]] | None = None  # (config, part) -> rows that depend on the config
 
     def parts(self, head: str) -> tuple[str, ...]:
         return self.head_parts.get(head, HEAD_PARTS[head])
+
+    def head_rows(self, config, part: str) -> list[Row]:
+        """The rows of head part ``part`` for ``config``."""
+        return self.head_table[part] + (self.config_head_rows(config, part) if self.config_head_rows else [])
 
 
 # --------------------------------------------------------------------------------------------------

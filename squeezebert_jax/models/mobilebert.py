@@ -41,7 +41,6 @@ from squeezebert_jax.layers import _ACTIVATIONS, Dense, SelfAttention, _normal
 from squeezebert_jax.models.family import (
     BERT_GROUPS,
     BERT_TIED,
-    HEAD_TABLE,
     HEADS_WITHOUT_POOLER,
     Family,
     bert_like_to_transformers,
@@ -282,8 +281,13 @@ def encoder_table(c) -> list[tuple[str, str, str]]:
     return t
 
 
-# BERT's heads, and the MLM decoder's second part: [H - E, V], the same layout in both (nn.Linear(V, H - E).weight)
-HEADS = {"mlm": HEAD_TABLE["mlm"] + [("cls.predictions.dense.weight", "cls/predictions/dense", "copy")]}
+def head_rows(c, part: str) -> list[tuple[str, str, str]]:
+    """The MLM decoder's second part: [H - E, V], the same layout in both (nn.Linear(V, H - E).weight); transformers'
+    is [0, V] when the embeddings are as wide as the body, and ours absent (orbax saves no zero-size array)."""
+    if part != "mlm":
+        return []
+    return [("cls.predictions.dense.weight", "cls/predictions/dense",
+             "copy" if c.hidden_size > c.embedding_size else "empty")]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -311,7 +315,7 @@ def flops_breakdown(c, s: int, num_labels: int = 0, pooler_every_token: bool = F
 
 FAMILY = Family(
     style="mobilebert", prefix="mobilebert.", encoder_table=encoder_table, tied=BERT_TIED,
-    detect=".bottleneck.input.dense.", head_table=HEAD_TABLE | HEADS, torch_classes=torch_classes("MobileBert"),
+    detect=".bottleneck.input.dense.", config_head_rows=head_rows, torch_classes=torch_classes("MobileBert"),
     heads_without_pooler=HEADS_WITHOUT_POOLER, from_transformers=from_transformers, to_transformers=to_transformers,
     # transformers' released mobilebert-uncased: 24 layers of a 512 body around a 128 bottleneck, 4 heads, 4 stacked
     # FFNs of 512, ReLU, no dropout but the attention's, the 3-gram embedding of 128, no pooler dense
