@@ -1,8 +1,8 @@
-"""The compared networks pretrained the same way: small SqueezeBERT, BERT, ALBERT (MLM + SOP) and ELECTRA (replaced-
-token detection) encoders of one width pretrained on the demo corpus for the same steps, batch and length, each then
-fine-tuned on one story task with the same recipe; a table of parameters, the end of pretraining, dev accuracy and
-wall time, with the CPU model (squeezebert_jax.benchmarks.pretraining_compare). At this scale the numbers are not the
-paper's: the command shows the machinery runs the comparison end to end.
+"""The compared networks pretrained the same way: small SqueezeBERT, BERT, ALBERT, MobileBERT (MLM + SOP) and
+ELECTRA (replaced-token detection) encoders of one width pretrained on the demo corpus for the same steps, batch and
+length, each then fine-tuned on one story task with the same recipe; a table of parameters, the end of pretraining,
+dev accuracy and wall time, with the CPU model (squeezebert_jax.benchmarks.pretraining_compare). At this scale the
+numbers are not the paper's: the command shows the machinery runs the comparison end to end.
 
     python eval/compare_pretraining.py                         # 600 steps of 32 x 64 each, QNLI-style story task
     python eval/compare_pretraining.py --steps 50 --epochs 1 --workdir /tmp/cmp_quick

@@ -1,5 +1,5 @@
-"""The compared networks pretrained the same way (issue 25, item 4): small SqueezeBERT, BERT, ALBERT (MLM + SOP) and
-ELECTRA (replaced-token detection) encoders pretrained on the demo corpus for the same steps, batch and sequence
+"""The compared networks pretrained the same way: small SqueezeBERT, BERT, ALBERT, MobileBERT (MLM + SOP) and ELECTRA
+(replaced-token detection) encoders pretrained on the demo corpus for the same steps, batch and sequence
 length, then each fine-tuned on one story task with the same recipe; one row per network: parameters, the end of
 pretraining (MLM loss and accuracy; ELECTRA: its generator's, and the discriminator's accuracy), dev accuracy, and
 wall time. The point is that one command runs the comparison end to end: at this scale the numbers are not the
@@ -26,6 +26,10 @@ FAMILIES = {
     "ALBERT": ("albert-base-v2", dict(embedding_size=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1),
                "mlm_sop"),
     "ELECTRA (RTD)": ("electra-small-discriminator", dict(embedding_size=64), "rtd"),
+    # MobileBERT's proportions at this width: a 128 body around a 32 bottleneck, 4 stacked FFNs of 128, 3-gram
+    # embeddings of 32 (mobilebert-uncased: 512, 128, 512, 128)
+    "MobileBERT": ("mobilebert-uncased", dict(embedding_size=32, intra_bottleneck_size=32, intermediate_size=128),
+                   "mlm_sop"),
 }
 
 
