@@ -40,7 +40,9 @@ VARIANTS = {"released": dict(classifier_activation=False), "pooler": dict(classi
             "no_trigram": dict(trigram_input=False, key_query_shared_bottleneck=False, hidden_size=16,
                                intra_bottleneck_size=16),
             # embeddings as wide as the body: the MLM decoder's own dense is [0, vocab]
-            "embeddings_of_the_body_width": dict(embedding_size=32)}
+            "embeddings_of_the_body_width": dict(embedding_size=32),
+            # an inverted bottleneck (IB-BERT, MobileBERT's teacher: the inner width above the body's)
+            "inverted_bottleneck": dict(intra_bottleneck_size=48, intermediate_size=96)}
 
 
 # every head on the released shape; the variants change the encoder and the pooler: three heads cover them

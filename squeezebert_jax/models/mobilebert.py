@@ -19,7 +19,8 @@ NoNorm is ``x * scale + bias`` (no statistics). The embeddings are a 3-gram conv
 position sees [next, this, previous] concatenated (zeros past the ends), projected 384 -> 512, plus position and
 token-type embeddings of 512. The MLM decoder is the word embeddings [V, E] for the first E channels of the transformed
 state and a dense [H - E, V] for the rest. ``use_bottleneck`` is always on (every released MobileBERT), NoNorm always
-(``normalization_type`` "no_norm").
+(``normalization_type`` "no_norm"). An ``intra_bottleneck_size`` above ``hidden_size`` is the inverted bottleneck of
+IB-BERT, the teacher MobileBERT is distilled from.
 
 Parameter paths (ours -> transformers', under ``encoder/layers/{i}`` and ``encoder.layer.{i}``): ``bottleneck/input``
 -> ``bottleneck.input``, ``attention/query`` -> ``attention.self.query``, ``attention_output`` -> ``attention.output``,
