@@ -58,9 +58,6 @@ TRANSFORMERS_DEFAULTS = dict(vocab_size=30522, hidden_size=512, num_hidden_layer
                              trigram_input=True, intra_bottleneck_size=128, use_bottleneck_attention=False,
                              key_query_shared_bottleneck=True, num_feedforward_networks=4, classifier_activation=True)
 
-# Published (seed 001, Tables 2 and 3; seed 003's MobileBERT Table 3)
-PAPER = {"params_m": 25.3, "gflops_001": 5.36, "gflops_003": 5.7, "pixel3_ms": 572}
-
 
 # --------------------------------------------------------------------------------------------------
 # Config
