@@ -645,12 +645,13 @@ class MLMHead(nnx.Module):
 
     def __call__(self, h, word_embeddings):
         h = self.transform["LayerNorm"](self.act(self.transform["dense"](h)))
-        e = word_embeddings.shape[1]
-        logits = jnp.einsum("...h,vh->...v", h[..., :e], word_embeddings.astype(self.dtype),
-                            preferred_element_type=jnp.float32)
-        if hasattr(self, "dense"):
-            logits = logits + jnp.einsum("...h,hv->...v", h[..., e:], self.dense[...].astype(self.dtype),
-                                         preferred_element_type=jnp.float32)
+        if hasattr(self, "dense"):  # MobileBERT: one [H, V] decoder, the embeddings' rows over its own (a matmul on
+            # slices of h instead is what XLA:GPU fails to tile at the paper's shapes)
+            w = jnp.concatenate([word_embeddings.astype(self.dtype).T, self.dense[...].astype(self.dtype)], 0)
+            logits = jnp.einsum("...h,hv->...v", h, w, preferred_element_type=jnp.float32)
+        else:
+            logits = jnp.einsum("...h,vh->...v", h, word_embeddings.astype(self.dtype),
+                                preferred_element_type=jnp.float32)
         return logits + self.bias[...]
 
 
