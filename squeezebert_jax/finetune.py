@@ -450,10 +450,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
         raise InputError(f"max_seq_length {config.max_seq_length} is more than the max_position_embeddings "
                          f"{model_cfg.max_position_embeddings} of {config.init_from}: set max_seq_length <= "
                          f"{model_cfg.max_position_embeddings}")
-    if config.prune.target and model_cfg.family == "mobilebert":
-        raise InputError(f"config.prune.target={config.prune.target}: pruning is for BERT-shaped layers (Q, K, V, "
-                         f"post-attention and FFN kernels); {config.init_from} is a MobileBERT, whose bottlenecks "
-                         "and stacked FFNs the pruner does not know")
+    if config.prune.target:
+        prune.check_prunable(model_cfg, config.init_from, f"config.prune.target={config.prune.target}")
     if config.distill.teacher:
         inference.model_tokenizer(config.distill.teacher, role="teacher ")
     student_cfg = model_cfg

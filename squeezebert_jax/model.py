@@ -42,13 +42,13 @@ from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _normal,
     gelu,
 )
+from squeezebert_jax.models.family import BERT_GROUPS, GROUP_FIELDS
 
 # --------------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------------
 
-_GROUP_FIELDS = ("q_groups", "k_groups", "v_groups", "post_attention_groups", "intermediate_groups",
-                 "output_groups")
+_GROUP_FIELDS = GROUP_FIELDS
 _EXECUTION_FIELDS = ("scan_layers", "remat")  # how to run, not what: kept out of config.json
 
 
@@ -823,7 +823,7 @@ def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertC
         max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         initializer_range=config.initializer_range, layer_norm_eps=config.layer_norm_eps,
         pad_token_id=config.pad_token_id, family="electra", scan_layers=config.scan_layers, remat=config.remat,
-        **dict.fromkeys(_GROUP_FIELDS, 1))
+        **BERT_GROUPS)
 
 
 HEADS = {

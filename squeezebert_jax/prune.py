@@ -37,6 +37,14 @@ _KERNELS = ("attention/query", "attention/key", "attention/value", "post_attenti
             "output/conv1d")
 
 
+def check_prunable(model_config, source: str, what: str) -> None:
+    """Refuse, before any work, a model whose layers are not the BERT-shaped ones ``_KERNELS`` names (MobileBERT's
+    bottlenecks and stacked FFNs): ``what`` (the setting) and ``source`` (the model) name it."""
+    if model_config.family == "mobilebert":
+        raise InputError(f"{what}: pruning is for BERT-shaped layers (Q, K, V, post-attention and FFN kernels); "
+                         f"{source} is a MobileBERT, whose bottlenecks and stacked FFNs the pruner does not know")
+
+
 def cubic_sparsity(step: int, total_steps: int, target: float, begin: float = 0.0, end: float = 0.75,
                    initial: float = 0.0) -> float:
     """The sparsity at ``step`` of ``total_steps``: ``initial`` until ``begin * total``, ``target`` from ``end *

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import re
 from typing import Sequence
 
 import numpy as np
@@ -21,7 +23,7 @@ from flax import nnx
 
 from squeezebert_jax import mobile
 from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, format_table, time_interleaved,
-                                               tiny_config)
+                                               tiny_config, torch_call, torch_tensor)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops, flops_breakdown
 from squeezebert_jax.model import HEADS, GroupedConv1x1, SqueezeBertConfig, SqueezeBertModel, count_params
@@ -214,11 +216,6 @@ def _forward(entry: Entry, tiny: bool, seq_len: int, runtime: str = "flax", work
     ids, mask, tt = mobile.example_inputs(config, 1, seq_len, seed=4)
     if runtime == "flax":
         return blocking(mobile.make_flax_forward(model), ids, mask, tt)
-    import os
-    import re
-
-    from squeezebert_jax.benchmarks.timing import torch_call, torch_tensor
-
     path = os.path.join(workdir, re.sub(r"[^A-Za-z0-9]+", "_", entry.name).strip("_") + ".ptl")
     logging.info("%s: exporting to the lite interpreter (checked against Flax)", entry.name)
     lite = mobile.load_lite(mobile.export_lite(model, path, batch=1, seq_len=seq_len).path)
