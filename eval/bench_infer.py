@@ -1,7 +1,7 @@
 """CPU inference: our jitted Flax forward vs transformers' SqueezeBERT as frozen TorchScript, and ours vs BERT-base.
 
     python eval/bench_infer.py [--tiny] [--batch 1 8] [--threads N] [--runs 10] [--no-bf16]
-                               [--formulation group-major] [--sweep [--sweep-only NAME ...]] [--breakdown]
+                               [--formulation conv-loop] [--sweep [--sweep-only NAME ...]] [--breakdown]
                                [--out FILE [--overwrite]]
 
 float32, seq 128, random-weight sequence classifiers, one process, the same CPUs for both frameworks

@@ -113,8 +113,25 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
             except Exception as e:  # noqa: BLE001
                 raise TopologyError(f"compiling for {topology} needs the CUDA PJRT plugin (pip install -e "
                                     f"'.[gpu-aot]'; no CUDA libraries or GPU needed): {str(e)[:200]}") from e
+        declare_cudnn_for_compiling()
     devices = tuple(desc.devices)
     return Target(chips.CHIPS[key], key, topology, devices, num_slices)
+
+
+CUDNN_FOR_COMPILING = 91000  # cuDNN 9.10, as jax's CUDA 12 wheels install it
+
+
+def declare_cudnn_for_compiling() -> None:
+    """Let a host without cuDNN compile cuDNN's fused attention for a GPU target, as a GPU host runs it. XLA builds
+    the kernel's custom call without the library; jax asks the library's version only to check what the kernel
+    supports, so on a host without one this declares ``CUDNN_FOR_COMPILING`` (the process then compiles, and its
+    programs lowered for a GPU contain cuDNN attention; nothing runs on a GPU here)."""
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    from squeezebert_jax.layers import cudnn_version
+
+    if cudnn_version() is None:
+        fused_attention_stablehlo.check_cudnn_version = lambda: CUDNN_FOR_COMPILING
 
 
 # --------------------------------------------------------------------------------------------------

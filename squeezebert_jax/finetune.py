@@ -48,7 +48,7 @@ from squeezebert_jax.io import (
     load_pretrained,
     save_pretrained,
 )
-from squeezebert_jax.model import HEADS, Structure, set_execution
+from squeezebert_jax.model import ATTENTION, HEADS, Structure, set_execution
 from squeezebert_jax.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -337,6 +337,10 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     need(number("data.null_threshold"), "data.null_threshold", "a finite score margin")
     need(integer("max_seq_length", 2), "max_seq_length", "an integer >= 2 ([CLS] and [SEP])")
     need(config.layers in ("auto", *LAYERS), "layers", "auto, scan or unrolled")
+    need(config.attention in ATTENTION, "attention", " or ".join(ATTENTION))
+    need(config.attention == "reference" or not config.attention_dropout, "attention_dropout",
+         f"0 or unset with attention 'fused' (the fused kernel drops nothing out of the attention probabilities; "
+         f"--config.attention=reference keeps attention_dropout={config.attention_dropout})")
     batching.length_buckets(config.length_buckets, config.max_seq_length)  # its own one-line refusal
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
@@ -472,7 +476,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     model = load_pretrained(init_from, spec.head, num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides)
     model = align_to_task(model, spec, config.init_from)
-    set_execution(model, *layer_execution(config.layers, jax.default_backend()))
+    set_execution(model, *layer_execution(config.layers, jax.default_backend()), attention=config.attention)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     model.eval()

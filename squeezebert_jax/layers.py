@@ -58,12 +58,28 @@ def _normal(std: float):
     return jax.nn.initializers.normal(stddev=std)
 
 
+def to_groups(x: jax.Array, groups: int) -> jax.Array:
+    """Channels-last ``[..., C]`` to group-major ``[G, N, C/G]`` (N: the leading dims' product): one transpose."""
+    return x.reshape(-1, groups, x.shape[-1] // groups).transpose(1, 0, 2)
+
+
+def from_groups(y: jax.Array, lead: tuple[int, ...]) -> jax.Array:
+    """Group-major ``[G, N, C/G]`` back to channels-last ``[*lead, C]``: one transpose."""
+    return y.transpose(1, 0, 2).reshape(*lead, -1)
+
+
+def grouped_dot(xg: jax.Array, kernel: jax.Array) -> jax.Array:
+    """``[G, N, Cin/G] x [G, Cin/G, Cout/G] -> [G, N, Cout/G]``: one batched matmul, the group as its batch."""
+    return jax.lax.dot_general(xg, kernel, (((2,), (1,)), ((0,), (0,))))
+
+
 class GroupedConv1x1(nnx.Module):
-    """A grouped 1x1 Conv1d over channels-last input: a block-diagonal matmul, never a conv op (``_group_major`` on
-    CPU and GPU, ``_in_place`` on TPU; one compiled program holds only the branch of its platform).
+    """A grouped 1x1 Conv1d over channels-last input: a block-diagonal matmul, never a conv op (``group_major`` on
+    CPU and GPU, ``in_place`` on TPU; one compiled program holds only the branch of its platform).
 
     kernel ``[G, Cin/G, Cout/G]``: group g maps input channels ``[g*Cin/G, (g+1)*Cin/G)`` to output channels
-    ``[g*Cout/G, (g+1)*Cout/G)``, exactly torch.nn.Conv1d(Cin, Cout, kernel_size=1, groups=G).
+    ``[g*Cout/G, (g+1)*Cout/G)``, exactly torch.nn.Conv1d(Cin, Cout, kernel_size=1, groups=G). A layer that chains
+    grouped convs (the FFN; Q/K/V) keeps the group-major form between them (``SqueezeBertLayer``, ``SelfAttention``).
     """
 
     def __init__(self, cin: int, cout: int, groups: int, *, init_std: float, dtype=jnp.float32,
@@ -75,31 +91,31 @@ class GroupedConv1x1(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((cout,)))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        g = self.groups
-        kernel = self.kernel[...].astype(self.dtype)
-        x = x.astype(self.dtype)
-        if g == 1:
-            y = x @ kernel[0]
-        else:  # the layout is chosen when the step is lowered, for the platform it is lowered for
-            y = jax.lax.platform_dependent(x, kernel, tpu=self._in_place, default=self._group_major)
-        return y + self.bias[...].astype(self.dtype)
+        if self.groups == 1:
+            return x.astype(self.dtype) @ self.kernel[...].astype(self.dtype)[0] + self.bias[...].astype(self.dtype)
+        # the layout is chosen when the step is lowered, for the platform it is lowered for
+        return jax.lax.platform_dependent(x, tpu=self.in_place, default=self._channels_last)
 
-    def _group_major(self, x, kernel):
-        """CPU and GPU: a batched matmul [G, N, Cin/G] x [G, Cin/G, Cout/G] between two transposes; the fastest form on
-        XLA:CPU (eval/bench_infer.py --sweep), and on an H100 target the paper step's peak is 33.4 GiB per GPU
-        this way against 39.8 GiB with the in-place einsum (1024 sequences x 128 per GPU)."""
-        g = self.groups
-        xg = x.reshape(-1, g, self.cin // g).transpose(1, 0, 2)
-        y = jax.lax.dot_general(xg, kernel, (((2,), (1,)), ((0,), (0,))))
-        return y.transpose(1, 0, 2).reshape(*x.shape[:-1], self.cout)
+    def _channels_last(self, x):
+        return from_groups(self.group_major(to_groups(x, self.groups)), x.shape[:-1])
 
-    def _in_place(self, x, kernel):
+    def group_major(self, xg: jax.Array) -> jax.Array:
+        """CPU and GPU: ``[G, N, Cin/G] -> [G, N, Cout/G]``, bias included, one batched matmul. Between two
+        transposes (``__call__``) it is the fastest form on XLA:CPU (eval/bench_infer.py --sweep), and on an H100
+        target the paper step's peak is 33.4 GiB per GPU this way against 39.8 GiB with the in-place einsum (1024
+        sequences x 128 per GPU)."""
+        g = self.groups
+        y = grouped_dot(xg.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        return y + self.bias[...].astype(self.dtype).reshape(g, 1, -1)
+
+    def in_place(self, x: jax.Array) -> jax.Array:
         """TPU: the group axis as a batch dimension where it lies; XLA picks the layouts. The explicit transposes of
-        the other form are real copies there: on a v5e, 17% more bytes accessed per training step, and without remat
-        their transposed inputs are what autodiff keeps (the grouped model's 1.5x memory of BERT-base)."""
-        g = self.groups
+        the group-major form are real copies there: on a v5e, 17% more bytes accessed per training step, and without
+        remat their transposed inputs are what autodiff keeps (the grouped model's 1.5x memory of BERT-base)."""
+        g, x = self.groups, x.astype(self.dtype)
         xg = x.reshape(*x.shape[:-1], g, self.cin // g)
-        return jnp.einsum("...gi,gio->...go", xg, kernel).reshape(*x.shape[:-1], self.cout)
+        y = jnp.einsum("...gi,gio->...go", xg, self.kernel[...].astype(self.dtype)).reshape(*x.shape[:-1], self.cout)
+        return y + self.bias[...].astype(self.dtype)
 
 
 class Dense(nnx.Module):
@@ -130,33 +146,120 @@ class LayerNorm(nnx.Module):
         return y.astype(self.dtype)
 
 
+ATTENTION = ("fused", "reference")  # SqueezeBertConfig.attention
+
+
+def cudnn_version() -> int | None:
+    """The cuDNN version jax's fused attention would use, or None where there is none (a host without CUDA)."""
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    try:
+        return int(fa.check_cudnn_version())
+    except Exception:  # noqa: BLE001 -- no CUDA plugin, or no cuDNN library
+        return None
+
+
+def fused_attention(q, k, v, mask_bias, implementation: str = "cudnn"):
+    """softmax(q kᵀ / sqrt(d) + mask) v as one fused kernel, ``jax.nn.dot_product_attention`` (``implementation``
+    "cudnn": cuDNN's flash attention, bf16 / fp16 with a head size a multiple of 8 up to 128; "xla": XLA's): no score
+    or probability tensor is kept for the backward pass. q, k, v ``[B, S, heads, d]``; ``mask_bias`` the model's
+    additive padding bias ``[B, 1, 1, S]`` (0 where a key is attended) or a scalar 0 (nothing masked). No dropout."""
+    b, s = q.shape[:2]
+    mask = None if mask_bias.ndim == 0 else jnp.broadcast_to(mask_bias == 0, (b, 1, s, s))  # cuDNN: [B, 1, T, S]
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+
+
+def cudnn_attention_fits(q) -> bool:
+    """cuDNN's fused attention takes ``q`` (dtype, head size) and this host can build it (a CUDA plugin with cuDNN;
+    ``aot`` declares one when compiling for a GPU target on a host without)."""
+    d = q.shape[-1]
+    return q.dtype in (jnp.bfloat16, jnp.float16) and d % 8 == 0 and d <= 128 and (cudnn_version() or 0) >= 8904
+
+
 class SelfAttention(nnx.Module):
     """softmax(q kᵀ / sqrt(d) + mask) v over contiguous 64-channel heads; q/k/v are grouped 1x1 convs of a
-    ``SqueezeBertConfig``'s hidden size and group counts."""
+    ``SqueezeBertConfig``'s hidden size and group counts. ``config.attention`` "fused" runs the core as one fused
+    kernel (``fused_attention``) and drops nothing out of the attention probabilities; "reference" computes them
+    explicitly, as transformers does, with ``attention_probs_dropout_prob`` dropout. Both give the same outputs
+    whenever dropout is off (evaluation, inference, conversion)."""
 
     def __init__(self, config, *, dtype, rngs: nnx.Rngs):
         c, h, std = config, config.hidden_size, config.initializer_range
         self.num_heads, self.head_dim, self.dtype = c.num_attention_heads, h // c.num_attention_heads, dtype
+        self.fused = c.attention == "fused"
         self.query = GroupedConv1x1(h, h, c.q_groups, init_std=std, dtype=dtype, rngs=rngs)
         self.key = GroupedConv1x1(h, h, c.k_groups, init_std=std, dtype=dtype, rngs=rngs)
         self.value = GroupedConv1x1(h, h, c.v_groups, init_std=std, dtype=dtype, rngs=rngs)
         self.dropout = nnx.Dropout(c.attention_probs_dropout_prob, rngs=rngs)
 
     def __call__(self, x, mask_bias, with_probs: bool = False):
-        b, s, _ = x.shape  # heads to [B, h, S, d]: batched dot_generals beat the einsum on XLA:CPU
-        split = lambda t: t.reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # noqa: E731
         with jax.named_scope("qkv"):
-            q, k, v = (checkpoint_name(f(x), n) for f, n in ((self.query, "q"), (self.key, "k"), (self.value, "v")))
+            q, k, v = self.project(x)
+        return self.attend(q, k, v, mask_bias, with_probs)
+
+    def project(self, x):
+        """q, k, v ``[B, S, heads, d]``. Grouped alike (SqueezeBERT's 4/4/4), they are one batched matmul of the
+        concatenated kernels on the group-major input (CPU, GPU) or one einsum in place (TPU), and one transpose
+        takes all three to heads; otherwise three convs."""
+        b, s, _ = x.shape
+        convs, g = (self.query, self.key, self.value), self.query.groups
+        if g == 1 or any(m.groups != g for m in convs):
+            return tuple(m(x).reshape(b, s, self.num_heads, self.head_dim) for m in convs)
+        return jax.lax.platform_dependent(x, tpu=self._qkv_in_place, default=self._qkv_group_major)
+
+    def _qkv_weights(self):
+        convs, g, dt = (self.query, self.key, self.value), self.query.groups, self.dtype
+        kernel = jnp.concatenate([m.kernel[...] for m in convs], -1).astype(dt)  # [G, H/G, 3H/G]: q_g | k_g | v_g
+        bias = jnp.concatenate([m.bias[...].reshape(g, -1) for m in convs], -1).astype(dt)  # [G, 3H/G]
+        return kernel, bias
+
+    def _to_heads(self, y, b, s):
+        """``[3, B, S, G, H/G]`` to q, k, v ``[B, S, heads, d]``: heads are contiguous channels, so channel
+        g*H/G + i lands where the channels-last layout has it."""
+        return tuple(y[i].reshape(b, s, self.num_heads, self.head_dim) for i in range(3))
+
+    def _qkv_group_major(self, x):
+        (b, s, h), g = x.shape, self.query.groups
+        kernel, bias = self._qkv_weights()
+        y = grouped_dot(to_groups(x.astype(self.dtype), g), kernel) + bias[:, None]  # [G, N, 3H/G]
+        return self._to_heads(y.reshape(g, b, s, 3, h // g).transpose(3, 1, 2, 0, 4), b, s)
+
+    def _qkv_in_place(self, x):
+        (b, s, h), g = x.shape, self.query.groups
+        kernel, bias = self._qkv_weights()
+        y = jnp.einsum("bsgi,gio->bsgo", x.astype(self.dtype).reshape(b, s, g, h // g), kernel) + bias
+        return self._to_heads(y.reshape(b, s, g, 3, h // g).transpose(3, 0, 1, 2, 4), b, s)
+
+    def attend(self, q, k, v, mask_bias, with_probs: bool = False):
+        """The context ``[B, S, heads * d]`` of q, k, v ``[B, S, heads, d]`` (and with ``with_probs`` the attention
+        probabilities ``[B, heads, S, S]`` before dropout, computed explicitly)."""
+        b, s = q.shape[:2]
+        q, k, v = (checkpoint_name(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
         with jax.named_scope("attention_core"):
-            ctx, p = self.core(split(q), split(k), split(v), mask_bias)
+            if self.fused and not with_probs:
+                ctx, p = self.fused_core(q, k, v, mask_bias), None
+            else:
+                ctx, p = self.core(q, k, v, mask_bias)
+            ctx = checkpoint_name(ctx.reshape(b, s, -1), "context")
             return (ctx, p) if with_probs else ctx
 
+    def fused_core(self, q, k, v, mask_bias):
+        """The context ``[B, S, heads, d]`` with nothing dropped: cuDNN's fused kernel on an NVIDIA GPU
+        (``fused_attention``) where it takes these inputs; elsewhere ``core``'s explicit form, which XLA fuses and
+        which runs faster on XLA:CPU than jax's own XLA attention (319 vs 353 ms: SqueezeBERT forward, float32, batch
+        8 x 128, 2-core Intel Xeon)."""
+        explicit = lambda q, k, v, mask_bias: self.core(q, k, v, mask_bias)[0]  # noqa: E731
+        if not cudnn_attention_fits(q):
+            return explicit(q, k, v, mask_bias)
+        return jax.lax.platform_dependent(q, k, v, mask_bias, cuda=fused_attention, default=explicit)
+
     def core(self, q, k, v, mask_bias):
-        """``(context [B, S, heads * d], attention probabilities [B, heads, S, S] before dropout)`` of q, k, v as
-        [B, heads, S, d]: dot_generals with (batch, head) batch dims."""
-        b, _, s, _ = q.shape
+        """``(context [B, S, heads, d], attention probabilities [B, heads, S, S] before dropout)`` of q, k, v as
+        ``[B, S, heads, d]``, computed explicitly: dot_generals with (batch, head) batch dims on [B, heads, S, d]
+        (faster than the einsum on XLA:CPU), float32 scores and softmax, dropout unless ``fused``."""
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
         scores = jax.lax.dot_general(q, k, (((3,), (3,)), ((0, 1), (0, 1))), preferred_element_type=jnp.float32)
         p = jax.nn.softmax(scores / math.sqrt(self.head_dim) + mask_bias, axis=-1)
-        probs = self.dropout(p).astype(self.dtype)
+        probs = (p if self.fused else self.dropout(p)).astype(self.dtype)
         ctx = jax.lax.dot_general(probs, v, (((3,), (2,)), ((0, 1), (0, 1))))
-        return checkpoint_name(ctx.transpose(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim), "context"), p
+        return ctx.transpose(0, 2, 1, 3), p

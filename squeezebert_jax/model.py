@@ -33,6 +33,7 @@ from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _ACTIVATIONS,
+    ATTENTION,
     REMAT_POLICIES,
     SAVED_ACTIVATIONS,
     Dense,
@@ -40,7 +41,9 @@ from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     LayerNorm,
     SelfAttention,
     _normal,
+    from_groups,
     gelu,
+    to_groups,
 )
 from squeezebert_jax.models.family import BERT_GROUPS, GROUP_FIELDS
 
@@ -49,7 +52,7 @@ from squeezebert_jax.models.family import BERT_GROUPS, GROUP_FIELDS
 # --------------------------------------------------------------------------------------------------
 
 _GROUP_FIELDS = GROUP_FIELDS
-_EXECUTION_FIELDS = ("scan_layers", "remat")  # how to run, not what: kept out of config.json
+_EXECUTION_FIELDS = ("scan_layers", "remat", "attention")  # how to run, not what: kept out of config.json
 
 
 # MobileBERT's own fields (family "mobilebert", transformers' MobileBertConfig names); written only for that family
@@ -63,6 +66,7 @@ _FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int
                 "hidden_act": "str", "family": "str",
                 "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "float",
                 "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str",
+                "attention": "str",
                 **dict.fromkeys(MOBILEBERT_FIELDS[2:], "bool")}
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "float": "a number", "prob": "a number in [0, 1]",
              "str": "a string", "bool": "true or false", "dict": "an object of label names"}
@@ -170,6 +174,10 @@ class SqueezeBertConfig:
     # the rest recomputed; "full": only the layer's input). Outputs and gradients are the same either way.
     scan_layers: bool = True
     remat: str = "minimal"
+    # "fused": the attention core as one fused kernel (cuDNN's flash attention on a GPU) with no dropout on the
+    # attention probabilities, whatever attention_probs_dropout_prob says; "reference": the probabilities computed
+    # explicitly with that dropout, as transformers trains. Equal outputs whenever dropout is off.
+    attention: str = "fused"
 
     def __post_init__(self):
         self._check_types()
@@ -209,6 +217,8 @@ class SqueezeBertConfig:
                 bad = next(k for k in self.id2label if not _is_int_key(k))
                 raise InputError(f"id2label has the key {_json_repr(bad)}; expected integer keys (\"0\", \"1\", ...)"
                                  ) from None
+        if self.attention not in ATTENTION:
+            raise InputError(f"attention {self.attention!r} not supported; one of {list(ATTENTION)}")
         if self.remat not in REMAT_POLICIES:
             raise InputError(f"remat {self.remat!r} not supported; one of {list(REMAT_POLICIES)}")
 
@@ -418,12 +428,31 @@ class SqueezeBertLayer(nnx.Module):
     def _after_attention(self, x, y):
         with jax.named_scope("post_attention"):
             a = self.post_attention(y, x, name="attention_sum")
+        c1, c2 = self.intermediate["conv1d"], self.output.conv1d
+        if c1.groups == c2.groups > 1:  # SqueezeBERT's 4/4: group-major from expand through GELU into contract
+            y = jax.lax.platform_dependent(a, tpu=self._ffn_in_place, default=self._ffn_group_major)
+        else:
+            y = self._ffn(a, c1, c2)
+        with jax.named_scope("ffn_contract"):
+            return self.output.finish(y, a, name="ffn_sum")
+
+    def _ffn(self, a, expand, contract):
+        """The FFN's contracting conv output (before dropout and the residual); ``expand``/``contract`` map
+        ``a`` (channels-last, or group-major for the group-major form) through the two convs."""
         with jax.named_scope("ffn_expand"):
-            y = checkpoint_name(self.intermediate["conv1d"](a), "ffn_expand")
+            y = checkpoint_name(expand(a), "ffn_expand")
         with jax.named_scope("ffn_act"):
             y = self.act(y)
         with jax.named_scope("ffn_contract"):
-            return self.output(y, a, name="ffn_sum")
+            return contract(y)
+
+    def _ffn_group_major(self, a):
+        """CPU and GPU: one transpose in and one out; the 4x wider activation between the convs never moves."""
+        c1, c2 = self.intermediate["conv1d"], self.output.conv1d
+        return from_groups(self._ffn(to_groups(a, c1.groups), c1.group_major, c2.group_major), a.shape[:-1])
+
+    def _ffn_in_place(self, a):
+        return self._ffn(a, self.intermediate["conv1d"].in_place, self.output.conv1d.in_place)
 
 
 class ConvDropoutLayerNorm(nnx.Module):
@@ -436,7 +465,11 @@ class ConvDropoutLayerNorm(nnx.Module):
         self.dropout = nnx.Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
 
     def __call__(self, x, residual, name: str | None = None):
-        y = self.dropout(self.conv1d(x)) + residual
+        return self.finish(self.conv1d(x), residual, name)
+
+    def finish(self, y, residual, name: str | None = None):
+        """LayerNorm(dropout(y) + residual) of the conv's output ``y``."""
+        y = self.dropout(y) + residual
         return self.layernorm(y if name is None else checkpoint_name(y, name))
 
 
@@ -823,6 +856,7 @@ def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertC
         max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         initializer_range=config.initializer_range, layer_norm_eps=config.layer_norm_eps,
         pad_token_id=config.pad_token_id, family="electra", scan_layers=config.scan_layers, remat=config.remat,
+        attention=config.attention,
         **BERT_GROUPS)
 
 
@@ -838,18 +872,25 @@ HEADS = {
 }
 
 
-def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str | None = None) -> nnx.Module:
-    """Choose how every encoder in ``model`` runs (``SqueezeBertConfig.scan_layers`` / ``remat``) after it was built,
-    e.g. for a model loaded from disk; the weights and what the model computes are unchanged. Returns ``model``."""
+def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str | None = None,
+                  attention: str | None = None) -> nnx.Module:
+    """Choose how every encoder in ``model`` runs (``SqueezeBertConfig.scan_layers`` / ``remat`` / ``attention``)
+    after it was built, e.g. for a model loaded from disk; the weights are unchanged, and so are the outputs (with
+    dropout off: "fused" attention drops nothing out of the attention probabilities). Returns ``model``."""
     if remat is not None and remat not in REMAT_POLICIES:
         raise InputError(f"remat {remat!r} not supported; one of {list(REMAT_POLICIES)}")
+    if attention is not None and attention not in ATTENTION:
+        raise InputError(f"attention {attention!r} not supported; one of {list(ATTENTION)}")
+    changes = {k: v for k, v in (("scan_layers", scan_layers), ("remat", remat), ("attention", attention))
+               if v is not None}
     for _, m in nnx.iter_graph(model):
         if isinstance(m, Encoder):
             m.scan_layers = m.scan_layers if scan_layers is None else bool(scan_layers)
             m.remat = m.remat if remat is None else remat
-        if isinstance(m, (SqueezeBertModel, _Head)) and (scan_layers is not None or remat is not None):
-            m.config = m.config.replace(**{k: v for k, v in (("scan_layers", scan_layers), ("remat", remat))
-                                           if v is not None})
+        if isinstance(m, SelfAttention) and attention is not None:
+            m.fused = attention == "fused"
+        if isinstance(m, (SqueezeBertModel, _Head)) and changes:
+            m.config = m.config.replace(**changes)
     return model
 
 

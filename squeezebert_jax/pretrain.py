@@ -185,10 +185,11 @@ def get_phases(config) -> list[Phase]:
 
 
 def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
-    """The architecture of ``config.model`` (preset + overrides) with its execution choices (scan, remat)."""
+    """The architecture of ``config.model`` (preset + overrides) with its execution choices (scan, remat,
+    attention)."""
     overrides = dict(config.model.overrides)
-    overrides.setdefault("scan_layers", config.model.scan_layers)
-    overrides.setdefault("remat", config.model.remat)
+    for field in ("scan_layers", "remat", "attention"):
+        overrides.setdefault(field, config.model[field])
     return SqueezeBertConfig.preset(config.model.preset, **overrides)
 
 
@@ -581,8 +582,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     if config.init_from:
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=trainer.compute_dtype(config),
                                 seed=config.seed)
-        execution = model_config(config)  # the config's scan/remat (model.overrides may set them)
-        set_execution(model, execution.scan_layers, execution.remat)
+        execution = model_config(config)  # the config's scan/remat/attention (model.overrides may set them)
+        set_execution(model, execution.scan_layers, execution.remat, execution.attention)
     else:
         model = new_model(config, tokenizer.vocab_size)
     cfg = model.config

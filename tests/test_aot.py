@@ -281,3 +281,39 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
     b, tried = aot.max_per_chip_batch(config, pretrain.Phase("p", 0, 0, 10, 128, 20, num_microbatches=4), target)
     assert b == 368 and len(tried) <= 6, tried
     assert aot.fewest_microbatches(8192, 4, b) == 8  # 2048 per chip -> 8 x 256
+
+
+@pytest.mark.slow
+@needs_gpu_plugin
+def test_the_h100_step_runs_cudnn_attention_and_keeps_the_layer_group_major(monkeypatch):
+    """The pretraining step as XLA:GPU compiles it for one H100 (the smoke SqueezeBERT in bf16, three layers under
+    the scan), read kernel by kernel (benchmarks.hlo_census): each layer's forward runs attention as one cuDNN kernel
+    and its backward as cuDNN's backward (plus the forward again: remat keeps only the named matmul outputs); Q/K/V
+    are one matmul (4 in the forward, 8 in the backward); the FFN stays group-major between its convs. The counts are
+    today's, as upper bounds: the explicit attention core with transposes around every grouped conv compiled to 53
+    forward and 94 backward kernels per layer at full size (6 and 7 of them transposes), against 38 and 70 now."""
+    import jax
+    from conftest import pretrain_config
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    from squeezebert_jax.benchmarks.hlo_census import census
+    from squeezebert_jax.model import abstract_model
+
+    # get_target declares cuDNN to jax on a host without it; put jax's own check back afterwards
+    monkeypatch.setattr(fused_attention_stablehlo, "check_cudnn_version",
+                        fused_attention_stablehlo.check_cudnn_version)
+    config = pretrain_config("smoke")
+    config.compute_dtype = "bfloat16"
+    config.model.overrides = dict(config.model.overrides, num_hidden_layers=3)
+    phase = pretrain.get_phases(config)[0]
+    target = aot.get_target("h100:1x1")
+    model = abstract_model(lambda: pretrain.new_model(config))
+    mesh = parallel.make_mesh(devices=target.devices)
+    compiled = aot._lower(config, phase, model, mesh, jax.eval_shape(lambda: jax.random.key(0))).compile()
+    c = census(compiled.as_text())
+    assert len(c.loops) == 2, str(c)  # the layer scan's forward and backward bodies
+    backward, forward = c.loops
+    assert (forward["attention"], backward["attention"]) == (1, 2), str(c)
+    assert (forward["gemm"], backward["gemm"]) == (4, 8), str(c)
+    assert forward["transpose"] + forward["copy"] <= 5 and backward["transpose"] + backward["copy"] <= 2, str(c)
+    assert sum(forward.values()) <= 32 and sum(backward.values()) <= 63, str(c)

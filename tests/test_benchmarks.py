@@ -108,11 +108,11 @@ def test_table1_flops_reproduce_the_paper_for_bert_base():
 def test_bench_infer_tiny_tables(restore_threads, capsys):
     script = load_script("eval/bench_infer.py")
     assert script.main(["--tiny", "--batch", "2", "--runs", "1", "--warmup", "1", "--seq-len", "8",
-                        "--threads", "1", "--formulation", "group-major", "--breakdown"]) == 0
+                        "--threads", "1", "--formulation", "conv-loop", "--breakdown"]) == 0
     out = capsys.readouterr().out
     t1, t2, t3, t4 = table_rows(out)
     assert f"host: {cpu_model()}" in out
-    f = "float32, group-major"
+    f = "float32, conv-loop"
     assert [(r[0], r[1]) for r in t1[2:]] == [("2", "float32"), ("2", f)]
     assert all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in t1[2:])
     assert [(r[0], r[1]) for r in t2[2:]] == [("2", v) for v in ("float32", f, "bfloat16")]
@@ -122,28 +122,6 @@ def test_bench_infer_tiny_tables(restore_threads, capsys):
     assert re.search(r"forward wall time .*: SqueezeBERT \d+\.\d ms, BERT-base \d+\.\d ms -> \d+\.\d\dx", out)
     assert re.search(r"position-wise matmuls .*: SqueezeBERT \d+\.\d ms, BERT-base \d+\.\d ms -> \d+\.\d\dx", out)
     assert re.search(r"SqueezeBERT >= 3x BERT-base (would need everything else <= -?\d|is out of reach)", out)
-
-
-@pytest.mark.parametrize("overrides", [{}, {"output_groups": 1}])  # FFN kept group-major; groups that differ
-def test_group_major_layer_equals_the_models_layer_with_its_probabilities(overrides):
-    """bench_infer's "group-major" layer gives model.py's layer output and, ``with_probs``, the same attention
-    probabilities (the attention core is the model's ``SelfAttention.core``)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from squeezebert_jax.benchmarks import infer
-
-    config = timing.tiny_config("squeezebert-uncased", **overrides)
-    layer = sj.SqueezeBertModel(config, rngs=nnx.Rngs(0)).encoder.layers[0]
-    layer.eval()
-    x = jax.random.normal(jax.random.key(1), (2, 8, config.hidden_size))
-    mask_bias = jnp.where(jnp.arange(8)[None, None, None] < jnp.asarray([8, 5])[:, None, None, None], 0.0, -1e9)
-    ref, ref_probs = layer(x, mask_bias, with_probs=True)
-    out, probs = infer._layer_group_major(layer, x, mask_bias, with_probs=True)
-    np.testing.assert_allclose(out, ref, atol=1e-5)
-    np.testing.assert_allclose(probs, ref_probs, atol=1e-6)
-    np.testing.assert_allclose(infer._layer_group_major(layer, x, mask_bias), ref, atol=1e-5)
 
 
 def test_op_profile_attributes_every_op_to_its_component():
@@ -208,14 +186,18 @@ def test_bench_train_tiny_prints_tables(tmp_path, capsys):
     test_aot."""
     mod = load_script("eval/bench_train.py")
     report = tmp_path / "train.md"
-    assert mod.main(["--tiny", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype", "float32",
+    assert mod.main(["--tiny", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype", "float32", "--peer",
                      "--out", str(report)]) == 0
     out = capsys.readouterr().out
     assert report.read_text() == out  # --out holds what was printed
     rows = [line.split("|")[1].strip() for line in out.splitlines()
             if line.startswith("| ") and "seq/s" not in line and "steps/s" not in line]
     assert rows == (["squeezebert-uncased", "bert-base-uncased"] + ["stories"] * 4 + ["long documents"] * 4
-                    + ["synthetic", "inline", "prefetched"])
+                    + ["squeezebert-uncased", "bert-base-uncased"] + ["synthetic", "inline", "prefetched"])
+    # the peer on the same device: transformers' step eager (torch.compile skipped on tiny dims), both inferences
+    peer = [line.split("|")[2:-1] for line in out.splitlines() if line.startswith("| ") and "uncased" in line][-2:]
+    assert all(float(c) > 0 for r in peer for i, c in enumerate(r) if i != 2) and "skipped (--tiny)" in peer[0][2]
+    assert "SqueezeBERT train: ours / transformers eager = " in out and "inference: SqueezeBERT / BERT-base = " in out
     assert "SqueezeBERT / BERT-base sequences/s = " in out and "sequences/s per core" in out
     assert "host: " in out and "cores" in out  # the CPU beside the timings
     assert "device fed: prefetched / synthetic steps/s = " in out

@@ -12,6 +12,7 @@ from flax import nnx
 
 import squeezebert_jax as sj
 from squeezebert_jax.flops import PAPER_GFLOPS
+from squeezebert_jax.models.family import GROUP_FIELDS
 
 TINY = dict(vocab_size=99, hidden_size=32, embedding_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=40)
@@ -163,16 +164,14 @@ EXECUTIONS = ((False, "none"), (True, "none"), (True, "minimal"), (True, "lean")
               (True, "full"), (False, "minimal"))  # (scan_layers, remat); the first is the reference
 
 
-def _loss_and_grads(executions, train: bool, layers: int = 2):
-    """Per (scan, remat): pretraining-model hidden states and gradients, as pretrain.make_train_step computes them
-    (pure-dict state, dropout reseeded inside). Two layers: enough for the scan to have to keep a dropout stream per
-    layer. All variants in one jitted program: one XLA compile instead of one each."""
+def _loss_and_grads(configs, train: bool, dtype=jnp.float32):
+    """Per config: pretraining-model outputs and gradients, as pretrain.make_train_step computes them (pure-dict
+    state, dropout reseeded inside). All variants in one jitted program: one XLA compile instead of one each."""
     ids, mask = _tiny_inputs()
     tt = (jnp.arange(10)[None] >= 5).astype(jnp.int32).repeat(2, 0)
     grad_fns, params = [], []
-    for scan, remat in executions:
-        cfg = sj.SqueezeBertConfig(**(TINY | {"num_hidden_layers": layers}), scan_layers=scan, remat=remat)
-        m = sj.SqueezeBertForPreTraining(cfg, rngs=nnx.Rngs(params=0, dropout=1))
+    for cfg in configs:
+        m = sj.SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=1))
         m.train() if train else m.eval()
         g, p, r = nnx.split(m, nnx.Param, ...)
         r = nnx.to_pure_dict(r)
@@ -194,7 +193,9 @@ def _loss_and_grads(executions, train: bool, layers: int = 2):
 def test_scan_and_remat_equal_the_unrolled_layers(train):
     """Every execution choice gives the unrolled loop's outputs and gradients; with dropout on, the same masks
     (each layer keeps its own dropout stream under the scan)."""
-    (ref_out, ref_g), *rest = _loss_and_grads(EXECUTIONS, train)
+    # two layers (TINY's): enough for the scan to have to keep a dropout stream per layer
+    (ref_out, ref_g), *rest = _loss_and_grads([sj.SqueezeBertConfig(**TINY, scan_layers=scan, remat=remat)
+                                               for scan, remat in EXECUTIONS], train)
     for (scan, remat), (out, g) in zip(EXECUTIONS[1:], rest, strict=True):
         for a, b in ((out.last_hidden_state, ref_out.last_hidden_state), (out.mlm_logits, ref_out.mlm_logits)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * float(jnp.max(jnp.abs(b))))
@@ -256,3 +257,82 @@ def test_set_execution_and_bad_remat():
         sj.SqueezeBertConfig(**TINY, remat="some")
     with pytest.raises(ValueError, match="remat 'x' not supported"):
         sj.model.set_execution(m, remat="x")
+
+
+def _mask_bias(batch: int, seq: int, lengths) -> jax.Array:
+    m = (jnp.arange(seq)[None] < jnp.asarray(lengths)[:, None]).astype(jnp.float32)
+    return ((1.0 - m) * jnp.finfo(jnp.float32).min)[:, None, None, :]
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-6), (jnp.bfloat16, 2e-2)])
+def test_the_fused_attention_call_equals_the_explicit_core(dtype, tol):
+    """``layers.fused_attention`` -- the call the GPU makes to cuDNN, here with XLA's implementation of the same API
+    (layout [B, S, heads, d], the padding bias turned into a boolean mask) -- equals the explicit softmax core, padded
+    rows and an unmasked call included: float32 to 1e-6, bfloat16 to its precision."""
+    from squeezebert_jax import layers
+
+    att = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), dtype=dtype, rngs=nnx.Rngs(0)).encoder.layers[0].attention
+    att.eval()
+    q, k, v = (jax.random.normal(jax.random.key(i), (3, 7, 4, 8)).astype(dtype) for i in range(3))
+    for mask_bias in (_mask_bias(3, 7, [7, 4, 1]), jnp.zeros((), jnp.float32)):
+        ref = np.asarray(att.core(q, k, v, mask_bias)[0], np.float32)
+        got = np.asarray(layers.fused_attention(q, k, v, mask_bias, implementation="xla"), np.float32)
+        np.testing.assert_allclose(got, ref, atol=tol, rtol=tol)
+        np.testing.assert_allclose(np.asarray(att.fused_core(q, k, v, mask_bias), np.float32), ref, atol=tol)
+
+
+def _fused_vs_reference(cfg, dtype, train: bool):
+    """MLM logits (float32 numpy) and gradients of a tiny pretraining model under attention "fused" and "reference"."""
+    results = _loss_and_grads([cfg.replace(attention=a) for a in ("fused", "reference")], train, dtype)
+    return [(np.asarray(out.mlm_logits, np.float32), grads) for out, grads in results]
+
+
+@pytest.mark.parametrize("groups", [{}, {"q_groups": 2, "output_groups": 1}, dict.fromkeys(GROUP_FIELDS, 1)])
+def test_fused_and_reference_attention_agree_without_dropout(groups):
+    """With dropout off the two attention paths are the same network: logits and every gradient equal in float32;
+    in bfloat16 the logits agree to bf16's precision. SqueezeBERT's groups (Q/K/V one matmul, the FFN group-major),
+    groups that differ (three convs, two channels-last convs) and BERT's."""
+    cfg = sj.SqueezeBertConfig(**TINY, **groups)
+    (a, ga), (b, gb) = _fused_vs_reference(cfg, jnp.float32, train=False)
+    np.testing.assert_allclose(a, b, atol=1e-5 * np.abs(b).max())
+    for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-5 * max(1.0, float(np.abs(y).max())))
+    (a16, _), _ = _fused_vs_reference(cfg, jnp.bfloat16, train=False)
+    assert np.abs(a16 - b).max() <= 0.05 * np.abs(b).max()
+
+
+def test_fused_attention_drops_nothing_from_the_probabilities():
+    """attention_probs_dropout_prob acts only under "reference": with hidden dropout 0, a fused model in train mode
+    gives its eval outputs; the reference model's differ (its attention probabilities were dropped)."""
+    cfg = sj.SqueezeBertConfig(**TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.3)
+    (fused_train, _), (ref_train, _) = _fused_vs_reference(cfg, jnp.float32, train=True)
+    (fused_eval, _), _ = _fused_vs_reference(cfg, jnp.float32, train=False)
+    scale = np.abs(fused_eval).max()
+    np.testing.assert_allclose(fused_train, fused_eval, atol=1e-6 * scale)
+    assert np.abs(ref_train - fused_eval).max() > 1e-4 * scale  # 100x the tolerance the fused model meets
+
+
+def test_tpu_layouts_equal_the_group_major_ones():
+    """The TPU branches (Q/K/V one einsum in place, the FFN in place) compute what the CPU/GPU group-major branches
+    do: the compiled CPU program holds only the latter, so they are called directly here."""
+    layer = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0)).encoder.layers[0]
+    x = jax.random.normal(jax.random.key(1), (2, 5, TINY["hidden_size"]))
+    for a, b in zip(layer.attention._qkv_in_place(x), layer.attention._qkv_group_major(x), strict=True):
+        assert a.shape == (2, 5, 4, 8)
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(layer._ffn_in_place(x), layer._ffn_group_major(x), atol=1e-6)
+    ref = [m(x).reshape(2, 5, 4, 8) for m in (layer.attention.query, layer.attention.key, layer.attention.value)]
+    for a, b in zip(layer.attention._qkv_group_major(x), ref, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_set_execution_attention_and_bad_values():
+    m = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    assert m.config.attention == "fused" and m.encoder.layers[0].attention.fused
+    sj.model.set_execution(m, attention="reference")
+    assert m.config.attention == "reference" and not m.encoder.layers[1].attention.fused
+    assert "attention" not in m.config.to_dict()  # how it runs, not what: config.json keeps no such field
+    with pytest.raises(ValueError, match="attention 'flash' not supported"):
+        sj.SqueezeBertConfig(**TINY, attention="flash")
+    with pytest.raises(ValueError, match="attention 'x' not supported"):
+        sj.model.set_execution(m, attention="x")

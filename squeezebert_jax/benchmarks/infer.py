@@ -83,18 +83,6 @@ def bench_infer(tiny: bool = False, batches: Sequence[int] = (1, 8), seq_len: in
 # --------------------------------------------------------------------------------------------------
 
 
-def _gm(x, g):
-    """[..., C] -> group-major [G, N, C/G] (N = all leading positions)."""
-    return x.reshape(-1, g, x.shape[-1] // g).transpose(1, 0, 2)
-
-
-def _bdot(x, w):
-    """[G, N, Ci] x [G, Ci, Co] -> [G, N, Co]: dot_general with the group as an explicit batch dimension."""
-    if x.shape[0] == 1:  # G = 1 (BERT): a plain matmul; a size-1 batch dimension takes a slower XLA:CPU path
-        return (x[0] @ w[0])[None]
-    return jax.lax.dot_general(x, w, (((2,), (1,)), ((0,), (0,))))
-
-
 def _conv_lax(self, x):
     g, k, x = self.groups, self.kernel[...].astype(self.dtype), x.astype(self.dtype)
     w = jnp.moveaxis(k, 0, 1).reshape(1, self.cin // g, self.cout)  # WIO, O ordered group-major
@@ -109,51 +97,14 @@ def _conv_loop(self, x):
     return y + self.bias[...].astype(self.dtype)
 
 
-def _layer_group_major(self, x, mask_bias, with_probs: bool = False):
-    """Q/K/V as one batched dot on a group-major input, heads taken straight from it; the FFN stays group-major
-    from the first grouped conv through GELU into the second (when their groups line up), so the 3072-wide
-    activation is never transposed. The attention core is the model's (``SelfAttention.core``); ``with_probs``:
-    (output, attention probabilities), as ``SqueezeBertLayer``."""
-    att, (b, s, h) = self.attention, x.shape
-    dt, d, convs = att.dtype, att.head_dim, (att.query, att.key, att.value)
-
-    def heads(t, g):  # [G, N, H/G] -> [B, heads, S, d]
-        if (h // g) % d:  # heads straddle groups: back to channels-last first
-            return t.transpose(1, 0, 2).reshape(b, s, att.num_heads, d).transpose(0, 2, 1, 3)
-        return t.reshape(g, b, s, -1, d).transpose(1, 0, 3, 2, 4).reshape(b, att.num_heads, s, d)
-
-    g = att.query.groups
-    if all(m.groups == g for m in convs):
-        w = jnp.concatenate([m.kernel[...] for m in convs], -1).astype(dt)  # [G, H/G, 3H/G]
-        bias = jnp.concatenate([m.bias[...].reshape(g, 1, -1) for m in convs], -1).astype(dt)
-        q, k, v = (heads(t, g) for t in jnp.split(_bdot(_gm(x.astype(dt), g), w) + bias, 3, -1))
-    else:
-        q, k, v = (heads(_bdot(_gm(x.astype(dt), m.groups), m.kernel[...].astype(dt))
-                         + m.bias[...].astype(dt).reshape(m.groups, 1, -1), m.groups) for m in convs)
-    ctx, probs = att.core(q, k, v, mask_bias)
-    a = self.post_attention(ctx, x)
-    c1, c2 = self.intermediate["conv1d"], self.output.conv1d
-    if c1.groups != c2.groups:
-        out = self.output(self.act(c1(a)), a)
-    else:
-        gi = c1.groups
-        hid = self.act(_bdot(_gm(a.astype(dt), gi), c1.kernel[...].astype(dt))
-                       + c1.bias[...].astype(dt).reshape(gi, 1, -1))
-        y = _bdot(hid, c2.kernel[...].astype(dt)).transpose(1, 0, 2).reshape(b, s, -1) + c2.bias[...].astype(dt)
-        out = self.output.layernorm(self.output.dropout(y) + a)
-    return (out, probs) if with_probs else out
-
-
 # key -> (description, (GroupedConv1x1.__call__, SelfAttention.__call__, SqueezeBertLayer.__call__)); None keeps
-# model.py's method. (Gone: "conv-bmm", "core-bhsd" and the two together, the forms model.py itself now takes: their
-# optimized HLO was identical to model.py's.)
+# model.py's method. (Gone: "conv-bmm", "core-bhsd", the two together, and "group-major" (one Q/K/V dot, the FFN
+# group-major from conv through GELU to conv): the forms model.py itself now takes.)
 FORMULATIONS = {
-    "model": ("model.py as is: grouped conv as a group-major dot_general(batch=G) between two transposes, attention "
-              "core as dot_general(batch=B,h) on [B, h, S, d]", (None, None, None)),
+    "model": ("model.py as is: Q/K/V one batched dot on the group-major input, the FFN group-major from conv through "
+              "GELU to conv, the attention core fused (jax.nn.dot_product_attention)", (None, None, None)),
     "conv-lax": ("grouped conv: lax.conv_general_dilated(feature_group_count=G)", (_conv_lax, None, None)),
     "conv-loop": ("grouped conv: per-group matmul loop + concatenate", (_conv_loop, None, None)),
-    "group-major": ("layer kept group-major: one fused Q/K/V dot, FFN conv-GELU-conv without transposes, "
-                    "heads taken straight from the group-major Q/K/V", (None, None, _layer_group_major)),
 }
 
 

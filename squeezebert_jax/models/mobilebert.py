@@ -183,7 +183,7 @@ class Embeddings(nnx.Module):
 
 class MobileBertSelfAttention(SelfAttention):
     """Attention at the bottleneck's width: query and key from the shared bottleneck (b -> b), value from the layer
-    input (hidden_size -> b, or b with ``use_bottleneck_attention``); ``SelfAttention.core`` computes it."""
+    input (hidden_size -> b, or b with ``use_bottleneck_attention``); ``SelfAttention.attend`` computes it."""
 
     def __init__(self, config, *, dtype, rngs: nnx.Rngs):
         c, b = config, config.intra_bottleneck_size
@@ -193,15 +193,14 @@ class MobileBertSelfAttention(SelfAttention):
         self.key = _dense(b, b, c, dtype, rngs)
         self.value = _dense(value_in, b, c, dtype, rngs)
         self.dropout = nnx.Dropout(c.attention_probs_dropout_prob, rngs=rngs)
+        self.fused = c.attention == "fused"
 
-    def __call__(self, q_in, k_in, v_in, mask_bias):
+    def __call__(self, q_in, k_in, v_in, mask_bias, with_probs: bool = False):
         b, s, _ = q_in.shape
-        split = lambda t: t.reshape(b, s, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)  # noqa: E731
         with jax.named_scope("qkv"):
-            q, k, v = (checkpoint_name(f(x), n) for f, x, n in ((self.query, q_in, "q"), (self.key, k_in, "k"),
-                                                                 (self.value, v_in, "v")))
-        with jax.named_scope("attention_core"):
-            return self.core(split(q), split(k), split(v), mask_bias)
+            q, k, v = (f(x).reshape(b, s, self.num_heads, self.head_dim)
+                       for f, x in ((self.query, q_in), (self.key, k_in), (self.value, v_in)))
+        return self.attend(q, k, v, mask_bias, with_probs)
 
 
 class Layer(nnx.Module):
@@ -232,7 +231,8 @@ class Layer(nnx.Module):
                 v_in = x
             else:
                 q_in = k_in = v_in = x
-        ctx, probs = self.attention(q_in, k_in, v_in, mask_bias)
+        ctx = self.attention(q_in, k_in, v_in, mask_bias, with_probs)
+        ctx, probs = ctx if with_probs else (ctx, None)
         with jax.named_scope("post_attention"):
             a = self.attention_output(ctx, layer_input, name="attention_sum")
         with jax.named_scope("ffn"):

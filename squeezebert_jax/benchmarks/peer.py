@@ -1,0 +1,121 @@
+"""The peer on the same device: transformers' PyTorch SqueezeBERT and BERT trained and run as their users run them,
+beside our step (``benchmarks.train_step``) and forward (``mobile.make_flax_forward``), for ``eval/bench_train.py
+--peer``.
+
+The PyTorch train step is an MLM step on the same synthetic batches: ``*ForMaskedLM`` with labels at the masked
+positions (-100 elsewhere; its head computes logits at every position, as transformers does), bf16 autocast where
+bf16 is asked for, AdamW (fused on CUDA), ``zero_grad(set_to_none=True)``; eager, or the model under
+``torch.compile``. Inference: ``*ForSequenceClassification`` under ``torch.inference_mode`` and the same autocast.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from squeezebert_jax import mobile
+from squeezebert_jax.model import SqueezeBertConfig
+
+
+def torch_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_name() -> str:
+    """The device both frameworks run on, in words (the GPU's name, or the CPU's)."""
+    import torch
+
+    from squeezebert_jax.benchmarks.timing import cpu_model
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_model()
+
+
+def _torch_model(cfg: SqueezeBertConfig, head: str):
+    """A randomly initialised transformers ``SqueezeBert{head}`` (``Bert{head}`` when every group is 1) of ``cfg``."""
+    import transformers
+
+    style = "bert" if cfg.is_bert else "squeezebert"
+    tcfg = getattr(transformers, "BertConfig" if cfg.is_bert else "SqueezeBertConfig")(**cfg.to_dict(style))
+    with mobile._quiet_transformers():
+        return getattr(transformers, ("Bert" if cfg.is_bert else "SqueezeBert") + head)(tcfg)
+
+
+def _timed(step: Callable[[], None], sync: Callable[[], None], steps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    sync()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - t) / steps
+
+
+def torch_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
+                     bf16: bool = True, compile: bool = False, steps: int = 10, warmup: int = 3) -> dict[str, float]:
+    """Sequences/s and step ms of transformers' MLM train step on one device (``torch_device``)."""
+    import torch
+
+    dev = torch_device()
+    model = _torch_model(cfg, "ForMaskedLM").to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev == "cuda")
+    rng = np.random.default_rng(0)
+    ids = torch.as_tensor(rng.integers(5, cfg.vocab_size, (batch_size, seq_len)), device=dev)
+    labels = torch.full_like(ids, -100)
+    pos = torch.as_tensor(np.sort(rng.integers(1, seq_len, (batch_size, max_predictions)), 1), device=dev)
+    labels.scatter_(1, pos, torch.as_tensor(rng.integers(5, cfg.vocab_size, pos.shape), device=dev))
+    mask = torch.ones_like(ids)
+    forward = torch.compile(model) if compile else model
+    dtype = torch.bfloat16 if bf16 else torch.float32
+
+    def step():
+        with torch.autocast(dev, dtype=dtype, enabled=bf16):
+            loss = forward(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    dt = _timed(step, sync, steps, warmup)
+    return {"seq_per_s": batch_size / dt, "step_ms": 1000 * dt}
+
+
+def torch_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16: bool = True, steps: int = 10,
+                    warmup: int = 3) -> float:
+    """Sequences/s of transformers' sequence classifier forward (eager, inference mode)."""
+    import torch
+
+    dev = torch_device()
+    model = _torch_model(cfg, "ForSequenceClassification").to(dev).eval()
+    ids = torch.as_tensor(np.random.default_rng(0).integers(5, cfg.vocab_size, (batch_size, seq_len)), device=dev)
+    mask = torch.ones_like(ids)
+
+    def step():
+        with torch.inference_mode(), torch.autocast(dev, dtype=torch.bfloat16, enabled=bf16):
+            model(input_ids=ids, attention_mask=mask)
+
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    return batch_size / _timed(step, sync, steps, warmup)
+
+
+def flax_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16: bool = True, steps: int = 10,
+                   warmup: int = 3) -> float:
+    """Sequences/s of our sequence classifier forward (``mobile.make_flax_forward``; bf16 weights and compute)."""
+    from flax import nnx
+
+    from squeezebert_jax.model import SqueezeBertForSequenceClassification
+
+    model = SqueezeBertForSequenceClassification(cfg, num_labels=2, rngs=nnx.Rngs(0))
+    ids, mask, tt = mobile.example_inputs(cfg, batch_size, seq_len, seed=0)
+    fwd, out = mobile.make_flax_forward(model, jnp.bfloat16 if bf16 else None), [None]
+
+    def step():
+        out[0] = fwd(ids, mask, tt)
+
+    return batch_size / _timed(step, lambda: jax.block_until_ready(out[0]), steps, warmup)
