@@ -7,7 +7,8 @@ ratios printed.
     python eval/bench_train.py                      # full size, bf16, batch 256 per step
     python eval/bench_train.py --tiny               # tiny dims (CI): checks the plumbing, not the speed
     python eval/bench_train.py --pipeline-only      # only the input pipeline (full-size corpora, any CPU)
-    python eval/bench_train.py --feeding            # only: the demo step fed by the real pipeline vs a fixed batch
+    python eval/bench_train.py --feeding            # only: pretrain.py's step fed by the real pipeline vs a fixed
+                                                    # batch (the paper config on an accelerator, the demo on a CPU)
 Targets (one H100 or H200, seq 128, batch 256, bf16): SqueezeBERT >= 8,000 sequences/s; BERT-base >= 35% MFU;
 SqueezeBERT >= 1.8x BERT-base in training and >= 2.2x in inference; SqueezeBERT's step >= 3x transformers eager and
 >= 2x with torch.compile; the real pipeline >= 0.95x the synthetic step; input pipeline >= 20k sequences/s per core.
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     if args.peer and not args.feeding:
         peers(args, report)
     if args.feeding or not args.pipeline_only:
-        feeding(args.tiny, report)
+        feeding(args, report)
     report.write()
     return 0
 
@@ -150,20 +151,26 @@ def peers(args, report: Report) -> None:
         report.add(line)
 
 
-def feeding(tiny: bool, report: Report) -> None:
-    """The demo pretraining step (train/configs/pretrain.py:demo; :smoke with --tiny) fed by the real pipeline."""
+def feeding(args, report: Report) -> None:
+    """train/pretrain.py's step fed by the real pipeline against one fixed batch: on an accelerator the paper config
+    (full-size model, bf16, global batch --batch, phase 1) on the demo corpus, as pretrain.py runs it; on a CPU the
+    demo config (:smoke with --tiny)."""
     spec = importlib.util.spec_from_file_location("pretrain_configs", CONFIGS)
     configs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(configs)
-    config = configs.get_config("smoke" if tiny else "demo")
+    paper = not args.tiny and jax.default_backend() != "cpu"
+    config = configs.get_config("smoke" if args.tiny else "paper" if paper else "demo")
+    if paper:
+        config.data.source, config.global_batch_size = "demo", args.batch
     with tempfile.TemporaryDirectory() as d:
-        r = feeding_benchmark(config, d, steps_per_run=2 if tiny else 10, runs=1 if tiny else 6)
+        r = feeding_benchmark(config, d, steps_per_run=2 if args.tiny else 10, runs=1 if args.tiny else 6)
     phase = config.phases[0]
     report.add(format_table(["fed by", "steps/s", "vs synthetic"],
                             [[k, f"{v:.2f}", f"{v / r['synthetic']:.3f}x"] for k, v in r.items()],
-                            title=f"demo pretraining step ({config.model.preset} {dict(config.model.overrides)}, "
-                                  f"batch {config.global_batch_size}, seq {phase['seq_len']}, {config.compute_dtype}): "
-                                  f"real input pipeline vs one fixed batch"))
+                            title=f"{'paper' if paper else 'demo'} pretraining step ({config.model.preset} "
+                                  f"{dict(config.model.overrides)}, batch {config.global_batch_size}, seq "
+                                  f"{phase['seq_len']}, {config.compute_dtype}, demo corpus): real input pipeline vs "
+                                  f"one fixed batch"))
     report.add(f"device fed: prefetched / synthetic steps/s = {r['prefetched'] / r['synthetic']:.3f} "
                f"(target >= 0.95), inline / synthetic = {r['inline'] / r['synthetic']:.3f}")
 
