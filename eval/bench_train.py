@@ -5,6 +5,7 @@ ratios printed.
     python eval/bench_train.py --peer               # on a GPU: ours vs transformers (eager, torch.compile), train
                                                     # and bf16 inference, and the real trainer vs the synthetic step
     python eval/bench_train.py                      # full size, bf16, batch 256 per step
+    python eval/bench_train.py --executions         # only: SqueezeBERT's step by remat, scan, attention, dropout
     python eval/bench_train.py --tiny               # tiny dims (CI): checks the plumbing, not the speed
     python eval/bench_train.py --pipeline-only      # only the input pipeline (full-size corpora, any CPU)
     python eval/bench_train.py --feeding            # only: pretrain.py's step fed by the real pipeline vs a fixed
@@ -49,6 +50,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--peak-flops", type=float, default=None,
                    help="peak FLOP/s per device for MFU (default: chips.PEAK_FLOPS by device kind)")
+    p.add_argument("--executions", action="store_true",
+                   help="only SqueezeBERT's step at the first --seq-lens under each execution choice (EXECUTIONS: remat, "
+                        "scan or unrolled layers, fused or reference attention, dropout off)")
     p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
     p.add_argument("--feeding", action="store_true",
                    help="only the demo step fed by the real pipeline (inline / prefetched) vs a fixed batch")
@@ -57,6 +61,10 @@ def main(argv=None) -> int:
     cli.setup_logging(None)
     report = Report(args.out, args.overwrite)
     report.add(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
+    if args.executions:
+        executions(args, report)
+        report.write()
+        return 0
     if not args.feeding:
         throughput(args, report)
     if args.peer and not args.feeding:
@@ -112,6 +120,40 @@ def throughput(args, report: Report) -> None:
                             title="input pipeline (grain + ArrayRecord, batches of 256 made in one thread, CPU time)"))
     report.add("input pipeline, seq 128: " + ", ".join(f"{k} {v:.0f}" for k, v in rate128.items())
                + " sequences/s per core (target >= 20000)")
+
+
+# (name, SqueezeBertConfig changes, or rng_impl): the execution choices --executions times, the first the default
+EXECUTIONS = [("scan, remat minimal, fused attention (default)", {}),
+              ("scan, remat lean", {"remat": "lean"}),
+              ("scan, remat dots_saveable", {"remat": "dots_saveable"}),
+              ("scan, remat full", {"remat": "full"}),
+              ("scan, remat none", {"remat": "none"}),
+              ("unrolled, remat none", {"scan_layers": False, "remat": "none"}),
+              ("unrolled, remat minimal", {"scan_layers": False}),
+              ("reference attention (probability dropout)", {"attention": "reference"}),
+              ("rbg dropout bits", {"rng_impl": "rbg"}),
+              ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})]
+
+
+def executions(args, report: Report) -> None:
+    """SqueezeBERT's step under each of ``EXECUTIONS`` (what remat, the layer scan, the attention path and dropout
+    cost on this device), one compile each, with each one's speed relative to the default."""
+    seq_len = args.seq_lens[0]
+    preds = 20 if seq_len <= 128 else 77
+    dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+    rows, base = [], None
+    for name, changes in EXECUTIONS:
+        changes = dict(changes)
+        impl = changes.pop("rng_impl", "threefry2x32")
+        cfg = SqueezeBertConfig.preset("squeezebert-uncased", **(TINY if args.tiny else {}), **changes)
+        r = benchmark_train_step(cfg, seq_len, args.batch, preds, dtype, steps=args.steps, peak_flops=args.peak_flops,
+                                 rng_impl=impl)
+        base = base or r["seq_per_s"]
+        rows.append([name, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}", f"{r['seq_per_s'] / base:.2f}x",
+                     "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
+    report.add(format_table(["execution", "step ms", "seq/s", "vs default", "MFU"], rows,
+                            title=f"SqueezeBERT train step (LAMB, {args.dtype}) by execution choice, seq {seq_len}, "
+                                  f"batch {args.batch}, {jax.devices()[0].device_kind}"))
 
 
 def peers(args, report: Report) -> None:

@@ -159,6 +159,7 @@ class PhaseReport:
     num_steps: int
     chip: chips.Chip
     num_chips: int
+    hlo: str | None = dataclasses.field(default=None, repr=False)  # the compiled program (``keep_hlo``)
 
     @property
     def fits(self) -> bool:
@@ -230,7 +231,7 @@ def _cost(lowered_or_compiled) -> dict:
 
 
 def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
-                  bytes_accessed: bool = False) -> PhaseReport:
+                  bytes_accessed: bool = False, keep_hlo: bool = False) -> PhaseReport:
     """Lower and compile ``pretrain.build_phase_step`` for ``phase`` on ``target``'s devices; XLA's numbers.
 
     The memory analysis (does it fit) comes with the step's own compile. XLA's cost analysis counts a while loop's
@@ -259,7 +260,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
     pretrain.check_batch_division(config, phase, n_chips)
     k = pretrain.microbatches(config, phase)
     mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
-    rng = jax.eval_shape(lambda: jax.random.key(0))
+    rng = jax.eval_shape(lambda: trainer.run_key(0, config.rng_impl))
     t0 = time.perf_counter()
     compiled = _lower(config, phase, model, mesh, rng).compile()
     compile_s = time.perf_counter() - t0
@@ -291,7 +292,8 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
         per_chip_batch=config.global_batch_size // n_chips, microbatches=k,
         **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=flops,
         analytic_flops=seq_flops * config.global_batch_size, bytes_accessed=nbytes,
-        compile_s=compile_s, num_steps=phase.num_steps, chip=target.chip, num_chips=n_chips)
+        compile_s=compile_s, num_steps=phase.num_steps, chip=target.chip, num_chips=n_chips,
+        hlo=compiled.as_text() if keep_hlo else None)
 
 
 
@@ -386,7 +388,7 @@ def compile_finetune(config, target: Target, model, teacher_config=None, num_ste
     if config.batch_size % n_chips:
         raise InputError(f"config.batch_size={config.batch_size}: a multiple of the {n_chips} chips of {target.topology}")
     mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
-    rng = jax.eval_shape(lambda: jax.random.key(0))
+    rng = jax.eval_shape(lambda: trainer.run_key(0, config.rng_impl))
     t0 = time.perf_counter()
     compiled = _finetune_lowered(config, model, mesh, rng, teacher_config).compile()
     compile_s = time.perf_counter() - t0
@@ -461,10 +463,10 @@ def oom_as_does_not_fit(compile_fn, *args, **kwargs):
         raise DoesNotFit(msg.splitlines()[0][:400], required_gib(msg)) from None
 
 
-def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True,
-                   bytes_accessed: bool = False) -> PhaseReport:
+def compile_or_oom(config, phase, target: Target, model=None, costs: bool = True, bytes_accessed: bool = False,
+                   keep_hlo: bool = False) -> PhaseReport:
     """``compile_phase``, XLA's out-of-memory refusal as ``DoesNotFit``."""
-    return oom_as_does_not_fit(compile_phase, config, phase, target, model, costs, bytes_accessed)
+    return oom_as_does_not_fit(compile_phase, config, phase, target, model, costs, bytes_accessed, keep_hlo)
 
 
 def required_gib(message: str) -> float | None:

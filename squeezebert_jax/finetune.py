@@ -338,6 +338,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     need(integer("max_seq_length", 2), "max_seq_length", "an integer >= 2 ([CLS] and [SEP])")
     need(config.layers in ("auto", *LAYERS), "layers", "auto, scan or unrolled")
     need(config.attention in ATTENTION, "attention", " or ".join(ATTENTION))
+    need(config.rng_impl in trainer.RNG_IMPLS, "rng_impl", " or ".join(trainer.RNG_IMPLS))
     need(config.attention == "reference" or not config.attention_dropout, "attention_dropout",
          f"0 or unset with attention 'fused' (the fused kernel drops nothing out of the attention probabilities; "
          f"--config.attention=reference keeps attention_dropout={config.attention_dropout})")
@@ -538,7 +539,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
             checkpointer.save(done, tree, force=True, meta=json.loads(json.dumps(meta, default=float)))
 
         # -- Loop: epochs of steps; evaluate after each, keep the best -----------------------------------
-        rng = jax.random.key(config.seed)
+        rng = trainer.run_key(config.seed, config.rng_impl)
         window, timer, stopped = [], reporting.Timer(), False
         bar = tqdm(total=total, initial=step, desc=config.task, dynamic_ncols=True,
                    disable=jax.process_index() != 0 or not config.progress)

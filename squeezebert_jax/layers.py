@@ -108,6 +108,17 @@ class GroupedConv1x1(nnx.Module):
         y = grouped_dot(xg.astype(self.dtype), self.kernel[...].astype(self.dtype))
         return y + self.bias[...].astype(self.dtype).reshape(g, 1, -1)
 
+    def in_place_to_groups(self, x: jax.Array) -> jax.Array:
+        """TPU: ``[..., Cin]`` to the group-major ``[G, N, Cout/G]`` in one einsum, its layouts XLA's to pick."""
+        g, x = self.groups, x.astype(self.dtype)
+        y = jnp.einsum("ngi,gio->gno", x.reshape(-1, g, self.cin // g), self.kernel[...].astype(self.dtype))
+        return y + self.bias[...].astype(self.dtype).reshape(g, 1, -1)
+
+    def in_place_from_groups(self, xg: jax.Array, lead: tuple[int, ...]) -> jax.Array:
+        """TPU: the group-major ``[G, N, Cin/G]`` to ``[*lead, Cout]`` in one einsum, its layouts XLA's to pick."""
+        y = jnp.einsum("gni,gio->ngo", xg.astype(self.dtype), self.kernel[...].astype(self.dtype))
+        return y.reshape(*lead, self.cout) + self.bias[...].astype(self.dtype)
+
     def in_place(self, x: jax.Array) -> jax.Array:
         """TPU: the group axis as a batch dimension where it lies; XLA picks the layouts. The explicit transposes of
         the group-major form are real copies there: on a v5e, 17% more bytes accessed per training step, and without
@@ -179,9 +190,9 @@ def cudnn_attention_fits(q) -> bool:
 class SelfAttention(nnx.Module):
     """softmax(q kᵀ / sqrt(d) + mask) v over contiguous 64-channel heads; q/k/v are grouped 1x1 convs of a
     ``SqueezeBertConfig``'s hidden size and group counts. ``config.attention`` "fused" runs the core as one fused
-    kernel (``fused_attention``) and drops nothing out of the attention probabilities; "reference" computes them
-    explicitly, as transformers does, with ``attention_probs_dropout_prob`` dropout. Both give the same outputs
-    whenever dropout is off (evaluation, inference, conversion)."""
+    kernel where the platform has one (``fused_core``) and drops nothing out of the attention probabilities;
+    "reference" computes them explicitly, as transformers does, with ``attention_probs_dropout_prob`` dropout. Both
+    give the same outputs whenever dropout is off (evaluation, inference, conversion)."""
 
     def __init__(self, config, *, dtype, rngs: nnx.Rngs):
         c, h, std = config, config.hidden_size, config.initializer_range
@@ -245,9 +256,10 @@ class SelfAttention(nnx.Module):
 
     def fused_core(self, q, k, v, mask_bias):
         """The context ``[B, S, heads, d]`` with nothing dropped: cuDNN's fused kernel on an NVIDIA GPU
-        (``fused_attention``) where it takes these inputs; elsewhere ``core``'s explicit form, which XLA fuses and
-        which runs faster on XLA:CPU than jax's own XLA attention (319 vs 353 ms: SqueezeBERT forward, float32, batch
-        8 x 128, 2-core Intel Xeon)."""
+        (``fused_attention``) where it takes these inputs; elsewhere ``core``'s explicit form, which XLA fuses. On
+        XLA:CPU it runs faster than jax's own XLA attention (319 vs 353 ms: SqueezeBERT forward, float32, batch 8 x
+        128, 2-core Intel Xeon). On a TPU, Pallas' flash attention kernel was tried and raised XLA's byte count of the
+        paper step for a v5e (889 against 786 GB per chip; docs/results.md)."""
         explicit = lambda q, k, v, mask_bias: self.core(q, k, v, mask_bias)[0]  # noqa: E731
         if not cudnn_attention_fits(q):
             return explicit(q, k, v, mask_bias)

@@ -376,7 +376,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
     """Steps from ``state["step"]`` to ``phase.end``, or until a signal or ``stop_at_step`` stops the run before its
     final step. Returns ``(state, last logged metrics, stopped)``; logs, checkpoints and checks finiteness on the way."""
     config, checkpointer = run.config, run.checkpointer
-    rng = jax.random.key(config.seed)
+    rng = trainer.run_key(config.seed, config.rng_impl)
     n_dev = run.mesh.shape["data"]
     start = int(jax.device_get(state["step"]))
     seq_flops = train_flops_per_sequence(run.model_config, phase.seq_len, phase.max_predictions_per_seq,
@@ -458,6 +458,7 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
     need(finite(config.learning_rate) and config.learning_rate > 0, "learning_rate", "a finite rate > 0")
+    need(config.rng_impl in trainer.RNG_IMPLS, "rng_impl", " or ".join(trainer.RNG_IMPLS))
     need(finite(config.warmup_fraction) and 0 <= config.warmup_fraction <= 1, "warmup_fraction", "a fraction in [0, 1]")
     need(finite(config.decay_power) and config.decay_power > 0, "decay_power", "a finite power > 0")
     need(finite(config.weight_decay) and config.weight_decay >= 0, "weight_decay", "a finite decay >= 0")

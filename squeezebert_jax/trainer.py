@@ -58,6 +58,18 @@ def make_train_step(loss_fn: Callable, tx: optax.GradientTransformation, num_mic
 
 STEP_NORMS = ("grad_norm", "param_norm", "update_norm")  # the metrics every step adds to its loss's
 
+RNG_IMPLS = ("threefry2x32", "rbg")  # config.rng_impl
+
+
+def run_key(seed: int, impl: str) -> jax.Array:
+    """The run's base key; step i's dropout (and RTD sampling) key is ``fold_in(key, i)``, so a resumed run draws what
+    an uninterrupted one would. ``impl`` "threefry2x32" (jax's default) gives the same bits on every platform and
+    mesh; "rbg" derives keys with threefry but draws the bits with XLA's RngBitGenerator, cheaper to generate on
+    accelerators, the same bits for the same program (a resume on the same platform and mesh), other bits elsewhere."""
+    if impl not in RNG_IMPLS:
+        raise InputError(f"config.rng_impl={impl!r}: one of {', '.join(RNG_IMPLS)}")
+    return jax.random.key(seed, impl=impl)
+
 
 def jit_train_step(train_step: Callable, shardings, mesh: Mesh, num_consts: int = 0):
     """``jax.jit(train_step)`` with the state's ``shardings`` in and out, the batch split over the mesh's data axis,

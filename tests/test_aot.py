@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -109,9 +110,12 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
     """The smoke config's first phase (every phase: the TPU test's oversized batch), with SqueezeBERT and with the
     compared families whose layers are their own (MobileBERT's bottlenecks, ALBERT's one shared layer), whose XLA
     FLOPs are 0.9 to 1.3 times the analytic count (squeezebert_jax.flops)."""
-    preset = ["--config.model.preset=" + family] if family else []
+    preset = ["--config.model.preset=" + family] if family else ["--census"]
     rc, out, err, rows = _compile(tmp_path, "--topology", "h100:1x2", "--phase", "phase1", *preset)
     assert rc == 0, err[-3000:]
+    if not family:  # --census: the kernels of the entry and of the layer scan's two bodies, by kind
+        assert "phase1 kernels (the program XLA compiled for h100:1x2):" in out
+        assert re.search(r"loop body 0: \d+ kernels \(.*gemm \d+", out) and "loop body 1: " in out, out[-2000:]
     assert "NVIDIA H100 80GB HBM3" in out and (family or "squeezebert-uncased") in out
     assert [r["phase"] for r in rows] == ["phase1"] and all(r["fits"] and r["peak_gib"] > 0 for r in rows)
     if family:  # their whole-step counts (MobileBERT 1.08 here; SqueezeBERT's grouped smoke model: 1.63)

@@ -180,6 +180,22 @@ def test_time_interleaved_counts_and_settles():
 
 
 @pytest.mark.slow
+def test_bench_train_executions_table(monkeypatch, capsys):
+    """--executions: one row per execution choice, each a valid config, its speed relative to the default's (the
+    first). Two of them run here (each is a compile); every one's config is built."""
+    mod = load_script("eval/bench_train.py")
+    for _, changes in mod.EXECUTIONS:
+        sj.SqueezeBertConfig.preset("squeezebert-uncased", **{k: v for k, v in changes.items() if k != "rng_impl"})
+    rbg = [e for e in mod.EXECUTIONS if "rng_impl" in e[1]]
+    monkeypatch.setattr(mod, "EXECUTIONS", mod.EXECUTIONS[:1] + rbg)
+    assert mod.main(["--tiny", "--executions", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype",
+                     "float32"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "execution" not in line]
+    assert [r[0].strip() for r in rows] == [mod.EXECUTIONS[0][0], "rbg dropout bits"]
+    assert rows[0][3].strip() == "1.00x" and re.fullmatch(r"\d+\.\d\dx", rows[1][3].strip())
+
+
 def test_bench_train_tiny_prints_tables(tmp_path, capsys):
     """eval/bench_train.py on tiny dims: well-formed tables and ratios (no timing asserts). In float32: XLA:CPU
     compiles the bf16 steps ~1.5x slower, and bf16 compute is tested in test_model and compiled for TPU/H100 in

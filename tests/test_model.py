@@ -313,14 +313,21 @@ def test_fused_attention_drops_nothing_from_the_probabilities():
 
 
 def test_tpu_layouts_equal_the_group_major_ones():
-    """The TPU branches (Q/K/V one einsum in place, the FFN in place) compute what the CPU/GPU group-major branches
-    do: the compiled CPU program holds only the latter, so they are called directly here."""
+    """The TPU branches (Q/K/V one einsum in place, the FFN's convs as einsums into and out of the group-major form)
+    compute what the CPU/GPU group-major branches do: the compiled CPU program holds only the latter, so they are
+    called directly here."""
     layer = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0)).encoder.layers[0]
     x = jax.random.normal(jax.random.key(1), (2, 5, TINY["hidden_size"]))
     for a, b in zip(layer.attention._qkv_in_place(x), layer.attention._qkv_group_major(x), strict=True):
         assert a.shape == (2, 5, 4, 8)
         np.testing.assert_allclose(a, b, atol=1e-6)
-    np.testing.assert_allclose(layer._ffn_in_place(x), layer._ffn_group_major(x), atol=1e-6)
+    from squeezebert_jax.layers import from_groups, to_groups
+
+    c1, c2 = layer.intermediate["conv1d"], layer.output.conv1d
+    h = c1.group_major(to_groups(x, c1.groups))
+    np.testing.assert_allclose(c1.in_place_to_groups(x), h, atol=1e-6)
+    np.testing.assert_allclose(c2.in_place_from_groups(h, (2, 5)), from_groups(c2.group_major(h), (2, 5)), atol=1e-6)
+    np.testing.assert_allclose(from_groups(h, (2, 5)), c1(x), atol=1e-6)  # the channels-last conv's output
     ref = [m(x).reshape(2, 5, 4, 8) for m in (layer.attention.query, layer.attention.key, layer.attention.value)]
     for a, b in zip(layer.attention._qkv_group_major(x), ref, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
@@ -336,3 +343,34 @@ def test_set_execution_attention_and_bad_values():
         sj.SqueezeBertConfig(**TINY, attention="flash")
     with pytest.raises(ValueError, match="attention 'x' not supported"):
         sj.model.set_execution(m, attention="x")
+
+
+def _names_inside_branches(jaxpr, inside: bool = False) -> list[str]:
+    """The remat names (``checkpoint_name``) applied inside a cond's branches (``lax.platform_dependent``), anywhere
+    in ``jaxpr``."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "name" and inside:
+            found.append(eqn.params["name"])
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (list, tuple)) else [p]):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    found += _names_inside_branches(sub, inside or eqn.primitive.name == "cond")
+    return found
+
+
+@pytest.mark.parametrize("family", ["squeezebert-uncased", "bert-base-uncased", "mobilebert-uncased"])
+def test_remat_names_stay_outside_platform_branches(family):
+    """Every value remat keeps by name is named outside ``lax.platform_dependent``'s branches: a name inside one
+    branch makes the scanned step keep a zero-filled residual for the other platform's branch as well (compiled for a
+    v5e, the paper step moved 786 GB per chip against 767 GB with the name outside; docs/results.md)."""
+    cfg = sj.SqueezeBertConfig.preset(family, num_hidden_layers=2, vocab_size=99)
+    model = sj.SqueezeBertForPreTraining(cfg, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    ids, mask = _tiny_inputs()
+    g, p, r = nnx.split(model, nnx.Param, ...)
+    r = nnx.to_pure_dict(r)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda p: jnp.sum(nnx.merge(g, p, r)(ids, mask).mlm_logits.astype(jnp.float32))))(
+        nnx.to_pure_dict(p))
+    assert _names_inside_branches(jaxpr.jaxpr) == []
+    assert "ffn_expand" in str(jaxpr) or family == "mobilebert-uncased"  # the walk sees the names

@@ -4,6 +4,7 @@ FLOPs, roofline.
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4
     python train/compile.py --config train/configs/pretrain.py:bert-base --topology v5e:2x4 --max-batch
     python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x8 --config.num_microbatches=4
+    python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x1 --census   # kernels per layer
     python train/compile.py --config train/configs/pretrain.py:paper --topology v4:2x2x1 --fit
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5p:2x2x2 --num_slices 2
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4 --phase phase2
@@ -52,6 +53,8 @@ _FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled ag
                           "until it does; the table shows the fewest that fit")
 _PHASE = flags.DEFINE_multi_string("phase", None, "compile only this phase (by name; repeatable); default: all")
 _BYTES = flags.DEFINE_bool("bytes", False, "also XLA's bytes accessed per step (TPU; two more compiles per phase)")
+_CENSUS = flags.DEFINE_bool("census", False, "also the compiled step's kernels by kind: its entry and each loop "
+                            "body (the layer scan's forward and backward), e.g. transposes and cuDNN attention")
 _PRESET = flags.DEFINE_string("preset", "squeezebert-uncased", "fine-tuning: the model's architecture when "
                               "--config.init_from is not set (SqueezeBertConfig.preset names)")
 _TEACHER = flags.DEFINE_string("teacher_preset", "", "fine-tuning: a distillation teacher of this architecture "
@@ -87,7 +90,7 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
         try:
             with aot.quiet_native_stderr(_LOG_PATH):  # XLA's own warnings (e.g. the GPU rematerializer's)
                 r = aot.compile_or_oom(config, dataclasses.replace(phase, num_microbatches=k), target, model,
-                                       bytes_accessed=_BYTES.value)
+                                       bytes_accessed=_BYTES.value, keep_hlo=_CENSUS.value)
             return r, r.peak_gib, None if r.fits else f"peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM"
         except aot.DoesNotFit as e:
             why = (f"XLA needs {e.required_gib:.2f} GiB" if e.required_gib else "XLA needs more than it has") + \
@@ -177,6 +180,10 @@ def main(argv) -> int:
         if _FIT.value and k != pretrain.microbatches(config, phase):  # --fit changed it
             note = (f" (--fit: fits with num_microbatches={k}: set --config.phases[{phase.index}].num_microbatches={k})")
         print(f"compiled {phase.name} in {r.compile_s:.0f} s{note}", flush=True)
+        if _CENSUS.value:
+            from squeezebert_jax.benchmarks.hlo_census import census
+
+            print(f"{phase.name} kernels (the program XLA compiled for {target.topology}):\n{census(r.hlo)}", flush=True)
     if rows:
         print(format_table(aot.REPORT_HEADERS, [aot.report_row(r) for r in rows],
                            title=f"pretraining step on {target.topology} ({n} chips)"))
@@ -211,7 +218,7 @@ def _write_json(rows, target) -> None:
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             for r in rows:
-                raw = {k: v for k, v in vars(r).items() if k != "chip"}
+                raw = {k: v for k, v in vars(r).items() if k not in ("chip", "hlo")}
                 f.write(json.dumps(dict(zip(aot.REPORT_HEADERS, map(str, aot.report_row(r)))) | raw
                                    | {"topology": target.topology, "fits": r.fits, "roofline_s": r.roofline_s}) + "\n")
 

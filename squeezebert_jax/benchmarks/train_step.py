@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import optim, parallel, pretrain, reporting
+from squeezebert_jax import optim, parallel, pretrain, reporting, trainer
 from squeezebert_jax.benchmarks.timing import time_interleaved
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
 
@@ -20,9 +20,10 @@ from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
 
 def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
                          dtype=jnp.bfloat16, steps: int = 10, warmup: int = 2, fsdp: bool = False,
-                         peak_flops: float | None = None) -> dict[str, float]:
+                         peak_flops: float | None = None, rng_impl: str = "threefry2x32") -> dict[str, float]:
     """Sequences/s, tokens/s and MFU of the jitted LAMB train step (``pretrain.make_train_step``) on synthetic
-    batches, on all devices. MFU uses ``peak_flops`` per device, else ``chips.PEAK_FLOPS`` (None where unknown)."""
+    batches, on all devices. MFU uses ``peak_flops`` per device, else ``chips.PEAK_FLOPS`` (None where unknown);
+    ``rng_impl``: the dropout bits' generator (``trainer.run_key``)."""
     mesh = parallel.make_mesh()
     model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
@@ -40,10 +41,8 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
              "masked_lm_ids": rng.integers(5, cfg.vocab_size, (b, p)).astype(np.int32),
              "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
     batch = parallel.global_batch(batch, mesh)
-    step = jax.jit(pretrain.make_train_step(graphdef, rest, tx, 1),
-                   in_shardings=(shardings, parallel.batch_sharding(mesh), None, None),
-                   out_shardings=(shardings, None), donate_argnums=(0,))
-    key = jax.random.key(0)
+    step = trainer.jit_train_step(pretrain.make_train_step(graphdef, rest, tx, 1), shardings, mesh)
+    key = trainer.run_key(0, rng_impl)
     for _ in range(warmup):
         state, m = step(state, batch, key, lr)
     jax.block_until_ready(m)
@@ -80,7 +79,7 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     graphdef, params, rest = pretrain.split_model(model)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
     state = [jax.device_put(ps.init(params), ps.shardings)]
-    key = jax.random.key(config.seed)
+    key = trainer.run_key(config.seed, config.rng_impl)
 
     def loader():
         return iter(pretrain_data.make_pretrain_loader(

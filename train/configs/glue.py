@@ -62,6 +62,7 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.data_dir = ""  # GLUE_DIR written by the original download script; empty: TFDS glue/<task>
     c.skip_malformed = False
     c.seed = 0
+    c.rng_impl = "threefry2x32"  # dropout masks' bits: "threefry2x32" (every platform alike) or "rbg" (cheaper)
     c.max_seq_length = 128
     # Batches padded to their length bucket, not all to max_seq_length (squeezebert_jax.batching): "auto" (the 4
     # widths that pad the training rows least, and max_seq_length), "auto:K" (K widths), "none" (fixed padding) or

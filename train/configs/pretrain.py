@@ -17,6 +17,9 @@ import ml_collections
 def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
+    # rng_impl: how dropout masks are drawn: "threefry2x32" (jax's default: the same bits on every platform and mesh)
+    # or "rbg" (XLA's RngBitGenerator: cheaper on accelerators; a resume on the same platform and mesh stays exact)
+    c.rng_impl = "threefry2x32"
     # scan_layers: the encoder layers under one lax.scan (one compiled layer: the paper step compiles in ~1 min, not
     # 10); remat: what each layer keeps for the backward pass ("minimal", "lean", "full", "dots_saveable", "none";
     # model.REMAT_POLICIES has the memory each costs). Neither changes the numbers.
