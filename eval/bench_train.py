@@ -18,7 +18,6 @@ MFU needs a known accelerator (chips.PEAK_FLOPS) or --peak-flops; on CPU it is l
 also writes what it prints.
 """
 
-import importlib.util
 import os
 import sys
 import tempfile
@@ -197,9 +196,7 @@ def feeding(args, report: Report) -> None:
     """train/pretrain.py's step fed by the real pipeline against one fixed batch: on an accelerator the paper config
     (full-size model, bf16, global batch --batch, phase 1) on the demo corpus, as pretrain.py runs it; on a CPU the
     demo config (:smoke with --tiny)."""
-    spec = importlib.util.spec_from_file_location("pretrain_configs", CONFIGS)
-    configs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(configs)
+    configs = cli.config_module(CONFIGS)
     paper = not args.tiny and jax.default_backend() != "cpu"
     config = configs.get_config("smoke" if args.tiny else "paper" if paper else "demo")
     if paper:

@@ -1,6 +1,6 @@
-"""The seeds' comparison table: parameters, FLOPs at seq 128 and our CPU latency of BERT-base, PKD-6/PKD-3-style
-students, the 24 BERT miniatures, SqueezeBERT and a 50%-pruned BERT-base, beside the published figures (seed 003:
-MobileBERT's Table 3; seed 004: BERT miniatures; seed 001: the SqueezeBERT paper's Table 3), each with its source.
+"""The comparison table: parameters, FLOPs at seq 128 and our CPU latency of BERT-base, PKD-6/PKD-3-style
+students, the 24 BERT miniatures, SqueezeBERT and a 50%-pruned BERT-base, beside the published figures
+(MobileBERT's Table 3; the BERT miniatures of Turc et al.; the SqueezeBERT paper's Table 3), each with its source.
 
     python eval/compare.py [--no-latency] [--runtime lite|flax] [--only TEXT ...] [--runs 10] [--warmup 2]
                            [--seq-len 128] [--threads 1] [--tiny] [--out FILE [--overwrite]]

@@ -9,7 +9,6 @@ numbers are not the paper's: the command shows the machinery runs the comparison
 """
 
 import datetime
-import importlib.util
 import os
 import sys
 
@@ -19,13 +18,6 @@ from squeezebert_jax.benchmarks.timing import cpu_model
 from squeezebert_jax.files import atomic_write, check_output_dir, check_output_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _config_module(relpath: str):
-    spec = importlib.util.spec_from_file_location(os.path.basename(relpath)[:-3], os.path.join(ROOT, relpath))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main(argv=None):
@@ -46,8 +38,8 @@ def main(argv=None):
     if args.out:
         check_output_file(args.out, overwrite=args.overwrite)
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
-    pretrain_base = _config_module("train/configs/pretrain.py").get_config("demo")
-    glue_configs = _config_module("train/configs/glue.py")
+    pretrain_base = cli.config_module(os.path.join(ROOT, "train", "configs", "pretrain.py")).get_config("demo")
+    glue_configs = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py"))
     rows = pretraining_compare.run(pretrain_base, glue_configs.get_config, args.workdir, args.steps, args.batch,
                                    args.seq_len, args.task, args.epochs, train_rows=args.train_rows,
                                    families=tuple(args.families))

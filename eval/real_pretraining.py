@@ -14,7 +14,6 @@ MLM loss curve, both dev accuracies and their difference, with the CPU model.
 """
 
 import datetime
-import importlib.util
 import os
 import shutil
 import sys
@@ -29,10 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def config_of(relpath: str, arg: str):
-    spec = importlib.util.spec_from_file_location("cfg", os.path.join(ROOT, *relpath.split("/")))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(arg)
+    return cli.config_module(os.path.join(ROOT, *relpath.split("/"))).get_config(arg)
 
 
 def pretrain_config(data_path: str, steps: int, batch: int, lr: float, seq_len: int):

@@ -19,7 +19,6 @@ for both, with the CPU model. See squeezebert_jax/benchmarks/real_text.py for th
 """
 
 import datetime
-import importlib.util
 import os
 import sys
 
@@ -32,10 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def files_config():
-    spec = importlib.util.spec_from_file_location("glue_config", os.path.join(ROOT, "train", "configs", "glue.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config("files")
+    return cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config("files")
 
 
 def main(argv=None):

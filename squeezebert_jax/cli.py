@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import logging
 import os
 import re
 import sys
+import types
 from typing import Callable
 
 from squeezebert_jax.errors import InputError, MissingExtraError
@@ -202,6 +204,16 @@ class ArgumentParser(argparse.ArgumentParser):
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(description=description, **kw)
         self.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or {DEBUG_ENV}=1)")
+
+
+def config_module(path: str) -> types.ModuleType:
+    """A config file (``train/configs/pretrain.py``, ``glue.py``: ``get_config(variant)``) loaded as a module, the file
+    ``--config PATH:VARIANT`` names; the scripts that build configs themselves read them through this."""
+    name = os.path.splitext(os.path.basename(path))[0] + "_config"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def positive_int(s: str) -> int:

@@ -10,7 +10,7 @@ where the embedding is 0.00% of FLOPs.
 
 Paper Table 2, seq 128: SqueezeBERT 7.42 GFLOPs, BERT-base 22.5 GFLOPs.
 
-The BERT-family figures of seed 003 (MobileBERT's Table 3: BERT-base 22.5, its 6- and 3-layer PKD students 11.3 and
+The BERT-family figures of MobileBERT's Table 3 (Sun et al.: BERT-base 22.5, its 6- and 3-layer PKD students 11.3 and
 5.7 GFLOPs), which the paper quotes for BERT-base, are this count plus the pooler's hidden x hidden matmul at the
 other 127 positions (2 * 127 * 768^2 = 0.150 GFLOPs at seq 128, as if the pooler ran on every token): with it ours
 are 22.50, 11.32 and 5.74, each equal to the published figure at its printed precision; without it 22.35, 11.17 and
@@ -29,7 +29,7 @@ def flops_breakdown(config: SqueezeBertConfig, seq_len: int = 128, num_labels: i
                     pooler_every_token: bool = False) -> dict[str, float]:
     """FLOPs of one sequence, by the components of the paper's Table 1 (BERT-base: 0.00% embedding, 24.3%
     attention FC (Q/K/V), 2.70% softmax(QKᵀ/√d)V, 73.0% FFN FC (post-attention + expand + contract)).
-    ``pooler_every_token``: the pooler counted at all ``seq_len`` positions, as seed 003's figures are (module
+    ``pooler_every_token``: the pooler counted at all ``seq_len`` positions, as MobileBERT's Table 3 counts them (module
     docstring); by default at the [CLS] position only, as the model runs it."""
     if config.family == "mobilebert":  # its bottlenecks and stacked FFNs: counted in its own file
         from squeezebert_jax.models import mobilebert

@@ -1,4 +1,4 @@
-"""Gradual magnitude pruning during fine-tuning (Zhu & Gupta, 2017): the pruning baseline of seed 003's table.
+"""Gradual magnitude pruning during fine-tuning (Zhu & Gupta, 2017): the pruning baseline of MobileBERT's Table 3.
 
 The sparsity follows the cubic schedule ``s_t = s_f + (s_i - s_f) (1 - (t - t_0) / (t_1 - t_0))^3`` from step
 ``t_0`` to ``t_1`` (``config.prune.begin`` / ``end``, fractions of the run), the masks recomputed every

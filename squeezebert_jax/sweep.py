@@ -2,7 +2,7 @@
 
 A grid is ``"lr=1e-5,2e-5;dropout=0.0,0.1;batch=16,32"``: fields of train/configs/glue.py (short aliases ``lr``,
 ``dropout``, ``batch``, ``epochs``, ``seed``; dotted names such as ``distill.teacher_weight``), each with its values;
-every combination runs on every task (the first field outermost). Presets: ``miniatures`` is seed 004's grid (batch
+every combination runs on every task (the first field outermost). Presets: ``miniatures`` is Turc et al.'s grid (batch
 8/16/32/64/128 x lr 3e-4/1e-4/5e-5/3e-5, 4 epochs).
 
 Every finished run is one row of ``WORKDIR/sweep.jsonl`` (task, settings, seed, the best epoch's dev metrics, the
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 ALIASES = {"lr": "learning_rate", "dropout": "dropout", "batch": "batch_size", "epochs": "num_epochs", "seed": "seed"}
 SHORT = {field: alias for alias, field in ALIASES.items()}
-PRESETS = {"miniatures": "batch=8,16,32,64,128;lr=3e-4,1e-4,5e-5,3e-5;epochs=4"}  # seed 004 (Turc et al.)
+PRESETS = {"miniatures": "batch=8,16,32,64,128;lr=3e-4,1e-4,5e-5,3e-5;epochs=4"}  # Turc et al.'s miniatures grid
 NOT_SWEPT = {"task": "--tasks picks the tasks", "init_from": "--init_from", "data_dir": "--data_dir"}
 _POSITIVE = {"learning_rate", "batch_size", "num_epochs"}
 _FRACTION = {"dropout", "attention_dropout", "warmup_fraction", "weight_decay", "distill.teacher_weight"}

@@ -57,10 +57,9 @@ def load_script(relpath: str) -> types.ModuleType:
 
 def pretrain_config(variant: str):
     """A variant of train/configs/pretrain.py (demo, smoke, paper, bert-base)."""
-    spec = importlib.util.spec_from_file_location("pretrain_cfg", os.path.join(ROOT, "train", "configs", "pretrain.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(variant)
+    from squeezebert_jax import cli
+
+    return cli.config_module(os.path.join(ROOT, "train", "configs", "pretrain.py")).get_config(variant)
 
 
 def smoke_config(**overrides):

@@ -1,6 +1,6 @@
 """Sweeps (issue 13, item 1): a 2 x 2 grid on a tiny model picks the setting with the best recorded dev score; a
 restart skips recorded runs and re-runs an unfinished one from a clean dir; grid parsing and its one-line errors;
-seed 004's miniatures preset."""
+Turc et al.'s miniatures preset."""
 
 from __future__ import annotations
 
@@ -261,9 +261,9 @@ def test_a_record_line_that_is_not_a_row_is_named(tmp_path):
         sweep.read_rows(str(path))
 
 
-# -- (d) seed 004's grid ----------------------------------------------------------------------------------------
+# -- (d) Turc et al.'s grid -------------------------------------------------------------------------------------
 
-def test_preset_miniatures_is_seed_004s_20_setting_grid(get_config):
+def test_preset_miniatures_is_turc_et_als_20_setting_grid(get_config):
     c = get_config("rte")
     settings = sweep.expand(sweep.parse_grid(None, c, "miniatures"))
     assert len(settings) == 20 and all(s["epochs"] == 4 for s in settings)

@@ -10,13 +10,12 @@
     # (the recipe above is a sweep of one point: a rerun skips the finished tasks and resumes an interrupted one)
     python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/sweep \
         --sweep "lr=1e-5,2e-5,3e-5,4e-5,5e-5;dropout=0.0,0.1;batch=16,32"
-    # seed 004's grid (BERT miniatures): batch 8/16/32/64/128 x lr 3e-4/1e-4/5e-5/3e-5, 4 epochs
+    # Turc et al.'s grid (BERT miniatures): batch 8/16/32/64/128 x lr 3e-4/1e-4/5e-5/3e-5, 4 epochs
     python train/glue_recipe.py --init_from MODEL_DIR --data_dir GLUE_DIR --workdir runs/mini --preset miniatures
 
 The console shows progress bars, warnings and the table; WORKDIR/log.txt has the full log.
 """
 
-import importlib.util
 import os
 import sys
 
@@ -24,13 +23,6 @@ from squeezebert_jax import cli, glue, sweep
 from squeezebert_jax.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def load_get_config():
-    spec = importlib.util.spec_from_file_location("glue_config", os.path.join(ROOT, "train", "configs", "glue.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config
 
 
 def main(argv=None):
@@ -50,9 +42,9 @@ def main(argv=None):
                    help='a grid per task, e.g. "lr=1e-5,2e-5;dropout=0.0,0.1;batch=16,32" (any config field; aliases '
                         'lr, dropout, batch, epochs, seed); the best dev setting per task is chosen')
     p.add_argument("--preset", default="", choices=sorted(sweep.PRESETS),
-                   help="a named grid (miniatures: seed 004's); --sweep adds fields to it or replaces them")
+                   help="a named grid (miniatures: Turc et al.'s); --sweep adds fields to it or replaces them")
     args = p.parse_args(argv)
-    get_config = load_get_config()
+    get_config = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config
     if args.tasks:
         args.tasks = [trainable_task(t) for t in args.tasks]
     sweeping = args.sweep is not None or args.preset

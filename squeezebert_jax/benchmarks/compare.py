@@ -1,7 +1,7 @@
-"""The seeds' comparison table: parameters, FLOPs at seq 128 and our CPU latency of BERT-base, PKD-style students,
+"""The comparison table: parameters, FLOPs at seq 128 and our CPU latency of BERT-base, PKD-style students,
 the 24 BERT miniatures, SqueezeBERT, a 50%-pruned BERT-base and the networks the paper compares (MobileBERT, ALBERT,
-ELECTRA-Small, TinyBERT, DistilBERT; squeezebert_jax/models), beside the published figures of seed 003 and the
-SqueezeBERT paper (seed 001), each quoted with its source.
+ELECTRA-Small, TinyBERT, DistilBERT; squeezebert_jax/models), beside the published figures of MobileBERT's Table 3
+(Sun et al.) and the SqueezeBERT paper, each quoted with its source.
 
 Ours: parameters counted from the built Flax ``SqueezeBertModel`` (embeddings, encoder, pooler: what the published
 "#Params" of BERT-base, 109M, counts), built abstractly (``nnx.eval_shape``, nothing allocated); FLOPs from
@@ -33,11 +33,11 @@ from squeezebert_jax.model import HEADS, GroupedConv1x1, SqueezeBertConfig, Sque
 # --------------------------------------------------------------------------------------------------
 
 SOURCES = {
-    "003": "seed 003: MobileBERT (Sun et al.), Table 3 as quoted there: #Params, #FLOPS, GLUE test MNLI-m/mm",
-    "004": "seed 004: BERT miniatures (Turc et al.), GLUE test MNLI-m/mm",
-    "P3": "seed 001: SqueezeBERT paper, Table 3 (GLUE test): #MParams, GFLOPs, Pixel 3 latency (batch 1, seq 128), "
+    "003": "MobileBERT (Sun et al.), Table 3 as quoted there: #Params, #FLOPS, GLUE test MNLI-m/mm",
+    "004": "BERT miniatures (Turc et al.), GLUE test MNLI-m/mm",
+    "P3": "SqueezeBERT paper, Table 3 (GLUE test): #MParams, GFLOPs, Pixel 3 latency (batch 1, seq 128), "
           "MNLI-m/mm",
-    "P2": "seed 001: SqueezeBERT paper, Table 2 (GLUE dev, no bells and whistles): #MParams, GFLOPs, Pixel 3 "
+    "P2": "SqueezeBERT paper, Table 2 (GLUE dev, no bells and whistles): #MParams, GFLOPs, Pixel 3 "
           "latency (batch 1, seq 128)",
 }
 
@@ -49,7 +49,7 @@ class Published:
     gflops: float | None = None
     pixel3_ms: float | None = None
     mnli: str | None = None  # MNLI-m/mm accuracy, as printed
-    every_token: bool = False  # gflops counted with the pooler at every position (squeezebert_jax.flops: seed 003's)
+    every_token: bool = False  # gflops with the pooler at every position (squeezebert_jax.flops: as MobileBERT counts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,7 @@ FOOTNOTES = [
     "Ours: MParams = parameters of the built Flax SqueezeBertModel (embeddings, encoder, pooler; no task head), "
     "as BERT-base's published 109M counts them; GFLOPs = squeezebert_jax.flops at seq 128 (the paper's count: "
     "the encoder's position-wise matmuls, QK^T and probs.V, the pooler at [CLS]; a multiply-add is 2 FLOPs); "
-    "GFLOPs 003 count = the same plus the pooler at every position (see the note on seed 003's FLOPs); (+x%) is ours "
+    "GFLOPs 003 count = the same plus the pooler at every position (see the note on MobileBERT's FLOPs); (+x%) is ours "
     "against the first published value, in the column counted as that value was; speedup = our BERT-base ms / "
     "the row's ms, timed in the same run.",
     "* {pct:.0f}% pruned: the encoder's position-wise kernels (Q, K, V, post-attention, FFN expand and contract; "
@@ -124,7 +124,7 @@ FOOTNOTES = [
     "kernels magnitude-pruned, run dense. Seed 003's pruning rows are "
     "BERT-Large (e.g. NIP at 50.0%: MNLI 77.0 (-9.1)); no BERT-base figures are published there.",
     "PKD-6/PKD-3: BERT-base's first 6 / 3 layers' shapes (PKD's students). BERT-L12-H768 is BERT-base's shape "
-    "(seed 004: included for completeness) and BERT-L6-H768 PKD-6's. Theseus 6/768 (BERT-of-Theseus, progressive "
+    "(Turc et al.: included for completeness) and BERT-L6-H768 PKD-6's. Theseus 6/768 (BERT-of-Theseus, progressive "
     "module replacing) ends as the same 6-layer BERT: its row is PKD-6's network, timed again in the same run.",
     "Seed 003's FLOPs of BERT-base and its 6- and 3-layer students (22.5, 11.3, 5.7; the paper quotes 22.5 and "
     "11.3) are the paper's count plus the pooler's hidden x hidden matmul at the other 127 positions (0.150 GFLOPs, "
@@ -136,7 +136,7 @@ FOOTNOTES = [
     "off in the released config): 24.58M as transformers' MobileBertModel counts it, 2.8% under the published "
     "25.3M, a difference its sources do not explain (the MLM head's transform and its 384 x 30522 decoder part "
     "are not in either). GFLOPs: 5.34 in the layers plus 0.05 for the 3-gram projection; the published figures "
-    "differ between the sources (5.7 in seed 003, MobileBERT's own table; 5.36 in the paper), and neither says how "
+    "differ between the sources (5.7 in MobileBERT's own Table 3; 5.36 in the paper), and neither says how "
     "it counted.",
     "ALBERT-base: one set of BERT-base's layer weights run 12 times, embeddings of 128 projected to 768, a 30,000 "
     "piece vocabulary: 11.68M as transformers' AlbertModel counts it (the paper's 12.0M rounds ALBERT's own '12M'); "
