@@ -66,7 +66,7 @@ def main(argv=None):
             shutil.rmtree(os.path.join(args.workdir, name), ignore_errors=True)
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
     from squeezebert_jax import pretrain, pretrain_data
-    from squeezebert_jax.io import save_pretrained
+    from squeezebert_jax.pretrained import save_pretrained
     from squeezebert_jax.reporting import read_metrics
     from squeezebert_jax.tokenizer import Tokenizer
 

@@ -44,7 +44,7 @@ if "JAX_PLATFORMS" not in _os.environ and _compile_only_plugins_on_a_cpu_host():
         _jax.config.update("jax_platforms", "cpu")
 
 from squeezebert_jax.flops import flops, flops_breakdown
-from squeezebert_jax.io import export_torch, import_torch, load_pretrained, save_pretrained
+from squeezebert_jax.pretrained import export_torch, import_torch, load_pretrained, save_pretrained
 from squeezebert_jax.model import (
     HEADS,
     SqueezeBertConfig,

@@ -4,7 +4,7 @@ ELECTRA, MobileBERT) and our Flax NNX model.
 The mapping is an explicit name table (``_table``, built from the family's file in ``squeezebert_jax/models``: its
 ``encoder_table`` and ``head_table``) plus a per-tensor reshape (``_to_flax`` / ``_to_torch``), dict to
 dict: ``torch_to_flat`` (state_dict -> our parameter paths, with the torch names and shapes for messages) and
-``flat_to_torch``. No model is built here: ``io.build_model`` builds it and checks that every parameter is found,
+``flat_to_torch``. No model is built here: ``pretrained.build_model`` builds it and checks that every parameter is found,
 every tensor used and every shape right, naming the tensor otherwise. Known non-parameter buffers
 (``embeddings.position_ids``) and the tied MLM decoder (``cls.predictions.decoder.*`` or the family's ``tied`` keys,
 which must equal the word embeddings / MLM bias) are recognised and skipped.
@@ -148,7 +148,7 @@ def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -
 
 @dataclasses.dataclass(frozen=True)
 class Mapped:
-    """A checkpoint's tensors under our parameter paths, and what ``io.build_model`` needs to name them in the
+    """A checkpoint's tensors under our parameter paths, and what ``pretrained.build_model`` needs to name them in the
     checkpoint's own terms. Paths are relative to the encoder's owner: the head classes' ``transformer/`` prefix
     is dropped (``encoder/layers/0/attention/query/kernel``, ``classifier/kernel``), so a bare
     ``SqueezeBertModel`` and a head class match the same keys."""
@@ -175,7 +175,7 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
                   architectures: list[str] | None = None, source: str = "state_dict") -> Mapped:
     """A transformers state_dict (numpy arrays; SqueezeBERT or BERT keys) under our parameter paths.
 
-    Names and reshapes only: no model is built and nothing is checked against one (``io.build_model`` does that).
+    Names and reshapes only: no model is built and nothing is checked against one (``pretrained.build_model`` does that).
     The tensors of ``head`` (default: the head the checkpoint holds, inferred from its keys and ``architectures``)
     and of the checkpoint's own head are mapped through the name table; ``names`` gives the torch key of every path
     in those tables (so a missing tensor is reported by its torch name), and tensors the table does not name are

@@ -39,7 +39,7 @@ from flax import nnx
 from squeezebert_jax import convert, glue, tasks
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import GlueExample
-from squeezebert_jax.io import build_model, load_pretrained, save_pretrained
+from squeezebert_jax.pretrained import build_model, load_pretrained, save_pretrained
 from squeezebert_jax.tokenizer import Tokenizer
 
 _LAYER = re.compile(r"^encoder/layers/(\d+)/")

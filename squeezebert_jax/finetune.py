@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from squeezebert_jax import (batching, checkpointing, distill, errors, files, glue, inference, optim, parallel,
                              prune, reporting, tasks, trainer)
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.io import (
+from squeezebert_jax.pretrained import (
     _read_config,
     atomic_write,
     load_pretrained,

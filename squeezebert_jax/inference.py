@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax import batching, parallel
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.io import _read_config
+from squeezebert_jax.pretrained import _read_config
 from squeezebert_jax.model import Structure
 from squeezebert_jax.tokenizer import Tokenizer
 

@@ -34,7 +34,7 @@ class Predictor:
 
     def __init__(self, model_dir: str, max_length: int = 128, batch_size: int = 64):
         from squeezebert_jax.inference import NoClassifierError, model_tokenizer
-        from squeezebert_jax.io import load_pretrained
+        from squeezebert_jax.pretrained import load_pretrained
         from squeezebert_jax.model import HEADS
 
         self.model, self.model_dir = load_pretrained(model_dir), model_dir

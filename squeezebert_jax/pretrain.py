@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from squeezebert_jax import checkpointing, errors, files, optim, parallel, pretrain_data, reporting, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
-from squeezebert_jax.io import atomic_write, load_pretrained, save_pretrained
+from squeezebert_jax.pretrained import atomic_write, load_pretrained, save_pretrained
 from squeezebert_jax.model import (ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining, Structure,
                                    generator_config, set_execution)
 
@@ -208,7 +208,7 @@ def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None):
 
 def rtd_weight(config) -> float:
     """The discriminator's loss weight when ``config.objective`` is "rtd" (ELECTRA's 50), else 0 (MLM + SOP)."""
-    return float(config.rtd.weight) if config.get("objective", "mlm_sop") == "rtd" else 0.0
+    return float(config.rtd.weight) if config.objective == "rtd" else 0.0
 
 
 def split_model(model) -> tuple[Any, dict, dict]:
@@ -478,9 +478,9 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
              valid)
     need(finite(config.peak_flops_per_device) and config.peak_flops_per_device >= 0, "peak_flops_per_device",
          "a finite FLOP/s >= 0 (0: looked up by device kind)")
-    need(config.get("objective", "mlm_sop") in ("mlm_sop", "rtd"), "objective",
+    need(config.objective in ("mlm_sop", "rtd"), "objective",
          "mlm_sop (masked LM + sentence order) or rtd (ELECTRA's replaced-token detection)")
-    if config.get("objective", "mlm_sop") == "rtd":
+    if config.objective == "rtd":
         need(finite(config.rtd.weight) and config.rtd.weight > 0, "rtd.weight", "a finite weight > 0 (ELECTRA: 50)")
         need(finite(config.rtd.generator_fraction) and 0 < config.rtd.generator_fraction <= 1,
              "rtd.generator_fraction", "a fraction in (0, 1] of the discriminator's width (ELECTRA: 1/4)")
@@ -494,7 +494,7 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
         raise InputError("config.phases is empty: at least one phase (name, num_steps, seq_len, "
                          "max_predictions_per_seq)")
     if config.init_from:
-        from squeezebert_jax.io import _read_config
+        from squeezebert_jax.pretrained import _read_config
 
         positions, source = _read_config(config.init_from)[0].max_position_embeddings, config.init_from
     else:

@@ -261,7 +261,7 @@ def shrink_ffn(model):
     Its outputs equal the masked model's; it saves, converts and loads (ours and transformers') as any model does."""
     from flax import nnx
 
-    from squeezebert_jax.io import flat_params
+    from squeezebert_jax.pretrained import flat_params
     from squeezebert_jax.model import HEADS
 
     cfg = model.config

@@ -221,16 +221,16 @@ def pytest_collection_modifyitems(config, items):
 
 def assert_converts_back_exactly(model, torch_model, out_dir, pooler_params: int = 0):
     """``model`` (read from ``torch_model``'s checkpoint) has its parameter count, less a pooler transformers builds
-    the head without (``pooler_params``), and written back through ``io.export_torch`` it loads in the same
+    the head without (``pooler_params``), and written back through ``pretrained.export_torch`` it loads in the same
     transformers class with every tensor equal to the original's."""
     import torch
     import transformers
 
     import squeezebert_jax as sj
-    from squeezebert_jax import io
+    from squeezebert_jax import pretrained
 
     assert sj.count_params(model) - pooler_params == torch_model.num_parameters()
-    io.export_torch(model, out_dir)
+    pretrained.export_torch(model, out_dir)
     back = getattr(transformers, type(torch_model).__name__).from_pretrained(out_dir)
     want, got = torch_model.state_dict(), back.state_dict()
     assert set(want) == set(got) and all(torch.equal(want[k], got[k]) for k in want)

@@ -14,7 +14,7 @@ from conftest import assert_family_head_matches, perturbed
 from flax import nnx
 
 import squeezebert_jax as sj
-from squeezebert_jax import convert, io, mobile
+from squeezebert_jax import convert, mobile, pretrained
 from squeezebert_jax.benchmarks import compare
 from squeezebert_jax.errors import InputError
 
@@ -57,7 +57,7 @@ def test_the_shared_layer_is_one_set_of_weights_and_its_gradient_sums_over_the_l
                               rngs=nnx.Rngs(0))
     assert sj.count_params(one) == transformers.AlbertModel(transformers.AlbertConfig(**TINY)).num_parameters()
     tm = torch_albert("AlbertModel")
-    model = io.from_torch_state_dict({k: v.numpy() for k, v in tm.state_dict().items()},
+    model = pretrained.from_torch_state_dict({k: v.numpy() for k, v in tm.state_dict().items()},
                                      sj.SqueezeBertConfig.preset("albert-base-v2", **TINY))
     assert sj.count_params(model) == sj.count_params(one) and len(model.encoder.layers) == 1
     ids, mask, tt = inputs()

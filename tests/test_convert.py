@@ -104,7 +104,7 @@ def test_pretraining_round_trip_keeps_sop(tmp_path):
     assert set(info["unexpected_keys"]) <= {"cls.seq_relationship.weight", "cls.seq_relationship.bias"}
     again = sj.load_pretrained(tmp_path / "hf")  # a transformers dir loads directly too
     assert type(again) is sj.SqueezeBertForPreTraining
-    a, b = sj.io.flat_params(model), sj.io.flat_params(again)
+    a, b = sj.pretrained.flat_params(model), sj.pretrained.flat_params(again)
     assert all(np.array_equal(a[k], b[k]) for k in a) and a.keys() == b.keys()
 
 
@@ -129,7 +129,7 @@ def test_new_head_on_headless_checkpoint_is_reported(tmp_path, caplog):
     assert set(m.newly_initialized) == {"classifier/kernel", "classifier/bias"}
     assert "classifier/kernel" in caplog.text
     with pytest.raises(ValueError, match="classifier.weight"):
-        sj.io.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
+        sj.pretrained.from_torch_state_dict(torch_sd(tm), sj.SqueezeBertConfig(**TINY),
                                       "SqueezeBertForSequenceClassification")
 
 
@@ -152,7 +152,7 @@ def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
         traced.append(isinstance(self.pooler["dense"].kernel.get_value(), jax.core.Tracer))
 
     monkeypatch.setattr(sj.SqueezeBertModel, "__init__", counting_init)
-    for load in (lambda: sj.io.import_torch(src, str(tmp_path / "m")),
+    for load in (lambda: sj.pretrained.import_torch(src, str(tmp_path / "m")),
                  lambda: sj.load_pretrained(src),
                  lambda: sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2),
                  lambda: sj.load_pretrained(src, "SqueezeBertForMaskedLM"),
@@ -187,29 +187,29 @@ def _sd():
 def test_unexpected_tensor_is_named():
     sd = _sd() | {"transformer.encoder.layers.0.attention.extra.weight": np.zeros(3, np.float32)}
     with pytest.raises(ValueError, match="attention.extra.weight"):
-        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_missing_tensor_is_named():
     sd = _sd()
     del sd["transformer.encoder.layers.1.output.layernorm.bias"]
     with pytest.raises(ValueError, match=r"layers\.1\.output\.layernorm\.bias"):
-        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_misshapen_tensor_and_wrong_config_are_named():
     sd = _sd()
     sd["transformer.encoder.layers.0.attention.query.weight"] = np.zeros((32, 32, 1), np.float32)
     with pytest.raises(ValueError, match=r"attention\.query\.weight has shape \(32, 32, 1\)"):
-        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
     with pytest.raises(ValueError, match="does config.json match"):  # right weights, wrong groups
-        sj.io.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
+        sj.pretrained.from_torch_state_dict(_sd(), sj.SqueezeBertConfig(**(TINY | {"k_groups": 4})))
 
 
 def test_untied_decoder_rejected():
     sd = _sd() | {"cls.predictions.decoder.weight": np.zeros((99, 32), np.float32)}
     with pytest.raises(ValueError, match="decoder.weight differs"):
-        sj.io.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
 def test_native_model_dir_errors(tmp_path):
@@ -258,7 +258,7 @@ def test_missing_encoder_tensor_is_an_error_even_when_new_heads_are_allowed(tmp_
     with pytest.raises(ValueError, match=r"missing .*layers\.1\.output\.conv1d\.weight"):
         sj.load_pretrained(src, head="SqueezeBertForSequenceClassification", num_labels=2)
     with pytest.raises(ValueError, match=r"layers\.1\.output\.conv1d\.weight"):
-        sj.io.import_torch(src, str(tmp_path / "out"))
+        sj.pretrained.import_torch(src, str(tmp_path / "out"))
     assert not (tmp_path / "out" / "params.safetensors").exists()
 
 
@@ -318,7 +318,7 @@ def test_label_names_name_a_converted_classifier(tmp_path):
                "--label-names", "contradiction,entailment,neutral")
     assert sj.load_pretrained(tmp_path / "m").config.id2label == {0: "contradiction", 1: "entailment", 2: "neutral"}
     with pytest.raises(ValueError, match="2 label names"):
-        sj.io.import_torch(src, str(tmp_path / "m2"), label_names=["a", "b"])
+        sj.pretrained.import_torch(src, str(tmp_path / "m2"), label_names=["a", "b"])
 
 
 def test_atomic_write_text_bytes_and_writer(tmp_path):

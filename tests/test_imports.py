@@ -15,9 +15,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "squeezebert_jax"
 BENCHMARKS = f"{PACKAGE}.benchmarks"
 SCRIPT_DIRS = ("train", "eval", "convert")
-# A package module is reached only as squeezebert_jax.<name> and shadows nothing unless its folder is put on sys.path;
-# io.py predates the rule and is the subject of the loading-path work (issue 12, item 2).
-STDLIB_NAMED_EXCEPTIONS = {f"{PACKAGE}/io.py"}
 
 
 def python_files(root: str, top: str) -> list[str]:
@@ -111,8 +108,7 @@ def core_importing_benchmarks(graph: dict[str, set[str]]) -> list[str]:
 
 def stdlib_named_files(root: str = ROOT) -> list[str]:
     files = [f for top in (PACKAGE, *SCRIPT_DIRS) for f in python_files(root, top)]
-    return [f for f in files if os.path.basename(f)[:-3] in sys.stdlib_module_names
-            and f.replace(os.sep, "/") not in STDLIB_NAMED_EXCEPTIONS]
+    return [f for f in files if os.path.basename(f)[:-3] in sys.stdlib_module_names]
 
 
 def sys_path_edits(root: str = ROOT) -> list[str]:
@@ -171,7 +167,7 @@ def test_file_helpers_and_text_data_modules_need_no_model():
     conversion, nor the trainer (so they run where flax is not wanted)."""
     graph = import_graph()
     assert graph[f"{PACKAGE}.files"] <= {f"{PACKAGE}.errors"}
-    heavy = {f"{PACKAGE}.{m}" for m in ("model", "io", "convert", "trainer", "pretrain", "finetune")}
+    heavy = {f"{PACKAGE}.{m}" for m in ("model", "pretrained", "convert", "trainer", "pretrain", "finetune")}
     for m in ("glue", "tokenizer", "corpus"):
         assert not reachable(graph, f"{PACKAGE}.{m}") & heavy, m
 

@@ -14,7 +14,7 @@ from conftest import assert_family_head_matches, perturbed
 from flax import nnx
 
 import squeezebert_jax as sj
-from squeezebert_jax import convert, io, mobile
+from squeezebert_jax import convert, mobile, pretrained
 from squeezebert_jax.benchmarks import compare
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import ElectraPreTraining
@@ -148,12 +148,12 @@ def test_mobilebert_pretrains_with_mlm_and_sop_and_as_an_rtd_discriminator(tmp_p
     model = sj.load_pretrained(tmp_path / "run" / "model")
     assert model.config.family == "mobilebert" and model.config.num_feedforward_networks == 2
     if objective == "mlm_sop":  # transformers reads it with nothing missing or left over
-        io.export_torch(model, tmp_path / "hf")
+        pretrained.export_torch(model, tmp_path / "hf")
         _, info = transformers.MobileBertForPreTraining.from_pretrained(tmp_path / "hf", output_loading_info=True)
         assert not info["missing_keys"] and not info["unexpected_keys"]
     else:  # transformers has no MobileBERT discriminator: our MODEL_DIR only, said in one line, nothing written
         with pytest.raises(InputError, match="no mobilebert class for SqueezeBertForReplacedTokenDetection"):
-            io.export_torch(model, tmp_path / "hf")
+            pretrained.export_torch(model, tmp_path / "hf")
         assert not (tmp_path / "hf").exists()
     if objective == "rtd":
         pair = ElectraPreTraining(model.config, rngs=nnx.Rngs(0))

@@ -234,15 +234,15 @@ def test_scanned_model_keeps_per_layer_names_and_the_converter_round_trip():
     tt = jnp.zeros_like(ids)
     scanned = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY, scan_layers=True), rngs=nnx.Rngs(0))
     unrolled = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY, scan_layers=False), rngs=nnx.Rngs(0))
-    names = lambda m: sorted(sj.io.flat_params(m))  # noqa: E731
+    names = lambda m: sorted(sj.pretrained.flat_params(m))  # noqa: E731
     assert names(scanned) == names(unrolled)
     assert "transformer/encoder/layers/1/attention/query/kernel" in names(scanned)
     sd = convert.to_torch_state_dict(scanned)
     assert sorted(sd) == sorted(convert.to_torch_state_dict(unrolled))
-    back = sj.io.from_torch_state_dict(sd, scanned.config, head="SqueezeBertForPreTraining")
+    back = sj.pretrained.from_torch_state_dict(sd, scanned.config, head="SqueezeBertForPreTraining")
     scanned.eval(), back.eval()
     assert back.config.scan_layers
-    a, b = sj.io.flat_params(back), sj.io.flat_params(scanned)
+    a, b = sj.pretrained.flat_params(back), sj.pretrained.flat_params(scanned)
     assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)  # the weights, exactly
     np.testing.assert_allclose(back(ids, mask, tt).mlm_logits, scanned(ids, mask, tt).mlm_logits, atol=1e-6)
     assert "scan_layers" not in scanned.config.to_dict() and "remat" not in scanned.config.to_dict()

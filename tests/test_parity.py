@@ -75,7 +75,7 @@ def build_pair(head, extra, cfg_kwargs, seed=0):
     tcfg = transformers.SqueezeBertConfig(**cfg_kwargs, **extra)
     tm = randomize(getattr(transformers, head)(tcfg), seed)
     cfg = sj.SqueezeBertConfig.from_dict(tcfg.to_dict())
-    fm = sj.io.from_torch_state_dict(torch_sd(tm), cfg, head, architectures=[head])
+    fm = sj.pretrained.from_torch_state_dict(torch_sd(tm), cfg, head, architectures=[head])
     fm.eval()
     return tm, fm, cfg
 
@@ -108,7 +108,7 @@ def test_pretraining_head_matches_pytorch():
     sd = torch_sd(tm) | {"cls.seq_relationship.weight": sop.weight.detach().numpy(),
                          "cls.seq_relationship.bias": sop.bias.detach().numpy()}
     cfg = sj.SqueezeBertConfig(**TINY)
-    fm = sj.io.from_torch_state_dict(sd, cfg)
+    fm = sj.pretrained.from_torch_state_dict(sd, cfg)
     assert type(fm) is sj.SqueezeBertForPreTraining
     fm.eval()
     ids, mask, tt = inputs(cfg)
@@ -132,7 +132,7 @@ def test_default_config_matches_pytorch(head):
     tcfg = transformers.SqueezeBertConfig(vocab_size=30528)
     tm = randomize(getattr(transformers, head)(tcfg), seed=1)
     cfg = sj.SqueezeBertConfig.preset("squeezebert-uncased")
-    fm = sj.io.from_torch_state_dict(torch_sd(tm), cfg, head)
+    fm = sj.pretrained.from_torch_state_dict(torch_sd(tm), cfg, head)
     fm.eval()
     ids, mask, tt = inputs(cfg, batch=3, seq=24)
     t = run_torch(tm, ids, mask, tt)
@@ -153,7 +153,7 @@ def test_bert_checkpoint_gives_bert_outputs(bert_cls, head):
     tm = randomize(getattr(transformers, bert_cls)(bcfg), seed=2)
     cfg = sj.SqueezeBertConfig.from_dict(bcfg.to_dict())
     assert cfg.is_bert
-    fm = sj.io.from_torch_state_dict(torch_sd(tm), cfg, architectures=[bert_cls], allow_new_heads=True)
+    fm = sj.pretrained.from_torch_state_dict(torch_sd(tm), cfg, architectures=[bert_cls], allow_new_heads=True)
     assert type(fm).__name__ == head
     fm.eval()
     ids, mask, tt = inputs(cfg)

@@ -166,7 +166,7 @@ def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
 
 
 def test_damaged_run_and_model_files_are_named(tmp_path):
-    from squeezebert_jax import io, trainer
+    from squeezebert_jax import pretrained, trainer
 
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(errors.InputError, match=r"config.json: not valid JSON .*move it away"):
@@ -174,7 +174,7 @@ def test_damaged_run_and_model_files_are_named(tmp_path):
     model = tiny_init(tmp_path / "model", VOCAB)
     os.remove(model / "params.safetensors")
     with pytest.raises(FileNotFoundError, match=r"params.safetensors: no such file; .* whose weights are missing"):
-        io.load_pretrained(model)
+        pretrained.load_pretrained(model)
 
 
 # -- A full disk --------------------------------------------------------------------------------------------------

@@ -228,7 +228,7 @@ def _compile_finetune(config, target) -> int:
     program does not fit."""
     from squeezebert_jax import aot, glue
     from squeezebert_jax.benchmarks import timing
-    from squeezebert_jax.io import _read_config
+    from squeezebert_jax.pretrained import _read_config
     from squeezebert_jax.model import SqueezeBertConfig
 
     model_cfg = _read_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)

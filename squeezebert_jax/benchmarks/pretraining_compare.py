@@ -69,7 +69,7 @@ def run(pretrain_base: ml_collections.ConfigDict, finetune_base, workdir: str, s
     train/configs/glue.py's config for the task. The story task's files are written once, to ``workdir/glue``."""
     from squeezebert_jax import finetune as ft
     from squeezebert_jax import pretrain
-    from squeezebert_jax.io import load_pretrained
+    from squeezebert_jax.pretrained import load_pretrained
 
     glue_dir = os.path.join(workdir, "glue")
     if not os.path.isdir(glue_dir):

@@ -207,7 +207,7 @@ def load_model(name: str, tiny: bool = False) -> nnx.Module:
     """The model a ``--models`` entry names: a MODEL_DIR's model (its weights and head; ``tiny`` does not apply),
     else ``build_classifier(name, tiny)``."""
     if is_model_dir(name):
-        from squeezebert_jax.io import load_pretrained
+        from squeezebert_jax.pretrained import load_pretrained
 
         return load_pretrained(name)
     return build_classifier(name, tiny)
