@@ -7,8 +7,13 @@ import tempfile
 # time (most of this suite's time), and tiny steps that run ~3x slower, which only matters where a test runs many
 # steps: test_demo_learns_mlm_and_sop runs its own process at RUN_FLAGS (-O1: as fast as the default -O3 on the demo
 # step, 17% less compile time). Subprocesses that set their own XLA_FLAGS add COMPILE_FLAGS too.
-COMPILE_FLAGS = "--xla_backend_optimization_level=0"
-RUN_FLAGS = "--xla_backend_optimization_level=1"
+# The 8 simulated devices' collectives wait up to 10 minutes for each other (XLA:CPU aborts the process after 40 s by
+# default): on a 2-core machine compiling for the other xdist worker, a device thread can lag that long, and the
+# notebook's kernel died so ("Termination timeout for all reduce") in a clean-clone run.
+PATIENT_COLLECTIVES = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=120 "
+                       "--xla_cpu_collective_call_terminate_timeout_seconds=600")
+COMPILE_FLAGS = f"--xla_backend_optimization_level=0 {PATIENT_COLLECTIVES}"
+RUN_FLAGS = f"--xla_backend_optimization_level=1 {PATIENT_COLLECTIVES}"
 os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {COMPILE_FLAGS}")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # float32 matmuls at full precision, through the environment so that the subprocesses the tests start (the notebook's
