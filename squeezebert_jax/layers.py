@@ -162,11 +162,11 @@ ATTENTION = ("fused", "reference")  # SqueezeBertConfig.attention
 
 def cudnn_version() -> int | None:
     """The cuDNN version jax's fused attention would use, or None where there is none (a host without CUDA)."""
-    from jax._src.cudnn import fused_attention_stablehlo as fa
-
     try:
+        from jax._src.cudnn import fused_attention_stablehlo as fa
+
         return int(fa.check_cudnn_version())
-    except Exception:  # noqa: BLE001 -- no CUDA plugin, or no cuDNN library
+    except Exception:  # noqa: BLE001 -- no CUDA plugin, no cuDNN library, or a jax without this module
         return None
 
 
