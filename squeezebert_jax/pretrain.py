@@ -190,7 +190,10 @@ def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
     overrides = dict(config.model.overrides)
     for field in ("scan_layers", "remat", "attention"):
         overrides.setdefault(field, config.model[field])
-    return SqueezeBertConfig.preset(config.model.preset, **overrides)
+    try:
+        return SqueezeBertConfig.preset(config.model.preset, **overrides)
+    except InputError as e:  # the model's own validator; the refusal names the config section it read
+        raise InputError(f"config.model: {e}") from None
 
 
 def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None):

@@ -296,17 +296,30 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     interrupted resumes from its checkpoints. ``predict``: GLUE-server files of the chosen runs in
     WORKDIR/predictions (AX from MNLI's). ``echo`` gets one line per finished run (task, settings, score, elapsed /
     ETA). One sweep per workdir at a time (``files.RunLock``)."""
+    check_points(make_config, grid, tasks or glue.RECIPE_ORDER)
     with files.RunLock(workdir, "GLUE sweep"):
         return _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo)
+
+
+def check_points(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], tasks) -> None:
+    """Every point's settings through fine-tuning's validator before anything is written or run, the point named
+    in the one-line refusal (the devices' count is checked as each run starts: here is one device)."""
+    for task in tasks:
+        for s in expand(grid):
+            c = apply(make_config(task), s)
+            try:
+                ft.check_settings(c, num_devices=1)
+            except InputError as e:
+                raise InputError(f"sweep point {task} {run_name(s, int(c.seed))}: {e}") from None
 
 
 def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo) -> str:
     tasks = list(tasks or glue.RECIPE_ORDER)
     if transfer and "mnli" in tasks:
         tasks.insert(0, tasks.pop(tasks.index("mnli")))
+    settings_list = expand(grid)
     os.makedirs(workdir, exist_ok=True)
     record = os.path.join(workdir, RECORD)
-    settings_list = expand(grid)
     done = {run_key(r["task"], r["settings"], r["seed"]): r for r in read_rows(record)}
     plan, drift = [], {}
     for task in tasks:

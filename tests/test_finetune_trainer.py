@@ -158,6 +158,9 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     ("learning_rate", -1e-3, r"config.learning_rate=-0.001: a finite rate > 0"),
     ("batch_size", 12, r"config.batch_size=12: a multiple of the 8 devices of the mesh"),
     ("keep_checkpoints", 0, r"config.keep_checkpoints=0: an integer >= 1"),
+    ("attention", "flash", r"config.attention='flash': fused or reference"),
+    ("attention_dropout", 0.1, r"config.attention_dropout=0.1: 0 or unset with attention 'fused'"),
+    ("rng_impl", "RBG", r"config.rng_impl='RBG': threefry2x32 or rbg"),
 ])
 def test_bad_settings_are_refused_before_anything_is_loaded_or_written(task, tmp_path, setting, value, msg):
     with pytest.raises(sj.errors.InputError, match=msg):

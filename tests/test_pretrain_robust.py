@@ -262,6 +262,9 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"phases": []}, "config.phases is empty"),
     ({"data.source": "wiki"}, "config.data.source='wiki': demo or prepared"),
     ({"data.source": "prepared"}, "config.data.path='': a directory written by train/prepare_data.py"),
+    ({"rng_impl": "philox"}, "config.rng_impl='philox': threefry2x32 or rbg"),
+    ({"model.attention": "flash"}, "config.model: attention 'flash' not supported; one of ['fused', 'reference']"),
+    ({"model.remat": "some"}, "config.model: remat 'some' not supported"),
 ])
 def test_a_setting_out_of_range_is_refused_before_anything_is_written(tmp_path, overrides, message):
     """Issue 26 class 5: one line naming the setting, its value and the valid range; no workdir made, no compile."""

@@ -234,6 +234,21 @@ def test_malformed_grids_name_the_bad_part(get_config, text, msg):
     assert msg in str(e.value)
 
 
+@pytest.mark.parametrize("text,point,msg", [
+    ("attention_dropout=0.0,0.1", "attention_dropout=0.1,seed=0", "config.attention_dropout=0.1: 0 or unset"),
+    ("max_seq_length=128,1", "max_seq_length=1,seed=0", "config.max_seq_length=1: an integer >= 2"),
+])
+def test_a_point_the_validator_refuses_stops_the_sweep_before_anything_is_written(get_config, tmp_path, text, point,
+                                                                                 msg):
+    """Each grid point goes through fine-tuning's settings validator before the first run: a later point that it
+    refuses is one line naming the point, and no workdir, lock or record is written."""
+    workdir = tmp_path / "sweep"
+    with pytest.raises(InputError) as e:
+        sweep.run_sweep(get_config, sweep.parse_grid(text, get_config("rte")), str(workdir), tasks=["rte"])
+    assert str(e.value).startswith(f"sweep point rte {point}: {msg}")
+    assert not workdir.exists()
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["--sweep", "lr=abc"], "--sweep: 'lr=abc': 'abc' is not a float (learning_rate)"),
     (["--sweep", "lr=1e-5;dropout="], "--sweep: 'dropout=': an empty value"),
