@@ -10,14 +10,12 @@ bf16 is asked for, AdamW (fused on CUDA), ``zero_grad(set_to_none=True)``; eager
 
 from __future__ import annotations
 
-import time
-from typing import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from squeezebert_jax import mobile
+from squeezebert_jax.benchmarks.timing import time_steps
 from squeezebert_jax.model import SqueezeBertConfig
 
 
@@ -36,25 +34,15 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_model()
 
 
-def _torch_model(cfg: SqueezeBertConfig, head: str):
-    """A randomly initialised transformers ``SqueezeBert{head}`` (``Bert{head}`` when every group is 1) of ``cfg``."""
+def _torch_model(cfg: SqueezeBertConfig, auto_class: str):
+    """A randomly initialised transformers model of ``cfg`` in its family's classes (``cfg.style``: SqueezeBERT,
+    BERT when every group is 1, ...), ``auto_class`` e.g. "AutoModelForMaskedLM"."""
     import transformers
 
-    style = "bert" if cfg.is_bert else "squeezebert"
-    tcfg = getattr(transformers, "BertConfig" if cfg.is_bert else "SqueezeBertConfig")(**cfg.to_dict(style))
+    d = cfg.to_dict(cfg.style)
+    tcfg = transformers.AutoConfig.for_model(d.pop("model_type"), **d)
     with mobile._quiet_transformers():
-        return getattr(transformers, ("Bert" if cfg.is_bert else "SqueezeBert") + head)(tcfg)
-
-
-def _timed(step: Callable[[], None], sync: Callable[[], None], steps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        step()
-    sync()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return (time.perf_counter() - t) / steps
+        return getattr(transformers, auto_class).from_config(tcfg)
 
 
 def torch_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
@@ -63,7 +51,7 @@ def torch_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_
     import torch
 
     dev = torch_device()
-    model = _torch_model(cfg, "ForMaskedLM").to(dev).train()
+    model = _torch_model(cfg, "AutoModelForMaskedLM").to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev == "cuda")
     rng = np.random.default_rng(0)
     ids = torch.as_tensor(rng.integers(5, cfg.vocab_size, (batch_size, seq_len)), device=dev)
@@ -82,7 +70,7 @@ def torch_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_
         opt.zero_grad(set_to_none=True)
 
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    dt = _timed(step, sync, steps, warmup)
+    dt = time_steps(step, sync, steps, warmup)
     return {"seq_per_s": batch_size / dt, "step_ms": 1000 * dt}
 
 
@@ -92,7 +80,7 @@ def torch_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16:
     import torch
 
     dev = torch_device()
-    model = _torch_model(cfg, "ForSequenceClassification").to(dev).eval()
+    model = _torch_model(cfg, "AutoModelForSequenceClassification").to(dev).eval()
     ids = torch.as_tensor(np.random.default_rng(0).integers(5, cfg.vocab_size, (batch_size, seq_len)), device=dev)
     mask = torch.ones_like(ids)
 
@@ -101,7 +89,7 @@ def torch_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16:
             model(input_ids=ids, attention_mask=mask)
 
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    return batch_size / _timed(step, sync, steps, warmup)
+    return batch_size / time_steps(step, sync, steps, warmup)
 
 
 def flax_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16: bool = True, steps: int = 10,
@@ -118,4 +106,4 @@ def flax_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16: 
     def step():
         out[0] = fwd(ids, mask, tt)
 
-    return batch_size / _timed(step, lambda: jax.block_until_ready(out[0]), steps, warmup)
+    return batch_size / time_steps(step, lambda: jax.block_until_ready(out[0]), steps, warmup)

@@ -122,6 +122,19 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int = 20, warmup: 
     return out
 
 
+def time_steps(step: Callable[[], Any], sync: Callable[[], Any], steps: int, warmup: int) -> float:
+    """Seconds per call of ``step`` run ``steps`` times back to back (after ``warmup`` calls), as a training loop runs:
+    no wait between calls, ``sync()`` (block on the device) only before and after."""
+    for _ in range(warmup):
+        step()
+    sync()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - t) / steps
+
+
 def blocking(f: Callable, *args) -> Callable[[], Any]:
     """A zero-argument callable that runs ``f(*args)`` and waits for JAX results."""
     return lambda: jax.block_until_ready(f(*args))

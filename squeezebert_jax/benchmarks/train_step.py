@@ -3,7 +3,6 @@ the real input pipeline keeps that step fed."""
 
 from __future__ import annotations
 
-import time
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,7 @@ import numpy as np
 from flax import nnx
 
 from squeezebert_jax import optim, parallel, pretrain, reporting, trainer
-from squeezebert_jax.benchmarks.timing import time_interleaved
+from squeezebert_jax.benchmarks.timing import time_interleaved, time_steps
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
 
 # --------------------------------------------------------------------------------------------------
@@ -42,15 +41,12 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
              "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
     batch = parallel.global_batch(batch, mesh)
     step = trainer.jit_train_step(pretrain.make_train_step(graphdef, rest, tx, 1), shardings, mesh)
-    key = trainer.run_key(0, rng_impl)
-    for _ in range(warmup):
-        state, m = step(state, batch, key, lr)
-    jax.block_until_ready(m)
-    t = time.perf_counter()
-    for _ in range(steps):
-        state, m = step(state, batch, key, lr)
-    jax.block_until_ready(m)
-    dt = (time.perf_counter() - t) / steps
+    key, carry = trainer.run_key(0, rng_impl), [state, None]
+
+    def one_step():
+        carry[:] = step(carry[0], batch, key, lr)
+
+    dt = time_steps(one_step, lambda: jax.block_until_ready(carry[1]), steps, warmup)
     peak = reporting.peak_flops_per_device(peak_flops)
     seq_s = b / dt
     mfu = seq_s * pretrain.train_flops_per_sequence(cfg, s, p) / (peak * mesh.shape["data"]) if peak else None
