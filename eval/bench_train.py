@@ -64,18 +64,18 @@ def main(argv=None) -> int:
         executions(args, report)
         report.write()
         return 0
-    if not args.feeding:
-        throughput(args, report)
+    ours = throughput(args, report) if not args.feeding else {}
     if args.peer and not args.feeding:
-        peers(args, report)
+        peers(args, report, ours)
     if args.feeding or not args.pipeline_only:
         feeding(args, report)
     report.write()
     return 0
 
 
-def throughput(args, report: Report) -> None:
-    """The train step of SqueezeBERT and BERT-base per --seq-lens, then the input pipeline's rate per core."""
+def throughput(args, report: Report) -> dict[tuple[str, int], float]:
+    """The train step of SqueezeBERT and BERT-base per --seq-lens, then the input pipeline's rate per core; returns
+    the steps' sequences/s by (preset, seq_len)."""
     if args.pipeline_only:
         args.seq_lens = []
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
@@ -98,7 +98,6 @@ def throughput(args, report: Report) -> None:
         if seq_len == 128:
             report.add(f"seq 128: SqueezeBERT {seq[('squeezebert-uncased', 128)]:.0f} sequences/s (target >= 8,000 on "
                        "one H100 or H200)")
-    args.ours = seq
     with tempfile.TemporaryDirectory() as d:  # input pipeline, one process = one core
         tok = Tokenizer.from_file(corpus.write_demo_vocab(os.path.join(d, "v.txt")))
         stories = corpus.generate_documents(400 if args.tiny else 20_000, seed=0)
@@ -119,6 +118,7 @@ def throughput(args, report: Report) -> None:
                             title="input pipeline (grain + ArrayRecord, batches of 256 made in one thread, CPU time)"))
     report.add("input pipeline, seq 128: " + ", ".join(f"{k} {v:.0f}" for k, v in rate128.items())
                + " sequences/s per core (target >= 20000)")
+    return seq
 
 
 # (name, SqueezeBertConfig changes, or rng_impl): the execution choices --executions times, the first the default
@@ -155,15 +155,14 @@ def executions(args, report: Report) -> None:
                                   f"batch {args.batch}, {jax.devices()[0].device_kind}"))
 
 
-def peers(args, report: Report) -> None:
+def peers(args, report: Report, ours: dict[tuple[str, int], float]) -> None:
     """transformers' train step (eager, torch.compile) and both frameworks' bf16 inference at the first --seq-lens
-    (128 by default) on the same device, with the ratios the targets name."""
+    (128 by default) on the same device, beside ``ours`` (``throughput``'s), with the ratios the targets name."""
     from squeezebert_jax.benchmarks import peer
 
     seq_len = (args.seq_lens or [128])[0]
     preds = 20 if seq_len <= 128 else 77
     bf16 = args.dtype == "bfloat16"
-    ours = getattr(args, "ours", {})
     rows, got = [], {}
     for name in ("squeezebert-uncased", "bert-base-uncased"):
         cfg = SqueezeBertConfig.preset(name, **(TINY if args.tiny else {}))
