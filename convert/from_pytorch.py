@@ -13,6 +13,11 @@ usually vocab.txt (copied along). Heads present in the source come across; a hea
 reported (and randomly initialised) — never silently. --label-names names a classifier's outputs (its
 id2label) where the checkpoint's config does not; GLUE evaluation and fine-tuning reorder named outputs into the
 task's label order (MNLI: entailment, neutral, contradiction, as TFDS).
+
+Refused in one line, with nothing written: a weight tensor that is not floating-point (int, bool, ...) or holds NaN /
+inf (named, with its dtype or the count); a config.json value out of range (e.g. layer_norm_eps <= 0); a file of
+--src that is a symlink to somewhere outside it; a vocab.txt lacking one of [PAD] [UNK] [CLS] [SEP] [MASK] or
+repeating a line.
 """
 
 import os

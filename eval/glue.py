@@ -8,6 +8,7 @@ Without --data_dir the TFDS glue/<task> datasets are read. MODEL_DIR must hold a
 (train/finetune.py writes one; convert/from_pytorch.py --head SqueezeBertForSequenceClassification converts one).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -16,6 +17,34 @@ from squeezebert_jax import cli, files, glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test
 
+
+def _submission_files(plan: list[tuple[str, str]]) -> list[str]:
+    """The GLUE-server files the planned tasks write: only these are refused in --out (without --overwrite). A single
+    MODEL_DIR for every task writes no file for a task whose label count its classifier does not have."""
+    from squeezebert_jax.pretrained import _read_config
+
+    names = []
+    for task, model_dir in plan:
+        try:
+            n = _read_config(model_dir)[1].get("num_labels")
+        except (OSError, ValueError):
+            n = None  # evaluate names the problem
+        if isinstance(n, int) and n != glue.get_task(task).num_labels:
+            continue
+        names += glue.submission_files(task) + (glue.submission_files("ax") if task == "mnli" else [])
+    return names
+
+
+def _test_files(plan: list[tuple[str, str]], data_dir: str | None) -> list[str]:
+    """The GLUE_DIR test files the planned tasks read (an output never replaces one of them)."""
+    paths = []
+    for task in [t for t, _ in plan] + (["ax"] if any(t == "mnli" for t, _ in plan) else []):
+        for split in glue.get_task(task).test_splits if data_dir else ():
+            try:
+                paths.append(glue.glue_tsv_path(task, data_dir, split))
+            except FileNotFoundError:
+                pass  # named when it is read
+    return paths
 
 
 def main(argv=None):
@@ -35,9 +64,7 @@ def main(argv=None):
         except glue.UnknownTaskError as e:
             raise glue.UnknownTaskError(f"--task: {e.args[0]}; or 'all'") from None
     tasks = glue.RECIPE_ORDER if args.task == "all" else (args.task,)
-    if args.predict:  # before any work: a submission already written is never replaced without --overwrite
-        files.check_output_dir(args.out, overwrite=args.overwrite)
-    per_task = {}
+    plan = []  # (task, MODEL_DIR) for each task evaluated
     for task in tasks:
         model_dir = args.model
         if args.task == "all" and os.path.isdir(os.path.join(args.model, task, "model")):
@@ -45,20 +72,25 @@ def main(argv=None):
         elif args.task == "all" and not os.path.exists(os.path.join(args.model, "config.json")):
             print(f"{task}: no {os.path.join(args.model, task, 'model')}, skipped")
             continue
-        try:
-            per_task[task] = evaluate(model_dir, task, args.data_dir, max_length=args.max_length)
-        except TaskMismatchError as e:
-            if args.task != "all":
-                raise
-            print(f"{task}: skipped: {e}")  # one MODEL_DIR for all tasks: it fits only those with its label count
-            continue
-        print(task, json.dumps(per_task[task]))
-        if args.predict:
-            for path in predict_test(model_dir, task, args.data_dir, args.out, args.max_length):
-                print("wrote", path)
-            if task == "mnli":  # AX is predicted by the MNLI model
-                for path in predict_test(model_dir, "ax", args.data_dir, args.out, args.max_length):
-                    print("wrote", path)
+        plan.append((task, model_dir))
+    with contextlib.ExitStack() as stack:
+        if args.predict:  # before any work: the files this command writes, each claimed (another task's are no bother)
+            stack.enter_context(files.claim_output_files(args.out, _submission_files(plan), args.overwrite,
+                                                         inputs=_test_files(plan, args.data_dir)))
+        per_task = {}
+        for task, model_dir in plan:
+            try:
+                per_task[task] = evaluate(model_dir, task, args.data_dir, max_length=args.max_length)
+            except TaskMismatchError as e:
+                if args.task != "all":
+                    raise
+                print(f"{task}: skipped: {e}")  # one MODEL_DIR for all tasks: it fits only those with its label count
+                continue
+            print(task, json.dumps(per_task[task]))
+            if args.predict:
+                for t in (task, "ax") if task == "mnli" else (task,):  # AX is predicted by the MNLI model
+                    for path in predict_test(model_dir, t, args.data_dir, args.out, args.max_length):
+                        print("wrote", path)
     if not per_task:
         raise InputError(f"--model {args.model}: no task was evaluated (no <task>/model directory fits, and it is no "
                          f"MODEL_DIR itself); a table of no results is not printed")

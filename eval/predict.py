@@ -9,8 +9,10 @@ multiple choice: the chosen ending and every choice's probability).
 
 --input: .txt (a text per line; a pair as two tab-separated texts), .csv, .tsv or .jsonl (--text_columns: one column,
 or two for pairs; default the file's only column, or "text"; QA: "question,context"; multiple choice: the run's
-columns). --out is never replaced without --overwrite. In Python:
-squeezebert_jax.predict.Predictor(MODEL_DIR)(["a text", ...]).
+columns); each input holds as many texts as the model reads (its task.json text_columns). --out is refused before any
+work when it exists (unless --overwrite), when its directory does not exist, when it is --input or a file of --model
+(always), and while another command writes it (OUT.lock). In Python:
+squeezebert_jax.predict.Predictor(MODEL_DIR)(["a text", ...]) (a list of results; one str: one result).
 """
 
 import sys
@@ -23,7 +25,7 @@ def main(argv=None):
     p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--model", required=True, help="MODEL_DIR of a fine-tuned model")
     p.add_argument("--input", required=True, help=".txt, .csv, .tsv or .jsonl")
-    p.add_argument("--out", required=True, help="JSON lines to write (one per input)")
+    p.add_argument("--out", required=True, help="JSON lines to write (one per input), in an existing directory")
     p.add_argument("--text_columns", default="", help="the input's text column, or two for pairs (csv/jsonl)")
     p.add_argument("--max_length", type=cli.positive_int, default=128)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")

@@ -24,8 +24,16 @@ from squeezebert_jax.errors import InputError
 
 GiB = 2 ** 30
 GPU_TARGETS = {"h100": "h100_sxm_80gb.txtpb", "a100": "a100_sxm_80gb.txtpb"}
+# A topology's form per chip: TPU v4 and v5p are 3-D tori (AxBxC chips), v5e and v6e 2-D (AxB); a GPU target is
+# HOSTSxGPUS (h100:1x8: one host of 8). The 2-D TPUs' slice shapes are the ones Cloud TPU offers
+# (cloud.google.com/tpu/docs/v5e, /v6e); libtpu itself takes other shapes (v5e:2x2x2 even) and describes chips that
+# no slice has.
+TOPOLOGY_DIMS = {"v4": 3, "v5p": 3, "v5e": 2, "v6e": 2}
+GPU_TOPOLOGY_DIMS = 2
+SLICE_SHAPES = {chip: ((1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)) for chip in ("v5e", "v6e")}
+_EXAMPLES = {"v4": "v4:2x2x1", "v5p": "v5p:2x2x2", "v5e": "v5e:2x4", "v6e": "v6e:2x4"}
 # libtpu's names for the chips; ``v5e:2x2`` -> topology "v5e:2x2" (what get_topology_desc accepts)
-_TPU_CHIPS = ("v4", "v5e", "v5p", "v6e")
+_TPU_CHIPS = tuple(TOPOLOGY_DIMS)
 
 
 class TopologyError(InputError):
@@ -58,13 +66,37 @@ def quiet_native_stderr(path: str | None):
             os.close(fd)
 
 
+def topology_form(chip: str) -> str:
+    """How a --topology for ``chip`` is written: "v5e:AxB (e.g. v5e:2x4)", "h100:HOSTSxGPUS (e.g. h100:1x8)"."""
+    if chip in TOPOLOGY_DIMS:
+        return f"{chip}:{'x'.join('ABC'[:TOPOLOGY_DIMS[chip]])} (e.g. {_EXAMPLES[chip]})"
+    return f"{chip}:HOSTSxGPUS (e.g. {chip}:1x8)"
+
+
 def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
-    """"v5e:2x4" -> ("v5e", (2, 4)); "h100:1x8" -> ("h100", (1, 8))."""
-    m = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+){0,2})", topology.strip().lower())
-    if not m or m[1] not in chips.CHIPS:
+    """"v5e:2x4" -> ("v5e", (2, 4)); "h100:1x8" -> ("h100", (1, 8)). Refused, naming --topology and the form expected:
+    an unknown chip, a shape of another rank than the chip's (``TOPOLOGY_DIMS``), a dimension that is not a positive
+    integer, a 2-D TPU shape that is no slice of that chip (``SLICE_SHAPES``)."""
+    text = str(topology).strip().lower()
+    m = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+)*)", text)
+    chip = text.partition(":")[0]
+    if chip not in chips.CHIPS or not m:
+        known = chip in chips.CHIPS and ":" in text
         raise TopologyError(f"--topology {topology!r}: expected CHIP:AxB[xC] with CHIP one of "
-                            f"{', '.join(chips.CHIPS)} (e.g. v5e:2x2, v4:2x2x1, h100:1x8)")
-    return m[1], tuple(int(d) for d in m[2].split("x"))
+                            f"{', '.join(chips.CHIPS)} (e.g. v5e:2x2, v4:2x2x1, h100:1x8)"
+                            + (f"; a {chip} topology is {topology_form(chip)}" if known else ""))
+    dims = tuple(int(d) for d in m[2].split("x"))
+    rank = TOPOLOGY_DIMS.get(chip, GPU_TOPOLOGY_DIMS)
+    if len(dims) != rank:
+        raise TopologyError(f"--topology {topology!r}: expected CHIP:AxB[xC]; {chip} is {rank}-D, {len(dims)} "
+                            f"dimension{'s' if len(dims) != 1 else ''} given: {topology_form(chip)}")
+    if not all(dims):
+        raise TopologyError(f"--topology {topology!r}: every dimension is a positive integer (0 chips along one); "
+                            f"{topology_form(chip)}")
+    if chip in SLICE_SHAPES and dims not in SLICE_SHAPES[chip]:
+        raise TopologyError(f"--topology {topology!r}: no {chip} slice has that shape; {chip} slices are "
+                            f"{', '.join('x'.join(map(str, s)) for s in SLICE_SHAPES[chip])}")
+    return chip, dims
 
 
 def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) -> Target:
@@ -75,8 +107,6 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
     if num_slices < 1:
         raise TopologyError(f"--num_slices {num_slices}: must be >= 1")
     if key in _TPU_CHIPS:
-        if len(dims) not in (2, 3):
-            raise TopologyError(f"--topology {topology!r}: a TPU topology is AxB or AxBxC")
         try:
             import libtpu  # noqa: F401
         except ImportError as e:
@@ -115,6 +145,9 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
                                     f"'.[gpu-aot]'; no CUDA libraries or GPU needed): {str(e)[:200]}") from e
         declare_cudnn_for_compiling()
     devices = tuple(desc.devices)
+    if key in _TPU_CHIPS and len(devices) != math.prod(dims) * num_slices:  # never a report for chips not asked for
+        raise TopologyError(f"--topology {topology!r}: libtpu describes {len(devices)} chips, not the "
+                            f"{math.prod(dims) * num_slices} of {num_slices} slice(s) of {'x'.join(map(str, dims))}")
     return Target(chips.CHIPS[key], key, topology, devices, num_slices)
 
 

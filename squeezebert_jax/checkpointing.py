@@ -59,6 +59,16 @@ def _quiet_closed_loop_callbacks() -> None:
     sys.unraisablehook = hook
 
 
+def steps_on_disk(directory: str) -> list[int]:
+    """The steps whose checkpoints are committed in ``directory`` (orbax renames a step's temporary directory to the
+    step's number on commit; a set-aside one is ``corrupt-STEP-TIME``): whether a start resumes, known before
+    anything is built or restored."""
+    try:
+        return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 class Checkpointer:
     """orbax CheckpointManager for {train state, data iterator}. Saves are async; orbax writes to a
     temporary directory and renames on commit, so a half-written checkpoint is never listed.
@@ -138,10 +148,7 @@ class Checkpointer:
     def steps_on_disk(self) -> list[int]:
         """The steps whose checkpoint directories are committed on disk now (read from the directory, not orbax's
         cached list: what a message that says "saved" may rely on)."""
-        try:
-            return sorted(int(n) for n in os.listdir(self.directory) if n.isdigit())
-        except FileNotFoundError:
-            return []
+        return steps_on_disk(self.directory)
 
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())

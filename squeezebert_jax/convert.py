@@ -7,7 +7,9 @@ dict: ``torch_to_flat`` (state_dict -> our parameter paths, with the torch names
 ``flat_to_torch``. No model is built here: ``pretrained.build_model`` builds it and checks that every parameter is found,
 every tensor used and every shape right, naming the tensor otherwise. Known non-parameter buffers
 (``embeddings.position_ids``) and the tied MLM decoder (``cls.predictions.decoder.*`` or the family's ``tied`` keys,
-which must equal the word embeddings / MLM bias) are recognised and skipped.
+which must equal the word embeddings / MLM bias) are recognised and skipped. Integer buffers keep their dtype when read;
+``tensor_problem`` is the one check that a tensor can be a parameter (floating-point, every value finite), applied
+where a model takes a checkpoint's tensors (``build_model``) and where ours are written out (``flat_to_torch``).
 
 Layouts: torch Conv1d weight ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``; torch Linear ``[out, in]``
 (BERT's dense layers are the G=1 case) <-> ``[in, out]``; LayerNorm ``weight`` <-> ``scale``.
@@ -19,12 +21,14 @@ import dataclasses
 import os
 from typing import Mapping
 
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax.tokenizer import checkpoint_file
 
 SKIPPED_BUFFERS = ("embeddings.position_ids",)
 # the first key parts of head tensors, in every family's names
@@ -143,6 +147,42 @@ def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -
 
 
 # --------------------------------------------------------------------------------------------------
+# What a parameter tensor may hold
+# --------------------------------------------------------------------------------------------------
+
+FLOAT_DTYPES = "float16, bfloat16, float32 or float64"
+
+
+def tensor_problem(x) -> str | None:
+    """Why ``x`` cannot be (or come from) a parameter of our floating-point model, or None: a dtype that is not
+    floating (an integer, bool or complex tensor would be cast to float32 without a word) or values that are not
+    finite numbers (NaN, inf, or a float64 value beyond float32's range). Checked wherever parameters
+    cross the boundary: ``pretrained.build_model`` (every tensor a model takes from a checkpoint, named by the
+    checkpoint) and ``flat_to_torch`` (every parameter written out)."""
+    x = np.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):  # ml_dtypes' bfloat16 is floating here, not to numpy
+        return f"has dtype {x.dtype}, not a floating-point one ({FLOAT_DTYPES})"
+    wide = x
+    if x.dtype.itemsize > 4:
+        with np.errstate(over="ignore"):
+            x = x.astype(np.float32)
+    finite = np.isfinite(x)
+    if finite.all():
+        return None
+    n_nan = int(np.count_nonzero(np.isnan(x)))
+    n_inf = int(np.count_nonzero(np.isinf(wide)))
+    n_big = x.size - int(np.count_nonzero(finite)) - n_nan - n_inf
+    parts = [f"{n} {what}" for n, what in ((n_nan, "NaN"), (n_inf, "inf"), (n_big, "beyond float32's range")) if n]
+    return f"holds {', '.join(parts)} of its {x.size:,} values (not finite numbers)"
+
+
+def listed(items: list[str], limit: int = 5) -> str:
+    """``items`` joined by "; ": the first ``limit`` and a count of the rest (one line, however many tensors)."""
+    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
+# --------------------------------------------------------------------------------------------------
 # torch state_dict -> our parameter names
 # --------------------------------------------------------------------------------------------------
 
@@ -232,9 +272,13 @@ def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert"
     weight, bias, mlm_bias = models.get(style).tied
     for key, ref in ((weight, word_key), (bias, mlm_bias))[:2 if bias else 1]:
         if key in sd:
-            if ref in sd and not np.array_equal(sd[key], sd[ref]):
+            if ref in sd and not np.array_equal(sd[key], sd[ref], equal_nan=_is_float(sd[key], sd[ref])):
                 raise InputError(f"{source}: {key} differs from {ref}; untied MLM decoders are not supported")
             del sd[key]
+
+
+def _is_float(*xs) -> bool:
+    return all(jnp.issubdtype(np.asarray(x).dtype, jnp.floating) for x in xs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -263,20 +307,28 @@ def default_style(config: SqueezeBertConfig) -> str:
 
 def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str,
                   style: str | None = None) -> dict[str, np.ndarray]:
-    """Our parameters of ``head`` (by path) as a transformers state_dict in SqueezeBERT, BERT or ALBERT keys."""
+    """Our parameters of ``head`` (by path) as a transformers state_dict in SqueezeBERT, BERT or ALBERT keys. A
+    parameter that is not floating-point or holds NaN / inf (``tensor_problem``) is an ``InputError`` naming it."""
     style = style or default_style(config)
     if style == "bert" and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
     if _family_mismatch(style, config):
         raise InputError(f"a {config.style} model cannot be written as {style}")
     flat = dict(flat)
-    out = {}
+    out, bad = {}, []
     for tkey, fpath, kind in _table(config, head, style):
         if kind == "empty":
             out[tkey] = np.zeros((0, config.vocab_size), np.float32)
             continue
         groups = _groups_of(fpath, config) if kind in ("conv", "linear_as_conv") else 1
-        out[tkey] = np.ascontiguousarray(_to_torch(np.asarray(flat.pop(fpath)), kind, groups))
+        x = np.asarray(flat.pop(fpath))
+        problem = tensor_problem(x)
+        if problem:
+            bad.append(f"{fpath} (to be {tkey}) {problem}")
+        out[tkey] = np.ascontiguousarray(_to_torch(x, kind, groups))
+    if bad:
+        raise InputError(f"the model's parameter {listed(bad)}; refusing to write it out (a diverged training run? "
+                         "export an earlier checkpoint)")
     if config.pooler_in_heads:  # no pooler outside the classifiers; no SOP head in transformers' own
         for path in [p for p in flat if "pooler/" in p or p.startswith("cls/seq_relationship/")]:
             del flat[path]
@@ -306,19 +358,27 @@ def torch_architecture(model: nnx.Module, style: str | None = None) -> str:
 # Reading a transformers checkpoint directory
 # --------------------------------------------------------------------------------------------------
 
+def torch_checkpoint_file(path: str | os.PathLike) -> str:
+    """The weights file of a transformers checkpoint: ``path`` itself, or a directory's ``model.safetensors`` or
+    ``pytorch_model.bin`` (found through ``tokenizer.checkpoint_file``: never a symlink out of the directory)."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return path
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        found = checkpoint_file(path, name)
+        if found is not None:
+            return found
+    raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin")
+
+
 def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Tensors of a transformers checkpoint (dir, .safetensors or .bin) as float32 numpy.
+    """Tensors of a transformers checkpoint (dir, .safetensors or .bin) as numpy: floating ones as float32, the others
+    (integer buffers such as ``position_ids``; an integer or bool tensor where a weight belongs, which
+    ``pretrained.build_model`` refuses by name) in their own dtype.
 
     ``.bin`` files are read with ``torch.load(weights_only=True)``, never as arbitrary pickles.
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        for name in ("model.safetensors", "pytorch_model.bin"):
-            if os.path.exists(os.path.join(path, name)):
-                path = os.path.join(path, name)
-                break
-        else:
-            raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin")
+    path = torch_checkpoint_file(path)
     if path.endswith(".safetensors"):
         from safetensors import safe_open
 
@@ -332,8 +392,8 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
                 raise InputError(f"{path}: cannot read safetensors file ({e})") from e
             from safetensors.torch import load_file
 
-            out = {k: v.float().numpy() for k, v in load_file(path).items()}
-        return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in out.items()}
+            return _torch_to_numpy(load_file(path), path)
+        return {k: v.astype(np.float32) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in out.items()}
     import torch
 
     try:
@@ -342,4 +402,21 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: not a weights-only PyTorch checkpoint ({e})") from e
     if not isinstance(sd, dict):
         raise InputError(f"{path}: expected a state_dict, got {type(sd).__name__}")
-    return {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in sd.items()}
+    return _torch_to_numpy(sd, path)
+
+
+def _torch_to_numpy(sd: dict, path: str) -> dict[str, np.ndarray]:
+    """torch tensors as numpy: floating ones (bfloat16 too) as float32, the others in their own dtype."""
+    import torch
+
+    out = {}
+    for k, v in sd.items():
+        if not isinstance(v, torch.Tensor):
+            raise InputError(f"{path}: entry {k!r} is a {type(v).__name__}, not a tensor; expected a flat state_dict "
+                             "of tensors (as transformers' save_pretrained writes)")
+        try:
+            out[k] = (v.float() if v.is_floating_point() else v).numpy()
+        except (TypeError, RuntimeError) as e:  # a dtype numpy lacks (e.g. a quantized one)
+            raise InputError(f"{path}: tensor {k} has dtype {str(v.dtype).removeprefix('torch.')}, which cannot be "
+                             f"read as numpy ({e}); expected {FLOAT_DTYPES} weights") from None
+    return out

@@ -1,13 +1,15 @@
 """File helpers every module may use (they import nothing heavy): whole-or-nothing writes, and output paths checked
-before any work (a file the user has is never replaced without ``--overwrite``)."""
+before any work (a file the user has is never replaced without ``--overwrite``, an input never) and claimed while it
+is made (two commands given one output never both succeed)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
-from squeezebert_jax.errors import InputError
+from squeezebert_jax.errors import DataFileError, InputError
 
 
 def _umask() -> int:
@@ -86,16 +88,224 @@ def _check_parent(out: str, what: str) -> None:
                          "writable directory")
 
 
-def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str = "--out") -> str:
-    """Refuse, before any work, an output file path that is a directory, or an existing file unless ``overwrite``."""
+def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str = "--out",
+                      inputs: Iterable[str | os.PathLike] = ()) -> str:
+    """Refuse, before any work, an output file path that cannot be this command's: an empty path; one of the command's
+    ``inputs`` (always, ``--overwrite`` or not: the same path, or the same file through a symlink or a hard link); a
+    directory; an existing file unless ``overwrite``; a path whose directory does not exist (refused like a shell's
+    ``> missing/x``, not created: a mistyped directory is named before the work instead of after it), is a file, or
+    cannot be written. Returns ``out``. A command that writes ``out`` at the end of its work holds it meanwhile with
+    ``claim_output_file``, which runs this check."""
     out = os.fspath(out)
+    if not out.strip():
+        raise InputError(f"{what} is empty; give the path of the file to write")
+    for src in inputs:
+        if _same_file(out, os.fspath(src)):
+            raise InputError(f"{what} {out} is {os.fspath(src)}, an input of this command; an output never replaces "
+                             f"an input (not even with --overwrite): choose another {what} path")
     if os.path.isdir(out):
         raise InputError(f"{what} {out} is a directory; give the path of the file to write, "
                          f"e.g. {os.path.join(out, 'model.ptl')}")
-    if os.path.exists(out) and not overwrite:
+    if os.path.lexists(out) and not overwrite:
         raise InputError(f"{what} {out} already exists; pass --overwrite to replace it, or choose another path")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        _check_parent(out, what)  # an ancestor that is a file, or a read-only one, is named as such
+        raise InputError(f"{what} {out}: no directory {parent}; create it first (mkdir -p {parent}), or choose "
+                         "another path")
     _check_parent(out, what)
     return out
+
+
+def _same_file(a: str, b: str) -> bool:
+    """``a`` and ``b`` are one file: the same real path (symlinks resolved), or one inode (a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+CLAIM_SUFFIX = ".lock"
+
+
+def claim_path(out: str | os.PathLike) -> str:
+    """The lock file that ``claim_output_file`` holds next to ``out`` while a command works (``OUT.lock``)."""
+    return os.fspath(out) + CLAIM_SUFFIX
+
+
+@contextlib.contextmanager
+def claim_output_file(out: str | os.PathLike, overwrite: bool = False, what: str = "--out",
+                      inputs: Iterable[str | os.PathLike] = ()) -> Iterator[str]:
+    """``with claim_output_file(args.out, args.overwrite, inputs=(args.input,)):`` -- do the work, then write ``out``
+    (``atomic_write``). Two commands given one output never both succeed with one result lost: ``out`` is checked
+    (``check_output_file``), then claimed for the work's duration by ``OUT.lock`` (``claim_path``), a file created
+    exclusively (``O_CREAT | O_EXCL``) holding this process's pid, host and command, and ``flock``ed; a second command
+    refuses, naming the holder. A lock left by a run that died (its pid gone on this host, its ``flock`` free) is taken
+    over; one from another host whose ``flock`` is free is refused with the path to delete once that run is known to be
+    gone. ``out`` is checked again once claimed (a run that ended meanwhile may have written it), and the lock file is
+    removed at the end, whether the work succeeded or not. Yields ``out``."""
+    out = check_output_file(out, overwrite, what, inputs)
+    fd, lock = _claim(out, what)
+    try:
+        check_output_file(out, overwrite, what, inputs)
+        yield out
+    finally:
+        _unclaim(fd, lock)
+
+
+@contextlib.contextmanager
+def claim_output_files(out_dir: str | os.PathLike, names: Iterable[str], overwrite: bool = False,
+                       what: str = "--out", inputs: Iterable[str | os.PathLike] = ()) -> Iterator[list[str]]:
+    """``claim_output_file`` for each of the files ``names`` a command writes into the directory ``out_dir``: only
+    those are refused when they exist (unless ``overwrite``), other files there are left alone and are no reason to
+    refuse (GLUE's server wants every task's file in one folder). ``out_dir`` is created before the work if missing
+    (its files' locks live there), and removed again at the end if nothing was written into it. Yields the paths."""
+    out_dir = check_output_dir(out_dir, overwrite=True, what=what)
+    missing, d = [], os.path.abspath(out_dir)
+    while not os.path.exists(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(out_dir, exist_ok=True)
+    inputs = tuple(inputs)
+    try:
+        with contextlib.ExitStack() as stack:
+            yield [stack.enter_context(claim_output_file(os.path.join(out_dir, n), overwrite, what, inputs))
+                   for n in dict.fromkeys(names)]
+    finally:
+        for d in missing:  # innermost first; one that holds anything stays
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+
+
+def _claim(out: str, what: str) -> tuple[int, str]:
+    """Create (or take over from a dead run) and ``flock`` ``OUT.lock``; returns its descriptor and path."""
+    import fcntl
+    import json
+    import logging
+    import socket
+    import sys
+    import time
+
+    lock, host = claim_path(out), socket.gethostname()
+    while True:
+        try:
+            fd, created = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask()), True
+        except FileExistsError:
+            try:
+                fd, created = os.open(lock, os.O_RDWR), False
+            except FileNotFoundError:  # released meanwhile: try again
+                continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _refuse_claimed(out, what, _read_claim(fd) or {})
+            except OSError:  # a file system without flock (NFS, FUSE): the pid alone decides
+                pass
+            try:  # the file locked may have been released (removed) meanwhile: hold the one on disk
+                st, disk = os.fstat(fd), os.stat(lock)
+                same = (st.st_dev, st.st_ino) == (disk.st_dev, disk.st_ino)
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            if not created:
+                info = _read_claim(fd)
+                if info is None:
+                    raise InputError(f"{what} {out}: {lock} exists and is no lock of this program; move it away, or "
+                                     f"choose another {what}")
+                pid = info.get("pid")
+                if isinstance(pid, int):
+                    if info.get("host", host) != host:
+                        _refuse_claimed(out, what, info, f"; its lock {lock} cannot be checked from {host}: delete "
+                                                         "that file if the run is no longer running")
+                    if _pid_alive(pid):
+                        _refuse_claimed(out, what, info)
+                    logging.getLogger(__name__).warning("%s: taking over the lock of a run that is no longer "
+                                                        "running (pid %d on %s)", lock, pid, host)
+            record = {"pid": os.getpid(), "host": host, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                      "command": " ".join(sys.argv)[:500]}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, lock
+
+
+def _read_claim(fd: int) -> dict | None:
+    """What a claim's lock file says: ``{"pid", "host", ...}``; ``{}`` for an empty file (its writer died at once);
+    None for a file that is no lock of ours. A bare pid (``1234``) is read as one too."""
+    import json
+
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text:
+        return {}
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(info, int) and not isinstance(info, bool):
+        return {"pid": info}
+    return info if isinstance(info, dict) and isinstance(info.get("pid"), int) else None
+
+
+def _refuse_claimed(out: str, what: str, info: dict, why: str = ""):
+    who = ", ".join(f"{k} {info[k]}" for k in ("pid", "host", "started") if info.get(k) is not None) or "pid ?"
+    raise InputError(f"{what} {out} is being written by another run ({who}"
+                     + (f": {info['command']}" if info.get("command") else "") + f"){why}; wait for it to end, or "
+                     f"choose another {what}")
+
+
+def _unclaim(fd: int, lock: str) -> None:
+    """Remove ``lock`` (if it is still the file held) and let it go."""
+    try:
+        st, disk = os.fstat(fd), os.stat(lock)
+        if (st.st_dev, st.st_ino) == (disk.st_dev, disk.st_ino):
+            os.remove(lock)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, str]]:
+    """(line number, text) for every line of a UTF-8 text file, the line end kept (``\n``, ``\r\n``): the one reader of
+    a user's text files, so that every one of them reads alike. A byte-order mark before the first line is dropped
+    (it is invisible, and would otherwise glue itself to the first column's name or word); a line that is not UTF-8 is
+    named by line and column (``FILE:LINE:COL: not UTF-8 text (byte 0xe9)``); a missing path or a directory is named.
+    ``what`` prefixes the path in messages (e.g. ``--input``)."""
+    path = os.fspath(path)
+    name = f"{what} {path}" if what else path
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{name}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{name} is a directory, not a text file")
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno == 1:
+                raw = raw.removeprefix(BOM)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFileError(f"{name}:{lineno}:{len(raw[:e.start].decode('utf-8')) + 1}: not UTF-8 text (byte "
+                                    f"0x{raw[e.start]:02x}); save the file as UTF-8") from None
+            yield lineno, line
+
+
+def read_text(path: str | os.PathLike, what: str = "") -> str:
+    """A whole UTF-8 text file through ``text_lines`` (a BOM dropped, a bad byte named by line and column)."""
+    return "".join(line for _, line in text_lines(path, what))
 
 
 LOCK_NAME = ".lock"

@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from squeezebert_jax import (batching, checkpointing, distill, errors, files, glue, inference, optim, parallel,
-                             prune, reporting, tasks, trainer)
+                             predict, prune, reporting, tasks, trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.pretrained import (
     _read_config,
@@ -314,8 +314,8 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     for name in ("num_epochs", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
                  "preemption_sync_every"):
         need(integer(name, 1), name, "an integer >= 1")
-    zero_means = {"num_devices": "all devices", "max_train_examples": "every row",
-                  "student_layers": "init_from's depth"}
+    parallel.check_num_devices(config.num_devices, count=False)  # counted by make_mesh
+    zero_means = {"max_train_examples": "every row", "student_layers": "init_from's depth"}
     for name, meaning in zero_means.items():
         need(integer(name, 0), name, f"an integer >= 0 (0: {meaning})")
     need(number("warmup_fraction", 0, 1), "warmup_fraction", "a fraction in [0, 1]")
@@ -348,22 +348,55 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
          f"config.num_devices)")
 
 
+# The settings that define a fine-tuning run: what it trains on, which rows land at which step, what they are trained
+# towards, and over how many steps. Each start records them, with the bytes of the data files and model directories
+# they name (``run_stream``); a resume with any of them changed is refused (``trainer.check_stream``). The first ones,
+# RUN_NAMES, name the run: a workdir holding a run of another is refused even before its first checkpoint (its model,
+# results and metrics are that run's). Any other setting may change on resume, logged at WARNING
+# (``trainer.record_config``): log_every, checkpoint_every, keep_checkpoints, eval_batch_size, learning_rate,
+# warmup_fraction, dropout, num_devices, fsdp, layers, attention, ...
+RUN_NAMES = ("task", "init_from", "data_dir", "data.kind", "data.train_file", "data.validation_file", "student_layers")
+RUN_SETTINGS = RUN_NAMES + ("skip_malformed", "data.text_columns", "data.label_column", "data.labels",
+                            "data.choice_columns", "data.max_query_length", "data.doc_stride", "max_seq_length",
+                            "length_buckets", "batch_size", "num_epochs", "max_train_examples", "seed",
+                            "distill.teacher", "distill.teacher_weight", "distill.transfer_text")
+
+
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
-    """A workdir holds one fine-tuning run: its own is resumed; one of another task or model is refused (its model and
-    results would be replaced and the metrics mixed)."""
+    """A workdir holds one fine-tuning run: its own is resumed; one of another task or model (``RUN_NAMES``) is
+    refused (its model and results would be replaced and the metrics mixed)."""
     history = trainer.read_config_history(workdir)
     if not history:
         return
     was = history[-1]["config"]
     now = json.loads(config.to_json_best_effort())
-    for key in ("task", "init_from", "data_dir", "data.kind", "data.train_file", "data.validation_file",
-                "student_layers"):
+    for key in RUN_NAMES:
         a, b = was, now
         for part in key.split("."):
             a, b = (a or {}).get(part), (b or {}).get(part)
         if a is not None and a != b:
             raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}: use another --workdir "
                              f"(its model, results and checkpoints are left as they are)")
+
+
+def run_stream(config: ml_collections.ConfigDict, spec) -> dict:
+    """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS``, the sha256 of the
+    files and model directories they name (a GLUE_DIR's split files, a ``hf:``/``tfds:`` dataset by its spec), and the
+    task's label names as read from its files."""
+    sources = {"init_from": trainer.source_identity(config.init_from)}
+    if config.task == "files":
+        sources |= {f"data.{s}_file": trainer.source_identity(config.data[f"{s}_file"])
+                    for s in ("train", "validation") if config.data[f"{s}_file"]}
+    elif config.data_dir:
+        sources["data_dir"] = [trainer.source_identity(glue.glue_tsv_path(config.task, config.data_dir, s))
+                               for s in ("train", *spec.eval_splits)]
+    if config.distill.teacher:
+        sources["distill.teacher"] = trainer.source_identity(config.distill.teacher)
+    if config.distill.transfer_text:
+        sources["distill.transfer_text"] = [trainer.source_identity(p.strip())
+                                            for p in config.distill.transfer_text.split(",") if p.strip()]
+    labels = getattr(spec, "labels", None)
+    return trainer.run_stream(config, RUN_SETTINGS, sources, {"task labels": list(labels) if labels else None})
 
 
 @dataclasses.dataclass
@@ -375,6 +408,7 @@ class TaskData:
     evals: dict[str, dict[str, np.ndarray]]
     num_labeled: int
     num_transfer: int
+    tests: dict[str, list] = dataclasses.field(default_factory=dict)  # your own data's test rows, read before training
 
 
 def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: str, mesh) -> TaskData:
@@ -411,7 +445,10 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
         log.info("%d labeled + %d transfer-text examples", len(train_ex), len(transfer_ex))
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions",
                         "teacher", "teacher_weight") if k in train]
-    return TaskData({k: train[k] for k in keys}, evals, len(train_ex), len(transfer_ex))
+    # your own data's test file is read (and refused) before training, and predicted by the best model after it; a
+    # GLUE test split is predicted in the GLUE server's format by eval/glue.py --predict test
+    tests = {s: load(s) for s in task.test_splits} if not isinstance(task, tasks.GlueTask) else {}
+    return TaskData({k: train[k] for k in keys}, evals, len(train_ex), len(transfer_ex), tests)
 
 
 def _host_losses(values) -> list[float]:
@@ -424,11 +461,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = 
     The run is data parallel over the mesh (``num_devices``, ``fsdp`` as in pretraining): the shared donated step
     (``trainer.make_train_step``), orbax checkpoints every ``checkpoint_every`` steps and at each epoch's end (the data
     position is the step: each epoch's order is drawn from ``seed + epoch``), SIGTERM saves and stops, a rerun resumes
-    exactly. After each epoch the dev splits are evaluated on the mesh and the best epoch is exported as
-    WORKDIR/model. A pretraining (or bare encoder) MODEL_DIR gets a new classifier head; a classifier for another
-    label count keeps its encoder and gets a new head too. Nothing is written to ``workdir`` before the settings and
-    inputs are checked; one run per workdir (``files.RunLock``), and a workdir holding files of no fine-tuning run (a
-    MODEL_DIR, a pretraining run) is refused unless ``overwrite``."""
+    exactly (on the data and ``RUN_SETTINGS`` the run began with: a resume on others is refused). After each epoch the
+    dev splits are evaluated on the mesh and the best epoch is exported as WORKDIR/model. A pretraining (or bare
+    encoder) MODEL_DIR gets a new classifier head; a classifier for another label count keeps its encoder and gets a new
+    head too. Nothing is written to ``workdir`` before the settings and inputs are checked; one run per workdir
+    (``files.RunLock``), and a workdir holding files of no fine-tuning run (a MODEL_DIR, a pretraining run) is refused
+    unless ``overwrite``."""
     workdir = os.fspath(workdir)
 
     # -- Mesh and settings -------------------------------------------------------------------------
@@ -465,6 +503,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
         student_cfg = model_cfg.replace(num_hidden_layers=config.student_layers)
     dtype = trainer.compute_dtype(config)
     layer_loss, layer_teacher, proj = _layer_distillation(config, student_cfg, dtype)
+    # a resume finds the data and settings the run began with (its checkpoints are positions in that stream)
+    stream = run_stream(config, spec)
+    trainer.check_stream(workdir, stream, bool(checkpointing.steps_on_disk(os.path.join(workdir, "checkpoints"))))
     data = load_task_data(config, tok, workdir, mesh)
 
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
@@ -519,7 +560,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
             state = jax.device_put(init(trainable), shardings)
         writer.drop_after(step)  # rows logged after the checkpoint would be written twice
         if jax.process_index() == 0:
-            trainer.record_config(workdir, config, step)
+            trainer.record_config(workdir, config, step, stream)
         history, best = meta["history"], meta["best"]
         losses, layer_parts = list(meta["epoch_losses"]), list(meta["epoch_parts"])  # this epoch's, host floats
         tokens = list(meta["epoch_tokens"])  # this epoch's real tokens, and tokens computed (padding included)
@@ -625,6 +666,14 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
         log.info("%s: %s sparsity %.3f (target %.3f)", config.task, config.prune.kind,
                  results["prune"]["report"]["reached"], config.prune.target)
     if jax.process_index() == 0:
+        if data.tests and jax.process_count() > 1:
+            log.warning("test predictions are made on one host: run eval/predict.py --model %s/model on the test file",
+                        workdir)
+        for split, examples in data.tests.items() if jax.process_count() == 1 else ():  # the best model's predictions
+            out = os.path.join(workdir, f"predictions_{split}.jsonl")
+            n = predict.write_predictions(os.path.join(workdir, "model"), examples, out, config.max_seq_length)
+            results.setdefault("predictions", {})[split] = out
+            log.info("%s: %d predictions of the best model on %s", out, n, split)
         atomic_write(os.path.join(workdir, "eval_results.json"), json.dumps(results, indent=2))
     return results
 

@@ -636,6 +636,14 @@ def submission_name(task: str, split: str = "test") -> str:
     return f"{stem[:-len('.tsv')]}.{split}.tsv"
 
 
+def submission_files(task: str) -> list[str]:
+    """The GLUE-server file names that predicting ``task``'s test splits writes (MNLI: ``MNLI-m.tsv``,
+    ``MNLI-mm.tsv``; AX, predicted by the MNLI model, is the task ``ax``): the files a ``--predict test --out DIR``
+    claims in DIR, and the only ones there it refuses to replace without ``--overwrite``."""
+    spec = get_task(task)
+    return [submission_name(spec.name, s) for s in spec.test_splits]
+
+
 def format_prediction(spec: TaskSpec, value) -> str:
     """A class id as the server's label string; an STS-B score clipped to [0, 5] with 3 decimals."""
     if spec.is_regression:

@@ -64,11 +64,12 @@ _COUNT_FIELDS = ("vocab_size", "hidden_size", "embedding_size", "num_hidden_laye
 # What each SqueezeBertConfig field must hold (checked by __post_init__; config.json is written by hand sometimes).
 _FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int", "pad_token_id": "int",
                 "hidden_act": "str", "family": "str",
-                "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "float",
-                "layer_norm_eps": "float", "id2label": "dict", "scan_layers": "bool", "remat": "str",
+                "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "std",
+                "layer_norm_eps": "eps", "id2label": "dict", "scan_layers": "bool", "remat": "str",
                 "attention": "str",
                 **dict.fromkeys(MOBILEBERT_FIELDS[2:], "bool")}
-_EXPECTED = {"int": "an integer", "count": "an integer >= 1", "float": "a number", "prob": "a number in [0, 1]",
+_EXPECTED = {"int": "an integer", "count": "an integer >= 1", "prob": "a number in [0, 1)",
+             "std": "a number >= 0 (e.g. 0.02)", "eps": "a number > 0 and < 1 (e.g. 1e-12)",
              "str": "a string", "bool": "true or false", "dict": "an object of label names"}
 
 
@@ -223,18 +224,21 @@ class SqueezeBertConfig:
             raise InputError(f"remat {self.remat!r} not supported; one of {list(REMAT_POLICIES)}")
 
     def _check_types(self) -> None:
-        """Each field has its type (a config.json written by hand may say ``"hidden_size": "32"``): integers for
-        sizes and counts (>= 1), numbers for probabilities (in [0, 1]) and scales, strings for names, booleans for
-        switches."""
+        """Each field has its type and range (a config.json written by hand may say ``"hidden_size": "32"`` or
+        ``"layer_norm_eps": -1e-12``): integers for sizes and counts (>= 1), finite numbers for dropout probabilities
+        (in [0, 1): 1 would drop everything), initializer_range (>= 0) and layer_norm_eps (> 0, which keeps the
+        normalisation from dividing by zero, and < 1), strings for names, booleans for switches."""
+        in_range = {"count": lambda x: x >= 1, "prob": lambda x: 0 <= x < 1, "std": lambda x: x >= 0,
+                    "eps": lambda x: 0 < x < 1}
         for name, kind in _FIELD_KINDS.items():
             v = getattr(self, name)
-            ok = {"int": _is_int, "count": _is_int, "float": _is_number, "prob": _is_number,
+            ok = {"int": _is_int, "count": _is_int, "prob": _is_number, "std": _is_number, "eps": _is_number,
                   "str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, (bool, np.bool_)),
                   "dict": lambda x: x is None or isinstance(x, dict)}[kind](v)
             if not ok:
                 what = "" if v is None else f" ({_json_type(v)})"
                 raise InputError(f"{name} is {_json_repr(v)}{what}; expected {_EXPECTED[kind]}")
-            if (kind == "count" and v < 1) or (kind == "prob" and not 0 <= v <= 1):
+            if not in_range.get(kind, lambda x: True)(v):
                 raise InputError(f"{name} is {_json_repr(v)}; expected {_EXPECTED[kind]}")
 
     @property

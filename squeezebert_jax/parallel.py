@@ -5,6 +5,7 @@ host's rows or from a batch every host holds), a device prefetcher, and arrays g
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 
@@ -32,26 +33,53 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
         jax.distributed.initialize()
 
 
-def make_mesh(num_devices: int | None = None, devices=None, num_slices: int | None = None) -> Mesh:
+def check_num_devices(num_devices, devices=None, *, what: str = "config.num_devices", count: bool = True) -> int:
+    """How many devices a mesh of ``num_devices`` takes: the one check of that setting (``make_mesh`` and both trainers'
+    settings validators call it). 0 or None: all of ``devices`` (``jax.devices()`` by default). Refused in one line
+    naming ``what`` and the devices there are: not an integer, negative, more devices than there are, or a subset of
+    the devices of a multi-process run (every process takes part). ``count=False`` checks the value alone (a validator
+    that runs before ``jax.distributed.initialize``, which must come before the backend starts); returns 0 then."""
+    if num_devices is not None and (isinstance(num_devices, bool) or not isinstance(num_devices, (int, np.integer))
+                                    or num_devices < 0):
+        raise InputError(f"{what}={num_devices!r}: an integer >= 0 (0: all devices)")
+    if not count:
+        return 0
+    devices = list(jax.devices() if devices is None else devices)
+    n = len(devices)
+    kind = getattr(devices[0], "device_kind", "") if devices else ""
+    have = f"{n} device{'s' if n != 1 else ''}" + (f" ({kind})" if kind else "")
+    if num_devices is None:
+        return n
+    if num_devices > n:
+        raise InputError(f"{what}={num_devices}: more devices than there are ({have}); set {what} <= {n}, or 0 for "
+                         "all of them")
+    if num_devices and jax.process_count() > 1 and num_devices != n:
+        raise InputError(f"{what}={num_devices}: a run of {jax.process_count()} processes takes all {have}; "
+                         f"{what} can only restrict a single-process run (set 0)")
+    return int(num_devices) or n
+
+
+def make_mesh(num_devices: int | None = None, devices=None, num_slices: int | None = None,
+              what: str = "config.num_devices") -> Mesh:
     """A 1-D mesh over the ``data`` axis, ordered by the physical topology.
 
-    ``devices``: all of ``jax.devices()`` by default (or the first ``num_devices`` on one host), or given (e.g. the
-    compile-only devices of a TPU topology, ``aot``). The order comes from ``mesh_utils.create_device_mesh`` (ring
-    order on a TPU torus) and, over several slices (ICI within a slice, DCN between them; by default counted from
-    the devices' ``slice_index``, as a multi-slice TPU run reports them), ``create_hybrid_device_mesh``, so the data
-    axis runs slice by slice."""
+    ``devices``: all of ``jax.devices()`` by default (or the first ``num_devices`` on one host, checked by
+    ``check_num_devices``; ``what`` names the setting in its refusals), or given (e.g. the compile-only devices of a
+    TPU topology, ``aot``). The order comes from ``mesh_utils.create_device_mesh`` (ring order on a TPU torus) and,
+    over several slices (ICI within a slice, DCN between them; by default counted from the devices' ``slice_index``,
+    as a multi-slice TPU run reports them), ``create_hybrid_device_mesh``, so the data axis runs slice by slice."""
     from jax.experimental import mesh_utils
 
     devices = list(jax.devices() if devices is None else devices)
-    if num_devices:
-        if jax.process_count() > 1 and num_devices != len(devices):
-            raise InputError("num_devices can only restrict a single-process run")
-        devices = devices[:num_devices]
+    devices = devices[:check_num_devices(num_devices, devices, what=what)]
     if num_slices is None:
         num_slices = len({getattr(d, "slice_index", 0) for d in devices})
     if num_slices > 1:
-        if len(devices) % num_slices:
-            raise InputError(f"{len(devices)} devices do not split into {num_slices} slices")
+        per_slice = collections.Counter(getattr(d, "slice_index", 0) for d in devices)
+        if len(devices) % num_slices or len(set(per_slice.values())) > 1:
+            raise InputError(f"{what}={num_devices}: {len(devices)} devices do not split evenly into the "
+                             f"{num_slices} slices; take whole slices (0: all devices)"
+                             if num_devices else f"{len(devices)} devices do not split into {num_slices} slices")
         arr = mesh_utils.create_hybrid_device_mesh((len(devices) // num_slices,), (num_slices,), devices)
     else:
         try:

@@ -3,29 +3,54 @@
     predictor = Predictor("runs/reviews/model")
     predictor(["a gripping, funny film", "two hours I will not get back"])
     # [{"label": "positive", "probabilities": {"negative": 0.03, "positive": 0.97}}, ...]
+    predictor("a gripping, funny film")  # one input: {"label": "positive", ...}
 
 Inputs: strings, or (text, text) pairs for a pair classifier; a tagger (token classifier) gives
 ``{"words": [...], "tags": [...]}`` for each text, its words split on whitespace; an extractive QA model takes
 (question, context) pairs and gives ``{"answer", "start", "end", "score", "probability"}`` ("" for "no answer" from a
 SQuAD v2.0 model); a multiple-choice model takes (context[, start], ending, ending, ...) rows and gives ``{"choice",
 "ending", "probabilities"}``; a multilabel classifier gives ``{"labels": [...], "probabilities"}`` (a sigmoid per
-label). Files: ``.txt`` (a text per line; a pair as two tab-separated texts), ``.csv`` / ``.tsv``
-/ ``.jsonl`` (the ``text_columns``; default the file's only column, or ``text``; QA: ``question,context``; multiple
-choice: the run's text and choice columns). A regression model (one output) gives ``{"score": x}``. Batches are cut to
-their length bucket (``batching``) and run data parallel over every device.
+label). The number of texts in an input is the model's (``Predictor.arity``): its ``task.json`` text columns, one for a
+tagger, two for QA; a classifier without ``task.json`` (GLUE) takes a text or a pair. Files: ``.txt`` (a text per
+line; a pair as two tab-separated texts), ``.csv`` / ``.tsv`` / ``.jsonl`` (the ``text_columns``; default the file's
+only column, or ``text``; QA: ``question,context``; multiple choice: the run's text and choice columns). A regression
+model (one output) gives ``{"score": x}``. Batches are cut to their length bucket (``batching``) and run data parallel
+over every device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from squeezebert_jax import tasks
-from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write, check_output_file
+from squeezebert_jax import squad, tasks
+from squeezebert_jax.errors import DataFileError, InputError
+from squeezebert_jax.files import atomic_write, claim_output_file, read_text, text_lines
+
+
+@dataclasses.dataclass(frozen=True)
+class Arity:
+    """How many texts one input holds: ``low`` to ``high`` (None: no limit), said as ``what`` in messages (``why``:
+    where the number comes from); every input of one call or file holds the same number."""
+
+    low: int
+    high: int | None
+    what: str
+    why: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.what} per input" + (f" ({self.why})" if self.why else "")
+
+    def __contains__(self, n: int) -> bool:
+        return self.low <= n and (self.high is None or n <= self.high)
+
+
+TEXT_OR_PAIR = Arity(1, 2, "a text, or a pair of texts", "a classifier without task.json")
 
 
 class Predictor:
@@ -43,7 +68,7 @@ class Predictor:
             raise NoClassifierError(f"{model_dir}: the model ({type(self.model).__name__}) has no classifier, tagger, "
                                     f"question-answering or multiple-choice head: fine-tune it first "
                                     f"(train/finetune.py)")
-        self.card = _read_card(model_dir)
+        self.card = _read_card(model_dir, self.kind, getattr(self.model, "num_labels", 1))
         self.tokenizer = model_tokenizer(model_dir, self.model.config.vocab_size)
         self.max_length = min(max_length, self.model.config.max_position_embeddings)
         self.batch_size = batch_size
@@ -61,12 +86,60 @@ class Predictor:
             return ",".join(self.card.get("text_columns", ["context"]) + self.card.get("choice_columns", []))
         return ",".join(self.card.get("text_columns", []))
 
+    @property
+    def arity(self) -> Arity:
+        """How many texts an input of this model holds."""
+        cols = self.card.get("text_columns")
+        if self.kind == "tagger":
+            return Arity(1, 1, "one text", "a tagger labels its words")
+        if self.kind == "qa":
+            return Arity(2, 2, "a (question, context) pair")
+        if self.kind == "choice":
+            n = len(cols or ["context"])
+            return Arity(n + 2, None, f"{'a context' if n == 1 else 'a context and a start'} and 2 or more endings")
+        if cols:
+            return Arity(len(cols), len(cols), "one text" if len(cols) == 1 else "a pair of texts",
+                         f"its task.json text_columns: {', '.join(cols)}")
+        return TEXT_OR_PAIR
+
+    def inputs(self, inputs) -> tuple[list[str | tuple[str, ...]], bool]:
+        """``(inputs as a list, whether it was one input)``, each a str (one text) or a tuple of texts, by the call
+        contract (``__call__``); refused, naming the input, when it is no text, or holds another number of texts
+        than the model's ``arity``."""
+        if isinstance(inputs, np.ndarray):
+            inputs = inputs.tolist()
+        if isinstance(inputs, str) or (isinstance(inputs, tuple) and inputs and all(isinstance(t, str) for t in inputs)):
+            batch, one = [inputs], True
+        elif isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
+            batch, one = list(inputs), False
+        else:
+            raise InputError(f"the inputs are {_kind_of(inputs)}: give a text (str), a tuple of texts (one pair or "
+                             f"row), or a list of these")
+        arity, out, first = self.arity, [], None
+        for i, x in enumerate(batch):
+            name = "the input" if one else f"input {i + 1}"
+            if isinstance(x, (tuple, list)) and x and all(isinstance(t, str) for t in x):
+                x = tuple(x)
+            elif not isinstance(x, str):
+                raise InputError(f"{name} is {_kind_of(x)}, not a text (str) or a tuple of texts")
+            n = 1 if isinstance(x, str) else len(x)
+            if n not in arity:
+                raise InputError(f"{name} holds {n} text{'s' * (n != 1)}; this model reads {arity}")
+            if first is not None and n != first:
+                raise InputError(f"{name} holds {n} text{'s' * (n != 1)} but input 1 holds {first}: every input "
+                                 "holds the same number")
+            first = n
+            out.append(x[0] if n == 1 and not isinstance(x, str) else x)
+        return out, one
+
     def _logits(self, arrays) -> np.ndarray:
         from squeezebert_jax.inference import check_finite, predict_logits
 
         return check_finite(predict_logits(self.model, arrays, self.batch_size), self.model_dir)
 
     def logits(self, texts: Sequence[str | tuple[str, str]]) -> np.ndarray:
+        """A classifier's logits [N, labels] for a list of texts or pairs (a str: one text, [1, labels])."""
+        texts = self.inputs(texts)[0]
         pairs = [isinstance(t, (tuple, list)) for t in texts]
         if any(pairs) and not all(pairs):
             raise InputError("the inputs mix single texts and pairs")
@@ -93,8 +166,6 @@ class Predictor:
         """Extractive QA: for each ``(question, context)``, the answer's text, its characters in the context
         (``start``, ``end``), ``score`` and ``probability`` (decoded as the model's run evaluated, by its
         ``task.json``)."""
-        from squeezebert_jax import squad
-
         if any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
             raise InputError("a question-answering model takes (question, context) pairs")
         settings = {"version_2": False, "doc_stride": min(128, self.max_length // 4),  # a model without task.json
@@ -121,12 +192,20 @@ class Predictor:
         return [{"choice": int(row.argmax()), "ending": ex.endings[int(row.argmax())],
                  "probabilities": [float(x) for x in row]} for ex, row in zip(examples, p)]
 
-    def __call__(self, texts: Sequence) -> list[dict]:
-        if not len(texts):
-            return []
+    def __call__(self, inputs):
+        """Predictions. The call contract: a ``str`` is one input (one text) and gives one result dict; a tuple of
+        ``str`` is one input too (a pair for a pair classifier, ``(question, context)`` for QA, a row for multiple
+        choice) and gives one result; a list (or any other sequence) of such inputs gives a list of results, in
+        order (``[]`` for none). Anything else (bytes, a dict, a number, a list holding no texts) is refused with
+        an ``InputError`` naming it, as is an input whose number of texts is not the model's (``arity``)."""
+        texts, one = self.inputs(inputs)
+        results = self._predict(texts) if texts else []
+        return results[0] if one else results
+
+    def _predict(self, texts: list) -> list[dict]:
         if self.kind != "classifier":
-            return {"tagger": self.tag, "qa": self.answer, "choice": self.choose}[self.kind](list(texts))
-        logits = self.logits(list(texts))
+            return {"tagger": self.tag, "qa": self.answer, "choice": self.choose}[self.kind](texts)
+        logits = self.logits(texts)
         if self.labels is None:
             return [{"score": float(x[0])} for x in logits]
         if self.card.get("kind") == "multilabel":  # a sigmoid per label; on where it is above 0.5
@@ -135,6 +214,12 @@ class Predictor:
                      "probabilities": {name: float(v) for name, v in zip(self.labels, row)}} for row in p]
         return [{"label": self.labels[int(row.argmax())],
                  "probabilities": {name: float(v) for name, v in zip(self.labels, row)}} for row in _softmax(logits)]
+
+
+def _kind_of(x) -> str:
+    """``x`` named for a message: its type and the start of its value."""
+    text = repr(x)
+    return f"{type(x).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
 KINDS = {"classifier": "SqueezeBertForSequenceClassification", "tagger": "SqueezeBertForTokenClassification",
@@ -147,59 +232,182 @@ def _softmax(logits) -> np.ndarray:
     return p / p.sum(-1, keepdims=True)
 
 
-def _read_card(model_dir: str) -> dict:
-    """The model's ``task.json`` (written by fine-tuning for QA and multiple choice), or {}."""
+# task.json (``tasks.TASK_CARD``), as fine-tuning writes it (``FileTask.card``, ``ChoiceTask.card``, ``SquadTask.card``):
+# the keys each kind may have beside "kind", with their checks (a check returns what is wrong, or "").
+def _columns(low: int, high: int | None):
+    def check(v) -> str:
+        if (not isinstance(v, list) or not v or not all(isinstance(c, str) and c.strip() for c in v)
+                or len(set(v)) != len(v)):
+            return "a non-empty list of distinct non-empty column names"
+        if len(v) < low or (high is not None and len(v) > high):
+            return f"{low}{'' if high == low else ' or more' if high is None else f' to {high}'} column names"
+        return ""
+    return check
+
+
+def _int(low: int):
+    return lambda v: "" if isinstance(v, int) and not isinstance(v, bool) and v >= low else f"an integer >= {low}"
+
+
+_FINITE = lambda v: ("" if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+                     else "a finite number")
+_BOOL = lambda v: "" if isinstance(v, bool) else "true or false"  # noqa: E731
+_CLASSIFIER_CARD = {"text_columns": _columns(1, 2)}
+CARD_KEYS = {
+    "classification": _CLASSIFIER_CARD, "regression": _CLASSIFIER_CARD, "multilabel": _CLASSIFIER_CARD,
+    "token_classification": {"text_columns": _columns(1, 1)},
+    "question_answering": {"version_2": _BOOL, "max_query_length": _int(1), "doc_stride": _int(0),
+                           "max_answer_length": _int(1), "n_best": _int(1), "null_threshold": _FINITE},
+    "multiple_choice": {"text_columns": _columns(1, 2), "choice_columns": _columns(2, None)},
+}
+CARD_HEADS = {"classification": "classifier", "regression": "classifier", "multilabel": "classifier",
+              "token_classification": "tagger", "question_answering": "qa", "multiple_choice": "choice"}
+
+
+def _read_card(model_dir: str, kind: str | None = None, num_labels: int | None = None) -> dict:
+    """The model's ``task.json`` (written by fine-tuning on the user's files, QA and multiple choice), or {} when
+    there is none; the one place it is checked. Refused, naming the file and the key: text that is not a JSON
+    object, a key twice, no ``kind`` or one not in ``tasks.KINDS``, a key that kind's card does not have, a value of
+    the wrong type or range (text columns: a list of distinct non-empty names; integers >= 1, ``doc_stride`` >= 0;
+    numbers finite), and, given the model's head ``kind`` (``Predictor.kind``) and ``num_labels``, a card of another
+    kind of model (a regression card on a classifier with 2 outputs, say)."""
     path = os.path.join(model_dir, tasks.TASK_CARD)
     if not os.path.exists(path):
         return {}
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        if dup := next((k for k in keys if keys.count(k) > 1), None):
+            raise InputError(f"{path}: the key {dup!r} is given twice; keep one")
+        return dict(items)
+
     try:
-        with open(path, encoding="utf-8") as f:
-            card = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: not a JSON task description ({e})") from None
+        card = json.loads(read_text(path), object_pairs_hook=pairs)
+    except ValueError as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"{path}: not a JSON task description ({e}); fix it, or fine-tune the model again "
+                         "(train/finetune.py writes it)") from None
     if not isinstance(card, dict):
-        raise InputError(f"{path}: not a JSON object")
+        raise InputError(f"{path}: a JSON {type(card).__name__}, not an object of the task's settings")
+    if "kind" not in card:
+        raise InputError(f"{path}: no key 'kind' (one of {', '.join(tasks.KINDS)})")
+    if not isinstance(card["kind"], str) or card["kind"] not in CARD_KEYS:
+        raise InputError(f"{path}: 'kind' is {json.dumps(card['kind'])}, not one of {', '.join(tasks.KINDS)}")
+    allowed = CARD_KEYS[card["kind"]]
+    for key, value in card.items():
+        if key == "kind":
+            continue
+        if key not in allowed:
+            raise InputError(f"{path}: unknown key {key!r} for a {card['kind']} model (its keys: kind, "
+                             f"{', '.join(allowed)}); remove it")
+        if why := allowed[key](value):
+            raise InputError(f"{path}: {key!r} is {json.dumps(value)[:60]}; it must be {why}")
+    if overlap := set(card.get("text_columns", ())) & set(card.get("choice_columns", ())):
+        raise InputError(f"{path}: 'choice_columns' repeats the text column {sorted(overlap)[0]!r}; a column is a "
+                         "text or an ending, not both")
+    if kind is not None and CARD_HEADS[card["kind"]] != kind:
+        raise InputError(f"{path}: 'kind' is {card['kind']!r}, but {model_dir} holds a {kind} model; the task.json "
+                         "of another model? put back the one its fine-tuning wrote")
+    if kind == "classifier" and num_labels is not None and (card["kind"] == "regression") != (num_labels == 1):
+        raise InputError(f"{path}: 'kind' is {card['kind']!r}, but the model's classifier has {num_labels} "
+                         f"output{'s' * (num_labels != 1)}; the task.json of another model? put back the one its "
+                         "fine-tuning wrote")
     return card
 
 
-def read_inputs(path: str, text_columns: str = "") -> list[str | tuple[str, str]]:
-    """The texts of ``path`` (see the module docstring), each error naming the file and line."""
+def read_inputs(path: str, text_columns: str = "", arity: Arity | None = None) -> list[str | tuple[str, ...]]:
+    """The inputs of ``path`` (see the module docstring), each a text or a tuple of texts (``numbered_inputs``
+    without the line numbers)."""
+    return [x for _, x in numbered_inputs(path, text_columns, arity)]
+
+
+def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = None
+                    ) -> list[tuple[int, str | tuple[str, ...]]]:
+    """(line, input) for each input of ``path`` (see the module docstring), the input a text or a tuple of texts, the
+    line where its row starts; every error names the file and line: a byte that is not UTF-8 (and its column), a
+    missing column, an empty text, and a line or row whose number of texts is not the model's ``arity``
+    (``Predictor.arity``; without it, a ``.txt`` line holds a text or a pair), or differs from the first one's."""
+    txt = path.lower().endswith(".txt")
+    arity = arity or (TEXT_OR_PAIR if txt else Arity(1, None, "any number of texts"))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
-    if path.lower().endswith(".txt"):
-        out = []
-        for lineno, cols in tasks.text_lines(path):
-            if len(cols) > 2:
-                raise tasks.DataFileError(f"{path}:{lineno}: {len(cols)} tab-separated fields; a text, or two for a "
-                                          f"pair")
-            out.append(tuple(cols) if len(cols) == 2 else cols[0])
+    out, first = [], None
+
+    def add(texts: list[str], lineno: int, what: str, hint: str = ""):
+        nonlocal first
+        n = len(texts)
+        if n not in arity:
+            raise DataFileError(f"{path}:{lineno}: {n} {what}; this model reads {arity}"
+                                + (hint if arity.high is not None and n > arity.high else ""))
+        if first is not None and n != first[0]:
+            raise DataFileError(f"{path}:{lineno}: {n} {what}, but line {first[1]} has {first[0]}: every input holds "
+                                f"the same number of texts")
+        first = first or (n, lineno)
+        out.append((lineno, tuple(texts) if n > 1 else texts[0]))
+
+    if txt:
+        for lineno, line in text_lines(path):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                cols = line.split("\t")
+                add(cols, lineno, f"tab-separated text{'s' * (len(cols) != 1)}",
+                    "; a text holding a tab goes in a .csv or .jsonl file")
         if not out:
-            raise tasks.DataFileError(f"{path}: no lines")
+            raise DataFileError(f"{path}: no lines")
         return out
     columns = [c.strip() for c in text_columns.split(",") if c.strip()]
-    out = []
     for lineno, row in tasks.read_rows(path):
         if not columns:
             columns = list(row) if len(row) == 1 else ["text"]
         texts = []
         for col in columns:
             if col not in row:
-                raise tasks.DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))}); "
-                                          f"name the text column(s) with --text_columns")
+                raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))}); "
+                                    f"name the text column(s) with --text_columns")
             texts.append(tasks.text_value(row[col], path, lineno, col))
-        out.append(tuple(texts) if len(texts) > 1 else texts[0])
+        add(texts, lineno, f"text column{'s' * (len(texts) != 1)} ({', '.join(columns)}; name others with "
+                           "--text_columns)")
     if not out:
-        raise tasks.DataFileError(f"{path}: no rows")
+        raise DataFileError(f"{path}: no rows")
     return out
 
 
 def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: str = "", max_length: int = 128,
                  overwrite: bool = False) -> int:
-    """One JSON line per input of ``input_path`` into ``out_path`` (refused when it exists, unless ``overwrite``;
-    written whole or not at all). Returns the number of lines."""
-    check_output_file(out_path, overwrite)
-    predictor = Predictor(model_dir, max_length)
-    texts = read_inputs(input_path, text_columns or predictor.columns)
-    results = predictor(texts)
-    atomic_write(out_path, "".join(json.dumps(r) + "\n" for r in results))
+    """One JSON line per input of ``input_path`` into ``out_path``, in order, each with the ``line`` of the input
+    where its row starts (``{"line": 3, "label": ...}``), written whole or not at all. ``out_path`` is
+    checked and claimed before any work (``files.claim_output_file``): refused when it exists (unless ``overwrite``),
+    when its directory does not exist (not created), when it is the input or a file of ``model_dir`` (always), and
+    while another command writes it. Returns the number of lines."""
+    model_files = ([os.path.join(model_dir, f) for f in os.listdir(model_dir)] if os.path.isdir(model_dir) else [])
+    with claim_output_file(out_path, overwrite, inputs=(input_path, *model_files)):
+        predictor = Predictor(model_dir, max_length)
+        numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity)
+        results = predictor([x for _, x in numbered])
+        atomic_write(out_path, "".join(json.dumps({"line": n} | r) + "\n" for (n, _), r in zip(numbered, results)))
     return len(results)
+
+
+def example_input(example) -> str | tuple[str, ...]:
+    """A task's example (``tasks.load``) as the input a ``Predictor`` takes: a text or a pair; a tagged sentence's
+    words joined by spaces; a question and its context; a context (and start) and the endings."""
+    if isinstance(example, tasks.GlueExample):
+        return (example.text_a, example.text_b) if example.text_b is not None else example.text_a
+    if isinstance(example, tasks.TokenExample):
+        return " ".join(example.words)
+    if isinstance(example, squad.QAExample):
+        return example.question, example.context
+    if isinstance(example, tasks.ChoiceExample):
+        return (example.context, *(() if example.lead is None else (example.lead,)), *example.endings)
+    raise TypeError(f"no predictor input for a {type(example).__name__}")
+
+
+def write_predictions(model_dir: str, examples, out_path: str, max_length: int = 128) -> int:
+    """One JSON line per example (a test split fine-tuning read) into ``out_path``, in order, each with its ``row``
+    (1-based, in the split's order) and a question's ``id``. Returns the number of lines."""
+    results = Predictor(model_dir, max_length)([example_input(ex) for ex in examples])
+    rows = [{"row": i + 1} | ({"id": ex.id} if isinstance(ex, squad.QAExample) else {}) | r
+            for i, (ex, r) in enumerate(zip(examples, results))]
+    atomic_write(out_path, "".join(json.dumps(r) + "\n" for r in rows))
+    return len(rows)

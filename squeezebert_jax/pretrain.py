@@ -472,8 +472,8 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
     need(isinstance(config.keep_checkpoints, int) and config.keep_checkpoints >= 1, "keep_checkpoints",
          "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
     need(isinstance(config.stop_at_step, int) and config.stop_at_step >= 0, "stop_at_step", "an integer >= 0 (0: off)")
-    for name, valid in (("num_devices", "an integer >= 0 (0: all devices)"),
-                        ("data.num_workers", "an integer >= 0 (0: grain's thread in this process)"),
+    parallel.check_num_devices(config.num_devices, count=False)  # counted by make_mesh, once jax.distributed is up
+    for name, valid in (("data.num_workers", "an integer >= 0 (0: grain's thread in this process)"),
                         ("data.prefetch", "an integer >= 0 (0: batches made inline)"),
                         ("data.num_shards", "an integer >= 1"), ("data.demo_num_docs", "an integer >= 1")):
         v = config[name.split(".")[0]] if "." not in name else config.data[name.split(".")[1]]
@@ -544,6 +544,23 @@ def check_data_unchanged(config, checkpointer: checkpointing.Checkpointer, data_
     return False
 
 
+# The settings that define a pretraining run's stream: which sequences land at which step (the loader's seed per phase,
+# the batch, each phase's length and masking, where each phase begins and ends) and what they are trained towards. Each
+# start records them (``run_stream``); a resume with any of them changed is refused (``trainer.check_stream``). The data
+# itself is checked against each checkpoint's record of it (``check_data_unchanged``: ``data.start_over`` may accept
+# shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
+# learning_rate, log_every, checkpoint_every, stop_at_step, num_devices, num_microbatches, ...
+RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking")
+PHASE_STREAM = ("num_steps", "seq_len", "max_predictions_per_seq")
+
+
+def run_stream(config: ml_collections.ConfigDict) -> dict:
+    """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS`` and each phase's
+    ``PHASE_STREAM`` fields."""
+    phases = {f"config.phases[{p.index}].{f}": getattr(p, f) for p in get_phases(config) for f in PHASE_STREAM}
+    return trainer.run_stream(config, RUN_SETTINGS, derived=phases)
+
+
 DEMO_ENTRIES = ("data", "demo")  # what the demo source writes into a workdir before its first checkpoint
 
 
@@ -565,16 +582,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
     # -- Distributed + mesh ------------------------------------------------------------------------
     parallel.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
                                          config.process_id)
+    mesh = parallel.make_mesh(config.num_devices or None)  # num_devices against the devices there are
     lock = files.RunLock(workdir, "pretraining") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        return _train_and_evaluate(config, workdir)
+        return _train_and_evaluate(config, workdir, mesh)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str, Any]:
     from squeezebert_jax.tokenizer import Tokenizer
 
     os.makedirs(workdir, exist_ok=True)
-    mesh = parallel.make_mesh(config.num_devices or None)
 
     # -- Data --------------------------------------------------------------------------------------
     data_dir = prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
@@ -611,6 +628,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                                               async_save=config.async_checkpoints, with_meta=True)
     fingerprint = pretrain_data.data_fingerprint(data_dir)
     start_data_over = check_data_unchanged(config, checkpointer, data_dir, fingerprint)
+    stream = run_stream(config)
+    trainer.check_stream(workdir, stream, bool(checkpointer.all_steps()))
     writer = reporting.MetricsWriter(workdir)
     run = Run(config, mesh, checkpointer, writer, cfg, reporting.peak_flops_per_device(config.peak_flops_per_device),
               phases[-1].end, fingerprint)
@@ -643,7 +662,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         writer.drop_after(step)  # rows logged after the checkpoint would be written twice
         # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
         if jax.process_index() == 0:
-            trainer.record_config(workdir, config, step)
+            trainer.record_config(workdir, config, step, stream)
 
         # -- Loop over phases: each starts a fresh LAMB state and schedule from the previous phase's parameters ---
         last, stopped = {}, False

@@ -8,7 +8,9 @@ and converts it on the fly (``convert`` maps the names and layouts).
 
 ``build_model`` is the one place a model is built from weights (a MODEL_DIR, a transformers directory or state_dict)
 and the one check for missing, unexpected and misshapen tensors; it draws no random weights for the checkpoint to
-replace. Files are written whole or not at all (``files.atomic_write``).
+replace. Files are written whole or not at all (``files.atomic_write``). Every file of a checkpoint directory is found
+through ``tokenizer.checkpoint_file`` (none read through a symlink out of it), and tokenizer files are read by the
+tokenizer's own reader before they are copied on (``tokenizer_files``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from squeezebert_jax.convert import flat_params
 from squeezebert_jax.files import atomic_write
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
+from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, checkpoint_file
+from squeezebert_jax.tokenizer import load as load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +42,30 @@ def _write_json(path: str, d: dict) -> None:
     atomic_write(path, json.dumps(d, indent=2, sort_keys=True) + "\n")
 
 
-def copy_tokenizer_files(src_dir: str | None, dst_dir: str) -> list[str]:
-    """Copy whichever tokenizer files ``src_dir`` has; returns their names."""
-    copied = []
+def tokenizer_files(src_dir: str | None) -> list[tuple[str, str]]:
+    """(name, path) of each tokenizer file ``src_dir`` has (none for None), each found through ``checkpoint_file`` (a
+    symlink out of ``src_dir`` is refused) and a vocabulary (``vocab.txt``, a SentencePiece ``*.model``) read by its
+    one reader, so that one lacking a special token, repeating a line or not UTF-8 is refused by name before anything
+    is written."""
+    found = []
     if src_dir and os.path.isdir(src_dir):
         for name in TOKENIZER_FILES:
-            src = os.path.join(src_dir, name)
-            if os.path.isfile(src) and os.path.abspath(src) != os.path.abspath(os.path.join(dst_dir, name)):
-                shutil.copyfile(src, os.path.join(dst_dir, name))
-                copied.append(name)
-            elif os.path.isfile(src):
-                copied.append(name)
-    return copied
+            path = checkpoint_file(src_dir, name)
+            if path is not None:
+                if name in TOKENIZER_FILE_NAMES:
+                    load_tokenizer(path)
+                found.append((name, path))
+    return found
+
+
+def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[str, str]] | None = None) -> list[str]:
+    """Copy whichever tokenizer files ``src_dir`` has (``files``: ``tokenizer_files(src_dir)``, if already checked);
+    returns their names."""
+    files = tokenizer_files(src_dir) if files is None else files
+    for name, src in files:
+        if os.path.abspath(src) != os.path.abspath(os.path.join(dst_dir, name)):
+            shutil.copyfile(src, os.path.join(dst_dir, name))
+    return [name for name, _ in files]
 
 
 def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None) -> str:
@@ -57,6 +73,7 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     from safetensors.numpy import save_file
 
     model_dir = os.fspath(model_dir)
+    tok_files = tokenizer_files(tokenizer_dir)  # a bad vocabulary is refused before anything is written
     os.makedirs(model_dir, exist_ok=True)
     head = convert.head_name(model)
     d = model.config.to_dict()
@@ -67,13 +84,13 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     atomic_write(os.path.join(model_dir, PARAMS_FILE),
                   lambda tmp: save_file(flat_params(model), tmp, metadata={"head": head}))
     _write_json(os.path.join(model_dir, "config.json"), d)
-    copy_tokenizer_files(tokenizer_dir, model_dir)
+    copy_tokenizer_files(tokenizer_dir, model_dir, tok_files)
     return model_dir
 
 
 def _read_config(model_dir: str) -> tuple[SqueezeBertConfig, dict]:
-    path = os.path.join(model_dir, "config.json")
-    if not os.path.isfile(path):
+    path = checkpoint_file(model_dir, "config.json")
+    if path is None:
         raise FileNotFoundError(f"{model_dir}: no config.json")
     with open(path) as f:
         try:
@@ -104,7 +121,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     if config_overrides:
         config = config.replace(**config_overrides)
     path = os.path.join(model_dir, PARAMS_FILE)
-    if os.path.isfile(path):
+    if checkpoint_file(model_dir, PARAMS_FILE) is not None:
         from safetensors.numpy import load_file
 
         try:
@@ -114,15 +131,16 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         saved = (raw.get("architectures") or ["SqueezeBertModel"])[0]
         if saved not in HEADS:
             raise InputError(f"{model_dir}/config.json: unknown architecture {saved!r}")
-        mapped = convert.Mapped(saved, {k.removeprefix("transformer/"): v for k, v in flat.items()})
+        ours = {k.removeprefix("transformer/"): k for k in flat}  # our path -> the file's own name for it
+        mapped = convert.Mapped(saved, {p: flat[k] for p, k in ours.items()}, names=ours)
         allow_new = head not in (None, saved) or num_labels is not None
     elif raw.get("library") == "squeezebert_jax":  # our MODEL_DIR, its weights file gone
         raise FileNotFoundError(f"{path}: no such file; {model_dir} is a squeezebert_jax MODEL_DIR (its config.json "
                                 "says so) whose weights are missing: copy the whole directory again")
     else:  # a transformers directory: its pooler may be missing (BertForMaskedLM has none)
-        path = model_dir
-        mapped = convert.torch_to_flat(convert.read_torch_checkpoint(model_dir), config,
-                                       architectures=raw.get("architectures"), source=model_dir)
+        path = convert.torch_checkpoint_file(model_dir)
+        mapped = convert.torch_to_flat(convert.read_torch_checkpoint(path), config,
+                                       architectures=raw.get("architectures"), source=path)
         allow_new = True
     model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
                         source=path)
@@ -157,7 +175,8 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
                 source: str = "") -> nnx.Module:
     """The one place a model is built from weights: ``head`` (default: the saved one) from ``mapped``'s tensors.
 
-    Every parameter must be in the checkpoint, every tensor used, every shape right; otherwise a
+    Every parameter must be in the checkpoint, every tensor used, every shape right, every tensor taken floating-point
+    and finite (``convert.tensor_problem``: no integer or bool tensor cast without a word, no NaN or inf); otherwise a
     ``CheckpointMismatchError`` names ``source`` and the tensors (in the checkpoint's names). Exceptions:
     the saved head's tensors that ``head`` has no use for are dropped (logged); with ``allow_new_heads``, task-head
     and pooler parameters the checkpoint lacks keep their random initialisation (logged, and listed in
@@ -181,7 +200,7 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
 
     model = nnx.eval_shape(construct)  # shapes only: no random weights drawn for the checkpoint to replace
     state = nnx.to_flat_state(nnx.state(model))
-    missing, misshapen, used, fresh = [], [], set(), []
+    missing, misshapen, unusable, used, fresh = [], [], [], set(), []
     for path, var in state:
         key = "/".join(str(p) for p in path).removeprefix("transformer/")
         if not isinstance(var, nnx.Param):  # the dropout streams' keys
@@ -195,10 +214,17 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
         if have != want:
             misshapen.append(f"tensor {names.get(key, key)} has shape {have}, but the config implies {want}")
             continue
+        problem = convert.tensor_problem(src[key])
+        if problem:
+            unusable.append(f"tensor {names.get(key, key)} {problem}")
+            continue
         var.set_value(jnp.asarray(src[key], jnp.float32))
         used.add(key)
     if misshapen:
         raise CheckpointMismatchError(f"{source}: {'; '.join(misshapen)} (does config.json match the weights?)")
+    if unusable:
+        raise CheckpointMismatchError(f"{source}: {convert.listed(unusable)}; a weight must be floating-point "
+                                      "numbers: is the file a damaged, quantized or diverged checkpoint?")
     order = {k: i for i, k in enumerate(names)}  # the checkpoint's order where it names them (weight, then bias)
     missing.sort(key=lambda k: order.get(k, len(order)))
     unused = sorted(set(src) - used)
@@ -243,6 +269,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | None
     sd = convert.to_torch_state_dict(model, style=style)  # everything that can be refused, before the directory
     d = model.config.to_dict(model_type=style)
     d["architectures"] = [convert.torch_architecture(model, style)]
+    tok_files = tokenizer_files(tokenizer_dir)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
     if hasattr(model, "num_labels"):
@@ -252,7 +279,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | None
             d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
     atomic_write(os.path.join(hf_dir, "model.safetensors"), lambda tmp: save_file(sd, tmp, metadata={"format": "pt"}))
     _write_json(os.path.join(hf_dir, "config.json"), d)
-    copy_tokenizer_files(tokenizer_dir, hf_dir)
+    copy_tokenizer_files(tokenizer_dir, hf_dir, tok_files)
     return hf_dir
 
 
@@ -266,9 +293,10 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     hf_dir = os.fspath(hf_dir)
     head = convert.check_head(head)
     config, raw = _read_config(hf_dir)
-    sd = convert.read_torch_checkpoint(hf_dir)
-    model = from_torch_state_dict(sd, config, head, architectures=raw.get("architectures"), source=hf_dir,
-                                  allow_new_heads=True)
+    tokenizer_files(hf_dir)  # a bad vocabulary is refused before the conversion's work
+    path = convert.torch_checkpoint_file(hf_dir)
+    model = from_torch_state_dict(convert.read_torch_checkpoint(path), config, head,
+                                  architectures=raw.get("architectures"), source=path, allow_new_heads=True)
     if label_names:
         n = getattr(model, "num_labels", None)
         if n != len(label_names) or len(set(label_names)) != len(label_names):

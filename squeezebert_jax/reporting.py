@@ -14,7 +14,8 @@ import jax
 import numpy as np
 
 from squeezebert_jax.chips import PEAK_FLOPS
-from squeezebert_jax.files import atomic_write
+from squeezebert_jax.errors import DataFileError, InputError
+from squeezebert_jax.files import atomic_write, text_lines
 
 log = logging.getLogger(__name__)
 
@@ -82,32 +83,95 @@ class MetricsWriter:
 
     def drop_after(self, step: int) -> int:
         """Remove the rows with step > ``step`` (logged after the checkpoint that a resumed run starts from, so
-        that they are not written twice) and any torn last line; an atomic rewrite. Returns the rows dropped."""
+        that they are not written twice) and a torn last line (``read_jsonl``); an atomic rewrite. Returns the rows
+        dropped. Other damage is refused (``read_jsonl``), as is a row without an integer step."""
         if not self.enabled or not os.path.exists(self.path):
             return 0
-        with open(self.path) as f:
-            lines = [line.rstrip("\n") for line in f if line.strip()]
+        rows, torn = read_log(self.path, METRICS_ADVICE)
         keep = []
-        for line in lines:
-            try:
-                row_step = json.loads(line)["step"]
-            except (ValueError, KeyError, TypeError):  # a line torn by a hard kill
-                continue
+        for lineno, row in rows:
+            row_step = row.get("step")
+            if isinstance(row_step, bool) or not isinstance(row_step, int):
+                raise InputError(f"{self.path}:{lineno}: a metrics row without an integer step ({row_step!r}); "
+                                 f"{METRICS_ADVICE}")
             if row_step <= step:
-                keep.append(line + "\n")
-        if len(keep) < len(lines):
+                keep.append(json.dumps(row) + "\n")
+        if len(keep) < len(rows) or torn:
             atomic_write(self.path, "".join(keep))
-            log.info("%s: dropped %d rows logged after step %d", self.path, len(lines) - len(keep), step)
-        return len(lines) - len(keep)
+            log.info("%s: dropped %d rows logged after step %d", self.path, len(rows) - len(keep), step)
+        return len(rows) - len(keep)
 
     def close(self):
         if self._tb:
             self._tb.close()
 
 
+METRICS_ADVICE = ("the run's metrics log is damaged: move it away (a resume then starts a new one; the checkpoints "
+                  "hold the run)")
+
+
+def read_log(path: str, advice: str) -> tuple[list[tuple[int, dict]], bool]:
+    """(line number, row) of each JSON object in ``path`` (``read_jsonl``), and whether the file does not end in a line
+    end (a torn last line was dropped, or the last row lacks its line end): then it is rewritten before an append."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if not f.tell():
+            return [], False
+        f.seek(-1, os.SEEK_END)
+        unterminated = f.read(1) != b"\n"  # a crash mid-append cuts the last line before its line end
+
+    def torn_tail(lineno: int, why: str) -> bool:
+        """Whether line ``lineno`` is the unterminated last line (then dropped with a warning)."""
+        if not unterminated:
+            return False
+        with open(path, "rb") as f:
+            last = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) + 1
+        if lineno != last:
+            return False
+        log.warning("%s:%d: the last line is cut short (%s; a crash while it was written): dropped", path, lineno,
+                    why)
+        return True
+
+    rows, lineno = [], 0
+    try:
+        for lineno, line in text_lines(path):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                if torn_tail(lineno, "not JSON"):
+                    return rows, True
+                raise InputError(f"{path}:{lineno}: not a JSON object ({e.msg}, column {e.colno}); {advice}") \
+                    from None
+            if not isinstance(row, dict):
+                if torn_tail(lineno, "not a JSON object"):
+                    return rows, True
+                raise InputError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object; {advice}")
+            rows.append((lineno, row))
+    except DataFileError as e:  # text_lines: a byte that is not UTF-8, named FILE:LINE:COL
+        if torn_tail(lineno + 1, "a character cut in two"):
+            return rows, True
+        raise InputError(f"{str(e).rsplit('; save the file', 1)[0]}; {advice}") from None
+    return rows, unterminated  # a last row without its line end: rewritten before anything is appended
+
+
+def read_jsonl(path: str, advice: str = "move the damaged file away") -> list[dict]:
+    """The rows of one of a run's own append-only JSON Lines files (``metrics.jsonl``, ``config_history.jsonl``), read
+    through ``files.text_lines``: a last line cut short by a crash mid-append (no line end, and not a JSON object, or
+    a character cut in two) is dropped with a warning; any other damage -- bytes that are not UTF-8, a line that is
+    not a JSON object -- is refused in one line naming FILE:LINE, then ``advice`` (what to do). A missing file: []."""
+    if not os.path.exists(path):
+        return []
+    return [row for _, row in read_log(path, advice)[0]]
+
+
 def read_metrics(workdir: str, filename: str = "metrics.jsonl") -> list[dict]:
-    with open(os.path.join(workdir, filename)) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows of ``WORKDIR/metrics.jsonl`` (``read_jsonl``)."""
+    path = os.path.join(workdir, filename)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file (the run has logged no metrics)")
+    return read_jsonl(path, METRICS_ADVICE)
 
 
 def mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:

@@ -14,6 +14,7 @@ Messages name a row as ``SPEC:ROW`` (1-based), as a file's line is named.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -53,6 +54,7 @@ def _hf_rows(spec: str, name: str, split: str):
     except ImportError as e:
         raise MissingExtraError(f"{spec}: reading a Hugging Face dataset needs `pip install datasets` (the "
                                 f"squeezebert_jax[datasets] extra)") from e
+    _refuse_code(spec, name)
     try:
         if os.path.isdir(name):
             ds = datasets.load_from_disk(name)
@@ -60,17 +62,28 @@ def _hf_rows(spec: str, name: str, split: str):
                 if split not in ds:
                     raise DataFileError(f"{spec}: no split {split!r} in {name} (has {', '.join(ds)})")
                 ds = ds[split]
-        else:
-            ds = datasets.load_dataset(name, split=split)
+        else:  # a prepared dataset of the cache; never a loading script (datasets < 3 runs one unless told not to)
+            refuse = {"trust_remote_code": False} if "trust_remote_code" in inspect.signature(
+                datasets.load_dataset).parameters else {}  # datasets >= 4 runs no script at all
+            ds = datasets.load_dataset(name, split=split, **refuse)
     except DataFileError:
         raise
-    except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds (a script refused is a RuntimeError in 3.x)
+        reason = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
         raise DataFileError(f"{spec}: cannot load the dataset ({reason}); give a directory written by save_to_disk, "
-                            f"or a name in the local datasets cache") from None
+                            f"or the name of a prepared dataset in the local datasets cache") from None
     features = ds.features
     for i, row in enumerate(ds, 1):
         yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
+
+
+def _refuse_code(spec: str, name: str) -> None:
+    """A data file is data: ``hf:`` never names a path that ``datasets.load_dataset`` would run as code or read as
+    raw files (a ``.py`` loading script, or any file), only a ``save_to_disk`` directory or a cached dataset's name."""
+    if name.lower().endswith(".py") or os.path.isfile(name):
+        raise DataFileError(f"{spec}: {name} is a file; hf: reads a directory written by save_to_disk or a dataset "
+                            f"name in the local cache, and never runs a loading script (a data file is not code): give "
+                            f"a CSV, TSV or JSON Lines file without the hf: prefix")
 
 
 def _tfds_rows(spec: str, name: str, split: str):

@@ -35,7 +35,7 @@ import string
 
 import numpy as np
 
-from squeezebert_jax import sources
+from squeezebert_jax import files, sources
 from squeezebert_jax.errors import DataFileError, InputError
 
 NO_CONTEXT = -1  # the offsets of a piece that is not the context's (specials, question, padding)
@@ -61,16 +61,10 @@ def read_squad(path: str, labelled: bool = True) -> list[QAExample]:
     and the line (of the question's id in a SQuAD JSON)."""
     if sources.is_dataset(path):  # datasets' SQuAD rows: id, question, context, answers {text, answer_start}
         return _examples(((f"{path}:{i}", {"id": str(i), **row}) for i, row in sources.rows(path)), path, labelled)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".json", ".jsonl"):
         raise DataFileError(f"{path}: unknown file type {ext!r}; give SQuAD .json or .jsonl")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = f.read()
-    except UnicodeDecodeError as e:
-        raise DataFileError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    raw = files.read_text(path)
     doc = _squad_json(raw)
     rows = _squad_json_rows(path, raw, doc) if doc is not None else _jsonl_rows(path, raw)
     return _examples(rows, path, labelled)
@@ -162,7 +156,7 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
         if not isinstance(text, str) or not text or isinstance(start, bool) or not isinstance(start, int):
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
                                 f"\"answer_start\", got {a!r}")
-        if context[start:start + len(text)] != text:
+        if not 0 <= start <= len(context) - len(text) or context[start:start + len(text)] != text:
             raise DataFileError(f"{where}: question {qid!r}: answer {text!r} is not at answer_start {start} of its "
                                 f"context (there: {context[max(start, 0):max(start, 0) + len(text)]!r})")
         spans.append((text, start))

@@ -16,9 +16,12 @@ reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``f
                         multiple_choice (data.choice_columns the endings, SWAG-style: ``ChoiceTask``)
     data.labels         "neg,pos": the label names in id order (default: the training file's, sorted)
 
-Files are read with the standard library's ``csv`` (quoted fields may hold the delimiter, quotes and newlines) and
-``json`` readers. Every error names the file, the line and the column: a missing column, an empty split, a label outside
-the declared set, a score that is not a finite number, a line that is not a JSON object.
+Every file is read through ``files.text_lines`` (UTF-8, a byte-order mark dropped); CSV by the standard library's ``csv``
+(quoted fields may hold the delimiter, quotes and newlines), TSV a row per line (``read_rows``), JSON Lines by ``json``.
+Labels are values (``label_key``: ``1``, ``1.0`` and JSON ``1`` are one class), texts are never empty, and each column
+has one role (``check_columns``). Every error names the file, the line and the column: a missing column, an empty
+split, label or text, a label outside the declared set, a score that is not a finite number, a line that is not a JSON
+object.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -34,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from squeezebert_jax import glue
-from squeezebert_jax import sources, squad
-from squeezebert_jax.errors import DataFileError, InputError
+from squeezebert_jax import files, sources, squad
+from squeezebert_jax.errors import DataFileError, InputError, MissingExtraError
 from squeezebert_jax.glue import GlueExample
 
 KINDS = ("classification", "regression", "multilabel", "token_classification", "question_answering",
@@ -43,6 +47,7 @@ KINDS = ("classification", "regression", "multilabel", "token_classification", "
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
+log = logging.getLogger(__name__)
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
@@ -85,59 +90,98 @@ class GlueTask:
 
 def read_rows(path: str):
     """(line, {column: value}) for every record of a CSV / TSV / JSON Lines file (the line where the record starts), or
-    (row, {column: value}) for every row of a dataset split ``hf:...`` / ``tfds:...`` (``sources``)."""
+    (row, {column: value}) for every row of a dataset split ``hf:...`` / ``tfds:...`` (``sources``).
+
+    Every file is read through ``files.text_lines`` (UTF-8; a byte-order mark dropped; a bad byte named by line and
+    column). CSV is RFC 4180 (a quoted field may hold commas, quotes written twice, and line breaks). TSV is a record
+    per line, fields split on tabs (IANA's TSV: no quoting, so a text that starts with a quote stays one field of its
+    own line); a field quoted whole, as pandas writes one, is unquoted (its doubled quotes read as one)."""
     if sources.is_dataset(path):
         yield from sources.rows(path)
         return
+    fmt = file_format(path)
+    lines = files.text_lines(path)
+    if fmt == "jsonl":
+        for lineno, line in lines:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
+            yield lineno, row
+        return
+    records = _tsv_records(lines) if fmt == "tsv" else _csv_records(path, lines)
+    header, spanning = None, []
+    for start, record in records:
+        if any("\n" in v for v in record):
+            spanning.append(start)
+        if header is None:
+            header = [c.strip() for c in record]
+            if len(set(header)) != len(header):
+                raise DataFileError(f"{path}:{start}: the header names a column twice: {header}")
+            if not all(header):
+                raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
+                                    f"{header.index('') + 1}): {header}")
+        elif any(v.strip() for v in record):
+            if len(record) != len(header):
+                raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
+                                    f"({', '.join(header)})")
+            yield start, dict(zip(header, record))
+    if header is None:
+        raise DataFileError(f"{path}: empty (no header line)")
+    if spanning:  # legal CSV, but also what a stray quote makes of several rows: said, so that it is seen
+        log.warning("%s: %d records span lines (a quoted field holds a line break), the first at line %d; a quote "
+                    "opened by mistake merges rows this way", path, len(spanning), spanning[0])
+
+
+def file_format(path: str) -> str:
+    """``csv``, ``tsv`` or ``jsonl``, by the file's extension (a data file of any other kind is refused)."""
     fmt = FORMATS.get(os.path.splitext(path)[1].lower())
     if fmt is None:
         raise DataFileError(f"{path}: unknown file type {os.path.splitext(path)[1]!r}; give a .csv, .tsv or .jsonl file")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    with open(path, encoding="utf-8", newline="") as f:
+    return fmt
+
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+
+def _tsv_records(lines):
+    for lineno, line in lines:
+        fields = line.rstrip("\r\n").split("\t")
+        yield lineno, [m[1].replace('""', '"') if (m := _QUOTED.fullmatch(f)) else f for f in fields]
+
+
+def _csv_records(path: str, lines):
+    """(first line, fields) per CSV record; a quoting error named by the line where its record starts."""
+    reader = csv.reader((line for _, line in lines), strict=True)
+    start = 1
+    while True:
         try:
-            if fmt == "jsonl":
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except ValueError as e:
-                        raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg})") from None
-                    if not isinstance(row, dict):
-                        raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
-                    yield lineno, row
-                return
-            reader = csv.reader(f, delimiter="," if fmt == "csv" else "\t", strict=True)
-            header, start = None, 1
-            for record in reader:
-                if header is None:
-                    header = [c.strip() for c in record]
-                    if len(set(header)) != len(header):
-                        raise DataFileError(f"{path}:1: the header names a column twice: {header}")
-                elif any(v.strip() for v in record):
-                    if len(record) != len(header):
-                        raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
-                                            f"({', '.join(header)})")
-                    yield start, dict(zip(header, record))
-                start = reader.line_num + 1
-            if header is None:
-                raise DataFileError(f"{path}: empty (no header line)")
-        except UnicodeDecodeError as e:
-            raise DataFileError(f"{path}: not UTF-8 text (byte {e.start} of a read block)") from None
+            record = next(reader)
+        except StopIteration:
+            return
         except csv.Error as e:
-            raise DataFileError(f"{path}:{reader.line_num}: {e}") from None
+            if "unexpected end of data" in str(e) or "new-line character seen in unquoted field" in str(e):
+                why = "a quoted field opened in this record is never closed"
+            elif "expected after" in str(e):
+                why = "text follows a closing quote"
+            else:
+                why = str(e)
+            raise DataFileError(f"{path}:{start}: {why} (a CSV field holding a quote is quoted whole, its quotes "
+                                f"written twice: \"say \"\"hi\"\"\")") from None
+        yield start, record
+        start = reader.line_num + 1
 
 
-def text_lines(path: str):
-    """(line, [tab-separated fields]) for every non-blank line of a plain text file."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield lineno, line.split("\t")
+def text_lines(path: str, what: str = ""):
+    """(line, [tab-separated fields]) for every non-blank line of a plain text file (``files.text_lines``)."""
+    for lineno, line in files.text_lines(path, what):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            yield lineno, line.split("\t")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +203,9 @@ class FileTask:
                              f"sentence pairs")
         if "train" not in self.files:
             raise InputError("config.data.train_file is required")
+        check_columns("config.data", text=self.text_columns, label=(self.label_column,))
+        if self.labels is not None and len(set(self.labels)) != len(self.labels):
+            raise InputError(f"config.data.labels: a label is named twice in {list(self.labels)}")
 
     head = "SqueezeBertForSequenceClassification"
     is_regression = property(lambda self: self.kind == "regression")
@@ -197,6 +244,8 @@ class FileTask:
         where = f"{path}:{lineno}: column {self.label_column!r}"
         if self.is_regression:
             try:
+                if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+                    raise TypeError
                 value = float(raw)
             except (TypeError, ValueError):
                 raise DataFileError(f"{where}: {raw!r} is not a number (a regression task)") from None
@@ -204,11 +253,11 @@ class FileTask:
                 raise DataFileError(f"{where}: {raw!r} is not a finite number")
             return value
         if self.kind == "multilabel":
-            names = _label_names(raw)
+            names = label_keys(raw, where)
             if bad := [n for n in names if n not in self.labels]:
                 raise DataFileError(f"{where}: label {bad[0]!r} is not one of {list(self.labels)}")
             return tuple(sorted({self.labels.index(n) for n in names}))
-        name = _label_name(raw)
+        name = label_key(raw, where)
         if name not in self.labels:
             raise DataFileError(f"{where}: label {name!r} is not one of {list(self.labels)}")
         return self.labels.index(name)
@@ -264,10 +313,10 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
             words, tags, start = [], [], None
             continue
         if fields is None:
-            fields = len(parts)
-        if (len(parts) > 1) != (fields > 1):
-            raise DataFileError(f"{path}:{lineno}: {len(parts)} field(s), the file's first line has {fields} (a word "
-                                f"and its tag per line)")
+            fields, first = len(parts), lineno
+        if len(parts) != fields:
+            raise DataFileError(f"{path}:{lineno}: {len(parts)} fields, the file's first word line ({first}) has "
+                                f"{fields}; every line holds one word and its columns (a word cannot hold a space)")
         start = start or lineno
         words.append(parts[0])
         tags.append(parts[-1])
@@ -297,14 +346,8 @@ def _dataset_sentences(path: str, columns: tuple[str, str]):
 
 
 def _lines(path: str):
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        try:
-            for line in f:
-                yield line.rstrip("\r\n")
-        except UnicodeDecodeError as e:
-            raise DataFileError(f"{path}: not UTF-8 text (byte {e.start} of a read block)") from None
+    for _, line in files.text_lines(path):
+        yield line.rstrip("\r\n")
 
 
 def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -> tuple[str, ...]:
@@ -347,39 +390,61 @@ class ConllTask:
         """``[CLS] pieces [SEP]`` per sentence, the words tokenized one by one; ``labels`` [N, max_length]: each
         word's tag id on its first piece, ``IGNORE`` on its other pieces, the specials and the padding (transformers'
         ``run_ner`` with ``label_all_tokens=False``); 0 on first pieces of an unlabelled sentence. Words past
-        ``max_length`` are cut (a word may keep only its first pieces)."""
+        ``max_length`` are cut (a word may keep only its first pieces): ``cut_labels`` [N, most cut] holds the tag ids
+        of a sentence's cut words (``IGNORE`` after them), so that its entities still count, as missed, in the scores;
+        the number cut is logged."""
         n = len(examples)
         out = {k: np.zeros((n, max_length), np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
         out["input_ids"][:] = tokenizer.pad_id
         labels = np.full((n, max_length), IGNORE, np.int32)
         pieces = tokenizer.word_pieces([w for ex in examples for w in ex.words])
-        at = 0
+        at, cut = 0, []
         for i, ex in enumerate(examples):
-            row, lab = [tokenizer.cls_id], [IGNORE]
+            row, lab, kept = [tokenizer.cls_id], [IGNORE], 0
             for w in range(len(ex.words)):
                 p = pieces[at + w][:max_length - 1 - len(row)]
                 if p:
                     row += p
                     lab += [self.labels.index(ex.tags[w]) if ex.tags else 0] + [IGNORE] * (len(p) - 1)
+                    kept = w + 1
+            cut.append([self.labels.index(t) for t in ex.tags[kept:]] if ex.tags else [0] * (len(ex.words) - kept))
             at += len(ex.words)
             row.append(tokenizer.sep_id)
             lab.append(IGNORE)
             out["input_ids"][i, :len(row)], out["attention_mask"][i, :len(row)] = row, 1
             labels[i, :len(lab)] = lab
         out["labels"] = labels
+        out["cut_labels"] = np.full((n, max(map(len, cut), default=0)), IGNORE, np.int32)
+        for i, c in enumerate(cut):
+            out["cut_labels"][i, :len(c)] = c
         out["idx"] = np.array([ex.idx for ex in examples], np.int32)
+        if lost := sum(map(len, cut)):
+            log.warning("%s: %d words of %d sentences lie past max_seq_length=%d and are not seen by the model (their "
+                        "entities count as missed); raise max_seq_length to see them", self.name, lost,
+                        sum(1 for c in cut if c), max_length)
         return out
 
-    def tag_sequences(self, predictions, labels) -> tuple[list[list[str]], list[list[str]]]:
-        """(predicted, gold) tag names per sentence, at the scored pieces (``labels`` != IGNORE)."""
+    def tag_sequences(self, predictions, labels, cut_labels=None) -> tuple[list[list[str]], list[list[str]]]:
+        """(predicted, gold) tag names per sentence, at the scored pieces (``labels`` != IGNORE); with
+        ``cut_labels``, each sentence's words past the model's length follow, gold as tagged and predicted "O"."""
         p, y = np.asarray(predictions), np.asarray(labels)
         p = p.argmax(-1) if p.ndim == 3 else p
         keep = y != IGNORE
-        return ([[self.labels[t] for t in row[k]] for row, k in zip(p, keep)],
-                [[self.labels[t] for t in row[k]] for row, k in zip(y, keep)])
+        pred = [[self.labels[t] for t in row[k]] for row, k in zip(p, keep)]
+        gold = [[self.labels[t] for t in row[k]] for row, k in zip(y, keep)]
+        for i, row in enumerate(np.asarray(cut_labels) if cut_labels is not None else ()):
+            tail = [self.labels[t] for t in row[row != IGNORE]]
+            gold[i] += tail
+            pred[i] += ["O"] * len(tail)
+        return pred, gold
 
-    def metrics(self, predictions, labels) -> dict[str, float]:
-        pred, gold = self.tag_sequences(predictions, labels)
+    def score(self, logits, arrays) -> dict[str, float]:
+        """The split's scores, counting the entities of words cut by ``max_seq_length`` (``encode``) as missed."""
+        return self.metrics(logits, arrays["labels"], arrays.get("cut_labels"))
+
+    def metrics(self, predictions, labels, cut_labels=None) -> dict[str, float]:
+        """Entity precision, recall and F1 (seqeval's micro average, conlleval's chunking) and tag accuracy."""
+        pred, gold = self.tag_sequences(predictions, labels, cut_labels)
         return entity_scores(gold, pred) | {
             "accuracy": float(np.mean([a == b for ps, gs in zip(pred, gold) for a, b in zip(ps, gs)] or [0.0]))}
 
@@ -425,6 +490,7 @@ class ChoiceTask:
         if len(self.choice_columns) < 2 or not all(self.choice_columns):
             raise InputError(f"config.data.choice_columns={','.join(self.choice_columns)!r}: two or more columns "
                              f"holding the endings (SWAG: ending0,ending1,ending2,ending3)")
+        check_columns("config.data", text=self.text_columns, choice=self.choice_columns, label=(self.label_column,))
 
     def load(self, split: str) -> list[ChoiceExample]:
         path, out = self.files[split], []
@@ -438,7 +504,7 @@ class ChoiceTask:
         return out
 
     def _label(self, raw, path: str, lineno: int) -> int:
-        name = _label_name(raw)
+        name = label_key(raw, f"{path}:{lineno}: column {self.label_column!r}")
         if name in self.choice_columns:
             return self.choice_columns.index(name)
         if name.isdigit() and int(name) < len(self.choice_columns):
@@ -473,68 +539,126 @@ def split_metrics(task, logits, arrays) -> dict[str, float]:
     return task.score(logits, arrays) if hasattr(task, "score") else task.metrics(logits, arrays["labels"])
 
 
-def _split_tag(tag: str) -> tuple[str, str]:
-    if tag == "O":
-        return "O", ""
-    prefix, sep, kind = tag.partition("-")
-    return (prefix, kind) if sep and prefix in "BIES" and len(prefix) == 1 else ("I", tag)
-
-
-def entities(tags) -> set[tuple[str, int, int]]:
-    """(type, first, last) of each entity in a tag sequence, by conlleval's chunk rules (B/I/E/S prefixes, IOB1 and
-    IOB2 alike: an I- after O or after another type starts an entity), as seqeval's default mode reads them."""
-    out, start, prev_prefix, prev_kind = set(), None, "O", ""
-    for i, tag in enumerate([*tags, "O"]):
-        prefix, kind = _split_tag(tag)
-        end = (prev_prefix in ("E", "S") or (prev_prefix in ("B", "I") and prefix in ("B", "S", "O"))
-               or (prev_prefix != "O" and prev_kind != kind))
-        if start is not None and end:
-            out.add((prev_kind, start, i - 1))
-            start = None
-        begin = (prefix in ("B", "S") or (prev_prefix in ("E", "S", "O") and prefix in ("E", "I"))
-                 or (prefix != "O" and prev_kind != kind))
-        if begin and prefix != "O":
-            start = i
-        prev_prefix, prev_kind = prefix, kind
-    return out
-
-
 def entity_scores(gold: list[list[str]], pred: list[list[str]]) -> dict[str, float]:
-    """Micro precision, recall and F1 over the entities of every sentence (seqeval's default ``classification_report``
-    micro average; 0 where undefined)."""
-    g = {(s, *e) for s, tags in enumerate(gold) for e in entities(tags)}
-    p = {(s, *e) for s, tags in enumerate(pred) for e in entities(tags)}
-    hit = len(g & p)
-    precision, recall = hit / len(p) if p else 0.0, hit / len(g) if g else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1}
+    """Micro precision, recall and F1 over the entities of every sentence: seqeval's (conlleval's chunk rules; 0 where
+    undefined)."""
+    try:
+        from seqeval import metrics as seqeval
+    except ImportError as e:
+        raise MissingExtraError("entity scores need seqeval: pip install -e \".[tagging]\" (see the README for the "
+                                "one setting its source package needs)") from e
+    return {"precision": float(seqeval.precision_score(gold, pred, zero_division=0)),
+            "recall": float(seqeval.recall_score(gold, pred, zero_division=0)),
+            "f1": float(seqeval.f1_score(gold, pred, zero_division=0))}
 
 
 def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
-    """(the texts of ``columns``, the parsed label or None) of one row; a test row may leave the label out."""
+    """(the texts of ``columns``, the parsed label or None) of one row; a test row may leave the label out (no column,
+    an empty cell, or JSON null)."""
     texts = []
     for col in columns:
         if col not in row:
             raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))})")
         texts.append(text_value(row[col], path, lineno, col))
-    if label_column in row:
-        return texts, parse_label(row[label_column], path, lineno)
+    raw = row.get(label_column)
+    if label_column in row and not (split == "test" and (raw is None or (isinstance(raw, str) and not raw.strip()))):
+        return texts, parse_label(raw, path, lineno)
     if split != "test":
         raise DataFileError(f"{path}:{lineno}: no label column {label_column!r} (has {', '.join(map(str, row))})")
     return texts, None
 
 
 def text_value(value, path: str, lineno: int, col: str) -> str:
+    """A text cell: a string with something besides white space in it."""
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
+    if not value.strip():
+        raise DataFileError(f"{path}:{lineno}: column {col!r} is empty; every row needs its text (fill it, or remove "
+                            f"the row)")
     return value
 
 
-def _label_name(raw) -> str:
-    """A label as its name: JSON numbers and strings read alike (1 and "1" are the label "1")."""
-    if isinstance(raw, float) and raw.is_integer():
-        raw = int(raw)
-    return str(raw).strip()
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def label_key(raw, where: str) -> str:
+    """One class label as the name it is known by, read as a value, so that a file and its JSON Lines twin, or a
+    hand-typed list, give the same classes: a number by its value (``1``, ``1.0``, ``"1.0"``, ``"+1"`` and ``1e0`` are
+    all ``"1"``; ``0.50`` is ``"0.5"``), a boolean as ``"true"`` / ``"false"`` (JSON ``true`` and a CSV's ``True``
+    alike), any other text stripped. Refused, naming ``where``: an empty cell, JSON null, and a list or object (one
+    label per row: a row of several labels is ``data.kind=multilabel``)."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        if not text:
+            raise DataFileError(f"{where}: the label is empty; every training and validation row needs its label")
+        if text.lower() in ("true", "false"):
+            return text.lower()
+        if not _NUMBER.fullmatch(text):
+            return text
+        value = float(text)
+    elif raw is None:
+        raise DataFileError(f"{where}: the label is null; every training and validation row needs its label")
+    else:
+        raise DataFileError(f"{where}: a JSON {type(raw).__name__} {raw!r} is not one label (a row of several labels "
+                            f"is data.kind=multilabel)")
+    if not math.isfinite(value):
+        raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
+    return str(int(value)) if value.is_integer() and abs(value) < 2 ** 53 else repr(value)
+
+
+def label_keys(raw, where: str) -> tuple[str, ...]:
+    """A multilabel row's labels, each read by ``label_key``: a JSON list, a cell holding a JSON list
+    (``["comedy", "drama"]``), or a cell of names split on ``LABEL_SEPARATOR`` (``comedy|drama``); an empty cell or
+    an empty list is a row with no label on. A label named twice in a row counts once."""
+    if isinstance(raw, str) and raw.strip().startswith("["):
+        try:
+            raw = json.loads(raw)
+        except ValueError as e:
+            raise DataFileError(f"{where}: {raw.strip()[:60]!r} starts like a JSON list but is not one ({e})") from None
+    if isinstance(raw, str):
+        if not raw.strip():
+            return ()
+        items = raw.split(LABEL_SEPARATOR)
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise DataFileError(f"{where}: {type(raw).__name__} {raw!r} is not a list of labels (a JSON list, or names "
+                            f"separated by {LABEL_SEPARATOR!r})")
+    if bad := [x for x in items if isinstance(x, (list, dict)) or x is None]:
+        raise DataFileError(f"{where}: {bad[0]!r} in the row's labels is not a label")
+    return tuple(dict.fromkeys(label_key(x, where) for x in items))
+
+
+def declared_labels(text: str, setting: str) -> tuple[str, ...]:
+    """Label names a setting gives in id order (``"neg,pos"``), each read by ``label_key``; an empty name or a name
+    given twice (``pos,neg,pos``; ``1,1.0``) is refused, naming the setting."""
+    names = tuple(label_key(x, f"{setting}={text!r}") for x in text.split(","))
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise InputError(f"{setting}={text!r} names the label {twice[0]!r} twice; each class is named once, in id order")
+    return names
+
+
+def sorted_labels(names) -> tuple[str, ...]:
+    """Label names in their default id order: by value when every one is a number, else as text."""
+    names = set(names)
+    numeric = all(_NUMBER.fullmatch(n) for n in names)
+    return tuple(sorted(names, key=float if numeric else str))
+
+
+def check_columns(path_or_setting: str, **groups) -> None:
+    """A task's columns, named by the config: every one named once, and none in two roles (a label column that is
+    also a text column gives the model its own answer). ``groups``: role -> column names."""
+    seen: dict[str, str] = {}
+    for role, cols in groups.items():
+        for col in cols:
+            if col in seen:
+                both = f"both a {seen[col]} and a {role} column" if seen[col] != role else f"a {role} column twice"
+                raise InputError(f"{path_or_setting}: column {col!r} is named as {both}; each column has one role")
+            seen[col] = role
 
 
 def macro_f1(predictions, labels, num_labels: int) -> float:
@@ -549,23 +673,17 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
     return float(np.mean(scores)) if scores else 0.0
 
 
-def _label_names(raw) -> list[str]:
-    """A multilabel field's names: a JSON list, or a string split on ``LABEL_SEPARATOR`` (empty: no label)."""
-    items = raw if isinstance(raw, list) else str(raw).split(LABEL_SEPARATOR)
-    return [n for n in (_label_name(x) for x in items) if n]
-
-
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
-    """The distinct labels of a training file, sorted (numerically when every one is an integer)."""
+    """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order."""
     names = set()
     for lineno, row in read_rows(path):
         if column not in row:
             raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
-        names.update(_label_names(row[column]) if multilabel else [_label_name(row[column])])
+        where = f"{path}:{lineno}: column {column!r}"
+        names.update(label_keys(row[column], where) if multilabel else [label_key(row[column], where)])
     if not names:
         raise DataFileError(f"{path}: no rows (the train split is empty)")
-    numeric = all(n.lstrip("-").isdigit() for n in names)
-    return tuple(sorted(names, key=int if numeric else str))
+    return sorted_labels(names)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -584,16 +702,20 @@ def resolve(config) -> Any:
     if d.kind not in KINDS:
         raise InputError(f"config.data.kind={d.kind!r}: one of {', '.join(KINDS)}")
     name = d.name or re.sub(r"[^\w.-]+", "_", os.path.splitext(os.path.basename(files["train"].rstrip("/")))[0])
+    if d.kind != "question_answering":  # (QA's settings are checked first: they need no file)
+        _check_data_files(files, d.kind)
     if d.kind == "token_classification":
         columns = (d.text_columns if d.text_columns != "sentence" else "tokens",
                    d.label_column if d.label_column != "label" else "ner_tags")
-        tags = tuple(x.strip() for x in d.labels.split(",")) if d.labels else tag_names_of(files["train"], columns)
+        check_columns("config.data", words=columns[:1], tags=columns[1:])
+        tags = declared_labels(d.labels, "config.data.labels") if d.labels else tag_names_of(files["train"], columns)
         return ConllTask(name, files, tags, columns)
     columns = tuple(c.strip() for c in d.text_columns.split(","))
     if d.kind == "question_answering":
         settings = {k: d[k] for k in ("max_query_length", "doc_stride", "max_answer_length", "n_best",
                                       "null_threshold")}
         squad.SquadTask(name, files, False, **settings).check(config.max_seq_length)
+        _check_data_files(files, d.kind)
         version_2 = any(squad.has_unanswerable(files[s]) for s in ("train", "validation") if s in files)
         return squad.SquadTask(name, files, version_2, **settings)
     if d.kind == "multiple_choice":
@@ -601,12 +723,32 @@ def resolve(config) -> Any:
                           d.label_column)
     labels = None
     if d.kind in ("classification", "multilabel"):
-        labels = (tuple(x.strip() for x in d.labels.split(",")) if d.labels
+        labels = (declared_labels(d.labels, "config.data.labels") if d.labels
                   else label_names_of(files["train"], d.label_column, d.kind == "multilabel"))
         if len(labels) < 2:
             raise InputError(f"{files['train']}: column {d.label_column!r} has one label ({labels[0]!r}); "
                              f"a classifier needs two or more")
     return FileTask(name, d.kind, files, columns, d.label_column, labels)
+
+
+def _check_data_files(paths: dict[str, str], kind: str) -> None:
+    """Every data file the config names (train, validation and test) exists and is of a kind the task reads, before
+    anything is read or trained (a dataset split ``hf:``/``tfds:`` is checked when it is read)."""
+    for split, path in paths.items():
+        if not sources.is_dataset(path):
+            _check_data_file(path, f"config.data.{split}_file", kind)
+
+
+def _check_data_file(path: str, setting: str, kind: str) -> None:
+    if not os.path.exists(path):
+        raise InputError(f"{setting}={path!r}: no such file")
+    if not os.path.isfile(path):
+        raise InputError(f"{setting}={path!r} is a directory, not a data file")
+    if kind in ("classification", "regression", "multilabel", "multiple_choice"):
+        try:
+            file_format(path)
+        except DataFileError as e:
+            raise InputError(f"{setting}: {e}") from None
 
 
 def task_by_name(task) -> Any:

@@ -15,6 +15,10 @@ so ids equal ``transformers.BertTokenizerFast(vocab_file, do_lower_case=True)`` 
 ALBERT's ``spiece.model`` qualifies, as does every model ``train_tokenizer(..., kind="sentencepiece")``
 writes. A SentencePiece model applies its own normalization (``train_tokenizer`` builds lowercasing in).
 
+``checkpoint_file(directory, name)`` is the one way a file of a checkpoint directory or MODEL_DIR is found (here, and by
+``pretrained`` and ``convert``): a file whose real path is outside the directory (a symlink to ``/etc/passwd``) is
+refused.
+
 ``encode``/``encode_batch`` lay out ``[CLS] a [SEP] (b [SEP])`` the same way for both kinds, truncating with
 the ``tokenizers`` library's longest-first rule (reimplemented here, so SentencePiece gets it too) and
 padding to ``max_length``.
@@ -49,15 +53,49 @@ _RUST_WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004
 
 
 # --------------------------------------------------------------------------------------------------
-# Reading vocab.txt
+# Finding a checkpoint's files; reading vocab.txt
 # --------------------------------------------------------------------------------------------------
+
+def _containment_root(directory: str) -> str:
+    """The real directory whose files ``directory``'s may resolve into: ``directory`` itself, or for a Hugging Face hub
+    cache snapshot (``.../models--ORG--NAME/snapshots/REV``, whose files link to ``../../blobs/HASH``) the model's
+    cache folder ``models--ORG--NAME``."""
+    root = os.path.realpath(directory)
+    parent = os.path.dirname(root)
+    if os.path.basename(parent) == "snapshots" and os.path.basename(os.path.dirname(parent)).startswith("models--"):
+        return os.path.dirname(parent)
+    return root
+
+
+def checkpoint_file(directory: str | os.PathLike, name: str) -> str | None:
+    """``directory/name`` if it is a file, else None: the one way a file of a checkpoint directory or MODEL_DIR
+    (config.json, the weights, vocab.txt and the other tokenizer files) is found.
+
+    A path whose real location lies outside the directory's (a ``vocab.txt`` linked to ``/etc/passwd``, a ``..`` in
+    ``name``) is an ``InputError`` naming both: a checkpoint's files are read (and copied on) from the checkpoint
+    alone. Symlinks that stay inside the directory are followed, as are a Hugging Face hub cache snapshot's links into
+    its model's ``blobs/``.
+    """
+    directory = os.fspath(directory)
+    path = os.path.join(directory, name)
+    if not os.path.lexists(path):
+        return None
+    root, real = _containment_root(directory), os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise InputError(f"{path} resolves to {real}, outside the checkpoint directory {directory}; a checkpoint's "
+                         "files are read from its own directory only: copy the file in instead of linking to it")
+    return path if os.path.isfile(real) else None
+
 
 def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     """The tokens of a BERT ``vocab.txt``, one per line, id = line index (as ``tokenizers`` reads it).
 
-    Trailing whitespace (and ``\\r``) is stripped from each line; a final newline ends the last line.
-    Raises ``ValueError`` naming the file and both line numbers for a duplicate token, the file and byte
-    offset for invalid UTF-8, and the file and the missing names if a BERT special is absent.
+    Trailing whitespace (and ``\\r``) is stripped from each line; a final newline ends the last line. A blank line
+    is the empty token and keeps its id, as in ``BertTokenizerFast`` (no id after it shifts); a second blank line
+    is a repeated token. The one reader of a WordPiece vocabulary: an ``InputError`` names the file and both line
+    numbers for a repeated token (transformers would give the token the later id, leaving the earlier one unused),
+    the file and byte offset for invalid UTF-8, and the file and the missing names if one of the five BERT specials
+    the model uses ([PAD] [UNK] [CLS] [SEP] [MASK]) is absent.
     """
     if data is None:
         with open(path, "rb") as f:
@@ -73,8 +111,10 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     first_line: dict[str, int] = {}
     for i, tok in enumerate(tokens):
         if tok in first_line:
-            raise InputError(f"{path}: line {i + 1} repeats token {tok!r} of line {first_line[tok] + 1}; "
-                             "every vocab.txt line must be a distinct token")
+            what = (f"line {i + 1} is blank, as is line {first_line[tok] + 1} (a blank line is a token, the empty one)"
+                    if tok == "" else f"line {i + 1} repeats token {tok!r} of line {first_line[tok] + 1}")
+            raise InputError(f"{path}: {what}; every vocab.txt line must be a distinct token (its id is its line "
+                             "number - 1): remove the repeated line")
         first_line[tok] = i
     missing = [s for s in BERT_SPECIALS if s not in first_line]
     if missing:
@@ -221,15 +261,16 @@ class Tokenizer(abc.ABC):
         """The tokenizer in ``directory`` (the first of ``TOKENIZER_FILE_NAMES`` present), or None if none is.
 
         A ``tokenizer_config.json`` beside a ``vocab.txt`` that says ``do_lower_case: false`` (a cased BERT) is
-        refused: the WordPiece here is uncased, and lowercasing a cased model's input would be silently wrong.
+        refused: the WordPiece here is uncased, and lowercasing a cased model's input would be silently wrong. Files
+        are found through ``checkpoint_file`` (a symlink out of ``directory`` is refused).
         """
         directory = os.fspath(directory)
         for name in TOKENIZER_FILE_NAMES:
-            path = os.path.join(directory, name)
-            if os.path.isfile(path):
+            path = checkpoint_file(directory, name)
+            if path is not None:
                 tok = load(path)
-                cfg_path = os.path.join(directory, "tokenizer_config.json")
-                if isinstance(tok, WordPieceTokenizer) and os.path.isfile(cfg_path):
+                cfg_path = checkpoint_file(directory, "tokenizer_config.json")
+                if isinstance(tok, WordPieceTokenizer) and cfg_path is not None:
                     try:
                         with open(cfg_path) as f:
                             lower = json.load(f).get("do_lower_case", True)

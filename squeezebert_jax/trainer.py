@@ -1,11 +1,13 @@
 """The training layer pretraining and fine-tuning share: the pure update step ``train_step(state, batch, rng, lr)
 -> (state, metrics)`` and how it is jitted (shardings in and out, the state donated), the reuse of jitted steps within a
-process, the compute dtype, the workdir's config history, and the SIGTERM (preemption) flag that all hosts agree on.
+process, the compute dtype, the workdir's config history and the training stream a resume must find unchanged
+(``check_stream``), and the SIGTERM (preemption) flag that all hosts agree on.
 The mesh and shardings live in ``parallel``, checkpoints in ``checkpointing``, metrics in ``reporting``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,9 +22,9 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from squeezebert_jax import optim
-from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write
+from squeezebert_jax import optim, reporting
+from squeezebert_jax.errors import DataFileError, InputError
+from squeezebert_jax.files import atomic_write, read_text
 from squeezebert_jax.parallel import any_process, batch_sharding, state_shardings
 
 
@@ -145,43 +147,54 @@ def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
+HISTORY_ADVICE = ("the run's config history is damaged: move it away (a resume then starts a new history; the "
+                  "checkpoints hold the run)")
+
+
+def _history(workdir: str) -> tuple[list[dict], bool]:
+    """The history's rows, and whether its file does not end in a line end (``reporting.read_log``)."""
+    path = os.path.join(workdir, "config_history.jsonl")
+    if not os.path.exists(path):
+        return [], False
+    rows, unterminated = reporting.read_log(path, HISTORY_ADVICE)
+    for lineno, row in rows:
+        if not isinstance(row.get("config"), dict):
+            raise InputError(f"{path}:{lineno}: a row without the start's config (a JSON object); {HISTORY_ADVICE}")
+    return [row for _, row in rows], unterminated
+
+
 def read_config_history(workdir: str) -> list[dict]:
     """The rows of ``WORKDIR/config_history.jsonl``: one per start of the run, ``{"start_step", "time", "config",
-    "changed"}``, oldest first (a line torn by a hard kill is skipped)."""
-    rows = []
-    path = os.path.join(workdir, "config_history.jsonl")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("config"), dict):
-                    rows.append(row)
-    return rows
+    "changed"}`` and ``"stream"`` (``run_stream``; not in a run begun by an older version), oldest first. Read as every
+    log of a run is (``reporting.read_jsonl``): a last line torn by a hard kill is dropped with a warning; other damage
+    (bytes that are not UTF-8, a line that is not a start's record) is refused naming FILE:LINE."""
+    return _history(workdir)[0]
 
 
-def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: int) -> dict[str, tuple[Any, Any]]:
-    """Keep the run's config history: append this start (its step and full config) to ``config_history.jsonl``, never
+def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: int,
+                  stream: dict | None = None) -> dict[str, tuple[Any, Any]]:
+    """Keep the run's config history: append this start (its step, full config and ``stream``, the fingerprint of its
+    training stream that the next resume is checked against: ``check_stream``) to ``config_history.jsonl``, never
     rewriting earlier rows, and write ``config.json`` (the config now in use). Fields that changed since the previous
     start (a resume with another learning rate, say) are logged at WARNING, old -> new, and returned. Structural
-    changes never get here: the checkpoint restore refuses them."""
+    changes never get here: the checkpoint restore refuses them; nor do the settings that define the stream
+    (``check_stream`` refuses them first)."""
     import datetime
 
     new = json.loads(config.to_json_best_effort())
-    history = read_config_history(workdir)
     hist_path, cfg_path = os.path.join(workdir, "config_history.jsonl"), os.path.join(workdir, "config.json")
+    history, unterminated = _history(workdir)
     rows = []
     if history:
         previous = history[-1]["config"]
     elif os.path.exists(cfg_path):  # a workdir from before the history: keep its config as the first start
-        with open(cfg_path, encoding="utf-8") as f:
-            try:
-                previous = json.load(f)
-            except ValueError as e:
-                raise InputError(f"{cfg_path}: not valid JSON ({e}); the run's config file is damaged: move it away "
-                                 "(a resume needs only the checkpoints)") from None
+        damaged = "the run's config file is damaged: move it away (a resume needs only the checkpoints)"
+        try:
+            previous = json.loads(read_text(cfg_path))
+        except DataFileError as e:
+            raise InputError(f"{str(e).rsplit('; save the file', 1)[0]}; {damaged}") from None
+        except ValueError as e:
+            raise InputError(f"{cfg_path}: not valid JSON ({e}); {damaged}") from None
         if not isinstance(previous, dict):
             raise InputError(f"{cfg_path}: not a config (a JSON object); move it away (a resume needs only the "
                              "checkpoints)")
@@ -194,13 +207,135 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
                     json.dumps(val), f" (resuming at step {start_step})" if start_step else "")
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rows.append({"start_step": start_step, "time": now, "config": new,
-                 "changed": {k: list(v) for k, v in changes.items()}})
+                 "changed": {k: list(v) for k, v in changes.items()}} | ({"stream": stream} if stream else {}))
+    if unterminated:  # a torn last line (dropped when read), or a last row without its line end: mended first
+        atomic_write(hist_path, "".join(json.dumps(r) + "\n" for r in history))
     with open(hist_path, "a", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
         f.flush()
         os.fsync(f.fileno())
     atomic_write(cfg_path, config.to_json_best_effort(indent=2))
     return changes
+
+
+# --------------------------------------------------------------------------------------------------
+# The training stream: what a resume must find unchanged
+# --------------------------------------------------------------------------------------------------
+
+STREAM_VERSION = 1  # the layout of a stream record; records of another version are compared on their common keys
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def source_identity(source: str) -> dict:
+    """What a data source is, as a resume compares it: ``{"path", "sha256", "bytes"}``. A file:
+    the sha256 of its bytes; a directory (a MODEL_DIR): of its files' names and sha256s (its top level); a dataset spec
+    (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself, and for a dataset saved on disk its metadata
+    files (``state.json`` holds ``datasets``' own fingerprint of the data) -- no cheaper identity is at hand."""
+    from squeezebert_jax import sources
+
+    out = {"path": source, "sha256": None, "bytes": None}
+    if sources.is_dataset(source):
+        kind, name, _ = sources.parse(source)
+        if kind == "hf" and os.path.isdir(name):
+            meta = sorted(os.path.relpath(os.path.join(d, f), name) for d, _, fs in os.walk(name) for f in fs
+                          if f.endswith(".json") and os.path.relpath(d, name).count(os.sep) < 2)
+            out["sha256"] = hashlib.sha256(json.dumps(
+                [[m, file_sha256(os.path.join(name, m))] for m in meta]).encode()).hexdigest()
+        return out
+    path = os.path.abspath(source)
+    out["path"] = path
+    if os.path.isfile(path):
+        out["sha256"], out["bytes"] = file_sha256(path), os.path.getsize(path)
+    elif os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+        out["sha256"] = hashlib.sha256(json.dumps(
+            [[n, file_sha256(os.path.join(path, n))] for n in names]).encode()).hexdigest()
+        out["bytes"] = sum(os.path.getsize(os.path.join(path, n)) for n in names)
+    return out
+
+
+def config_value(config, name: str):
+    """``config`` at the dotted ``name`` (``data.train_file``) as plain JSON values; None where it has no such field."""
+    v = config
+    for part in name.split("."):
+        try:
+            v = v[part]
+        except (KeyError, AttributeError, TypeError):
+            return None
+    return json.loads(json.dumps(v.to_dict() if hasattr(v, "to_dict") else v, default=str))
+
+
+def run_stream(config, settings, sources: dict | None = None, derived: dict | None = None) -> dict:
+    """A run's stream fingerprint: what decides which example lands at which step, and what it is trained towards.
+    ``settings``: the dotted config names that define it (each entry point keeps its one list, ``RUN_SETTINGS``), each
+    recorded as ``config.NAME``: its value, or for a setting that names data (``sources``: name -> ``source_identity``
+    or a list of them) what that data is; ``derived``: values the settings resolve to (a task's label names read from
+    its training file, say). Recorded with each start (``record_config``), checked by the next resume
+    (``check_stream``)."""
+    sources = sources or {}
+    stream = {"version": STREAM_VERSION}
+    stream |= {f"config.{name}": sources[name] if name in sources else config_value(config, name)
+               for name in (*settings, *(n for n in sources if n not in settings))}
+    return stream | dict(derived or {})
+
+
+def _is_identity(x) -> bool:
+    return isinstance(x, dict) and "sha256" in x and "path" in x
+
+
+def _describe(key: str, old, new) -> str:
+    """One phrase: how the stream entry ``key`` changed, ``old`` -> ``new``."""
+    if _is_identity(old) and _is_identity(new):
+        if old["path"] != new["path"]:
+            return f"{key} changed since the run began ({old['path']} -> {new['path']})"
+        if old["sha256"] and new["sha256"]:
+            size = (f"; {old['bytes']} -> {new['bytes']} bytes" if None not in (old.get("bytes"), new.get("bytes"))
+                    and old["bytes"] != new["bytes"] else "")
+            return (f"{key} {new['path']} changed since the run began (sha256 {old['sha256'][:12]}.. -> "
+                    f"{new['sha256'][:12]}..{size})")
+        return f"{key} {new['path']} changed since the run began (it cannot be read as it was)"
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and old \
+            and all(map(_is_identity, old + new)):
+        return "; ".join(_describe(key, a, b) for a, b in zip(old, new) if a != b)
+    plain = [[x["path"] for x in v] if isinstance(v, list) and all(map(_is_identity, v)) else
+             v["path"] if _is_identity(v) else v for v in (old, new)]
+    return f"{key} changed since the run began ({json.dumps(plain[0])} -> {json.dumps(plain[1])})"
+
+
+def stream_changes(old: dict, new: dict) -> list[str]:
+    """What differs between two stream records, one phrase each (``[]``: the same stream)."""
+    keys = [k for k in new if k != "version"] + [k for k in old if k != "version" and k not in new]
+    if old.get("version") != new.get("version"):  # another layout: only what both record is comparable
+        keys = [k for k in keys if k in old and k in new]
+    return [_describe(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
+
+
+def check_stream(workdir: str, stream: dict, resuming: bool) -> None:
+    """Refuse to resume a run on another training stream than the one it began with (the last stream recorded in
+    ``config_history.jsonl``): a data file with other bytes, another batch size, seed, label set, ... (``run_stream``).
+    The one check of pretraining and fine-tuning alike, run before anything is restored or written; a run with no
+    checkpoint yet (``resuming`` False) starts afresh and may change anything. A run that recorded no stream (written
+    by an older version) resumes with a warning."""
+    if not resuming:
+        return
+    recorded = [row["stream"] for row in read_config_history(workdir) if isinstance(row.get("stream"), dict)]
+    if not recorded:
+        log.warning("%s records no training stream (a run begun by an older version): its data and settings are "
+                    "assumed to be the ones it began with", workdir)
+        return
+    if changes := stream_changes(recorded[-1], stream):
+        more = f" (and {len(changes) - 3} more)" if len(changes) > 3 else ""
+        raise InputError(f"{'; '.join(changes[:3])}{more}. The checkpoints in {os.path.join(workdir, 'checkpoints')} "
+                         "are left untouched: resume with the data and settings the run began with, or start a new "
+                         "--workdir")
 
 
 class PreemptionFlag:

@@ -57,6 +57,37 @@ def test_parse_topology_and_chip_table():
     assert chips.CHIPS["h100"].hbm_gbs == 3350.0
 
 
+@pytest.mark.parametrize("topology, message", [
+    ("v5e:2x2x2", r"'v5e:2x2x2': expected CHIP:AxB\[xC\]; v5e is 2-D, 3 dimensions given: v5e:AxB \(e.g. v5e:2x4\)"),
+    ("v6e:2x2x1", r"v6e is 2-D, 3 dimensions given: v6e:AxB"),
+    ("v4:2x2", r"'v4:2x2': expected CHIP:AxB\[xC\]; v4 is 3-D, 2 dimensions given: v4:AxBxC \(e.g. v4:2x2x1\)"),
+    ("v5p:8", r"v5p is 3-D, 1 dimension given: v5p:AxBxC"),
+    ("h100:8", r"h100 is 2-D, 1 dimension given: h100:HOSTSxGPUS \(e.g. h100:1x8\)"),
+    ("h100:1x1x8", r"h100 is 2-D, 3 dimensions given"),
+    ("v5e:0x4", r"'v5e:0x4': every dimension is a positive integer .*v5e:AxB"),
+    ("v4:2x0x1", r"every dimension is a positive integer .*v4:AxBxC"),
+    ("a100:1x0", r"every dimension is a positive integer"),
+    ("v5e:3x3", r"'v5e:3x3': no v5e slice has that shape; v5e slices are 1x1, 2x2, 2x4, 4x4"),
+    ("v5e:2x-4", r"expected CHIP:AxB\[xC\] .*; a v5e topology is v5e:AxB"),
+    ("v5e:2x4.0", r"expected CHIP:AxB\[xC\]"),
+    ("v7x:2x2", r"expected CHIP:AxB\[xC\] with CHIP one of v4, v5e"),
+    ("", r"expected CHIP:AxB"),
+])
+def test_a_topology_of_the_wrong_form_for_its_chip_is_refused(topology, message):
+    """v5e:2x2x2 went to libtpu, which described 8 chips of a 3-D v5e, and the report said 0.0 h: each chip's own
+    form (rank, positive dimensions, a slice it has) is checked before anything is compiled."""
+    with pytest.raises(aot.TopologyError, match=message) as e:
+        aot.parse_topology(topology)
+    assert str(e.value).startswith(f"--topology {topology!r}") and "\n" not in str(e.value)
+    for good in ("v5e:1x1", "v5e:2x4", "v6e:16x16", "v4:2x2x1", "v5p:2x2x2", "h100:1x8", "a100:2x8"):
+        assert aot.parse_topology(good)[1] == tuple(int(d) for d in good.split(":")[1].split("x"))
+
+
+def test_compile_refuses_a_3d_v5e_in_one_line_exit_2(tmp_path):
+    rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2x2")
+    assert rc == 2 and "v5e is 2-D" in err and "Traceback" not in err and rows == [] and " h " not in out
+
+
 def test_fewest_microbatches():
     assert aot.fewest_microbatches(8192, 8, 1024) == 1
     assert aot.fewest_microbatches(8192, 8, 300) == 4  # 1024 per chip -> 4 x 256

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -184,8 +185,11 @@ def test_export_lite_checks_its_sizes():
     (lambda c: c | {"hidden_size": "16"}, 'config.json: hidden_size is "16" (a string); expected an integer >= 1'),
     (lambda c: c | {"num_attention_heads": 0}, "config.json: num_attention_heads is 0; expected an integer >= 1"),
     (lambda c: c | {"hidden_dropout_prob": "0.1"},
-     'config.json: hidden_dropout_prob is "0.1" (a string); expected a number in [0, 1]'),
+     'config.json: hidden_dropout_prob is "0.1" (a string); expected a number in [0, 1)'),
     (lambda c: c | {"hidden_act": None}, "config.json: hidden_act is null; expected a string"),
+    (lambda c: c | {"layer_norm_eps": -1e-12}, "config.json: layer_norm_eps is -1e-12; expected a number > 0 and < 1"),
+    (lambda c: c | {"attention_probs_dropout_prob": 1.0},
+     "config.json: attention_probs_dropout_prob is 1.0; expected a number in [0, 1)"),
 ])
 def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     src = model_dir(tmp_path / "m")
@@ -210,6 +214,51 @@ def test_config_from_dict_checks_each_field_type(field, value, message):
     with pytest.raises(InputError) as e:
         SqueezeBertConfig.from_dict({field: value}, source="M/config.json")
     assert str(e.value).startswith("M/config.json: " + message), str(e.value)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("layer_norm_eps", -1e-12, "layer_norm_eps is -1e-12; expected a number > 0 and < 1 (e.g. 1e-12)"),
+    ("layer_norm_eps", 0, "layer_norm_eps is 0; expected a number > 0 and < 1"),
+    ("layer_norm_eps", 0.0, "layer_norm_eps is 0.0; expected a number > 0 and < 1"),
+    ("layer_norm_eps", 1, "layer_norm_eps is 1; expected a number > 0 and < 1"),
+    ("layer_norm_eps", 1e5, "layer_norm_eps is 100000.0; expected a number > 0 and < 1"),
+    ("layer_norm_eps", float("nan"), "layer_norm_eps is NaN (not a finite number); expected a number > 0"),
+    ("layer_norm_eps", None, "layer_norm_eps is null; expected a number > 0"),
+    ("layer_norm_eps", False, "layer_norm_eps is false (a boolean); expected a number > 0"),
+    ("layer_norm_eps", [1e-12], "layer_norm_eps is [1e-12] (a list); expected a number > 0"),
+    ("hidden_dropout_prob", 1.0, "hidden_dropout_prob is 1.0; expected a number in [0, 1)"),
+    ("hidden_dropout_prob", -0.1, "hidden_dropout_prob is -0.1; expected a number in [0, 1)"),
+    ("attention_probs_dropout_prob", 1.5, "attention_probs_dropout_prob is 1.5; expected a number in [0, 1)"),
+    ("attention_probs_dropout_prob", float("inf"), "attention_probs_dropout_prob is Infinity (not a finite number)"),
+    ("initializer_range", -0.02, "initializer_range is -0.02; expected a number >= 0 (e.g. 0.02)"),
+    ("initializer_range", "0.02", 'initializer_range is "0.02" (a string); expected a number >= 0'),
+])
+def test_config_float_settings_are_range_checked(field, value, message):
+    """The float settings as a class: a LayerNorm epsilon in (0, 1), dropout probabilities in [0, 1), an
+    initializer_range >= 0; finite numbers all (config.json's NaN / Infinity refused)."""
+    with pytest.raises(InputError) as e:
+        SqueezeBertConfig.from_dict({field: value}, source="M/config.json")
+    assert str(e.value).startswith("M/config.json: " + message), str(e.value)
+
+
+@pytest.mark.parametrize("field,value", [("layer_norm_eps", 1e-5), ("layer_norm_eps", 0.5), ("initializer_range", 0),
+                                         ("hidden_dropout_prob", 0), ("attention_probs_dropout_prob", 0.999)])
+def test_config_float_settings_in_range_are_taken(field, value):
+    assert getattr(SqueezeBertConfig.from_dict({field: value}), field) == value
+
+
+def test_from_pytorch_refuses_a_negative_layer_norm_eps(tmp_path, run_cli, digest):
+    src = hf_dir(tmp_path / "hf", head="SqueezeBertForSequenceClassification")
+    path = os.path.join(src, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    with open(path, "w") as f:
+        json.dump(cfg | {"layer_norm_eps": -1e-12}, f)
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and f"{path}: layer_norm_eps is -1e-12; expected a number > 0 and < 1" in line, line
+    assert stdout == "" and digest(src) == before and not (tmp_path / "m").exists()
 
 
 # -- 5. a misspelt head ------------------------------------------------------------------------------------------------
@@ -298,3 +347,145 @@ def test_lone_surrogate_is_named(tokenizers, i):
                                          r"'\\ud800' at character 90"):
         tok.encode_batch(["the", "a"], ["it", "it " * 30 + "\ud800" + " was" * 30])
     assert tok.encode("the story")["input_ids"][0] == tok.cls_id  # valid text is unaffected
+
+
+# -- 8. weights that are not floating-point numbers --------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,bad", [("int64", None), ("bool", None), ("float32", float("nan")),
+                                       ("float32", float("-inf"))])
+def test_from_pytorch_refuses_non_float_or_non_finite_weights(tmp_path, run_cli, digest, dtype, bad):
+    """An integer or bool tensor where a weight belongs is not cast to float without a word, and NaN / inf weights
+    do not convert: one line names the file, the tensor (its transformers name) and its dtype or bad-value count."""
+    from safetensors.numpy import load_file, save_file
+
+    src = hf_dir(tmp_path / "hf")
+    path = os.path.join(src, "model.safetensors")
+    sd = load_file(path)
+    key = "transformer.encoder.layers.0.attention.query.weight"
+    x = sd[key].astype(dtype)
+    if bad is not None:
+        x.flat[[1, 4]] = bad
+    save_file(sd | {key: x}, path, metadata={"format": "pt"})
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    what = f"has dtype {dtype}, not a floating-point one" if bad is None else \
+        f"holds 2 {'NaN' if bad != bad else 'inf'} of its {x.size:,} values"
+    assert rc == 1 and f"{path}: tensor {key} {what}" in line, line
+    assert stdout == "" and digest(src) == before and not (tmp_path / "m").exists()
+
+
+# -- 9. checkpoint files linked out of their directory -----------------------------------------------------------------
+
+def _link_out(src: str, name: str, tmp_path, content: bytes | None = None) -> str:
+    """Move (or write) ``name`` outside ``src`` and leave a symlink to it in its place; returns the outside path."""
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir(exist_ok=True)
+    if content is None:
+        os.replace(os.path.join(src, name), outside)
+    else:
+        outside.write_bytes(content)
+    os.symlink(outside, os.path.join(src, name))
+    return str(outside)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"])
+def test_a_transformers_file_linked_out_of_the_directory_is_refused(tmp_path, name):
+    """Every file read from a checkpoint goes through one resolver (tokenizer.checkpoint_file): one whose real path
+    is outside the directory is refused by name, whatever it is (even a well-formed file)."""
+    src = hf_dir(tmp_path / "hf")
+    outside = _link_out(src, name, tmp_path, b'{"do_lower_case": true}' if name == "tokenizer_config.json" else None)
+    msg = f"{os.path.join(src, name)} resolves to {outside}, outside the checkpoint directory {src}"
+    calls = [lambda: sj.import_torch(src, tmp_path / "m")]
+    if name in ("config.json", "model.safetensors"):
+        calls.append(lambda: sj.load_pretrained(src))
+    else:
+        calls += [lambda: Tokenizer.from_dir(src),
+                  lambda: sj.save_pretrained(sj.SqueezeBertModel(SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0)),
+                                             tmp_path / "m", tokenizer_dir=src)]
+    for call in calls:
+        with pytest.raises(InputError) as e:
+            call()
+        assert str(e.value).startswith(msg), str(e.value)
+    assert not (tmp_path / "m").exists()
+
+
+def test_to_pytorch_refuses_a_vocab_linked_to_etc_passwd(tmp_path, run_cli, digest):
+    src = model_dir(tmp_path / "m")
+    os.remove(os.path.join(src, "vocab.txt"))
+    target = "/etc/passwd" if os.path.isfile("/etc/passwd") else _link_out(src, "x", tmp_path, b"secret\n")
+    os.symlink(target, os.path.join(src, "vocab.txt"))
+    params = os.path.join(src, "params.safetensors")
+    before = digest(params, os.path.join(src, "config.json"))
+    rc, stdout, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "hf")
+    line = one_error_line(err, "to_pytorch.py")
+    assert rc == 1 and f"{src}/vocab.txt resolves to {os.path.realpath(target)}, outside the checkpoint" in line, line
+    assert not (tmp_path / "hf").exists() and digest(params, os.path.join(src, "config.json")) == before
+    os.remove(os.path.join(src, "vocab.txt"))  # MODEL_DIR's weights linked out: refused as well
+    os.replace(params, tmp_path / "params.safetensors")
+    os.symlink(tmp_path / "params.safetensors", params)
+    with pytest.raises(InputError, match=f"^{params} resolves to {tmp_path / 'params.safetensors'}, outside"):
+        sj.load_pretrained(src)
+
+
+def test_links_inside_the_directory_and_a_hub_cache_snapshot_are_followed(tmp_path):
+    """A symlink that stays inside the directory, ``..`` that comes back into it, a directory reached through a
+    symlink, and the Hugging Face hub cache's layout (snapshots/REV/FILE -> ../../blobs/HASH) all load; a relative
+    link that climbs out does not."""
+    src = hf_dir(tmp_path / "hf")
+    os.mkdir(os.path.join(src, "tok"))
+    os.replace(os.path.join(src, "vocab.txt"), os.path.join(src, "tok", "vocab.txt"))
+    os.symlink("tok/vocab.txt", os.path.join(src, "vocab.txt"))
+    os.replace(os.path.join(src, "config.json"), os.path.join(src, "tok", "config.json"))
+    os.symlink(os.path.join("..", "hf", "tok", "config.json"), os.path.join(src, "config.json"))
+    os.symlink(src, tmp_path / "via_link")
+    sj.import_torch(tmp_path / "via_link", tmp_path / "m")
+    copied = tmp_path / "m" / "vocab.txt"
+    assert not os.path.islink(copied) and copied.read_text().split() == VOCAB
+    repo = tmp_path / "hub" / "models--org--tiny"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    for i, name in enumerate(sorted(os.listdir(tmp_path / "m"))):
+        os.replace(tmp_path / "m" / name, repo / "blobs" / f"hash{i}")
+        os.symlink(f"../../blobs/hash{i}", repo / "snapshots" / "abc123" / name)
+    assert type(sj.load_pretrained(repo / "snapshots" / "abc123")).__name__ == "SqueezeBertForMaskedLM"
+    assert Tokenizer.from_dir(repo / "snapshots" / "abc123").vocab_size == len(VOCAB)
+    os.remove(os.path.join(src, "vocab.txt"))
+    (tmp_path / "other").mkdir()
+    os.replace(os.path.join(src, "tok", "vocab.txt"), tmp_path / "other" / "vocab.txt")
+    os.symlink(os.path.join("..", "other", "vocab.txt"), os.path.join(src, "vocab.txt"))
+    with pytest.raises(InputError, match="outside the checkpoint directory"):
+        Tokenizer.from_dir(src)
+
+
+# -- 10. a vocab.txt the model cannot use ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lines,message", [
+    ([t for t in VOCAB if t != "[MASK]"], r"lacks the special token\(s\) \[MASK\]"),
+    ([t for t in VOCAB if t not in ("[CLS]", "[PAD]")], r"lacks the special token\(s\) \[PAD\], \[CLS\]"),
+    (VOCAB + ["story"], r"line 13 repeats token 'story' of line 8"),
+    (VOCAB[:6] + ["", ""] + VOCAB[6:], r"line 8 is blank, as is line 7"),
+])
+def test_from_pytorch_refuses_a_vocab_the_model_cannot_use(tmp_path, run_cli, digest, lines, message):
+    """The vocabulary is read by its one reader (tokenizer.read_vocab) before a conversion copies it on; a refused one
+    leaves no --out behind."""
+    src = hf_dir(tmp_path / "hf")
+    vocab = os.path.join(src, "vocab.txt")
+    with open(vocab, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and re.search(f"{re.escape(vocab)}: .*{message}", line), line
+    assert stdout == "" and digest(src) == before and not (tmp_path / "m").exists()
+
+
+def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):
+    src = model_dir(tmp_path / "m")
+    (tmp_path / "m" / "vocab.txt").write_text("\n".join(VOCAB[1:]) + "\n")  # no [PAD]
+    model = sj.load_pretrained(src)
+    for call in (lambda: sj.export_torch(model, tmp_path / "hf", tokenizer_dir=src),
+                 lambda: sj.save_pretrained(model, tmp_path / "copy", tokenizer_dir=src)):
+        with pytest.raises(InputError, match=r"vocab.txt: vocab.txt lacks the special token\(s\) \[PAD\]"):
+            call()
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "copy").exists()

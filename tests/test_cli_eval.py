@@ -71,3 +71,13 @@ def test_removed_formulations_are_refused(gone, run_cli):
     assert rc == 2 and "invalid choice" in err and "Traceback" not in err
     rc, _, err = run_cli("eval/bench_infer.py", "--sweep", "--sweep-only", gone)
     assert rc == 2 and "invalid choice" in err
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_out_in_a_missing_directory_is_refused_before_any_work(script, run_cli, tmp_path):
+    """files.check_output_file, the one output check: a mistyped directory is named before the work, not after it."""
+    out = tmp_path / "no_such_dir" / "tables.md"
+    rc, stdout, err = run_cli(script, "--tiny", "--out", out)
+    line = one_error_line(err, script.split("/")[1])
+    assert rc == 1 and f"--out {out}: no directory {out.parent}; create it first" in line and stdout == ""
+    assert not out.parent.exists()

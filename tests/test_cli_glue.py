@@ -239,12 +239,12 @@ def test_eval_console_is_the_results_and_the_table(tmp_path, data, run_cli):
 # -- issue 26 class 7: results never lie ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("predict", [False, True])
-def test_a_classifier_with_nan_weights_gets_no_score(tmp_path, data, run_cli, digest, predict):
-    import numpy as np
-
+def test_a_classifier_whose_outputs_overflow_gets_no_score(tmp_path, data, run_cli, digest, predict):
+    """Finite weights whose outputs are not (NaN weights are refused when the model loads: tests/test_convert.py)."""
     path = model_dir(tmp_path / "nan")
     model = sj.load_pretrained(path)
-    model.classifier.kernel.set_value(model.classifier.kernel[...] * np.nan)
+    ln = model.transformer.embeddings.LayerNorm.scale  # activations near float32's largest: the layers overflow
+    ln.set_value(ln[...] * 3e38)
     sj.save_pretrained(model, path)
     before = digest(path, data)
     argv = ["--model", path, "--task", "rte", "--data_dir", data] + (["--predict", "test", "--out", tmp_path / "sub"]
@@ -260,3 +260,40 @@ def test_all_tasks_with_no_model_is_an_error_not_an_empty_table(tmp_path, data, 
     rc, out, err = run_cli("eval/glue.py", "--model", tmp_path / "runs", "--task", "all", "--data_dir", data)
     line = one_error_line(err, "glue.py")
     assert rc == 1 and "no task was evaluated" in line and "|" not in out
+
+
+# -- predict loses or mangles no result: --predict test --out DIR ----------------------------------------------------
+
+def test_predict_test_shares_its_out_dir_with_other_tasks_files(tmp_path, data, run_cli, digest):
+    """The GLUE server wants every task's file in one folder: another task's file there is no reason to refuse; only
+    the files this task writes are refused (unless --overwrite), and each is claimed while the command works."""
+    from squeezebert_jax import files
+
+    model = model_dir(tmp_path / "model", num_labels=2)
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    (sub / "CoLA.tsv").write_text("index\tprediction\n0\t1\n")
+    (sub / "notes.txt").write_text("mine\n")
+    before = digest(sub / "CoLA.tsv", sub / "notes.txt")
+    argv = ["--model", model, "--task", "rte", "--data_dir", data, "--max_length", "16", "--predict", "test", "--out",
+            sub]
+    rc, out, err = run_cli("eval/glue.py", *argv)
+    assert rc == 0, err
+    assert sorted(os.listdir(sub)) == ["CoLA.tsv", "RTE.tsv", "notes.txt"]  # no lock left behind
+    assert digest(sub / "CoLA.tsv", sub / "notes.txt") == before
+    written = (sub / "RTE.tsv").read_text()
+    (sub / "RTE.tsv").write_text("an earlier submission\n")
+    rc, out, err = run_cli("eval/glue.py", *argv)
+    line = one_error_line(err, "glue.py")
+    assert rc == 1 and f"--out {sub / 'RTE.tsv'} already exists; pass --overwrite" in line and out == ""
+    assert (sub / "RTE.tsv").read_text() == "an earlier submission\n"
+    with files.claim_output_file(sub / "RTE.tsv", overwrite=True):  # another command is writing it
+        rc, out, err = run_cli("eval/glue.py", *argv, "--overwrite")
+    assert rc == 1 and "RTE.tsv is being written by another run" in one_error_line(err, "glue.py")
+    rc, out, err = run_cli("eval/glue.py", *argv, "--overwrite")
+    assert rc == 0 and (sub / "RTE.tsv").read_text() == written and digest(sub / "CoLA.tsv", sub / "notes.txt") == before
+
+
+def test_submission_files_are_the_files_predict_test_writes():
+    assert glue.submission_files("rte") == ["RTE.tsv"] and glue.submission_files("SST-2") == ["SST-2.tsv"]
+    assert glue.submission_files("mnli") == ["MNLI-m.tsv", "MNLI-mm.tsv"] and glue.submission_files("ax") == ["AX.tsv"]

@@ -358,3 +358,113 @@ def test_a_model_dirs_weights_get_the_users_umask(tmp_path, umask):
         os.umask(old)
     modes = {name: os.stat(tmp_path / "m" / name).st_mode & 0o777 for name in os.listdir(tmp_path / "m")}
     assert modes == {"config.json": 0o666 & ~umask, "params.safetensors": 0o666 & ~umask}
+
+
+# ---- tensors no float model can take (one check: convert.tensor_problem, in build_model and flat_to_torch) -------
+
+WORD = "transformer.embeddings.word_embeddings.weight"
+LN = "transformer.encoder.layers.1.output.layernorm.bias"
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8, np.bool_, np.complex64])
+def test_a_non_floating_weight_is_refused_by_name(dtype):
+    sd = _sd()
+    sd[LN] = sd[LN].astype(dtype)
+    with pytest.raises(sj.errors.CheckpointMismatchError) as e:
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY), source="ckpt.bin")
+    msg = str(e.value)
+    assert msg.startswith(f"ckpt.bin: tensor {LN} has dtype {np.dtype(dtype)}, not a floating-point one") and \
+        "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_a_non_floating_weight_in_a_checkpoint_file_names_the_file(tmp_path, fmt):
+    """Both readers keep an integer tensor's dtype (.bin, and safetensors with bf16 weights alike), so that
+    load_pretrained and import_torch refuse it by file and name instead of casting it to float; the integer
+    position_ids buffer older transformers saved is still skipped."""
+    from safetensors.torch import save_file as save_torch
+
+    tm = randomize(transformers.SqueezeBertForMaskedLM(transformers.SqueezeBertConfig(**TINY)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    os.remove(os.path.join(src, "model.safetensors"))
+    path = os.path.join(src, "model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
+
+    def write(word_dtype):
+        sd = {k: v.detach().clone() for k, v in tm.state_dict().items() if k != "cls.predictions.decoder.weight"}
+        sd[WORD] = sd[WORD].to(word_dtype)
+        sd["transformer.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
+        if fmt == "bin":
+            torch.save(sd, path)
+        else:
+            save_torch({k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()}, path)
+
+    write(torch.int64)
+    for call in (lambda: sj.load_pretrained(src), lambda: sj.pretrained.import_torch(src, str(tmp_path / "m"))):
+        with pytest.raises(sj.errors.CheckpointMismatchError,
+                           match=rf"^{path}: tensor {WORD} has dtype int64, not a floating-point one \(float16"):
+            call()
+    assert not (tmp_path / "m").exists()
+    write(torch.float32)
+    assert type(sj.load_pretrained(src)) is sj.SqueezeBertForMaskedLM
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_weights_are_refused_with_their_count(bad):
+    sd = _sd()
+    sd[LN] = sd[LN].copy()
+    sd[LN][[0, 3, 5]] = bad
+    word = "nan" if np.isnan(bad) else "inf"
+    label = {"nan": "NaN", "inf": "inf"}[word]
+    with pytest.raises(sj.errors.InputError, match=rf"^ckpt: tensor {LN} holds 3 {label} of its 32 values"):
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY), source="ckpt")
+
+
+def test_non_finite_tied_embeddings_are_named_as_such():
+    """NaN in the word embeddings and their tied copy is the NaN, not an 'untied decoder'."""
+    sd = _sd()
+    sd[WORD] = sd[WORD].copy()
+    sd[WORD][1, 2] = np.nan
+    sd["cls.predictions.decoder.weight"] = sd[WORD].copy()
+    with pytest.raises(sj.errors.InputError, match=rf"tensor {WORD} holds 1 NaN of its 3,168 values"):
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+
+
+def test_float64_beyond_float32_range_is_refused():
+    sd = _sd()
+    sd[LN] = sd[LN].astype(np.float64)
+    sd[LN][0] = 1e300
+    with pytest.raises(sj.errors.InputError, match=r"holds 1 beyond float32's range of its 32 values"):
+        sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+    sd[LN][0] = 0.5  # float64 and float16 weights that fit are taken
+    ln0 = LN.replace("layers.1", "layers.0")
+    sd[ln0] = sd[ln0].astype(np.float16)
+    sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+
+
+def test_a_model_dir_with_bad_tensors_names_them_in_its_own_names(tmp_path):
+    model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    sj.save_pretrained(model, tmp_path / "m")
+    path = str(tmp_path / "m" / "params.safetensors")
+    good = load_file(path)
+    key = "transformer/encoder/layers/0/attention/query/kernel"
+    for value, message in ((good[key].astype(np.int32), "has dtype int32"),
+                           (np.where(np.arange(good[key].size).reshape(good[key].shape) < 2, np.inf, good[key]
+                                     ).astype(np.float32), "holds 2 inf")):
+        save_file(good | {key: value}, path)
+        with pytest.raises(sj.errors.CheckpointMismatchError, match=rf"^{path}: tensor {key} {message}"):
+            sj.load_pretrained(tmp_path / "m")
+
+
+def test_export_refuses_non_finite_parameters(tmp_path):
+    """Flax -> PyTorch: a NaN in our parameters is named (our path and the transformers key) before anything is
+    written."""
+    model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    k = np.asarray(model.classifier.kernel[...]).copy()
+    k[0, 0] = np.nan
+    model.classifier.kernel.set_value(k)
+    with pytest.raises(sj.errors.InputError, match=r"^the model's parameter classifier/kernel \(to be "
+                                                   r"classifier.weight\) holds 1 NaN of its 64 values"):
+        sj.export_torch(model, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    with pytest.raises(sj.errors.InputError, match="classifier/kernel"):
+        convert.to_torch_state_dict(model)

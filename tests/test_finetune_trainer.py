@@ -16,7 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from conftest import ROOT, VOCAB, glue_config, write_sst2
-from squeezebert_jax import checkpointing, finetune as ft, inference, reporting
+from squeezebert_jax import checkpointing, finetune as ft, inference, reporting, tasks
 from squeezebert_jax import trainer
 
 import squeezebert_jax as sj
@@ -191,3 +191,229 @@ def test_a_workdir_of_another_task_is_refused_and_kept(task, tmp_path, digest):
     with pytest.raises(sj.errors.InputError, match=r"holds the fine-tuning run of task 'rte', not 'sst2'"):
         ft.finetune(_config(task), str(wd))
     assert digest(wd) == before
+
+
+# -- A resume checks the stream it resumes: the data's bytes and the settings that place each row at its step ---------
+
+def _recorded_run(task, tmp_path, **kw):
+    """A workdir as a killed run leaves it: its start recorded with its stream, a checkpoint at step 3 (an empty step
+    directory: what ``check_stream`` asks is whether the start resumes). The GLUE data is the workdir's own copy."""
+    import shutil
+
+    data = tmp_path / "glue"
+    shutil.copytree(task[1], data)
+    config = glue_config("sst2", task[0], data, **kw)
+    wd = tmp_path / "run"
+    (wd / "checkpoints" / "3").mkdir(parents=True)
+    trainer.record_config(str(wd), config, 0, ft.run_stream(config, tasks.resolve(config)))
+    return wd, data, config
+
+
+def _resume_check(wd, config):
+    stream = ft.run_stream(config, tasks.resolve(config))
+    trainer.check_stream(str(wd), stream, bool(checkpointing.steps_on_disk(str(wd / "checkpoints"))))
+
+
+def _swap_labels(path):
+    head, *rows = path.read_text().splitlines()
+    path.write_text("\n".join([head] + [r[:-1] + str(1 - int(r[-1])) for r in rows]) + "\n")
+
+
+def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_changed(task, tmp_path):
+    wd, data, config = _recorded_run(task, tmp_path)
+    train = data / "SST-2" / "train.tsv"
+    _resume_check(wd, config)  # the same data and settings: resumed
+    _resume_check(wd, glue_config("sst2", task[0], data, log_every=7, checkpoint_every=5, eval_batch_size=8,
+                                  keep_checkpoints=4, learning_rate=1e-4))  # settings a resume may change
+
+    before = train.read_bytes()
+    _swap_labels(train)
+    with pytest.raises(sj.errors.InputError) as e:
+        _resume_check(wd, config)
+    line = str(e.value)
+    assert re.match(rf"config.data_dir {re.escape(str(train))} changed since the run began \(sha256 [0-9a-f]{{12}}\.\. "
+                    r"-> [0-9a-f]{12}\.\.\)\. The checkpoints in .* are left untouched: resume with the data and "
+                    r"settings the run began with, or start a new --workdir$", line), line
+    assert "\n" not in line
+    train.write_bytes(before + b"".join(b"a b c d e\t1\n" for _ in range(40)))  # 40 rows appended
+    with pytest.raises(sj.errors.InputError, match=rf"config.data_dir {re.escape(str(train))} changed since the run "
+                                                   rf"began \(sha256 .*; {len(before)} -> {len(before) + 480} bytes\)"):
+        _resume_check(wd, config)
+    train.write_bytes(before)
+
+    for setting, value, old in (("batch_size", 8, 16), ("max_seq_length", 32, 16), ("seed", 1, 0), ("num_epochs", 5, 3),
+                                ("length_buckets", "none", "auto"), ("max_train_examples", 10, 0)):
+        with pytest.raises(sj.errors.InputError, match=rf"^config.{setting} changed since the run began "
+                                                       rf"\({json.dumps(old)} -> {json.dumps(value)}\)\. "):
+            _resume_check(wd, glue_config("sst2", task[0], data, **{setting: value}))
+
+    import shutil
+
+    shutil.rmtree(wd / "checkpoints" / "3")  # no checkpoint: the run starts afresh, on whatever it is given now
+    _swap_labels(train)
+    _resume_check(wd, glue_config("sst2", task[0], data, batch_size=8))
+
+
+def test_a_resume_of_a_files_task_checks_its_files_columns_and_label_names(task, tmp_path):
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    rows = ["text,label"] + [f"{w} x y,{'pos' if i % 2 else 'neg'}" for i, w in enumerate(VOCAB[5:25])]
+    train.write_text("\n".join(rows) + "\n")
+    dev.write_text("\n".join(rows[:9]) + "\n")
+
+    def cfg(data=None):
+        c = glue_config("files", task[0], "")
+        c.data.train_file, c.data.validation_file, c.data.text_columns = str(train), str(dev), "text"
+        for k, v in (data or {}).items():
+            c.data[k] = v
+        return c
+
+    wd = tmp_path / "run"
+    (wd / "checkpoints" / "6").mkdir(parents=True)
+    trainer.record_config(str(wd), cfg(), 0, ft.run_stream(cfg(), tasks.resolve(cfg())))
+    _resume_check(wd, cfg())
+    with pytest.raises(sj.errors.InputError, match=r"config.data.labels changed since the run began \(\"\" -> "
+                                                   r"\"pos,neg\"\); task labels changed since the run began "
+                                                   r"\(\[\"neg\", \"pos\"\] -> \[\"pos\", \"neg\"\]\)"):
+        _resume_check(wd, cfg(data={"labels": "pos,neg"}))
+    dev.write_text("\n".join(rows[:9] + ["extra x y,pos"]) + "\n")  # the dev file: the epochs' scores, the best
+    with pytest.raises(sj.errors.InputError, match=rf"config.data.validation_file {re.escape(str(dev))} changed"):
+        _resume_check(wd, cfg())
+    dev.write_text("\n".join(rows[:9]) + "\n")
+    train.write_text("\n".join(rows[:1] + [r.replace(",pos", ",tmp").replace(",neg", ",pos").replace(",tmp", ",neg")
+                                            for r in rows[1:]]) + "\n")  # every label swapped
+    with pytest.raises(sj.errors.InputError, match=rf"^config.data.train_file {re.escape(str(train))} changed since "
+                                                   r"the run began \(sha256 "):
+        _resume_check(wd, cfg())
+
+
+def test_a_run_without_a_recorded_stream_resumes_with_a_warning(task, tmp_path, caplog):
+    wd = tmp_path / "old"
+    (wd / "checkpoints" / "3").mkdir(parents=True)
+    (wd / "config_history.jsonl").write_text(json.dumps({"start_step": 0, "config": {"task": "sst2"}}) + "\n")
+    with caplog.at_level("WARNING", logger="squeezebert_jax.trainer"):
+        _resume_check(wd, _config(task))
+    assert "records no training stream" in caplog.text
+
+
+def test_a_killed_run_resumed_on_changed_data_is_refused_and_its_workdir_kept(task, tmp_path, monkeypatch, digest):
+    """End to end: SIGTERM at step 2 leaves a checkpoint; the training file's labels are swapped; the rerun refuses
+    before anything is loaded, naming the file, and changes nothing in the workdir."""
+    import shutil
+
+    data = tmp_path / "glue"
+    shutil.copytree(task[1], data)
+    write = reporting.MetricsWriter.write
+
+    def write_and_signal(self, step, metrics):
+        write(self, step, metrics)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    wd = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(reporting.MetricsWriter, "write", write_and_signal)
+        first = ft.finetune(glue_config("sst2", task[0], data, num_epochs=1, log_every=2, async_checkpoints=False),
+                            str(wd))
+    assert first["preempted"] and checkpointing.steps_on_disk(str(wd / "checkpoints")) == [2]
+    assert trainer.read_config_history(str(wd))[0]["stream"]["config.batch_size"] == 16
+    _swap_labels(data / "SST-2" / "train.tsv")
+    before = digest(wd)
+    monkeypatch.setattr(ft, "load_pretrained", lambda *a, **k: pytest.fail("a refused resume loaded the model"))
+    with pytest.raises(sj.errors.InputError, match=r"SST-2/train.tsv changed since the run began \(sha256 "):
+        ft.finetune(glue_config("sst2", task[0], data, num_epochs=1, log_every=2), str(wd))
+    assert digest(wd) == before
+
+
+# -- The run's own logs, damaged ---------------------------------------------------------------------------------------
+
+def _history_lines(n=2):
+    return [json.dumps({"start_step": i, "config": {"task": "sst2"}}) for i in range(n)]
+
+
+@pytest.mark.parametrize("content, message", [
+    ((_history_lines()[0] + "\n").encode() + b'{"start_step": 3, "config": {"task": "sst\xe92"}}\n'
+     + (_history_lines()[1] + "\n").encode(), r"config_history.jsonl:2:\d+: not UTF-8 text \(byte 0xe9\); the run's "
+                                              r"config history is damaged: move it away"),
+    ("\n".join(_history_lines() + ["[1, 2]", _history_lines()[0]]) + "\n",
+     r"config_history.jsonl:3: a JSON list, not an object; the run's config history is damaged"),
+    ("\n".join([_history_lines()[0], '{"start_step": 1, "conf', _history_lines()[1]]) + "\n",
+     r"config_history.jsonl:2: not a JSON object \(.*, column 24\); the run's config history is damaged"),
+    ("\n".join(_history_lines() + ['{"start_step": 4}']) + "\n",
+     r"config_history.jsonl:3: a row without the start's config"),
+])
+def test_a_damaged_config_history_is_one_line_naming_file_and_line(task, tmp_path, content, message):
+    wd = tmp_path / "run"
+    wd.mkdir()
+    path = wd / "config_history.jsonl"
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    with pytest.raises(sj.errors.InputError, match=message) as e:
+        ft.finetune(_config(task), str(wd))
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("tail", [b'{"start_step": 9, "config": {"ta', b'{"start_step": 9, "config": {"task": "\xc3'])
+def test_a_history_line_torn_by_a_crash_is_dropped_with_a_warning_and_mended(tmp_path, caplog, tail):
+    path = tmp_path / "config_history.jsonl"
+    good = "".join(line + "\n" for line in _history_lines())
+    path.write_bytes(good.encode() + tail)
+    with caplog.at_level("WARNING", logger="squeezebert_jax.reporting"):
+        assert [r["start_step"] for r in trainer.read_config_history(str(tmp_path))] == [0, 1]
+    assert "config_history.jsonl:3: the last line is cut short" in caplog.text
+    import ml_collections
+
+    trainer.record_config(str(tmp_path), ml_collections.ConfigDict({"task": "sst2"}), 5)
+    assert path.read_text().startswith(good) and path.read_bytes().endswith(b"\n")  # the torn line gone, not glued
+    assert [r["start_step"] for r in trainer.read_config_history(str(tmp_path))] == [0, 1, 5]
+
+
+def test_damaged_metrics_and_config_json_are_named_and_a_torn_metrics_row_dropped(tmp_path, caplog):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 2, "loss": 1.0}\n{"step": 4, "lo\xffss": 1.0}\n{"step": 6, "loss": 1.0}\n')
+    with pytest.raises(sj.errors.InputError, match=r"metrics.jsonl:2:\d+: not UTF-8 text \(byte 0xff\); the run's "
+                                                   r"metrics log is damaged: move it away"):
+        reporting.MetricsWriter(str(tmp_path)).drop_after(4)
+    with pytest.raises(sj.errors.InputError, match=r"metrics.jsonl:2:"):
+        reporting.read_metrics(str(tmp_path))
+    path.write_bytes(b'{"step": 2, "loss": 1.0}\n{"step": 4, "loss": 1.0}\n{"step": 6, "lo')
+    with caplog.at_level("WARNING", logger="squeezebert_jax.reporting"):
+        assert reporting.MetricsWriter(str(tmp_path)).drop_after(4) == 0
+    assert "metrics.jsonl:3: the last line is cut short" in caplog.text
+    assert [r["step"] for r in reporting.read_metrics(str(tmp_path))] == [2, 4] and path.read_bytes().endswith(b"\n")
+    path.write_text('{"step": 2}\n{"loss": 1.0}\n')
+    with pytest.raises(sj.errors.InputError, match=r"metrics.jsonl:2: a metrics row without an integer step"):
+        reporting.MetricsWriter(str(tmp_path)).drop_after(4)
+
+    import ml_collections
+
+    (tmp_path / "config.json").write_bytes(b'{"task": "sst\xe92"}')
+    with pytest.raises(sj.errors.InputError, match=r"config.json:1:\d+: not UTF-8 text \(byte 0xe9\); the run's config "
+                                                   r"file is damaged: move it away"):
+        trainer.record_config(str(tmp_path), ml_collections.ConfigDict({"task": "sst2"}), 0)
+
+
+# -- num_devices against the devices there are ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, message", [
+    (9, r"^config.num_devices=9: more devices than there are \(8 devices \(cpu\)\); set config.num_devices <= 8, "
+        r"or 0 for all of them$"),
+    (-1, r"^config.num_devices=-1: an integer >= 0 \(0: all devices\)$"),
+])
+def test_num_devices_beyond_the_host_is_refused_before_anything_is_written(task, tmp_path, value, message):
+    with pytest.raises(sj.errors.InputError, match=message):
+        ft.finetune(_config(task, num_devices=value), str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_damaged_lock_file_is_no_owner(tmp_path):
+    """``.lock`` is the run's own JSON too: bytes that are not UTF-8 or not JSON read as no holder
+    (``files.read_lock``), so the directory is taken, not a traceback."""
+    from squeezebert_jax import files
+
+    wd = tmp_path / "run"
+    wd.mkdir()
+    for damage in (b'{"what": "fine-tuning", "pid": \xff}', b'{"what": "fine-t', b"[1, 2]"):
+        (wd / files.LOCK_NAME).write_bytes(damage)
+        assert files.read_lock(wd) == {}
+        assert files.check_run_dir(wd, "fine-tuning") == str(wd)
+        with files.RunLock(wd, "fine-tuning"):
+            assert files.read_lock(wd)["what"] == "fine-tuning"

@@ -1,9 +1,16 @@
 """eval/predict.py and squeezebert_jax.predict: labels and probabilities for new text from .txt, .csv and .jsonl, equal to
-the classifier's own softmax; an existing --out is refused and kept."""
+the classifier's own softmax; an existing --out is refused and kept. No result is lost or mangled: an --out is claimed
+while a command works (a second command refuses), is never an input, and must be in an existing directory; a file that
+is not UTF-8 is named by line and column; a str is one input, and an input holds the model's number of texts; task.json
+is checked key by key."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +20,9 @@ from flax import nnx
 
 import squeezebert_jax as sj
 from conftest import VOCAB
-from squeezebert_jax.predict import Predictor
+from squeezebert_jax import files, predict, tasks
+from squeezebert_jax.errors import DataFileError, InputError
+from squeezebert_jax.predict import Predictor, predict_file, read_inputs
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +62,11 @@ def test_the_script_reads_txt_csv_and_jsonl_and_never_replaces_its_out(model_dir
                            tmp_path / "txt.jsonl")
     assert rc == 0, err
     got = [json.loads(line) for line in open(tmp_path / "txt.jsonl")]
-    assert [g["label"] for g in got] == [w["label"] for w in want] and len(got) == 4
+    assert [g["label"] for g in got] == [w["label"] for w in want] and [g["line"] for g in got] == [1, 2, 3, 4]
     rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.csv", "--text_columns",
                            "review", "--out", tmp_path / "csv.jsonl")
-    assert rc == 0 and len(open(tmp_path / "csv.jsonl").readlines()) == 2, err
+    assert rc == 0, err
+    assert [json.loads(x)["line"] for x in open(tmp_path / "csv.jsonl")] == [2, 3]  # where each input's row starts
     rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.jsonl", "--out",
                            tmp_path / "jsonl.jsonl")
     assert rc == 0 and [json.loads(x)["label"] for x in open(tmp_path / "jsonl.jsonl")] == [w["label"] for w in want]
@@ -105,3 +115,337 @@ def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path):
         assert row["tags"] == [("O", "B-X", "I-X")[i] for i in np.asarray(logits[0]).argmax(-1)[first]]
     short = Predictor(str(tmp_path / "tagger"), max_length=4)(["the movie was good"])[0]
     assert short["tags"][2:] == [None, None] and None not in short["tags"][:2]  # [CLS] the movie [SEP]
+
+
+# -- predict loses or mangles no result ----------------------------------------------------------------------------
+
+CARD = tasks.TASK_CARD
+
+
+def with_card(model_dir, tmp_path, card, name="m"):
+    """A copy of the classifier with ``card`` as its task.json (a dict, or the file's raw text)."""
+    path = tmp_path / name
+    shutil.copytree(model_dir, path)
+    (path / CARD).write_text(card if isinstance(card, str) else json.dumps(card))
+    return path
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def never_built(monkeypatch):
+    """Refusals come before the work: building the Predictor fails the test."""
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded before the refusal")
+    monkeypatch.setattr(predict, "Predictor", boom)
+
+
+# 1. one --out, two commands: never both succeed with a result lost
+
+def test_an_out_claimed_by_another_command_is_refused_before_any_work(model_dir, tmp_path, monkeypatch):
+    (tmp_path / "in.txt").write_text("good\n")
+    out = tmp_path / "o.jsonl"
+    with files.claim_output_file(out) as claimed:
+        assert claimed == str(out) and os.path.exists(files.claim_path(out))
+        info = json.loads(open(files.claim_path(out)).read())
+        assert info["pid"] == os.getpid()
+        never_built(monkeypatch)
+        with pytest.raises(InputError, match=rf"^--out {out} is being written by another run \(pid {os.getpid()}.*"
+                                             r"wait for it to end, or choose another --out$"):
+            predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out))
+        with pytest.raises(InputError, match="is being written by another run"):  # --overwrite does not take it
+            predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out), overwrite=True)
+    assert not out.exists() and not os.path.exists(files.claim_path(out))  # released, and nothing was written
+
+
+def test_a_claim_is_released_on_failure_and_taken_over_from_a_dead_run(model_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("good\n")
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(RuntimeError):
+        with files.claim_output_file(out):
+            raise RuntimeError("the work failed")
+    assert not os.path.exists(files.claim_path(out))
+    for stale in (json.dumps({"pid": dead_pid(), "host": os.uname().nodename}), str(dead_pid()), ""):
+        with open(files.claim_path(out), "w") as f:  # a run killed with -9 left its lock
+            f.write(stale)
+        assert predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out), overwrite=True) == 1
+        assert not os.path.exists(files.claim_path(out)) and len(out.read_text().splitlines()) == 1
+
+
+def test_a_live_holder_is_refused_and_a_killed_one_taken_over(tmp_path):
+    """Across processes: a command holding the claim (its flock) is named; once it is killed -9, its lock is stale."""
+    out = tmp_path / "o.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom squeezebert_jax import files\n"
+                               f"with files.claim_output_file({str(out)!r}):\n    print('held', flush=True)\n"
+                               "    time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=rf"is being written by another run \(pid {holder.pid}"):
+            with files.claim_output_file(out):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert os.path.exists(files.claim_path(out))  # left by the killed run
+    with files.claim_output_file(out):
+        assert json.loads(open(files.claim_path(out)).read())["pid"] == os.getpid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # a lock naming a live process whose flock is free (a file system without flock): refused, not taken
+        with open(files.claim_path(out), "w") as f:
+            f.write(json.dumps({"pid": live.pid, "host": os.uname().nodename}))
+        with pytest.raises(InputError, match=rf"pid {live.pid}"):
+            with files.claim_output_file(out):
+                pass
+    finally:
+        live.kill()
+        live.wait()
+    with open(files.claim_path(out), "w") as f:  # a file of that name that is no lock is never deleted
+        f.write("my notes\n")
+    with pytest.raises(InputError, match=r"o.jsonl.lock exists and is no lock of this program; move it away"):
+        with files.claim_output_file(out):
+            pass
+    assert open(files.claim_path(out)).read() == "my notes\n"
+
+
+def test_two_predicts_to_one_out_at_once_keep_one_whole_result(model_dir, tmp_path):
+    (tmp_path / "a.txt").write_text("good\nbad\n")
+    (tmp_path / "b.txt").write_text("good\nbad\ngreat\n")
+    out = tmp_path / "o.jsonl"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    procs = {name: subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.dirname(__file__)), "eval",
+                                                                  "predict.py"), "--model", str(model_dir), "--input",
+                                     str(tmp_path / name), "--out", str(out)], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+             for name in ("a.txt", "b.txt")}
+    done = {name: (p.wait(timeout=300), p.stderr.read()) for name, p in procs.items()}
+    ok = [name for name, (rc, _) in done.items() if rc == 0]
+    assert len(ok) == 1, done
+    (loser_rc, err), = [v for name, v in done.items() if name not in ok]
+    assert loser_rc == 1 and ("is being written by another run" in err or "already exists" in err), err
+    assert len(out.read_text().splitlines()) == {"a.txt": 2, "b.txt": 3}[ok[0]]
+    assert not os.path.exists(files.claim_path(out))
+
+
+# 2. an output is never one of the command's inputs
+
+def test_out_is_never_the_input_even_with_overwrite(model_dir, tmp_path, monkeypatch):
+    src = tmp_path / "in.txt"
+    src.write_text("good\n")
+    os.symlink(src, tmp_path / "link.txt")
+    os.link(src, tmp_path / "hard.txt")
+    never_built(monkeypatch)
+    for out in (src, tmp_path / "link.txt", tmp_path / "hard.txt", tmp_path / "sub" / ".." / "in.txt"):
+        if "sub" in str(out):
+            (tmp_path / "sub").mkdir(exist_ok=True)
+        with pytest.raises(InputError, match=rf"^--out {out} is {src}, an input of this command; an output never "
+                                             r"replaces an input \(not even with --overwrite\)"):
+            predict_file(str(model_dir), str(src), str(out), overwrite=True)
+    assert src.read_text() == "good\n"
+    for name in ("config.json", "vocab.txt"):  # nor a file of the MODEL_DIR
+        with pytest.raises(InputError, match="an input of this command"):
+            predict_file(str(model_dir), str(src), str(model_dir / name), overwrite=True)
+    with pytest.raises(InputError, match="an input of this command"):  # the one check, for every command
+        files.check_output_file(tmp_path / "link.txt", True, "--json", inputs=(src,))
+
+
+# 3. an --out whose directory is missing: refused before the work, for every command
+
+def test_an_out_in_a_missing_directory_is_refused_before_any_work(model_dir, tmp_path, monkeypatch):
+    (tmp_path / "in.txt").write_text("good\n")
+    never_built(monkeypatch)
+    out = tmp_path / "no_such_dir" / "o.jsonl"
+    with pytest.raises(InputError, match=rf"^--out {out}: no directory {tmp_path / 'no_such_dir'}; create it first"):
+        predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out))
+    assert not (tmp_path / "no_such_dir").exists()
+    with pytest.raises(InputError, match=r"^--json .*a/b/c.json: no directory .*a/b; create it first"):
+        files.check_output_file(tmp_path / "a" / "b" / "c.json", what="--json")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError, match=r"is a file, not a directory"):
+        files.check_output_file(tmp_path / "f" / "o.jsonl")
+    with pytest.raises(InputError, match=r"^--out is empty"):
+        files.check_output_file("")
+
+
+# 4. a text file that is not UTF-8: named by line and column
+
+@pytest.mark.parametrize("name, data, where", [
+    ("in.txt", b"good\ncaf\xe9 film\n", "in.txt:2:4: not UTF-8 text (byte 0xe9)"),
+    ("in.csv", b"text\ngood\n\xff bad\n", "in.csv:3:1: not UTF-8 text (byte 0xff)"),
+    ("in.jsonl", b'{"text": "good"}\n{"text": "na\xefve"}\n', "in.jsonl:2:13: not UTF-8 text (byte 0xef)"),
+])
+def test_a_latin1_input_is_named_by_line_and_column(tmp_path, name, data, where):
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(DataFileError, match=rf"^{tmp_path / where}; save the file as UTF-8$".replace("(", r"\(")
+                       .replace(")", r"\)")):
+        read_inputs(str(tmp_path / name))
+
+
+def test_a_txt_input_drops_its_bom_and_the_script_names_a_bad_byte(model_dir, tmp_path, run_cli):
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbfthe movie was good\r\ngreat\r\n")
+    assert read_inputs(str(tmp_path / "bom.txt")) == ["the movie was good", "great"]
+    (tmp_path / "latin.txt").write_bytes("good\nthe café\n".encode("latin-1"))
+    rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "latin.txt", "--out",
+                           tmp_path / "o.jsonl")
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{tmp_path / 'latin.txt'}:2:8: not UTF-8 text (byte 0xe9)" in err and not (tmp_path / "o.jsonl").exists()
+
+
+# 5. the call contract: a str is one input; a text count that is not the model's is refused
+
+def test_a_str_is_one_input_and_a_list_a_list(model_dir):
+    p = Predictor(str(model_dir))
+    one = p("the movie was good")
+    assert isinstance(one, dict) and one == p(["the movie was good"])[0]
+    pair = p(("the movie was good", "great"))  # a classifier without task.json: a text or a pair
+    assert isinstance(pair, dict) and pair == p([("the movie was good", "great")])[0] == p([["the movie was good",
+                                                                                              "great"]])[0]
+    assert len(p(["good", "bad", "great"])) == 3 and p([]) == [] and p(("good", "bad")) != p("good")
+    assert p(np.array(["good", "bad"])) == p(["good", "bad"])
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (b"good film", r"^the inputs are bytes b'good film': give a text \(str\)"),
+    ({"text": "good"}, r"^the inputs are dict \{'text': 'good'\}: give a text"),
+    (3, r"^the inputs are int 3: give a text"),
+    (None, r"^the inputs are NoneType None"),
+    ([1, 2], r"^input 1 is int 1, not a text \(str\) or a tuple of texts$"),
+    (["good", b"bad"], r"^input 2 is bytes b'bad', not a text"),
+    (["good", ("a", 2)], r"^input 2 is tuple \('a', 2\), not a text"),
+    ([("a", "b", "c")], r"^input 1 holds 3 texts; this model reads a text, or a pair of texts"),
+    ((("a", "b", "c"),), r"^input 1 holds 3 texts"),
+    (["good", ("a", "b")], r"^input 2 holds 2 texts but input 1 holds 1: every input holds the same number$"),
+    ([[]], r"^input 1 is list \[\], not a text"),
+])
+def test_anything_else_is_one_clear_input_error(model_dir, bad, msg):
+    with pytest.raises(InputError, match=msg):
+        Predictor(str(model_dir))(bad)
+
+
+def test_the_texts_per_input_are_the_models_text_columns(model_dir, tmp_path):
+    single = with_card(model_dir, tmp_path, {"kind": "classification", "text_columns": ["review"]}, "single")
+    p = Predictor(str(single))
+    assert p("good")["label"] in ("negative", "positive")
+    with pytest.raises(InputError, match=r"^the input holds 2 texts; this model reads one text per input \(its "
+                                         r"task.json text_columns: review\)"):
+        p(("good", "bad"))
+    (tmp_path / "tabs.txt").write_text("good\nthe movie\twas good\n")
+    with pytest.raises(DataFileError, match=rf"^{tmp_path / 'tabs.txt'}:2: 2 tab-separated texts; this model reads "
+                                            r"one text per input"):
+        read_inputs(str(tmp_path / "tabs.txt"), p.columns, p.arity)
+    (tmp_path / "two.csv").write_text("a,b\ngood,bad\n")
+    with pytest.raises(DataFileError, match=r"two.csv:2: 2 text columns \(a, b; name others with --text_columns\); "
+                                            r"this model reads one text"):
+        read_inputs(str(tmp_path / "two.csv"), "a,b", p.arity)
+    pair = Predictor(str(with_card(model_dir, tmp_path, {"kind": "classification",
+                                                         "text_columns": ["premise", "hypothesis"]}, "pair")))
+    assert isinstance(pair(("good", "bad")), dict)
+    with pytest.raises(InputError, match=r"^the input holds 1 text; this model reads a pair of texts"):
+        pair("good")
+    (tmp_path / "mixed.txt").write_text("good\tbad\ngreat\n")
+    with pytest.raises(DataFileError, match=r"mixed.txt:2: 1 tab-separated text; this model reads a pair"):
+        read_inputs(str(tmp_path / "mixed.txt"), pair.columns, pair.arity)
+    with pytest.raises(DataFileError, match=r"mixed.txt:2: 1 tab-separated text, but line 1 has 2: every input "
+                                            r"holds the same number of texts"):  # a model without task.json
+        read_inputs(str(tmp_path / "mixed.txt"))
+
+
+def test_a_single_text_model_refuses_a_tab_separated_pair_through_the_script(model_dir, tmp_path, run_cli):
+    single = with_card(model_dir, tmp_path, {"kind": "classification", "text_columns": ["text"]})
+    (tmp_path / "in.txt").write_text("good\nbad\tplot\n")
+    rc, out, err = run_cli("eval/predict.py", "--model", single, "--input", tmp_path / "in.txt", "--out",
+                           tmp_path / "o.jsonl")
+    assert rc == 1 and err.count("\n") == 1 and f"{tmp_path / 'in.txt'}:2: 2 tab-separated texts" in err, err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_qa_model_takes_one_question_context_pair(tmp_path):
+    cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=1,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    sj.save_pretrained(sj.SqueezeBertForQuestionAnswering(cfg, rngs=nnx.Rngs(0)), tmp_path / "qa")
+    (tmp_path / "qa" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    p = Predictor(str(tmp_path / "qa"), max_length=32)
+    one = p(("what was good", "the movie was good"))
+    assert isinstance(one, dict) and set(one) == {"answer", "start", "end", "score", "probability"}
+    with pytest.raises(InputError, match=r"^the input holds 1 text; this model reads a \(question, context\) pair"):
+        p("the movie was good")
+
+
+# 6. task.json: one validator, naming the file and the key
+
+def _real_cards():
+    from squeezebert_jax import squad
+
+    return [tasks.FileTask("t", "classification", {"train": "x.csv"}, ("review",), "l", ("a", "b")).card(),
+            tasks.FileTask("t", "multilabel", {"train": "x.csv"}, ("a", "b"), "l", ("x", "y")).card(),
+            tasks.ChoiceTask("t", {}, ("sent1", "sent2"), ("e0", "e1", "e2"), "label").card(),
+            squad.SquadTask("t", {}, version_2=True).card()]
+
+
+def test_the_cards_fine_tuning_writes_are_read(tmp_path):
+    for card in _real_cards():
+        (tmp_path / CARD).write_text(json.dumps(card, indent=2))
+        assert predict._read_card(str(tmp_path)) == card
+    (tmp_path / CARD).unlink()
+    assert predict._read_card(str(tmp_path)) == {}
+
+
+@pytest.mark.parametrize("card, msg", [
+    ({"kind": "classification", "text_columns": ["text"], "epochs": 3},
+     r"unknown key 'epochs' for a classification model \(its keys: kind, text_columns\); remove it"),
+    ({"kind": "question_answering", "doc_stride": 8, "text_columns": ["q", "c"]},
+     r"unknown key 'text_columns' for a question_answering model"),
+    ({"text_columns": ["text"]}, r"no key 'kind' \(one of classification, regression"),
+    ({"kind": "clasification"}, r"'kind' is \"clasification\", not one of classification, regression"),
+    ({"kind": ["classification"]}, r"'kind' is \[\"classification\"\], not one of"),
+    ({"kind": "classification", "text_columns": []}, r"'text_columns' is \[\]; it must be a non-empty list"),
+    ({"kind": "classification", "text_columns": "text"}, r"'text_columns' is \"text\"; it must be a non-empty list"),
+    ({"kind": "classification", "text_columns": ["a", "a"]}, r"'text_columns' is .*distinct non-empty"),
+    ({"kind": "classification", "text_columns": ["a", ""]}, r"'text_columns' is .*distinct non-empty"),
+    ({"kind": "classification", "text_columns": ["a", 1]}, r"'text_columns' is .*distinct non-empty"),
+    ({"kind": "classification", "text_columns": ["a", "b", "c"]}, r"'text_columns' is .*; it must be 1 to 2 column"),
+    ({"kind": "multiple_choice", "text_columns": ["ctx"], "choice_columns": ["e0"]},
+     r"'choice_columns' is \[\"e0\"\]; it must be 2 or more column names"),
+    ({"kind": "multiple_choice", "text_columns": ["ctx"], "choice_columns": ["ctx", "e1"]},
+     r"'choice_columns' repeats the text column 'ctx'"),
+    ({"kind": "question_answering", "doc_stride": -1}, r"'doc_stride' is -1; it must be an integer >= 0"),
+    ({"kind": "question_answering", "n_best": 0}, r"'n_best' is 0; it must be an integer >= 1"),
+    ({"kind": "question_answering", "n_best": 2.5}, r"'n_best' is 2.5; it must be an integer >= 1"),
+    ({"kind": "question_answering", "max_query_length": True}, r"'max_query_length' is true; it must be an integer"),
+    ({"kind": "question_answering", "max_answer_length": "30"}, r"'max_answer_length' is \"30\"; it must be an int"),
+    ({"kind": "question_answering", "version_2": 1}, r"'version_2' is 1; it must be true or false"),
+    ('{"kind": "question_answering", "null_threshold": NaN}', r"'null_threshold' is NaN; it must be a finite number"),
+    ('{"kind": "question_answering", "null_threshold": Infinity}', r"'null_threshold' is Infinity; it must be a fin"),
+    ('{"kind": "classification", "kind": "regression"}', r"the key 'kind' is given twice"),
+    ('["classification"]', r"a JSON list, not an object"),
+    ('{"kind": "classification",', r"not a JSON task description"),
+])
+def test_a_bad_task_card_names_the_file_and_the_key(tmp_path, card, msg):
+    (tmp_path / CARD).write_text(card if isinstance(card, str) else json.dumps(card))
+    with pytest.raises(InputError, match=rf"^{tmp_path / CARD}: {msg}"):
+        predict._read_card(str(tmp_path))
+
+
+def test_a_card_of_another_kind_of_model_is_refused(model_dir, tmp_path):
+    for card, msg in [({"kind": "question_answering"}, r"'kind' is 'question_answering', but .* holds a classifier "
+                                                       r"model"),
+                      ({"kind": "regression", "text_columns": ["text"]}, r"'kind' is 'regression', but the model's "
+                                                                         r"classifier has 2 outputs")]:
+        path = with_card(model_dir, tmp_path, card, name=card["kind"])
+        with pytest.raises(InputError, match=rf"^{path / CARD}: {msg}"):
+            Predictor(str(path))
+    (tmp_path / "latin" / CARD).parent.mkdir()
+    (tmp_path / "latin" / CARD).write_bytes(b'{"kind": "classification", "text_columns": ["caf\xe9"]}')
+    with pytest.raises(DataFileError, match=r"task.json:1:49: not UTF-8 text \(byte 0xe9\)"):
+        predict._read_card(str(tmp_path / "latin"))
+
+
+def test_a_card_with_an_extra_key_is_one_line_from_the_script(model_dir, tmp_path, run_cli):
+    path = with_card(model_dir, tmp_path, {"kind": "classification", "text_columns": ["text"], "lr": 0.1})
+    (tmp_path / "in.txt").write_text("good\n")
+    rc, out, err = run_cli("eval/predict.py", "--model", path, "--input", tmp_path / "in.txt", "--out",
+                           tmp_path / "o.jsonl")
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{path / CARD}: unknown key 'lr' for a classification model" in err

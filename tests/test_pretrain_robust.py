@@ -265,6 +265,9 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"rng_impl": "philox"}, "config.rng_impl='philox': threefry2x32 or rbg"),
     ({"model.attention": "flash"}, "config.model: attention 'flash' not supported; one of ['fused', 'reference']"),
     ({"model.remat": "some"}, "config.model: remat 'some' not supported"),
+    ({"num_devices": -1}, "config.num_devices=-1: an integer >= 0 (0: all devices)"),
+    ({"num_devices": 9}, "config.num_devices=9: more devices than there are (8 devices (cpu)); set "
+                         "config.num_devices <= 8, or 0 for all of them"),
 ])
 def test_a_setting_out_of_range_is_refused_before_anything_is_written(tmp_path, overrides, message):
     """Issue 26 class 5: one line naming the setting, its value and the valid range; no workdir made, no compile."""
@@ -272,3 +275,51 @@ def test_a_setting_out_of_range_is_refused_before_anything_is_written(tmp_path, 
         pretrain.train_and_evaluate(tiny_config(**overrides), str(tmp_path / "run"))
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_num_devices_is_checked_in_one_place_against_the_devices_there_are():
+    """``parallel.check_num_devices``: what make_mesh and both settings validators call (the tests' 8 CPU devices)."""
+    from squeezebert_jax import parallel
+
+    assert parallel.make_mesh(0).devices.size == parallel.make_mesh(None).devices.size == 8
+    assert parallel.make_mesh(3).devices.size == 3
+    assert parallel.check_num_devices(5, jax.devices()[:8]) == 5
+    for bad, message in ((9, r"^config.num_devices=9: more devices than there are \(8 devices"),
+                         (-2, r"^config.num_devices=-2: an integer >= 0"), (True, r"^config.num_devices=True: an "),
+                         ("4", r"^config.num_devices='4': an integer >= 0")):
+        with pytest.raises(errors.InputError, match=message):
+            parallel.make_mesh(bad)
+    with pytest.raises(errors.InputError, match=r"^--num_devices=3: more devices than there are \(2 devices"):
+        parallel.check_num_devices(3, jax.devices()[:2], what="--num_devices")
+    assert parallel.check_num_devices(99, count=False) == 0  # the value alone: before jax.distributed starts
+    with pytest.raises(errors.InputError, match=r"config.num_devices=-1"):
+        parallel.check_num_devices(-1, count=False)
+
+
+def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp_path):
+    """The stream check pretraining shares with fine-tuning (``trainer.check_stream``): the batch, seed, masking and
+    each phase's steps, length and predictions are the run's; learning rate, logging, stop_at_step and the mesh are
+    not. No checkpoint yet: nothing is a resume."""
+    wd = tmp_path / "run"
+    (wd / "checkpoints" / "2").mkdir(parents=True)
+    trainer.record_config(str(wd), tiny_config(), 0, pretrain.run_stream(tiny_config()))
+    resume = lambda c: trainer.check_stream(str(wd), pretrain.run_stream(c), True)  # noqa: E731
+    resume(tiny_config(learning_rate=1e-4, log_every=1, checkpoint_every=1, stop_at_step=3, num_devices=0,
+                       num_microbatches=2))
+    phase = dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_seq=5)
+    for change, message in (
+            (dict(global_batch_size=8), "config.global_batch_size changed since the run began (16 -> 8)"),
+            (dict(seed=3), "config.seed changed since the run began (0 -> 3)"),
+            ({"data.whole_word_masking": True}, "config.data.whole_word_masking changed since the run began (false "
+                                                "-> true)"),
+            (dict(phases=[dict(phase, num_steps=6)]),
+             "config.phases[0].num_steps changed since the run began (4 -> 6)"),
+            (dict(phases=[dict(phase, seq_len=64, max_predictions_per_seq=8)]),
+             "config.phases[0].seq_len changed since the run began (32 -> 64); "
+             "config.phases[0].max_predictions_per_seq changed since the run began (5 -> 8)"),
+            (dict(phases=[phase, dict(phase, name="phase2")]), "config.phases[1].num_steps changed since the run began "
+                                                               "(null -> 4)")):
+        with pytest.raises(errors.InputError) as e:
+            resume(tiny_config(**change))
+        assert str(e.value).startswith(message) and "start a new --workdir" in str(e.value), str(e.value)
+    trainer.check_stream(str(wd), pretrain.run_stream(tiny_config(global_batch_size=8)), False)

@@ -104,3 +104,22 @@ def test_errors_name_the_dataset_and_the_row(saved, tmp_path):
         list(sources.rows("hf:nosuchdataset-xyz"))
     assert sources.parse("hf:/data/a:b/c") == ("hf", "/data/a:b/c", "train")
     assert sources.parse("tfds:glue/sst2:validation") == ("tfds", "glue/sst2", "validation")
+
+
+def test_a_data_file_is_never_run_as_code(tmp_path):
+    """hf: names a save_to_disk directory or a cached dataset, never a loading script: neither the script itself, nor
+    a directory holding one, nor any other file runs or reads as a dataset."""
+    marker = tmp_path / "ran"
+    script = f"open({str(marker)!r}, 'w').write('x')\nimport datasets\n"
+    (tmp_path / "evil").mkdir()
+    for p in (tmp_path / "evil.py", tmp_path / "evil" / "evil.py"):
+        p.write_text(script)
+    (tmp_path / "rows.csv").write_text("text,label\na,b\n")
+    for spec, msg in ((f"hf:{tmp_path}/evil.py:train", r"evil.py is a file; .*never runs a loading script"),
+                      (f"hf:{tmp_path}/evil.py", r"evil.py is a file"),
+                      (f"hf:{tmp_path}/rows.csv:train", r"rows.csv is a file; .*without the hf: prefix"),
+                      (f"hf:{tmp_path}/evil:train", r"cannot load the dataset"),
+                      ("hf:evil.py:train", r"evil.py is a file")):
+        with pytest.raises(sj.errors.DataFileError, match=msg):
+            list(sources.rows(spec))
+    assert not marker.exists()

@@ -283,3 +283,15 @@ def test_a_doc_stride_that_leaves_no_room_is_refused_before_reading(init, tmp_pa
     c.data.doc_stride = 40
     with pytest.raises(sj.errors.InputError, match=r"config.data.doc_stride=40 must be below .* 29 pieces"):
         ft.finetune(c, str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("start", [-25, 10_000])  # context[-25:-21] is "york": a slice from the end
+def test_an_answer_start_outside_its_context_is_refused(tmp_path, start):
+    """Python slices from the end for a negative start: the offset is checked as an offset, not as a slice."""
+    context = "the film was shot in york by john smith . york"
+    row = {"id": "q1", "question": "where?", "context": context,
+           "answers": {"text": ["york"], "answer_start": [start]}}
+    (tmp_path / "neg.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(sj.errors.DataFileError, match=rf"neg.jsonl:1: question 'q1': answer 'york' is not at "
+                                                      rf"answer_start {start}"):
+        squad.read_squad(str(tmp_path / "neg.jsonl"))

@@ -69,11 +69,18 @@ def test_a_csv_with_quoted_commas_and_newlines_trains_and_keeps_its_label_names(
     assert task.labels == ("negative", "positive") and len(examples) == 384
     assert examples[0].text_a.count("\n") == 1 and '"' in examples[0].text_a  # the quoted field, whole
     assert "," in examples[1].text_a
-    res = ft.finetune(_files_config(init, train, dev, num_epochs=4), str(tmp_path / "run"))
+    test_rows = _rows(6, 2)
+    test = _write_csv(tmp_path / "test.csv", test_rows, columns=("review",))  # a test file without labels
+    res = ft.finetune(_files_config(init, train, dev, num_epochs=4, **{"data.test_file": str(test)}),
+                      str(tmp_path / "run"))
     assert res["best"]["score"] == 1.0 and res["labels"] == ["negative", "positive"]
     assert {"validation/accuracy", "validation/f1", "validation/macro_f1"} <= set(res["best"])
     model = sj.load_pretrained(tmp_path / "run" / "model")
     assert model.config.id2label == {0: "negative", 1: "positive"}
+    # the test file is predicted by the best model, a line per row in its order
+    got = [json.loads(line) for line in open(res["predictions"]["test"])]
+    assert [g["row"] for g in got] == [1, 2, 3, 4, 5, 6]
+    assert [g["label"] for g in got] == [r["sentiment"] for r in test_rows]
 
 
 def test_metrics_equal_sklearns():
@@ -125,13 +132,166 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score2.csv:2: column 'sentiment': 'good' is not a number"),
     ("data.txt", "foo\n", {}, r"data.txt: unknown file type '.txt'"),
 ])
-def test_loader_errors_name_file_line_and_column(init, tmp_path, name, text, kw, msg):
+def test_loader_errors_name_file_line_and_column(tmp_path, name, text, kw, msg):
     path = tmp_path / name
     path.write_text(text)
     good = _write_csv(tmp_path / "good.csv", _rows(8, 0))
     with pytest.raises(sj.errors.InputError, match=msg):
-        ft.finetune(_files_config(init, path, good, **kw), str(tmp_path / "run"))
-    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+        _load_all(_files_config("unused", path, good, **kw))
+
+
+def _load_all(config):
+    """What fine-tuning reads before it trains: the task, then every split's rows."""
+    task = tasks.resolve(config)
+    return {s: task.load(s) for s in ("train", *task.eval_splits, *task.test_splits)}
+
+
+def _labels_of(tmp_path, name, body, **kw):
+    (tmp_path / name).write_bytes(body.encode() if isinstance(body, str) else body)
+    c = _files_config("unused", tmp_path / name, tmp_path / name, **kw)
+    task = tasks.resolve(c)
+    return task, task.load("train")
+
+
+# ---- labels are read as values, one label per row: tasks.label_key / label_keys / declared_labels -------------------
+
+def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
+    csv_task, csv_rows = _labels_of(tmp_path, "a.csv", "review,sentiment\nw,1\nx,1.0\ny,+1\nz,0\nv,0.0\nu,1e0\n")
+    jsonl = "".join(json.dumps({"review": t, "sentiment": y}) + "\n" for t, y in
+                    (("w", 1), ("x", 1.0), ("y", "1"), ("z", 0), ("v", "0.00"), ("u", 1e0)))
+    json_task, json_rows = _labels_of(tmp_path, "a.jsonl", jsonl)
+    assert csv_task.labels == json_task.labels == ("0", "1")
+    assert [e.label for e in csv_rows] == [e.label for e in json_rows] == [1, 1, 1, 0, 0, 1]
+    b_task, _ = _labels_of(tmp_path, "b.jsonl", '{"review": "a", "sentiment": true}\n{"review": "b", "sentiment": '
+                                                 'false}\n{"review": "c", "sentiment": "True"}\n')
+    assert b_task.labels == ("false", "true")
+    f_task, _ = _labels_of(tmp_path, "f.csv", "review,sentiment\na,0.5\nb,0.50\nc,2\n")
+    assert f_task.labels == ("0.5", "2")  # numbers sort by value
+
+
+@pytest.mark.parametrize("body, msg", [
+    ("review,sentiment\na,pos\nb,\n", r"e.csv:3: column 'sentiment': the label is empty"),
+    ("review,sentiment\na,pos\nb,   \n", r"e.csv:3: column 'sentiment': the label is empty"),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": null}\n', r"e.jsonl:2: .*the label is null"),
+    ('{"review": "a", "sentiment": ["pos"]}\n', r"e.jsonl:1: .*a JSON list \['pos'\] is not one label .*multilabel"),
+    ('{"review": "a", "sentiment": {"y": 1}}\n', r"e.jsonl:1: .*a JSON dict .* is not one label"),
+])
+def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
+    name = "e.jsonl" if body.startswith("{") else "e.csv"
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        _labels_of(tmp_path, name, body)
+
+
+def test_multilabel_cells_are_lists_of_values(tmp_path):
+    body = 'review,genres\na,"[""comedy"", ""drama""]"\nb,comedy|drama|comedy\nc,[]\nd,\ne,"[1, 1.0]"\n'
+    task, rows = _labels_of(tmp_path, "m.csv", body, **{"data.kind": "multilabel", "data.label_column": "genres"})
+    assert task.labels == ("1", "comedy", "drama")
+    assert [e.label for e in rows] == [(1, 2), (1, 2), (), (), (0,)]
+    for bad, msg in (('a,"[""comedy"", [""x""]]"', r"\['x'\] in the row's labels is not a label"),
+                     ("a,[comedy", r"starts like a JSON list but is not one")):
+        with pytest.raises(sj.errors.DataFileError, match=rf"n.csv:2: column 'genres': .*{msg}"):
+            _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n",
+                       **{"data.kind": "multilabel", "data.label_column": "genres"})
+
+
+@pytest.mark.parametrize("labels, msg", [
+    ("pos,neg,pos", r"names the label 'pos' twice"),
+    ("1,1.0", r"names the label '1' twice"),
+    ("pos,,neg", r"the label is empty"),
+])
+def test_declared_labels_name_each_class_once(tmp_path, labels, msg):
+    with pytest.raises(sj.errors.InputError, match=rf"config.data.labels={labels!r}.*{msg}"):
+        _labels_of(tmp_path, "d.csv", "review,sentiment\na,pos\nb,neg\n", **{"data.labels": labels})
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"data.text_columns": "review,sentiment"}, r"'sentiment' is named as both a text and a label column"),
+    ({"data.text_columns": "review,review"}, r"'review' is named as a text column twice"),
+    ({"data.kind": "multiple_choice", "data.text_columns": "review", "data.choice_columns": "a,b,a"},
+     r"'a' is named as a choice column twice"),
+    ({"data.kind": "multiple_choice", "data.text_columns": "review", "data.choice_columns": "a,sentiment"},
+     r"'sentiment' is named as both a choice and a label column"),
+    ({"data.kind": "token_classification", "data.text_columns": "w", "data.label_column": "w"},
+     r"'w' is named as both a words and a tags column"),
+])
+def test_a_column_has_one_role(tmp_path, kw, msg):
+    with pytest.raises(sj.errors.InputError, match=rf"config.data: column {msg}"):
+        _labels_of(tmp_path, "c.csv", "review,sentiment,a,b\nx,pos,p,q\ny,neg,p,q\n", **kw)
+
+
+# ---- rows are read as written: tasks.read_rows over files.text_lines ----------------------------------------------
+
+def test_a_tsv_is_a_row_per_line_whatever_its_quotes(tmp_path):
+    lines = ['"quoted start\t1', 'plain\t0', 'say "hi" there\t1', '"whole ""field"" quoted"\t0', '"\t1', 'x"\t0']
+    task, rows = _labels_of(tmp_path, "q.tsv", "review\tsentiment\n" + "\n".join(lines) + "\n")
+    assert [e.text_a for e in rows] == ['"quoted start', "plain", 'say "hi" there', 'whole "field" quoted', '"', 'x"']
+    assert [e.label for e in rows] == [1, 0, 1, 0, 1, 0]
+
+
+@pytest.mark.parametrize("body, msg", [
+    ('review,sentiment\nfine,pos\n"never closed,neg\nmore,pos\n', r"u.csv:3: a quoted field opened in this record is "
+                                                                     r"never closed"),
+    ('review,sentiment\nfine,pos\n"quoted" then text,neg\n', r"u.csv:3: text follows a closing quote"),
+])
+def test_a_csv_quote_error_names_the_record(tmp_path, body, msg):
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        _labels_of(tmp_path, "u.csv", body)
+
+
+@pytest.mark.parametrize("name, body, msg", [
+    ("t.csv", "review,sentiment\nfine,pos\n,neg\n", r"t.csv:3: column 'review' is empty"),
+    ("t.tsv", "review\tsentiment\nfine\tpos\n  \tneg\n", r"t.tsv:3: column 'review' is empty"),
+    ("t.jsonl", '{"review": "a", "sentiment": "p"}\n{"review": "", "sentiment": "n"}\n', r"t.jsonl:2: column "
+                                                                                          r"'review' is empty"),
+])
+def test_an_empty_text_is_refused(tmp_path, name, body, msg):
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        _labels_of(tmp_path, name, body)
+
+
+def test_an_empty_second_text_and_an_empty_test_text_are_refused(tmp_path):
+    (tmp_path / "p.csv").write_text("a,b,y\nx,y,pos\nx,,neg\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"p.csv:3: column 'b' is empty"):
+        _load_all(_files_config("unused", tmp_path / "p.csv", tmp_path / "p.csv",
+                                **{"data.text_columns": "a,b", "data.label_column": "y"}))
+    _write_csv(tmp_path / "train.csv", _rows(8, 0))
+    (tmp_path / "test.csv").write_text("review,sentiment\ngood,\n,positive\n")
+    c = _files_config("unused", tmp_path / "train.csv", tmp_path / "train.csv", **{"data.test_file":
+                                                                                   str(tmp_path / "test.csv")})
+    with pytest.raises(sj.errors.DataFileError, match=r"test.csv:3: column 'review' is empty"):
+        _load_all(c)
+
+
+def test_a_byte_order_mark_is_invisible_and_bad_bytes_are_named_by_line_and_column(tmp_path):
+    for name, body in (("bom.csv", "review,sentiment\nfine,pos\nbad,neg\n"),
+                       ("bom.tsv", "review\tsentiment\nfine\tpos\nbad\tneg\n"),
+                       ("bom.jsonl", '{"review": "fine", "sentiment": "pos"}\n{"review": "bad", "sentiment": "neg"}\n')):
+        task, rows = _labels_of(tmp_path, name, b"\xef\xbb\xbf" + body.encode())
+        assert task.labels == ("neg", "pos") and [e.text_a for e in rows] == ["fine", "bad"]
+    with pytest.raises(sj.errors.DataFileError, match=r"l1.csv:3:4: not UTF-8 text \(byte 0xe9\)"):
+        _labels_of(tmp_path, "l1.csv", "review,sentiment\nfine,pos\ncaf\xe9,neg\n".encode("latin-1"))
+
+
+@pytest.mark.parametrize("setting, make, msg", [
+    ("data.test_file", lambda d: str(d / "missing.csv"), r"config.data.test_file='.*missing.csv': no such file"),
+    ("data.test_file", lambda d: str(d), r"config.data.test_file='.*' is a directory"),
+    ("data.validation_file", lambda d: str(d / "dev.txt"), r"config.data.validation_file: .*dev.txt: unknown file "
+                                                           r"type '.txt'"),
+])
+def test_every_named_file_is_checked_before_reading(tmp_path, setting, make, msg):
+    _write_csv(tmp_path / "train.csv", _rows(8, 0))
+    (tmp_path / "dev.txt").write_text("x\n")
+    c = _files_config("unused", tmp_path / "train.csv", tmp_path / "train.csv", **{setting: make(tmp_path)})
+    with pytest.raises(sj.errors.InputError, match=msg):
+        tasks.resolve(c)
+
+
+def test_a_test_file_is_read_and_may_leave_its_labels_out(tmp_path):
+    _write_csv(tmp_path / "train.csv", _rows(8, 0))
+    (tmp_path / "test.csv").write_text("review,sentiment\ngood,\nbad,positive\n")
+    c = _files_config("unused", tmp_path / "train.csv", tmp_path / "train.csv",
+                      **{"data.test_file": str(tmp_path / "test.csv")})
+    assert [e.label for e in _load_all(c)["test"]] == [None, 1]
 
 
 def test_a_validation_label_the_training_file_lacks_is_named(init, tmp_path):
@@ -222,3 +382,22 @@ def test_scanned_and_unrolled_layers_train_to_the_same_numbers(init, tmp_path):
                                                                                                       "minimal")
     with pytest.raises(sj.errors.InputError, match="config.layers='fast': auto, scan or unrolled"):
         ft.finetune(_files_config(init, train, dev, layers="fast"), str(tmp_path / "bad"))
+
+
+def test_a_regression_score_is_a_number_not_a_boolean_or_list(tmp_path):
+    for value in ("true", "[1.5]", '"1.5"'):
+        body = f'{{"review": "a", "sentiment": 1.5}}\n{{"review": "b", "sentiment": {value}}}\n'
+        if value == '"1.5"':  # a number in a string is a number
+            _, rows = _labels_of(tmp_path, "r.jsonl", body, **{"data.kind": "regression"})
+            assert [e.label for e in rows] == [1.5, 1.5]
+            continue
+        with pytest.raises(sj.errors.DataFileError, match=r"r.jsonl:2: column 'sentiment': .* is not a number"):
+            _labels_of(tmp_path, "r.jsonl", body, **{"data.kind": "regression"})
+
+
+def test_csv_records_that_span_lines_are_said(tmp_path, caplog):
+    """Legal CSV, but also what a quote opened by mistake makes of several rows: the loader says so."""
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        _, rows = _labels_of(tmp_path, "s.csv", 'review,sentiment\n"bad start,pos\nok,neg\n",pos\nfine,neg\n')
+    assert len(rows) == 2 and "s.csv: 1 records span lines (a quoted field holds a line break), the first at line 2" \
+        in caplog.text

@@ -82,15 +82,31 @@ def test_entity_scores_by_hand(gold, pred, want):
     assert (got["precision"], got["recall"], got["f1"]) == pytest.approx(want)
 
 
-def test_entity_scores_equal_seqevals():
+def test_words_cut_by_the_length_count_their_entities_as_missed(init, tmp_path):
+    """A sentence longer than max_seq_length: its cut words' entities are gold entities the model missed (seqeval on
+    the whole sentence, the cut words predicted "O"), and a perfect tagger of what it sees scores recall < 1."""
+    lines = ["john B-PER", "smith I-PER", "shot O", "the O", "film O", "in O", "new B-LOC", "york I-LOC", ". O", "",
+             "mary B-PER", "shot O", "in O", "york B-LOC", ""]
+    (tmp_path / "long.conll").write_text("\n".join(lines) + "\n")
+    task = tasks.ConllTask("t", {"validation": str(tmp_path / "long.conll")},
+                           tasks.tag_names_of(str(tmp_path / "long.conll")))
+    examples = task.load("validation")
+    arrays = task.encode(examples, sj.Tokenizer.from_dir(init), 9)  # [CLS] + 7 pieces + [SEP]: "york" is cut
+    assert (arrays["cut_labels"] != tasks.IGNORE).sum() == 2  # "york" and "."
+    perfect = np.where(arrays["labels"] == tasks.IGNORE, 0, arrays["labels"])  # the gold tag of every seen word
+    got = task.score(perfect, arrays)
     seqeval = pytest.importorskip("seqeval.metrics")
-    rng = np.random.default_rng(0)
-    names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "E-LOC", "S-ORG"]
-    gold = [[names[j] for j in rng.integers(0, 7, 9)] for _ in range(40)]
-    pred = [[names[j] for j in rng.integers(0, 7, 9)] for _ in range(40)]
-    got = tasks.entity_scores(gold, pred)
+    gold = [list(e.tags) for e in examples]
+    pred = [["B-PER", "I-PER", "O", "O", "O", "O", "B-LOC", "O", "O"], list(examples[1].tags)]
+    assert got["recall"] == pytest.approx(seqeval.recall_score(gold, pred)) == pytest.approx(3 / 4)
+    assert got["precision"] == pytest.approx(seqeval.precision_score(gold, pred)) == pytest.approx(3 / 4)
     assert got["f1"] == pytest.approx(seqeval.f1_score(gold, pred))
-    assert got["precision"] == pytest.approx(seqeval.precision_score(gold, pred))
+
+
+def test_a_byte_order_mark_before_docstart_starts_no_sentence(tmp_path):
+    path = tmp_path / "bom.conll"
+    path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\njohn NN O B-PER\nshot VB O O\n")
+    assert [(words, tags) for _, words, tags in tasks.read_conll(str(path))] == [(["john", "shot"], ["B-PER", "O"])]
 
 
 def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
@@ -104,12 +120,16 @@ def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
 
 
 @pytest.mark.parametrize("text, msg", [
-    ("john B-PER\nsmith\n", r"bad.conll:2: 1 field\(s\), the file's first line has 2"),
+    ("john B-PER\nsmith\n", r"bad.conll:2: 1 fields, the file's first word line \(1\) has 2"),
+    ("john B-PER\nnew york B-LOC\n", r"bad.conll:2: 3 fields, the file's first word line \(1\) has 2"),
+    ("-DOCSTART- -X- O\n\njohn NN B-PER\nsmith I-PER\n", r"bad.conll:4: 2 fields, .*\(3\) has 3"),
+    ("john B-PER\ncaf\xe9 O\n", r"bad.conll:2:4: not UTF-8 text \(byte 0xe9\)"),
     ("john B-PER\n\nyork B-TOWN\n", r"bad.conll:3: tag 'B-TOWN' is not one of"),
     ("\n\n", r"bad.conll: no sentences"),
 ])
-def test_loader_errors_name_the_file_and_line(init, tmp_path, text, msg):
+def test_loader_errors_name_the_file_and_line(tmp_path, text, msg):
     train = _write_conll(tmp_path / "train.conll", 8, 0)
-    (tmp_path / "bad.conll").write_text(text)
+    (tmp_path / "bad.conll").write_bytes(text.encode("latin-1"))
     with pytest.raises(sj.errors.InputError, match=msg):
-        ft.finetune(_config(init, train, tmp_path / "bad.conll"), str(tmp_path / "run"))
+        task = tasks.resolve(_config("unused", train, tmp_path / "bad.conll"))
+        task.load("train"), task.load("validation")

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import pickle
 import random
+import re
 
 import numpy as np
 import pytest
@@ -376,3 +377,74 @@ def test_a_wordpiece_vocabulary_smaller_than_the_corpus_alphabet_is_refused(corp
                               "20")
     assert rc == 1 and "more than the vocab_size 20 asked: ask for at least" in err
     assert not (tmp_path / "v" / "vocab.txt").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# A vocab.txt the model cannot use; files linked out of a directory
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("special", BERT_SPECIALS)
+def test_every_special_the_model_uses_is_required(tmp_path, special):
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in HAND_VOCAB if t != special))
+    with pytest.raises(ValueError, match=rf"{path}: vocab.txt lacks the special token\(s\) {re.escape(special)} "):
+        read_vocab(str(path))
+    with pytest.raises(ValueError, match=re.escape(special)):
+        Tokenizer.from_dir(tmp_path)
+
+
+_N = len(HAND_VOCAB)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["##ing"], rf"line {_N + 1} repeats token '##ing' of line {HAND_VOCAB.index('##ing') + 1};"),
+    (["[CLS]"], rf"line {_N + 1} repeats token '\[CLS\]' of line 5;"),
+    (["fox \t"], rf"line {_N + 1} repeats token 'fox' of line {HAND_VOCAB.index('fox') + 1};"),  # stripped, as
+    (["", "xyzzy", ""], rf"line {_N + 3} is blank, as is line {_N + 1}"),                           # tokenizers does
+])
+def test_a_repeated_token_names_both_lines(tmp_path, extra, message):
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in HAND_VOCAB + extra))
+    with pytest.raises(ValueError, match=rf"^{path}: {message}"):
+        read_vocab(str(path))
+
+
+def test_one_blank_line_is_a_token_as_in_bert_tokenizer_fast(tmp_path):
+    """BertTokenizerFast gives a blank line an id of its own (the empty token): no id after it shifts, so it is
+    followed; ids equal the reference's."""
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in HAND_VOCAB[:40] + [""] + HAND_VOCAB[40:]))
+    tok, hf = Tokenizer.from_file(path), _hf(path)
+    assert tok.vocab_size == len(HAND_VOCAB) + 1 == len(hf) and tok.cls_id == hf.cls_token_id
+    assert tok.token_to_id("the") == hf.convert_tokens_to_ids("the") == HAND_VOCAB.index("the") + 1
+    for t in TEXTS[:6]:
+        assert tok.tokenize(t) == hf(t, add_special_tokens=False)["input_ids"]
+
+
+def test_checkpoint_file_keeps_reads_inside_the_directory(tmp_path, hand_vocab):
+    from squeezebert_jax.errors import InputError
+    from squeezebert_jax.tokenizer import checkpoint_file
+
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "real.txt").write_text("x")
+    os.symlink("real.txt", d / "inside.txt")
+    os.symlink(hand_vocab, d / "vocab.txt")
+    os.symlink(d / "missing.txt", d / "dangling.txt")
+    (d / "sub").mkdir()
+    assert checkpoint_file(d, "real.txt") == str(d / "real.txt")
+    assert checkpoint_file(d, "inside.txt") == str(d / "inside.txt")
+    assert checkpoint_file(d, "absent.txt") is None and checkpoint_file(d, "dangling.txt") is None
+    assert checkpoint_file(d, "sub") is None and checkpoint_file(tmp_path / "no_dir", "x") is None
+    for name in ("vocab.txt", "../ckpt/../elsewhere.txt", "/etc/passwd"):
+        if name != "vocab.txt":
+            (tmp_path / "elsewhere.txt").write_text("x")
+        with pytest.raises(InputError, match="outside the checkpoint directory"):
+            checkpoint_file(d, name)
+    with pytest.raises(InputError, match=rf"^{d}/vocab.txt resolves to {hand_vocab}, outside"):
+        Tokenizer.from_dir(d)
+    os.remove(d / "vocab.txt")
+    Tokenizer.from_file(hand_vocab).save(d)
+    os.symlink(tmp_path / "elsewhere.txt", d / "tokenizer_config.json")
+    with pytest.raises(InputError, match=rf"^{d}/tokenizer_config.json resolves to"):
+        Tokenizer.from_dir(d)

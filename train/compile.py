@@ -46,7 +46,8 @@ from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=False)
-_TOPOLOGY = flags.DEFINE_string("topology", None, "CHIP:AxB[xC], e.g. v5e:2x4, v4:2x2x1, h100:1x8")
+_TOPOLOGY = flags.DEFINE_string("topology", None, "CHIP:AxB[xC]: v5e/v6e AxB (v5e:2x4), v4/v5p AxBxC (v4:2x2x1), a GPU "
+                                "HOSTSxGPUS (h100:1x8)")
 _SLICES = flags.DEFINE_integer("num_slices", 1, "TPU slices (data parallel over DCN: a hybrid mesh)")
 _MAX_BATCH = flags.DEFINE_bool("max-batch", False, "search the largest per-chip batch that fits (each phase)")
 _FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled again with 2x, 4x, ... microbatches "
