@@ -15,7 +15,7 @@ import sys
 
 from squeezebert_jax import cli, files, glue
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.finetune import TaskMismatchError, evaluate, predict_test
+from squeezebert_jax.evaluation import TaskMismatchError, evaluate, predict_test
 
 
 def _submission_files(plan: list[tuple[str, str]]) -> list[str]:

@@ -8,7 +8,7 @@ Label ids follow the TFDS ``glue/<task>`` ClassLabel order, so both loaders give
 MNLI/AX 0 entailment, 1 neutral, 2 contradiction; QNLI/RTE 0 entailment, 1 not_entailment; the 0/1 tasks
 keep their file value (WNLI 1 = entailment). transformers' old ``MnliProcessor`` used the order
 contradiction, entailment, neutral: a classifier whose ``id2label`` names its labels in another order is
-reordered on load (``label_permutation``, ``finetune.align_to_task``). The released ``squeezebert-mnli``'s config
+reordered on load (``label_permutation``, ``evaluation.align_to_task``). The released ``squeezebert-mnli``'s config
 only says LABEL_0..2; ``convert/from_pytorch.py --label-names contradiction,entailment,neutral`` names them.
 
 Metrics are returned as fractions (sklearn/scipy conventions); tables print percentages. A task's

@@ -29,7 +29,7 @@ from typing import Any
 import ml_collections
 from tqdm.auto import tqdm
 
-from squeezebert_jax import files, glue
+from squeezebert_jax import evaluation, files, glue
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
@@ -389,7 +389,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 model_dir = os.path.join(c.rows[0]["run_dir"], "model")
                 try:
                     for t in (task, "ax") if task == "mnli" else (task,):
-                        ft.predict_test(model_dir, t, base.data_dir or None, os.path.join(workdir, "predictions"),
+                        evaluation.predict_test(model_dir, t, base.data_dir or None, os.path.join(workdir, "predictions"),
                                         base.max_seq_length)
                 except FileNotFoundError as e:
                     log.warning("no test predictions for %s: %s", task, e)

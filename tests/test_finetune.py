@@ -14,7 +14,7 @@ from flax import nnx
 import squeezebert_jax as sj
 from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_sst2
 
-from squeezebert_jax import batching, inference
+from squeezebert_jax import batching, evaluation, inference
 from squeezebert_jax import finetune as ft
 
 
@@ -326,9 +326,9 @@ def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp
     legacy.classifier.bias.set_value(b[[2, 0, 1]])
     sj.save_pretrained(legacy, tmp_path / "legacy")
     data = str(tmp_path / "glue")
-    assert ft.evaluate(str(tmp_path / "legacy"), "mnli", data) == ft.evaluate(str(tmp_path / "tfds_order"), "mnli", data)
-    a = ft.predict_test(str(tmp_path / "legacy"), "mnli", data, str(tmp_path / "pa"))
-    b_ = ft.predict_test(str(tmp_path / "tfds_order"), "mnli", data, str(tmp_path / "pb"))
+    assert evaluation.evaluate(str(tmp_path / "legacy"), "mnli", data) == evaluation.evaluate(str(tmp_path / "tfds_order"), "mnli", data)
+    a = evaluation.predict_test(str(tmp_path / "legacy"), "mnli", data, str(tmp_path / "pa"))
+    b_ = evaluation.predict_test(str(tmp_path / "tfds_order"), "mnli", data, str(tmp_path / "pb"))
     assert [open(p).read() for p in a] == [open(p).read() for p in b_]
     # the teacher's soft targets (whole logit rows, so a wrong column order cannot hide) are the same too
     ex = sj.glue.load_examples("mnli", "train", data_dir=data)
@@ -341,10 +341,10 @@ def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp
 def test_a_classifier_for_another_label_count_is_refused(tmp_path):
     _write_pair_task(tmp_path / "glue", "RTE", ["entailment", "not_entailment"], 8, 0)
     _mnli_classifier_dir(tmp_path / "mnli", None)
-    with pytest.raises(ft.TaskMismatchError, match="3 outputs cannot be used for rte"):
-        ft.evaluate(str(tmp_path / "mnli"), "rte", str(tmp_path / "glue"))
+    with pytest.raises(evaluation.TaskMismatchError, match="3 outputs cannot be used for rte"):
+        evaluation.evaluate(str(tmp_path / "mnli"), "rte", str(tmp_path / "glue"))
     ex = sj.glue.load_examples("rte", "train", data_dir=str(tmp_path / "glue"))
-    with pytest.raises(ft.TaskMismatchError, match=r"teacher .*mnli.*3 outputs"):
+    with pytest.raises(evaluation.TaskMismatchError, match=r"teacher .*mnli.*3 outputs"):
         ft.teacher_logits(str(tmp_path / "mnli"), "rte", "train", ex, 16, str(tmp_path / "cache"))
 
 

@@ -1,0 +1,94 @@
+"""A fine-tuned MODEL_DIR against a task: ``align_to_task`` fits a classifier's outputs to a task's labels (used by
+fine-tuning, its teacher, and evaluation), ``evaluate`` scores it on a GLUE task's dev splits and ``predict_test`` writes
+the GLUE server's files (``eval/glue.py``)."""
+
+from __future__ import annotations
+
+import logging
+
+from squeezebert_jax import glue, inference, tasks
+from squeezebert_jax.errors import InputError
+from squeezebert_jax.model import HEADS
+from squeezebert_jax.pretrained import load_pretrained
+
+log = logging.getLogger(__name__)
+
+HEAD_NAMES = {"SqueezeBertForSequenceClassification": "sequence-classifier",
+              "SqueezeBertForTokenClassification": "token-classifier",
+              "SqueezeBertForQuestionAnswering": "question-answering",
+              "SqueezeBertForMultipleChoice": "multiple-choice"}
+
+
+# --------------------------------------------------------------------------------------------------
+# A classifier for a task
+# --------------------------------------------------------------------------------------------------
+
+class TaskMismatchError(InputError):
+    """A sequence classifier whose output count does not fit the GLUE task."""
+
+
+def align_to_task(model, task, source: str):
+    """Check that ``model`` (a sequence classifier) fits ``task`` (a GLUE name or a ``tasks`` Task) and put its outputs
+    in the task's label order.
+
+    When the config's ``id2label`` names the task's labels in another order (e.g. an MNLI checkpoint trained
+    with transformers' old contradiction/entailment/neutral order), the classifier's columns are permuted
+    once, here, so predictions, metrics, server files and teacher targets all use the task's order.
+    """
+    spec = tasks.task_by_name(task)
+    task = spec.name
+    if not isinstance(model, HEADS[spec.head]):
+        raise inference.NoClassifierError(
+            f"{source}: the model ({type(model).__name__}) has no {HEAD_NAMES[spec.head]} head, so "
+            f"it cannot be used for {task}: fine-tune it on {task} first (train/finetune.py with --config.init_from "
+            f"set to it), or convert a PyTorch model with convert/from_pytorch.py --head {spec.head}")
+    if spec.labels is None and not spec.is_regression:  # question answering, multiple choice: no label outputs
+        return model
+    n = getattr(model, "num_labels", None)
+    if n != spec.num_labels:
+        raise TaskMismatchError(f"{source}: a classifier with {n} outputs cannot be used for {task} "
+                                f"({spec.num_labels} {'output' if spec.is_regression else 'labels'})")
+    perm = glue.label_permutation(model.config.id2label, spec.labels)
+    if perm is not None:
+        log.info("%s: classifier outputs %s reordered to %s's order %s", source,
+                 [model.config.id2label[i] for i in range(n)], task, list(spec.labels))
+        model.classifier.kernel.set_value(model.classifier.kernel[...][:, perm])
+        model.classifier.bias.set_value(model.classifier.bias[...][perm])
+    model.config.id2label = None if spec.is_regression else dict(enumerate(spec.labels))
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation and test predictions
+# --------------------------------------------------------------------------------------------------
+
+def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None = None,
+             max_length: int = 128) -> dict[str, dict[str, float]]:
+    """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
+    spec = glue.get_task(task)
+    model = align_to_task(load_pretrained(model_dir), task, model_dir)
+    tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
+    max_length = min(max_length, model.config.max_position_embeddings)
+    out = {}
+    for s in ([split] if split else spec.eval_splits):
+        arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
+        logits = inference.predict_logits(model, arr)
+        inference.check_finite(logits, model_dir, f"{task} {s}")
+        out[s] = glue.compute_metrics(task, logits[:, 0] if spec.is_regression else logits.argmax(-1), arr["labels"])
+    return out
+
+
+def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str, max_length: int = 128) -> list[str]:
+    """GLUE-server files for the task's test splits (AX: pass task="ax" with the MNLI model)."""
+    spec = glue.get_task(task)
+    model = align_to_task(load_pretrained(model_dir), task, model_dir)
+    tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
+    max_length = min(max_length, model.config.max_position_embeddings)
+    paths = []
+    for s in spec.test_splits:
+        arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
+        logits = inference.predict_logits(model, arr)
+        inference.check_finite(logits, model_dir, f"{task} {s}")
+        paths.append(glue.write_predictions(task, arr["idx"], logits[:, 0] if spec.is_regression else logits,
+                                            out_dir, split_name=s))
+    return paths
