@@ -114,10 +114,8 @@ def read_rows(path: str):
             yield lineno, row
         return
     records = _tsv_records(lines) if fmt == "tsv" else _csv_records(path, lines)
-    header, spanning = None, []
+    header = None
     for start, record in records:
-        if any("\n" in v for v in record):
-            spanning.append(start)
         if header is None:
             header = [c.strip() for c in record]
             if len(set(header)) != len(header):
@@ -132,9 +130,6 @@ def read_rows(path: str):
             yield start, dict(zip(header, record))
     if header is None:
         raise DataFileError(f"{path}: empty (no header line)")
-    if spanning:  # legal CSV, but also what a stray quote makes of several rows: said, so that it is seen
-        log.warning("%s: %d records span lines (a quoted field holds a line break), the first at line %d; a quote "
-                    "opened by mistake merges rows this way", path, len(spanning), spanning[0])
 
 
 def file_format(path: str) -> str:

@@ -394,10 +394,3 @@ def test_a_regression_score_is_a_number_not_a_boolean_or_list(tmp_path):
         with pytest.raises(sj.errors.DataFileError, match=r"r.jsonl:2: column 'sentiment': .* is not a number"):
             _labels_of(tmp_path, "r.jsonl", body, **{"data.kind": "regression"})
 
-
-def test_csv_records_that_span_lines_are_said(tmp_path, caplog):
-    """Legal CSV, but also what a quote opened by mistake makes of several rows: the loader says so."""
-    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
-        _, rows = _labels_of(tmp_path, "s.csv", 'review,sentiment\n"bad start,pos\nok,neg\n",pos\nfine,neg\n')
-    assert len(rows) == 2 and "s.csv: 1 records span lines (a quoted field holds a line break), the first at line 2" \
-        in caplog.text
