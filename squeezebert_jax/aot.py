@@ -19,8 +19,14 @@ import re
 import time
 from typing import Any
 
-from squeezebert_jax import chips, parallel, trainer
+from squeezebert_jax import chips, distill, finetune, glue, inference, parallel, pretrain, trainer
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.finetune import layer_execution
+from squeezebert_jax.flops import flops as analytic
+from squeezebert_jax.layers import cudnn_version
+from squeezebert_jax.model import (abstract_model, set_execution, SqueezeBertForPreTraining,
+                                   SqueezeBertForSequenceClassification, SqueezeBertModel, Structure)
+from squeezebert_jax.pretrain_data import batch_spec
 
 GiB = 2 ** 30
 GPU_TARGETS = {"h100": "h100_sxm_80gb.txtpb", "a100": "a100_sxm_80gb.txtpb"}
@@ -161,8 +167,6 @@ def declare_cudnn_for_compiling() -> None:
     programs lowered for a GPU contain cuDNN attention; nothing runs on a GPU here)."""
     from jax._src.cudnn import fused_attention_stablehlo
 
-    from squeezebert_jax.layers import cudnn_version
-
     if cudnn_version() is None:
         fused_attention_stablehlo.check_cudnn_version = lambda: CUDNN_FOR_COMPILING
 
@@ -234,8 +238,6 @@ def abstract_batch(batch: int, seq_len: int, max_predictions: int, sharding) -> 
     import jax
     import numpy as np
 
-    from squeezebert_jax.pretrain_data import batch_spec
-
     return {k: jax.ShapeDtypeStruct(shape, np.dtype(dt), sharding=sharding)
             for k, (shape, dt) in batch_spec(batch, seq_len, max_predictions).items()}
 
@@ -245,8 +247,6 @@ def _lower(config, phase, model, mesh, rng):
     inputs (state, batch and key as ShapeDtypeStructs with their shardings)."""
     import jax
     import numpy as np
-
-    from squeezebert_jax import pretrain
 
     graphdef, params, rest = pretrain.split_model(model)
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
@@ -280,13 +280,6 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
     slice, several times the bytes really moved.
     """
     import jax
-
-    from squeezebert_jax import pretrain
-    from squeezebert_jax.model import (
-        SqueezeBertForPreTraining,
-        abstract_model,
-        set_execution,
-    )
 
     model = model if model is not None else abstract_model(lambda: pretrain.new_model(config))
     n_chips = len(target.devices)
@@ -338,11 +331,6 @@ def finetune_model(config, model_config):
     """``config.task``'s classifier of architecture ``model_config`` with no weights drawn (``abstract_model``)."""
     from flax import nnx
 
-    from squeezebert_jax import glue
-    from squeezebert_jax.model import SqueezeBertForSequenceClassification, abstract_model
-
-    from squeezebert_jax.finetune import layer_execution
-
     num_labels = glue.get_task(config.task).num_labels
     scan, remat = layer_execution(config.layers, "tpu")  # "auto": the accelerators' choice
     model_config = model_config.replace(scan_layers=scan, remat=remat)
@@ -355,9 +343,6 @@ def _layer_teacher(config, student_config, teacher_config):
     {}) when their weights are 0 or there is no teacher."""
     import jax
     from flax import nnx
-
-    from squeezebert_jax import distill
-    from squeezebert_jax.model import SqueezeBertModel, abstract_model
 
     if teacher_config is None:
         return None, None, {}
@@ -381,8 +366,6 @@ def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
     from flax import nnx
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
-
-    from squeezebert_jax import finetune, glue, inference
 
     spec = glue.get_task(config.task)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -413,9 +396,6 @@ def compile_finetune(config, target: Target, model, teacher_config=None, num_ste
     for the hours. FLOPs as ``compile_phase`` reads them (the step lowered for the host, unrolled)."""
     import jax
     from flax import nnx
-
-    from squeezebert_jax.flops import flops as analytic
-    from squeezebert_jax.model import set_execution
 
     n_chips = len(target.devices)
     if config.batch_size % n_chips:
@@ -451,10 +431,6 @@ def compile_teacher_logits(config, target: Target, teacher_config, num_examples:
     from flax import nnx
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
-
-    from squeezebert_jax import inference
-    from squeezebert_jax.flops import flops as analytic
-    from squeezebert_jax.model import Structure
 
     mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
     teacher = finetune_model(config, teacher_config)

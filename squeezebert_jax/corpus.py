@@ -18,8 +18,10 @@ import re
 
 import numpy as np
 
+from squeezebert_jax import glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
+from squeezebert_jax.glue import GlueExample
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _NAMES = {"she": ["anna", "maria", "lena", "sofia", "clara", "emma", "nora", "julia", "rosa", "ida"],
@@ -144,7 +146,6 @@ def _glue_examples(task: str, n: int, rng: np.random.Generator) -> list:
     * QNLI, RTE: adjacent sentences in order (entailment) or swapped (not_entailment); WNLI the same with
       1 = in order.
     """
-    from squeezebert_jax.glue import GlueExample
 
     out = []
     while len(out) < n:
@@ -189,7 +190,6 @@ def write_glue_tasks(data_dir: str | os.PathLike, num_train: int = 800, num_dev:
     """A GLUE_DIR of story tasks (see ``_glue_examples``) for ``tasks``, in the exact file layouts of the GLUE
     download script (``glue.write_glue_tsv``): every split, unlabeled test files, AX as diagnostic.tsv.
     Deterministic in ``seed``; returns ``data_dir``. ``tasks``: all of ``glue.TASKS`` (AX included) by default."""
-    from squeezebert_jax import glue
 
     data_dir = os.fspath(data_dir)
     tasks = tuple(glue.TASKS) if tasks is None else tasks

@@ -21,6 +21,7 @@ SqueezeBERT figure, 7.42, is this module's default count (7.40), not that one (7
 from __future__ import annotations
 
 from squeezebert_jax.model import SqueezeBertConfig
+from squeezebert_jax.models import mobilebert
 
 PAPER_GFLOPS = {"squeezebert-uncased": 7.42, "bert-base-uncased": 22.5}
 
@@ -32,7 +33,6 @@ def flops_breakdown(config: SqueezeBertConfig, seq_len: int = 128, num_labels: i
     ``pooler_every_token``: the pooler counted at all ``seq_len`` positions, as MobileBERT's Table 3 counts them (module
     docstring); by default at the [CLS] position only, as the model runs it."""
     if config.family == "mobilebert":  # its bottlenecks and stacked FFNs: counted in its own file
-        from squeezebert_jax.models import mobilebert
 
         return mobilebert.flops_breakdown(config, seq_len, num_labels, pooler_every_token)
     c, s = config, seq_len

@@ -40,8 +40,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from squeezebert_jax.tokenizer import truncated_lengths
 from squeezebert_jax.errors import InputError, MissingExtraError
+from squeezebert_jax.files import atomic_write
+from squeezebert_jax.tokenizer import Tokenizer, truncated_lengths
 
 log = logging.getLogger(__name__)
 
@@ -331,8 +332,6 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     """
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
-
-    from squeezebert_jax.files import atomic_write
 
     if num_shards < 1:
         raise InputError(f"num_shards must be >= 1, got {num_shards}")
@@ -693,8 +692,6 @@ def make_pretrain_loader(data_dir: str | os.PathLike, seq_len: int, global_batch
     """
     import grain
     import jax
-
-    from squeezebert_jax.tokenizer import Tokenizer
 
     shard_index = jax.process_index() if shard_index is None else shard_index
     shard_count = jax.process_count() if shard_count is None else shard_count

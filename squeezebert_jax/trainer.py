@@ -22,7 +22,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from squeezebert_jax import optim, reporting
+from squeezebert_jax import optim, reporting, sources
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import atomic_write, read_text
 from squeezebert_jax.parallel import any_process, batch_sharding, state_shardings
@@ -239,7 +239,6 @@ def source_identity(source: str) -> dict:
     the sha256 of its bytes; a directory (a MODEL_DIR): of its files' names and sha256s (its top level); a dataset spec
     (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself, and for a dataset saved on disk its metadata
     files (``state.json`` holds ``datasets``' own fingerprint of the data) -- no cheaper identity is at hand."""
-    from squeezebert_jax import sources
 
     out = {"path": source, "sha256": None, "bytes": None}
     if sources.is_dataset(source):

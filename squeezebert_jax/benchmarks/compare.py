@@ -21,12 +21,12 @@ from typing import Sequence
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import mobile
-from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, format_table, time_interleaved,
-                                               tiny_config, torch_call, torch_tensor)
+from squeezebert_jax import mobile, prune
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops, flops_breakdown
-from squeezebert_jax.model import HEADS, GroupedConv1x1, SqueezeBertConfig, SqueezeBertModel, count_params
+from squeezebert_jax.model import count_params, GroupedConv1x1, HEADS, SqueezeBertConfig, SqueezeBertModel
+from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, format_table, time_interleaved,
+                                               tiny_config, torch_call, torch_tensor)
 
 # --------------------------------------------------------------------------------------------------
 # What is compared, and what was published (copied from shared/seeds/001_*, 003_*, 004_*)
@@ -184,8 +184,6 @@ def magnitude_prune(model: nnx.Module, sparsity: float) -> nnx.Module:
     """Zero the ``sparsity`` fraction of smallest-magnitude weights of each encoder position-wise kernel, in place:
     the masks of the pruning recipe (``squeezebert_jax.prune``, unstructured) at its final sparsity."""
     import jax
-
-    from squeezebert_jax import prune
 
     state = nnx.state(model, nnx.Param)
     params = nnx.to_pure_dict(state)

@@ -14,11 +14,11 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
-from squeezebert_jax import mobile
-from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, build_classifier, format_table,
-                                               preset_config, time_interleaved, torch_call, torch_tensor)
+from squeezebert_jax import mobile, model as M
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
+from squeezebert_jax.benchmarks.timing import (REFERENCE, LoadMonitor, blocking, build_classifier, format_table,
+                                               preset_config, time_interleaved, torch_call, torch_tensor)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -110,7 +110,6 @@ FORMULATIONS = {
 
 def _patched_forward(model, patches, ids, mask, tt):
     """Compile the forward with the given method replacements (restored afterwards); returns (call, outputs)."""
-    from squeezebert_jax import model as M
 
     targets = (M.GroupedConv1x1, M.SelfAttention, M.SqueezeBertLayer)
     saved = [cls.__call__ for cls in targets]

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from squeezebert_jax import mobile
-from squeezebert_jax.benchmarks.timing import time_steps
-from squeezebert_jax.model import SqueezeBertConfig
+from squeezebert_jax.benchmarks.timing import cpu_model, time_steps
+from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForSequenceClassification
 
 
 def torch_device() -> str:
@@ -28,8 +28,6 @@ def torch_device() -> str:
 def device_name() -> str:
     """The device both frameworks run on, in words (the GPU's name, or the CPU's)."""
     import torch
-
-    from squeezebert_jax.benchmarks.timing import cpu_model
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_model()
 
@@ -96,8 +94,6 @@ def flax_inference(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, bf16: 
                    warmup: int = 3) -> float:
     """Sequences/s of our sequence classifier forward (``mobile.make_flax_forward``; bf16 weights and compute)."""
     from flax import nnx
-
-    from squeezebert_jax.model import SqueezeBertForSequenceClassification
 
     model = SqueezeBertForSequenceClassification(cfg, num_labels=2, rngs=nnx.Rngs(0))
     ids, mask, tt = mobile.example_inputs(cfg, batch_size, seq_len, seed=0)

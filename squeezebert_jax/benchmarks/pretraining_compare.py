@@ -13,8 +13,10 @@ import time
 
 import ml_collections
 
-from squeezebert_jax import corpus
-from squeezebert_jax.model import SqueezeBertConfig, count_params
+from squeezebert_jax import corpus, finetune as ft, pretrain
+from squeezebert_jax.benchmarks.timing import format_table
+from squeezebert_jax.model import count_params, SqueezeBertConfig
+from squeezebert_jax.pretrained import load_pretrained
 
 # One width for all: hidden 128, 2 layers, 2 heads, FFN 512 (the demo's SqueezeBERT); ALBERT and ELECTRA project
 # embeddings of 64 to it, as their small models do.
@@ -67,9 +69,6 @@ def run(pretrain_base: ml_collections.ConfigDict, finetune_base, workdir: str, s
         families: tuple[str, ...] = tuple(FAMILIES), echo=print) -> list[Row]:
     """Pretrain and fine-tune each of ``families`` in ``workdir/<family>``; ``finetune_base(task)`` gives
     train/configs/glue.py's config for the task. The story task's files are written once, to ``workdir/glue``."""
-    from squeezebert_jax import finetune as ft
-    from squeezebert_jax import pretrain
-    from squeezebert_jax.pretrained import load_pretrained
 
     glue_dir = os.path.join(workdir, "glue")
     if not os.path.isdir(glue_dir):
@@ -96,7 +95,6 @@ def run(pretrain_base: ml_collections.ConfigDict, finetune_base, workdir: str, s
 
 
 def table(rows: list[Row]) -> str:
-    from squeezebert_jax.benchmarks.timing import format_table
 
     return format_table(
         ["network", "parameters", "MLM loss / accuracy at the end", "RTD accuracy", "dev accuracy",

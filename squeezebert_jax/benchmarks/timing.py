@@ -23,8 +23,11 @@ import jax
 import numpy as np
 from flax import nnx
 
+from squeezebert_jax import cli
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.model import HEADS, SqueezeBertConfig
+from squeezebert_jax.files import atomic_write, check_output_file
+from squeezebert_jax.model import HEADS, MOBILEBERT_FIELDS, SqueezeBertConfig
+from squeezebert_jax.pretrained import load_pretrained
 
 REFERENCE = "bert-base-uncased"  # speedups and ratios are relative to it
 
@@ -171,7 +174,6 @@ TINY_DIMS = dict(vocab_size=128, hidden_size=64, embedding_size=64, num_hidden_l
 
 def tiny_config(name: str = "squeezebert-uncased", **overrides) -> SqueezeBertConfig:
     """The preset ``name`` (its group counts and family) at tiny dimensions: seconds to build, trace and time."""
-    from squeezebert_jax.model import MOBILEBERT_FIELDS
 
     base = SqueezeBertConfig.preset(name)
     kept = {f: getattr(base, f) for f in ("q_groups", "k_groups", "v_groups", "post_attention_groups",
@@ -220,7 +222,6 @@ def load_model(name: str, tiny: bool = False) -> nnx.Module:
     """The model a ``--models`` entry names: a MODEL_DIR's model (its weights and head; ``tiny`` does not apply),
     else ``build_classifier(name, tiny)``."""
     if is_model_dir(name):
-        from squeezebert_jax.pretrained import load_pretrained
 
         return load_pretrained(name)
     return build_classifier(name, tiny)
@@ -251,7 +252,6 @@ def torch_call(module, *args) -> Callable[[], Any]:
 
 def add_timing_args(p, runs: int, warmup: int, threads: int | None) -> None:
     """--runs, --warmup, --seq-len, --threads, --tiny on an ``argparse`` parser (``cli.ArgumentParser``)."""
-    from squeezebert_jax import cli
 
     p.add_argument("--runs", type=cli.positive_int, default=runs, help="timed runs per model (median)")
     p.add_argument("--warmup", type=cli.positive_int, default=warmup, help="untimed runs first")
@@ -271,7 +271,6 @@ def per_model_cli(description: str, default_models: Sequence[str], models_help: 
     """The arguments of the per-model table scripts (eval/latency.py, eval/profile_table1.py): --models (presets or
     MODEL_DIRs, checked), --batch, the timing arguments (20 runs, 3 warm-up, 1 thread: the paper's one phone CPU) and
     --out; parsed, with the threads set. Returns ``(args, Report)``."""
-    from squeezebert_jax import cli
 
     p = cli.ArgumentParser(description=description)
     p.add_argument("--models", nargs="+", default=list(default_models), help=models_help)
@@ -292,7 +291,6 @@ class Report:
     ``overwrite``), so make it before the work."""
 
     def __init__(self, out: str | None = None, overwrite: bool = False):
-        from squeezebert_jax.files import check_output_file
 
         self.out = check_output_file(out, overwrite) if out else None
         self.blocks: list[str] = []
@@ -305,7 +303,6 @@ class Report:
         """Write the blocks to ``out`` atomically (nothing without one)."""
         if not self.out:
             return
-        from squeezebert_jax.files import atomic_write
 
         atomic_write(self.out, "\n".join(self.blocks) + "\n")
 

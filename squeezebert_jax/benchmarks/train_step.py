@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import optim, parallel, pretrain, reporting, trainer
+from squeezebert_jax import optim, parallel, pretrain, pretrain_data, reporting, trainer
 from squeezebert_jax.benchmarks.timing import time_interleaved, time_steps
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
+from squeezebert_jax.tokenizer import Tokenizer
 
 # --------------------------------------------------------------------------------------------------
 # The train step on synthetic batches
@@ -65,8 +66,6 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     and the real loader behind ``parallel.DevicePrefetcher`` ("prefetched", depth ``data.prefetch``). Each timed
     call runs ``steps_per_run`` steps without waiting between them (as the training loop does) and then blocks.
     ``workdir`` receives the demo data when ``config.data.source`` is "demo"."""
-    from squeezebert_jax import pretrain_data
-    from squeezebert_jax.tokenizer import Tokenizer
 
     data_dir = pretrain.prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
     phase = pretrain.get_phases(config)[0]
