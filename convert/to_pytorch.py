@@ -14,7 +14,7 @@ import sys
 
 from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
-from squeezebert_jax.convert import default_style, torch_architecture
+from squeezebert_jax.convert import target_family, torch_architecture
 
 
 def main(argv=None):
@@ -34,9 +34,9 @@ def main(argv=None):
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
     check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
     model = load_pretrained(args.src)
-    style = args.model_type or default_style(model.config)
-    export_torch(model, args.out, style=style, tokenizer_dir=args.src)
-    print(f"wrote {args.out}: {torch_architecture(model, style)} (model_type {style})")
+    family = target_family(model.config, args.model_type)
+    export_torch(model, args.out, style=family, tokenizer_dir=args.src)
+    print(f"wrote {args.out}: {torch_architecture(model, family)} (model_type {family.style})")
 
 
 if __name__ == "__main__":

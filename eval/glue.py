@@ -21,12 +21,12 @@ from squeezebert_jax.evaluation import TaskMismatchError, evaluate, predict_test
 def _submission_files(plan: list[tuple[str, str]]) -> list[str]:
     """The GLUE-server files the planned tasks write: only these are refused in --out (without --overwrite). A single
     MODEL_DIR for every task writes no file for a task whose label count its classifier does not have."""
-    from squeezebert_jax.pretrained import _read_config
+    from squeezebert_jax.pretrained import read_model_config
 
     names = []
     for task, model_dir in plan:
         try:
-            n = _read_config(model_dir)[1].get("num_labels")
+            n = read_model_config(model_dir)[1].get("num_labels")
         except (OSError, ValueError):
             n = None  # evaluate names the problem
         if isinstance(n, int) and n != glue.get_task(task).num_labels:

@@ -372,8 +372,8 @@ def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
     params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), nnx.to_pure_dict(params))
     layer_loss, layer_teacher, proj = _layer_teacher(config, model.config, teacher_config)
     trainable = {"model": params} | ({"proj": proj} if proj else {})
-    fs = finetune.build_step(config, graphdef, nnx.to_pure_dict(rest), trainable, 1, mesh, spec.is_regression,
-                             layer_loss, layer_teacher)
+    fs = finetune.build_step(config, graphdef, nnx.to_pure_dict(rest), trainable, 1, mesh,
+                             finetune.LOSSES["mse" if spec.is_regression else "cross_entropy"], layer_loss, layer_teacher)
     b, s, sharding = config.batch_size, config.max_seq_length, parallel.batch_sharding(mesh)
     batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=sharding) for k in inference.INPUT_KEYS}
     batch["labels"] = jax.ShapeDtypeStruct((b,), np.float32 if spec.is_regression else np.int32, sharding=sharding)

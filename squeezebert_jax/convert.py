@@ -4,8 +4,10 @@ ELECTRA, MobileBERT) and our Flax NNX model.
 The mapping is an explicit name table (``_table``, built from the family's file in ``squeezebert_jax/models``: its
 ``encoder_table`` and ``head_table``) plus a per-tensor reshape (``_to_flax`` / ``_to_torch``), dict to
 dict: ``torch_to_flat`` (state_dict -> our parameter paths, with the torch names and shapes for messages) and
-``flat_to_torch``. No model is built here: ``pretrained.build_model`` builds it and checks that every parameter is found,
-every tensor used and every shape right, naming the tensor otherwise. Known non-parameter buffers
+``flat_to_torch``. Each public function resolves the family record (``models.Family``) once, from the keys and the
+config (``models.detect``) or from the style asked (``target_family``), and hands it to the helpers. No model is
+built here: ``pretrained.build_model`` builds it and checks that every parameter is found, every tensor used and
+every shape right, naming the tensor otherwise. Known non-parameter buffers
 (``embeddings.position_ids``) and the tied MLM decoder (``cls.predictions.decoder.*`` or the family's ``tied`` keys,
 which must equal the word embeddings / MLM bias) are recognised and skipped. Integer buffers keep their dtype when read;
 ``tensor_problem`` is the one check that a tensor can be a parameter (floating-point, every value finite), applied
@@ -37,10 +39,9 @@ _HEAD_KEYS = ("cls", "classifier", "qa_outputs", "predictions", "sop_classifier"
               "discriminator_predictions", "sequence_summary")
 
 
-def _table(config: SqueezeBertConfig, head: str, style: str) -> list[tuple[str, str, str]]:
-    """Full (torch key, flax path, kind) table for ``head`` in ``style``'s names (``models``); torch keys carry the
+def _table(config: SqueezeBertConfig, head: str, fam: models.Family) -> list[tuple[str, str, str]]:
+    """Full (torch key, flax path, kind) table for ``head`` in ``fam``'s names (``models``); torch keys carry the
     head class's prefix, flax paths the head's ``transformer/``."""
-    fam = models.get(style)
     prefix = "" if head == "SqueezeBertModel" else fam.prefix
     fprefix = "" if head == "SqueezeBertModel" else "transformer/"
     rows = [(prefix + k, fprefix + p, kind) for k, p, kind in fam.encoder_table(config)]
@@ -108,11 +109,6 @@ def check_head(head, what: str = "head") -> str | None:
     return head
 
 
-def detect_style(state_dict: Mapping[str, np.ndarray]) -> str:
-    """"squeezebert", "bert", "albert", "distilbert" or "mobilebert" from the key names (``models.detect_style``)."""
-    return models.detect_style(state_dict)
-
-
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
     """Our head class for what the checkpoint holds (``architectures`` disambiguates classifier heads)."""
     arch = (architectures or [""])[0]
@@ -135,9 +131,9 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
     return "SqueezeBertModel"
 
 
-def _strip_prefix(state_dict: Mapping[str, np.ndarray], style: str, head: str) -> dict[str, np.ndarray]:
+def _strip_prefix(state_dict: Mapping[str, np.ndarray], fam: models.Family, head: str) -> dict[str, np.ndarray]:
     """Bring keys to the head class's layout: a bare base model's keys gain the prefix, and vice versa."""
-    prefix = models.get(style).prefix
+    prefix = fam.prefix
     out = {}
     for k, v in state_dict.items():
         base = k[len(prefix):] if k.startswith(prefix) else k
@@ -224,21 +220,18 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     """
     head = check_head(head)
     sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
-    style = detect_style(sd)
-    if style == "bert" and config.family == "electra":  # ELECTRA's encoder keys are BERT's: its config says which
-        style = "electra"
-    if style == "bert" and not config.is_bert:
+    fam = models.detect(sd, config)  # ELECTRA's encoder keys are BERT's: its config says which
+    if fam.config_family != config.family:
+        raise InputError(f"{source}: {fam.style}-layout weights but the config is {config.style}'s (its model_type)")
+    if not fam.grouped and not config.is_bert:
         raise InputError(f"{source}: BERT-layout weights but the config has groups != 1")
-    if _family_mismatch(style, config):
-        raise InputError(f"{source}: {style}-layout weights but the config is {config.style}'s (its model_type)")
-    saved = infer_head(_strip_prefix(sd, style, "SqueezeBertModel"), architectures)
+    saved = infer_head(_strip_prefix(sd, fam, "SqueezeBertModel"), architectures)
     head = head or saved
-    sd = _strip_prefix(sd, style, head)
-    word_key = ("" if head == "SqueezeBertModel" else models.get(style).prefix) + "embeddings.word_embeddings.weight"
-    _check_tied(sd, word_key, source, style)
-    rows = _table(config, head, style)
+    sd = _strip_prefix(sd, fam, head)
+    word_key = ("" if head == "SqueezeBertModel" else fam.prefix) + "embeddings.word_embeddings.weight"
+    _check_tied(sd, word_key, source, fam)
+    rows = _table(config, head, fam)
     named = {t for t, _, _ in rows}
-    fam = models.get(style)
     rows += [r for part in fam.parts(saved) for r in fam.head_rows(config, part) if r[0] not in named]  # saved head's
     params, names, shapes, layouts = {}, {}, {}, {}
     for tkey, fpath, kind in rows:
@@ -261,15 +254,9 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     return Mapped(saved, params | sd, names, shapes, layouts)
 
 
-def _family_mismatch(style: str, config: SqueezeBertConfig) -> bool:
-    """A family's weights (ALBERT, DistilBERT, ELECTRA, MobileBERT) convert only with that family's config, and
-    back."""
-    return bool(style not in ("squeezebert", "bert") or config.family) and style != config.style
-
-
-def _check_tied(sd: dict, word_key: str, source: str, style: str = "squeezebert") -> None:
+def _check_tied(sd: dict, word_key: str, source: str, fam: models.Family) -> None:
     """Drop the tied decoder after checking it really equals the embeddings / MLM bias."""
-    weight, bias, mlm_bias = models.get(style).tied
+    weight, bias, mlm_bias = fam.tied
     for key, ref in ((weight, word_key), (bias, mlm_bias))[:2 if bias else 1]:
         if key in sd:
             if ref in sd and not np.array_equal(sd[key], sd[ref], equal_nan=_is_float(sd[key], sd[ref])):
@@ -299,24 +286,26 @@ def flat_params(model: nnx.Module) -> dict[str, np.ndarray]:
             for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
-def default_style(config: SqueezeBertConfig) -> str:
-    """The transformers layout a model is written in unless another is asked: its family's (ALBERT, DistilBERT),
-    else SqueezeBERT's (a model with every group 1 may also be written as BERT)."""
-    return config.family or "squeezebert"
+def target_family(config: SqueezeBertConfig, style: str | models.Family | None = None) -> models.Family:
+    """The family record a model of ``config`` is written in: ``style``'s (a transformers model_type such as "bert",
+    or the record itself), else its own family's (ALBERT, DistilBERT, ...), else SqueezeBERT's (a model with every
+    group 1 may also be written as BERT). Each public writer resolves it once and passes the record on."""
+    return models.get(style or config.family or "squeezebert")
 
 
 def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str,
-                  style: str | None = None) -> dict[str, np.ndarray]:
-    """Our parameters of ``head`` (by path) as a transformers state_dict in SqueezeBERT, BERT or ALBERT keys. A
-    parameter that is not floating-point or holds NaN / inf (``tensor_problem``) is an ``InputError`` naming it."""
-    style = style or default_style(config)
-    if style == "bert" and not config.is_bert:
+                  style: str | models.Family | None = None) -> dict[str, np.ndarray]:
+    """Our parameters of ``head`` (by path) as a transformers state_dict in the keys of ``style`` (``target_family``).
+    A parameter that is not floating-point or holds NaN / inf (``tensor_problem``) is an ``InputError`` naming it.
+    A family's model (ALBERT, DistilBERT, ELECTRA, MobileBERT) is written only as that family, and back."""
+    fam = target_family(config, style)
+    if fam.config_family != config.family:
+        raise InputError(f"a {config.style} model cannot be written as {fam.style}")
+    if not fam.grouped and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
-    if _family_mismatch(style, config):
-        raise InputError(f"a {config.style} model cannot be written as {style}")
     flat = dict(flat)
     out, bad = {}, []
-    for tkey, fpath, kind in _table(config, head, style):
+    for tkey, fpath, kind in _table(config, head, fam):
         if kind == "empty":
             out[tkey] = np.zeros((0, config.vocab_size), np.float32)
             continue
@@ -334,24 +323,24 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
             del flat[path]
     if flat:
         raise AssertionError(f"parameters with no torch name: {sorted(flat)}")
-    fam = models.get(style)
     if head in fam.heads_without_pooler:
         out = {k: v for k, v in out.items() if not k.startswith(f"{fam.prefix}pooler.")}
     return out
 
 
-def to_torch_state_dict(model: nnx.Module, style: str | None = None) -> dict[str, np.ndarray]:
-    """transformers state_dict (numpy float32) of ``model`` in SqueezeBERT or (if all groups are 1) BERT keys."""
-    return flat_to_torch(flat_params(model), model.config, head_name(model), style)
+def to_torch_state_dict(model: nnx.Module, style: str | models.Family | None = None) -> dict[str, np.ndarray]:
+    """transformers state_dict (numpy float32) of ``model`` in ``style``'s keys (``target_family``: by default its
+    family's, else SqueezeBERT's; BERT's may be asked when every group count is 1)."""
+    return flat_to_torch(flat_params(model), model.config, head_name(model), target_family(model.config, style))
 
 
-def torch_architecture(model: nnx.Module, style: str | None = None) -> str:
-    style, head = style or default_style(model.config), head_name(model)
-    classes = models.get(style).torch_classes
-    if head not in classes:
-        raise InputError(f"transformers has no {style} class for {head}: such a model is kept in our MODEL_DIR "
+def torch_architecture(model: nnx.Module, style: str | models.Family | None = None) -> str:
+    """The transformers class ``model`` is written as in ``style``'s layout (``target_family``)."""
+    fam, head = target_family(model.config, style), head_name(model)
+    if head not in fam.torch_classes:
+        raise InputError(f"transformers has no {fam.style} class for {head}: such a model is kept in our MODEL_DIR "
                          "format only")
-    return classes[head]
+    return fam.torch_classes[head]
 
 
 # --------------------------------------------------------------------------------------------------

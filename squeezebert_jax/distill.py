@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert, glue, tasks
+from squeezebert_jax import convert, tasks
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.pretrained import build_model, load_pretrained, save_pretrained
@@ -100,8 +100,8 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
     """Unlabeled examples for ``task`` (a GLUE name or a ``tasks`` Task) from text files (``paths``: a list or
     "a.txt,b.txt"): one sentence per line, or for a sentence-pair task two tab-separated sentences per line; blank
     lines are skipped."""
-    pair = len((glue.get_task(task) if isinstance(task, str) else task).text_columns) == 2
-    task = task if isinstance(task, str) else task.name
+    task = tasks.task_by_name(task)
+    pair = len(task.text_columns) == 2
     files = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
     examples = []
     for path in filter(None, files):
@@ -110,7 +110,7 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
         for lineno, cols in tasks.text_lines(path):
             if len(cols) != (2 if pair else 1):
                 want = "two tab-separated sentences" if pair else "one sentence (no tab)"
-                raise InputError(f"transfer text {path}:{lineno}: {task} needs {want} per line, got "
+                raise InputError(f"transfer text {path}:{lineno}: {task.name} needs {want} per line, got "
                                  f"{len(cols)} field(s)")
             examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
     if not examples:

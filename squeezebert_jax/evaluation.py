@@ -42,7 +42,7 @@ def align_to_task(model, task, source: str):
             f"{source}: the model ({type(model).__name__}) has no {HEAD_NAMES[spec.head]} head, so "
             f"it cannot be used for {task}: fine-tune it on {task} first (train/finetune.py with --config.init_from "
             f"set to it), or convert a PyTorch model with convert/from_pytorch.py --head {spec.head}")
-    if spec.labels is None and not spec.is_regression:  # question answering, multiple choice: no label outputs
+    if spec.kind in ("question_answering", "multiple_choice"):  # no label outputs to fit
         return model
     n = getattr(model, "num_labels", None)
     if n != spec.num_labels:

@@ -39,14 +39,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from squeezebert_jax import (batching, checkpointing, distill, errors, files, glue, inference, optim, parallel,
+from squeezebert_jax import (batching, checkpointing, distill, files, glue, inference, loop, optim, parallel,
                              predict, prune, reporting, tasks, trainer)
 from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.pretrained import (
-    _read_config,
     atomic_write,
     load_pretrained,
+    read_model_config,
     save_pretrained,
 )
 from squeezebert_jax.model import ATTENTION, Structure, set_execution
@@ -61,17 +61,11 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------------
 
 def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regression: bool = False):
-    """Weighted mean loss over real examples (weights 0 on padding). See the module docstring. ``teacher_weight``:
-    a number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
+    """A single-label classifier's cross-entropy (over its labels, or a multiple-choice model's choices), or with
+    ``regression`` a regressor's squared error: the weighted mean over real examples (weights 0 on padding), towards
+    the teacher's soft labels mixed in when ``teacher`` is given (see the module docstring). ``teacher_weight``: a
+    number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
     w = weights.astype(jnp.float32)
-    if labels.ndim == 2 and jnp.issubdtype(labels.dtype, jnp.floating):  # multilabel: a sigmoid per label
-        per = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), labels).mean(-1)
-        return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
-    if labels.ndim == 2:  # token classification: the scored pieces of each (real) example
-        valid = (labels != tasks.IGNORE).astype(jnp.float32) * w[:, None]
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
-        nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
-        return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1.0)
     tw = jnp.asarray(teacher_weight, jnp.float32)  # a scalar, or per example [B] (transfer rows: 1)
     if regression:
         pred = logits[..., 0]
@@ -89,6 +83,24 @@ def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regress
     return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
+def multilabel_loss(logits, labels, weights):
+    """Multilabel: a sigmoid cross-entropy per label (``labels`` multi-hot [B, L]), their mean per example, the
+    weighted mean over real examples."""
+    w = weights.astype(jnp.float32)
+    per = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), labels).mean(-1)
+    return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def token_loss(logits, labels, weights):
+    """Token classification: the mean cross-entropy of the scored pieces (``labels`` [B, S]; ``tasks.IGNORE`` on the
+    pieces not scored) of the real examples."""
+    w = weights.astype(jnp.float32)
+    valid = (labels != tasks.IGNORE).astype(jnp.float32) * w[:, None]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
+    return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+
+
 def span_loss(logits, start_positions, end_positions, attention_mask, weights):
     """Extractive QA: the mean of the start and end positions' cross-entropies over each real example's positions
     (``logits`` [B, S, 2]); the padding is left out of the softmax, so a batch cut to its length bucket gives the loss
@@ -99,6 +111,21 @@ def span_loss(logits, start_positions, end_positions, attention_mask, weights):
     nll = -(jnp.take_along_axis(logp[..., 0], start_positions[:, None], 1)[:, 0]
             + jnp.take_along_axis(logp[..., 1], end_positions[:, None], 1)[:, 0]) / 2
     return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+# The training loss of each ``tasks.Task.loss``: ``(logits, batch, teacher_weight) -> the batch's weighted mean``. A
+# batch holds the teacher's logits (``teacher``) only when distilling, and its own ``teacher_weight`` per row only
+# with transfer text; ``teacher_weight`` (distill.teacher_weight) serves the others.
+LOSSES = {
+    "cross_entropy": lambda logits, b, tw: task_loss(logits, b["labels"], b["weights"], b.get("teacher"),
+                                                     b.get("teacher_weight", tw)),
+    "mse": lambda logits, b, tw: task_loss(logits, b["labels"], b["weights"], b.get("teacher"),
+                                           b.get("teacher_weight", tw), regression=True),
+    "sigmoid_bce": lambda logits, b, tw: multilabel_loss(logits, b["labels"], b["weights"]),
+    "token_cross_entropy": lambda logits, b, tw: token_loss(logits, b["labels"], b["weights"]),
+    "span_cross_entropy": lambda logits, b, tw: span_loss(logits, b["start_positions"], b["end_positions"],
+                                                          b["attention_mask"], b["weights"]),
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -150,7 +177,7 @@ def _layer_distillation(config, student_cfg, dtype):
         return None, None, {}
     if not d.teacher:
         raise InputError("distill.patient_weight / hidden_weight / attention_weight need a distill.teacher MODEL_DIR")
-    teacher_cfg = _read_config(d.teacher)[0]
+    teacher_cfg = read_model_config(d.teacher)[0]
     loss = distill.config_layer_loss(d, student_cfg.num_hidden_layers, teacher_cfg.num_hidden_layers)
     teacher = distill.layer_teacher(d.teacher, config.init_from, student_cfg, loss, config.max_seq_length, dtype)
     proj = distill.init_projection(student_cfg.hidden_size, teacher_cfg.hidden_size, config.seed)
@@ -160,30 +187,26 @@ def _layer_distillation(config, student_cfg, dtype):
     return loss, teacher, proj
 
 
-def make_train_step(graphdef, rest, tx, w_teacher: float, regression: bool, layer_loss=None, layer_teacher=None):
+def make_train_step(graphdef, rest, tx, w_teacher: float, loss, layer_loss=None, layer_teacher=None):
     """``train_step(state, batch, rng, lr[, teacher_state]) -> (state, metrics)`` (``trainer.make_train_step``): the
-    task loss (with the teacher's soft labels when the batch has them) plus the layer losses, and the AdamW update at
-    rate ``lr``. ``state["params"]`` is ``{"model": ...}``, with ``"proj"`` (the layer losses' width projection,
-    trained, never exported) when it has one; ``teacher_state`` (the layer losses' teacher) is an input, not a
-    constant of the program."""
+    task's ``loss`` (a ``LOSSES`` value; with the teacher's soft labels when the batch has them) plus the layer losses,
+    and the AdamW update at rate ``lr``. ``state["params"]`` is ``{"model": ...}``, with ``"proj"`` (the layer losses'
+    width projection, trained, never exported) when it has one; ``teacher_state`` (the layer losses' teacher) is an
+    input, not a constant of the program."""
 
     def loss_fn(trainable, b, rng, norm, teacher_state=None):
-        del norm  # one microbatch: task_loss is the batch's weighted mean
+        del norm  # one microbatch: the loss is the batch's weighted mean
         m = nnx.merge(graphdef, trainable["model"], rest)
         nnx.reseed(m, dropout=rng, default=rng)
         m.train()
         inputs = (b["input_ids"], b["attention_mask"], b["token_type_ids"])
         out = m(*inputs, collect=True) if layer_loss is not None else m(*inputs)
-        if "start_positions" in b:  # extractive QA
-            loss = span_loss(out.logits, b["start_positions"], b["end_positions"], b["attention_mask"], b["weights"])
-        else:
-            loss = task_loss(out.logits, b["labels"], b["weights"], b.get("teacher"),
-                             b.get("teacher_weight", w_teacher), regression)
+        value = loss(out.logits, b, w_teacher)
         if layer_loss is None:
-            return loss, {}
+            return value, {}
         extra, parts = layer_loss(out.states, layer_teacher.states(teacher_state, *inputs), trainable.get("proj", {}),
                                   b["attention_mask"], b["weights"])
-        return loss + extra, parts
+        return value + extra, parts
 
     return trainer.make_train_step(loss_fn, tx)
 
@@ -206,12 +229,12 @@ class FinetuneStep:
 
 
 def build_step(config: ml_collections.ConfigDict, graphdef, rest, trainable, total_steps: int, mesh,
-               regression: bool, layer_loss=None, layer_teacher=None) -> FinetuneStep:
-    """AdamW over ``total_steps`` and the jitted, sharded step for ``trainable`` (``{"model": params[, "proj"]}``;
-    arrays or ShapeDtypeStructs: only their shapes are read). Reused by a later run in the process with an equal model
-    and settings (a sweep, the GLUE table): the cache key holds all the step closes over (AdamW's only setting is the
-    weight decay; the rate is an input). A layer-distillation step (it closes over the teacher's structure) is built
-    for its run alone."""
+               loss, layer_loss=None, layer_teacher=None) -> FinetuneStep:
+    """AdamW over ``total_steps`` and the jitted, sharded step of ``loss`` (the task's, ``LOSSES[task.loss]``) for
+    ``trainable`` (``{"model": params[, "proj"]}``; arrays or ShapeDtypeStructs: only their shapes are read). Reused
+    by a later run in the process with an equal model and settings (a sweep, the GLUE table): the cache key holds all
+    the step closes over (AdamW's only setting is the weight decay; the rate is an input). A layer-distillation step
+    (it closes over the teacher's structure) is built for its run alone."""
     tx, rates = optim.adamw_finetune(config.learning_rate, total_steps, warmup_fraction=config.warmup_fraction,
                                      weight_decay=config.weight_decay)
 
@@ -221,11 +244,11 @@ def build_step(config: ml_collections.ConfigDict, graphdef, rest, trainable, tot
     shardings, abstract = trainer.train_state_shardings(init, trainable, mesh, config.fsdp)
     w_teacher = float(config.distill.teacher_weight) if config.distill.teacher else 0.0
     build = lambda: trainer.jit_train_step(  # noqa: E731
-        make_train_step(graphdef, rest, tx, w_teacher, regression, layer_loss, layer_teacher), shardings, mesh,
+        make_train_step(graphdef, rest, tx, w_teacher, loss, layer_loss, layer_teacher), shardings, mesh,
         num_consts=1 if layer_loss is not None else 0)
     leaves, treedef = jax.tree.flatten(shardings)
     step_fn = build() if layer_loss is not None else _STEPS.get(
-        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, regression, treedef,
+        (Structure(graphdef), trainer.fingerprint(rest), config.weight_decay, w_teacher, loss, treedef,
          tuple(leaves)), build)
     return FinetuneStep(tx, rates, init, shardings, abstract, step_fn)
 
@@ -352,8 +375,8 @@ def run_stream(config: ml_collections.ConfigDict, spec) -> dict:
     if config.distill.transfer_text:
         sources["distill.transfer_text"] = [trainer.source_identity(p.strip())
                                             for p in config.distill.transfer_text.split(",") if p.strip()]
-    labels = getattr(spec, "labels", None)
-    return trainer.run_stream(config, RUN_SETTINGS, sources, {"task labels": list(labels) if labels else None})
+    return trainer.run_stream(config, RUN_SETTINGS, sources,
+                              {"task labels": list(spec.labels) if spec.labels else None})
 
 
 @dataclasses.dataclass
@@ -374,10 +397,9 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
     task = tasks.resolve(config)
     load = task.load
     encode = lambda ex: task.encode(ex, tok, config.max_seq_length)  # noqa: E731
-    kind = getattr(task, "kind", "classification")
-    if kind not in ("classification", "regression") and (config.distill.teacher or config.distill.transfer_text):
+    if (config.distill.teacher or config.distill.transfer_text) and task.kind not in ("classification", "regression"):
         raise InputError(f"distillation (distill.teacher, distill.transfer_text) is for single-label classifiers "
-                         f"and regression, not {kind}")
+                         f"and regression, not {task.kind}")
     train_ex = load("train")
     if config.max_train_examples:
         train_ex = train_ex[:config.max_train_examples]
@@ -438,14 +460,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = 
 
 def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str, Any]:
     spec = tasks.resolve(config)  # a GLUE task, or the user's files (their labels read here)
-    regression, num_labels = spec.is_regression, spec.num_labels
+    num_labels = spec.num_labels
     if not spec.eval_splits:
         raise InputError("config.data.validation_file is required: each epoch is evaluated on it and the best one "
                          "exported")
 
     # -- Models, tokenizers and data ---------------------------------------------------------------
     tok = inference.model_tokenizer(config.init_from)
-    model_cfg = _read_config(config.init_from)[0]
+    model_cfg = read_model_config(config.init_from)[0]
     if config.max_seq_length > model_cfg.max_position_embeddings:
         raise InputError(f"max_seq_length {config.max_seq_length} is more than the max_position_embeddings "
                          f"{model_cfg.max_position_embeddings} of {config.init_from}: set max_seq_length <= "
@@ -487,7 +509,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     steps_per_epoch = batching.steps_per_epoch(data.train, config.batch_size, buckets)
     total = steps_per_epoch * config.num_epochs
     trainable = {"model": params} | ({"proj": proj} if proj else {})
-    fs = build_step(config, graphdef, rest, trainable, total, mesh, regression, layer_loss, layer_teacher)
+    fs = build_step(config, graphdef, rest, trainable, total, mesh, LOSSES[spec.loss], layer_loss, layer_teacher)
     init, shardings, abstract, step_fn, rates = fs.init, fs.shardings, fs.abstract, fs.step_fn, fs.learning_rates
     replicated = NamedSharding(mesh, P())
     consts = (jax.device_put(layer_teacher.state, replicated),) if layer_loss is not None else ()
@@ -499,11 +521,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
                                               async_save=config.async_checkpoints, with_data=False, with_meta=True)
     writer = reporting.MetricsWriter(workdir)
     try:
-        if outside := [s for s in checkpointer.all_steps() if not 0 < s <= total]:
-            raise errors.CheckpointMismatchError(
-                f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, "
-                f"whose run ends at step {total} ({config.num_epochs} epochs of {steps_per_epoch} steps); they are "
-                "left untouched: resume with the config they were written with, or use a new workdir")
+        loop.check_checkpoints_within(checkpointer, total, f"whose run ends at step {total} ({config.num_epochs} "
+                                                           f"epochs of {steps_per_epoch} steps)")
         saved_tree = {"train": abstract} | ({"prune_masks": masks_abstract} if pruner is not None else {})
         step, meta = 0, {"history": [], "best": None, "epoch_losses": [], "epoch_parts": [], "epoch_tokens": [0, 0]}
         if restored := checkpointer.restore(lambda s: (saved_tree, None)):
@@ -515,9 +534,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
             reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
         else:
             state = jax.device_put(init(trainable), shardings)
-        writer.drop_after(step)  # rows logged after the checkpoint would be written twice
-        if jax.process_index() == 0:
-            trainer.record_config(workdir, config, step, stream)
+        loop.begin(workdir, config, step, writer, stream)
         history, best = meta["history"], meta["best"]
         losses, layer_parts = list(meta["epoch_losses"]), list(meta["epoch_parts"])  # this epoch's, host floats
         tokens = list(meta["epoch_tokens"])  # this epoch's real tokens, and tokens computed (padding included)
@@ -526,10 +543,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
             """A checkpoint after step ``done``, with what the epochs so far gave (never of a non-finite state)."""
             losses[:] = _host_losses(losses)
             layer_parts[:] = [{k: float(v) for k, v in p.items()} for p in jax.device_get(layer_parts)]
-            if not all(math.isfinite(x) for x in losses):
-                bad = next(i for i, x in enumerate(losses) if not math.isfinite(x))
-                raise FloatingPointError(f"non-finite training loss at step {done - len(losses) + bad + 1} "
-                                         "(training diverged)")
+            loop.check_finite(((done - len(losses) + i + 1, {"loss": x}) for i, x in enumerate(losses)), ("loss",),
+                              checkpointer)
             tree = {"train": state} | ({"prune_masks": pruner.masks} if pruner is not None else {})
             extra = {"pruner": [int(pruner._updated_at), float(pruner._sparsity)]} if pruner is not None else {}
             meta = {"history": history, "best": best, "epoch_losses": losses, "epoch_parts": layer_parts,
@@ -571,9 +586,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
                 if stopped and step % steps_per_epoch:
                     break
                 # the epoch's end: evaluate, export the best, checkpoint
-                train_loss = float(np.mean(_host_losses(losses)))
-                if not math.isfinite(train_loss):
-                    raise FloatingPointError(f"non-finite training loss in epoch {epoch + 1} (step {step})")
+                losses[:] = _host_losses(losses)
+                loop.check_finite(((step - len(losses) + i + 1, {"loss": x}) for i, x in enumerate(losses)), ("loss",),
+                                  checkpointer)
+                train_loss = float(np.mean(losses))
                 result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
                           "train_padding_share": 1.0 - tokens[0] / max(tokens[1], 1)}
                 if pruner is not None:
@@ -587,7 +603,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
                                                        buckets)
                     if not np.isfinite(logits).all():
                         raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
-                    for name, value in tasks.split_metrics(spec, logits, arr).items():
+                    for name, value in spec.score(logits, arr).items():
                         result[f"{split}/{name}"] = value
                 result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
                 history.append(result)
@@ -598,7 +614,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
                 if at_target and (best is None or _better(result["score"], best["score"])):
                     best = result
                     _export(model, state["params"]["model"], os.path.join(workdir, "model"), config.init_from,
-                            spec.card() if hasattr(spec, "card") else None)
+                            spec.card())
                 losses.clear()
                 layer_parts.clear()
                 tokens[:] = [0, 0]

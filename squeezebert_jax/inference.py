@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax import batching, parallel
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.pretrained import _read_config
+from squeezebert_jax.pretrained import read_model_config
 from squeezebert_jax.model import Structure
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -38,7 +38,7 @@ def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "
     if tok is None:
         raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
     if vocab_size is None:
-        vocab_size = _read_config(model_dir)[0].vocab_size
+        vocab_size = read_model_config(model_dir)[0].vocab_size
     if tok.vocab_size > vocab_size:
         raise InputError(f"{role}{model_dir}: its tokenizer has {tok.vocab_size} ids but the model's vocab_size is "
                          f"{vocab_size} (ids >= {vocab_size} would silently read the wrong embedding): put the "

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert
+from squeezebert_jax import convert, models
 from squeezebert_jax.pretrained import export_torch
 from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.errors import InputError
@@ -128,25 +128,24 @@ def make_flax_forward(model: nnx.Module, dtype=None):
 def torch_class_name(model: nnx.Module) -> str:
     """transformers class the export uses: SqueezeBert* (BERT* when all groups are 1, Albert* for ALBERT); MLM for
     pretraining."""
-    style = _style(model)
-    head = convert.head_name(model)
-    if head == "SqueezeBertForPreTraining":
-        return convert.torch_architecture(model, style).replace("ForPreTraining", "ForMaskedLM")
-    return convert.torch_architecture(model, style)
+    arch = convert.torch_architecture(model, _family(model))
+    if convert.head_name(model) == "SqueezeBertForPreTraining":
+        return arch.replace("ForPreTraining", "ForMaskedLM")
+    return arch
 
 
-def _style(model: nnx.Module) -> str:
-    return model.config.style
+def _family(model: nnx.Module) -> models.Family:
+    """The layout the export writes: the model's own family's, BERT's when every group is 1, else SqueezeBERT's."""
+    return models.get(model.config.style)
 
 
 def to_transformers(model: nnx.Module):
     """The transformers PyTorch model (float32, eval, eager attention) holding ``model``'s weights."""
     import transformers
 
-    style = _style(model)
     cls_name = torch_class_name(model)
     with tempfile.TemporaryDirectory(prefix="sqb-export-") as d:
-        export_torch(model, d, style=style)
+        export_torch(model, d, style=_family(model))
         cls = getattr(transformers, cls_name)
         with _quiet_transformers():
             tm, info = cls.from_pretrained(d, output_loading_info=True, attn_implementation="eager",

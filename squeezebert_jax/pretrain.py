@@ -25,10 +25,10 @@ import optax
 from flax import nnx
 from tqdm.auto import tqdm
 
-from squeezebert_jax import checkpointing, corpus, errors, files, optim, parallel, pretrain_data, reporting, trainer
+from squeezebert_jax import checkpointing, corpus, files, loop, optim, parallel, pretrain_data, reporting, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
-from squeezebert_jax.pretrained import _read_config, atomic_write, load_pretrained, save_pretrained
+from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config, save_pretrained
 from squeezebert_jax.tokenizer import Tokenizer
 from squeezebert_jax.model import (ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining, Structure,
                                    generator_config, set_execution)
@@ -390,15 +390,7 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
     def fetch_and_check():
         """Fetch the pending steps' metrics; raise naming the first step with a non-finite one."""
         host = jax.device_get([m for _, m in pending])
-        for (s, _), h in zip(pending, host):
-            bad = [f"{key} {float(h[key])}" for key in FINITE_METRICS if not np.isfinite(h[key])]
-            if bad:
-                checkpointer.wait()
-                good = max(checkpointer.all_steps(), default=None)
-                raise FloatingPointError(
-                    f"non-finite {', '.join(bad)} at step {s} (training diverged); " + (
-                        f"the last good checkpoint is step {good} in {checkpointer.directory}" if good is not None
-                        else "no checkpoint was saved"))
+        loop.check_finite(zip([s for s, _ in pending], host), FINITE_METRICS, checkpointer)
         window.extend(host)
         pending.clear()
 
@@ -497,7 +489,7 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
                          "max_predictions_per_seq)")
     if config.init_from:
 
-        positions, source = _read_config(config.init_from)[0].max_position_embeddings, config.init_from
+        positions, source = read_model_config(config.init_from)[0].max_position_embeddings, config.init_from
     else:
         positions, source = model_config(config).max_position_embeddings, f"model.preset {config.model.preset!r}"
     for phase in get_phases(config):
@@ -634,11 +626,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
         # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch at step 0 ----------------
         # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
         # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
-        if outside := [s for s in checkpointer.all_steps() if not 0 < s <= run.final_step]:
-            raise errors.CheckpointMismatchError(
-                f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, "
-                f"whose phases end at step {run.final_step}; they are left untouched: resume with the config they "
-                "were written with, or use a new workdir")
+        loop.check_checkpoints_within(checkpointer, run.final_step, f"whose phases end at step {run.final_step}")
         built = {}  # saved step -> (its phase, PhaseStep, batches): what the checkpoint restores into
 
         def restore_target(saved_step):
@@ -656,10 +644,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
                 batches.close()  # restored at its phase's end: the next phase starts fresh
             log.info("resuming from the checkpoint at step %d", step)
             reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
-        writer.drop_after(step)  # rows logged after the checkpoint would be written twice
-        # Written only now, after the checkpoints were checked against this config: a refused restart changes nothing.
-        if jax.process_index() == 0:
-            trainer.record_config(workdir, config, step, stream)
+        loop.begin(workdir, config, step, writer, stream)
 
         # -- Loop over phases: each starts a fresh LAMB state and schedule from the previous phase's parameters ---
         last, stopped = {}, False

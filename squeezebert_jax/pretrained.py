@@ -23,7 +23,7 @@ import shutil
 import jax.numpy as jnp
 from flax import nnx
 
-from squeezebert_jax import convert
+from squeezebert_jax import convert, models
 from squeezebert_jax.convert import flat_params
 from squeezebert_jax.files import atomic_write
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
@@ -88,7 +88,11 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     return model_dir
 
 
-def _read_config(model_dir: str) -> tuple[SqueezeBertConfig, dict]:
+def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, dict]:
+    """The one reader of a checkpoint directory's ``config.json`` (a MODEL_DIR or a transformers directory, found
+    through ``checkpoint_file``): our config and the file's own dict. Invalid JSON, a field of the wrong type or range
+    and ``architectures`` that are not a list of class names are an ``InputError`` naming the file."""
+    model_dir = os.fspath(model_dir)
     path = checkpoint_file(model_dir, "config.json")
     if path is None:
         raise FileNotFoundError(f"{model_dir}: no config.json")
@@ -105,6 +109,8 @@ def _read_config(model_dir: str) -> tuple[SqueezeBertConfig, dict]:
     return config, raw
 
 
+
+
 def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None, *, num_labels: int | None = None,
                     dtype=jnp.float32, seed: int = 0, config_overrides: dict | None = None) -> nnx.Module:
     """Load a MODEL_DIR (or a transformers checkpoint directory) as our model.
@@ -117,7 +123,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     """
     model_dir = os.fspath(model_dir)
     head = convert.check_head(head)
-    config, raw = _read_config(model_dir)
+    config, raw = read_model_config(model_dir)
     if config_overrides:
         config = config.replace(**config_overrides)
     path = os.path.join(model_dir, PARAMS_FILE)
@@ -258,17 +264,18 @@ def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
 # transformers export
 # --------------------------------------------------------------------------------------------------
 
-def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | None = None,
+def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | models.Family | None = None,
                  tokenizer_dir: str | None = None) -> str:
     """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``: a
-    family's transformers layout, "squeezebert", "bert", "albert", ... (default: ``convert.default_style``)."""
+    family's transformers layout, "squeezebert", "bert", "albert", ... or its record (default:
+    ``convert.target_family``)."""
     from safetensors.numpy import save_file
 
-    style = style or convert.default_style(model.config)
+    fam = convert.target_family(model.config, style)
     hf_dir = os.fspath(hf_dir)
-    sd = convert.to_torch_state_dict(model, style=style)  # everything that can be refused, before the directory
-    d = model.config.to_dict(model_type=style)
-    d["architectures"] = [convert.torch_architecture(model, style)]
+    sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory
+    d = model.config.to_dict(model_type=fam.style)
+    d["architectures"] = [convert.torch_architecture(model, fam)]
     tok_files = tokenizer_files(tokenizer_dir)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
@@ -292,7 +299,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     """
     hf_dir = os.fspath(hf_dir)
     head = convert.check_head(head)
-    config, raw = _read_config(hf_dir)
+    config, raw = read_model_config(hf_dir)
     tokenizer_files(hf_dir)  # a bad vocabulary is refused before the conversion's work
     path = convert.torch_checkpoint_file(hf_dir)
     model = from_torch_state_dict(convert.read_torch_checkpoint(path), config, head,

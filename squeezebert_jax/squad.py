@@ -324,7 +324,8 @@ def squad_scores(predictions: list[str], examples) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class SquadTask:
-    """Extractive QA on SQuAD files (``config.data.kind = "question_answering"``)."""
+    """Extractive QA on SQuAD files (``config.data.kind = "question_answering"``): a ``tasks.Task``, scored by
+    decoding each question's windows (``score``)."""
 
     name: str
     files: dict
@@ -335,7 +336,7 @@ class SquadTask:
     n_best: int = 20
     null_threshold: float = 0.0
 
-    kind, head = "question_answering", "SqueezeBertForQuestionAnswering"
+    kind, head, loss = "question_answering", "SqueezeBertForQuestionAnswering", "span_cross_entropy"
     is_regression, labels, num_labels = False, None, 2
     text_columns = ("question", "context")
     main_metric = "f1"

@@ -1,8 +1,8 @@
 """What a fine-tuning run trains on: a GLUE task, or the user's own labelled text in CSV, TSV or JSON Lines files.
 
-Both are ``Task``s: a name, the label names (None for regression), the splits to evaluate and predict, the text
-columns (one sentence or a pair), ``load(split)`` -> examples and ``metrics(predictions, labels)``. ``resolve(config)``
-reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``files`` with the ``data`` block:
+Each is a ``Task`` (the protocol below): a declared record of its reader, encoder, metrics, head and loss.
+``resolve(config)`` reads a fine-tuning config (train/configs/glue.py): ``task`` a GLUE name, or ``files`` with the
+``data`` block:
 
     data.train_file / validation_file / test_file   CSV (.csv), TSV (.tsv) or JSON Lines (.jsonl, .json)
     data.text_columns   "sentence" or "premise,hypothesis" (a pair)
@@ -33,7 +33,7 @@ import logging
 import math
 import os
 import re
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -49,6 +49,54 @@ TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs a
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 log = logging.getLogger(__name__)
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+class Task(Protocol):
+    """What a fine-tuning run trains on, every part declared by the task (none read off its data or guessed from the
+    attributes it happens to have): ``GlueTask``, ``FileTask``, ``ConllTask``, ``ChoiceTask``, ``squad.SquadTask``.
+
+    name          the run's task name
+    kind          one of ``KINDS`` (a GLUE task: classification or regression)
+    loss          the training loss's name, a key of ``finetune.LOSSES``: cross_entropy (a softmax over labels or
+                  choices), mse, sigmoid_bce (multilabel), token_cross_entropy, span_cross_entropy (extractive QA)
+    head          the model class trained (a key of ``model.HEADS``)
+    labels        the label names in id order (None: regression, QA, multiple choice); ``num_labels`` the head's outputs
+    text_columns  the input columns; ``eval_splits``, ``test_splits``; ``main_metric`` picks the best epoch
+    load(split) -> examples; encode(examples, tokenizer, max_length) -> arrays; metrics(predictions, labels)
+    score(logits, arrays)  a split's scores from the model's outputs on its encoded arrays: ``metrics(logits,
+                  arrays["labels"])``, or more where decoding needs more (QA's windows, a tagger's cut words)
+    card()        what ``predict`` needs to read inputs and decode outputs as the run did (``TASK_CARD``), or None
+                  (no file: the model's head says it all)
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def loss(self) -> str: ...
+    @property
+    def head(self) -> str: ...
+    @property
+    def labels(self) -> tuple[str, ...] | None: ...
+    @property
+    def num_labels(self) -> int: ...
+    @property
+    def is_regression(self) -> bool: ...
+    @property
+    def text_columns(self) -> tuple[str, ...]: ...
+    @property
+    def eval_splits(self) -> tuple[str, ...]: ...
+    @property
+    def test_splits(self) -> tuple[str, ...]: ...
+    @property
+    def main_metric(self) -> str: ...
+
+    def load(self, split: str) -> list: ...
+    def encode(self, examples, tokenizer, max_length: int) -> dict: ...
+    def metrics(self, predictions, labels) -> dict[str, float]: ...
+    def score(self, logits, arrays) -> dict[str, float]: ...
+    def card(self) -> dict | None: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -71,6 +119,8 @@ class GlueTask:
     test_splits = property(lambda self: self.spec.test_splits)
     main_metric = property(lambda self: self.spec.main_metric)
     text_columns = property(lambda self: self.spec.text_columns)
+    kind = property(lambda self: "regression" if self.spec.is_regression else "classification")
+    loss = property(lambda self: "mse" if self.spec.is_regression else "cross_entropy")
 
     head = "SqueezeBertForSequenceClassification"
 
@@ -82,6 +132,13 @@ class GlueTask:
 
     def metrics(self, predictions, labels) -> dict[str, float]:
         return glue.compute_metrics(self.spec.name, predictions, labels)
+
+    def score(self, logits, arrays) -> dict[str, float]:
+        return self.metrics(logits, arrays["labels"])
+
+    def card(self) -> None:
+        """None: a GLUE classifier needs no ``task.json`` (``predict`` takes a text or a pair)."""
+        return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -203,6 +260,8 @@ class FileTask:
             raise InputError(f"config.data.labels: a label is named twice in {list(self.labels)}")
 
     head = "SqueezeBertForSequenceClassification"
+    loss = property(lambda self: {"classification": "cross_entropy", "regression": "mse",
+                                  "multilabel": "sigmoid_bce"}[self.kind])
     is_regression = property(lambda self: self.kind == "regression")
     num_labels = property(lambda self: 1 if self.is_regression else len(self.labels))
     eval_splits = property(lambda self: ("validation",) if "validation" in self.files else ())
@@ -234,6 +293,9 @@ class FileTask:
         """What ``predict`` needs (``task.json``): the kind (a multilabel model's outputs are a sigmoid each) and the
         text columns (a file's default input columns)."""
         return {"kind": self.kind, "text_columns": list(self.text_columns)}
+
+    def score(self, logits, arrays) -> dict[str, float]:
+        return self.metrics(logits, arrays["labels"])
 
     def _label(self, raw, path: str, lineno: int) -> int | float | tuple[int, ...]:
         where = f"{path}:{lineno}: column {self.label_column!r}"
@@ -362,7 +424,7 @@ class ConllTask:
     labels: tuple[str, ...]
     columns: tuple[str, str] = ("tokens", "ner_tags")  # a dataset split's words and tags (CoNLL files: unused)
 
-    kind, head = "token_classification", "SqueezeBertForTokenClassification"
+    kind, head, loss = "token_classification", "SqueezeBertForTokenClassification", "token_cross_entropy"
     is_regression = False
     text_columns = ("words",)
     num_labels = property(lambda self: len(self.labels))
@@ -443,6 +505,10 @@ class ConllTask:
         return entity_scores(gold, pred) | {
             "accuracy": float(np.mean([a == b for ps, gs in zip(pred, gold) for a, b in zip(ps, gs)] or [0.0]))}
 
+    def card(self) -> None:
+        """None: a tagger needs no ``task.json`` (``predict`` splits a text into words on whitespace)."""
+        return None
+
 
 # --------------------------------------------------------------------------------------------------
 # Multiple choice: a context and N endings (SWAG)
@@ -471,7 +537,7 @@ class ChoiceTask:
     choice_columns: tuple[str, ...]
     label_column: str
 
-    kind, head = "multiple_choice", "SqueezeBertForMultipleChoice"
+    kind, head, loss = "multiple_choice", "SqueezeBertForMultipleChoice", "cross_entropy"
     is_regression, labels = False, None
     main_metric = "accuracy"
     num_labels = property(lambda self: len(self.choice_columns))
@@ -523,15 +589,12 @@ class ChoiceTask:
         p = np.asarray(predictions)
         return {"accuracy": glue.accuracy(p.argmax(-1) if p.ndim == 2 else p, np.asarray(labels))}
 
+    def score(self, logits, arrays) -> dict[str, float]:
+        return self.metrics(logits, arrays["labels"])
+
     def card(self) -> dict:
         return {"kind": self.kind, "text_columns": list(self.text_columns),
                 "choice_columns": list(self.choice_columns)}
-
-
-def split_metrics(task, logits, arrays) -> dict[str, float]:
-    """A split's scores from the model's outputs on its encoded ``arrays``: ``task.score`` where the task decodes
-    outputs with more than the labels (QA's windows), else ``task.metrics(logits, labels)``."""
-    return task.score(logits, arrays) if hasattr(task, "score") else task.metrics(logits, arrays["labels"])
 
 
 def entity_scores(gold: list[list[str]], pred: list[list[str]]) -> dict[str, float]:
@@ -685,7 +748,7 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
 # From a config
 # --------------------------------------------------------------------------------------------------
 
-def resolve(config) -> Any:
+def resolve(config) -> Task:
     """The ``Task`` a fine-tuning config describes: ``task`` a GLUE name, or ``files`` (the ``data`` block)."""
     if config.task != "files":
         return GlueTask(glue.get_task(config.task), config.data_dir or None, config.skip_malformed)
@@ -746,6 +809,6 @@ def _check_data_file(path: str, setting: str, kind: str) -> None:
             raise InputError(f"{setting}: {e}") from None
 
 
-def task_by_name(task) -> Any:
+def task_by_name(task: str | Task) -> Task:
     """A ``Task`` given as itself or as a GLUE name."""
     return GlueTask(glue.get_task(task)) if isinstance(task, str) else task

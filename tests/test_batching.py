@@ -74,7 +74,8 @@ def test_a_train_step_on_a_cut_batch_equals_the_full_width_step():
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     c = glue_config("mnli", "", "", learning_rate=1e-3)
     mesh = parallel.make_mesh(1)
-    fs = ft.build_step(c, graphdef, nnx.to_pure_dict(rest), {"model": nnx.to_pure_dict(params)}, 10, mesh, False)
+    fs = ft.build_step(c, graphdef, nnx.to_pure_dict(rest), {"model": nnx.to_pure_dict(params)}, 10, mesh,
+                       ft.LOSSES["cross_entropy"])
     out = {}
     for width in (16, 32):
         fresh = jax.tree.map(jnp.copy, nnx.to_pure_dict(params))  # the step donates its state

@@ -70,7 +70,7 @@ def test_choices_are_run_swags_pairs_and_buckets_keep_the_logits(init, tmp_path)
         assert ours[k].reshape(40, 32).tolist() == enc[k]
     assert ours["labels"].tolist() == [int(r[-1]) for r in _rows(10, 0)]
     # [N, 4, S] cut to the bucket of its longest choice: the logits of fixed padding
-    model = sj.SqueezeBertForMultipleChoice(sj.pretrained._read_config(init)[0], rngs=nnx.Rngs(1))
+    model = sj.SqueezeBertForMultipleChoice(sj.pretrained.read_model_config(init)[0], rngs=nnx.Rngs(1))
     width = int(batching.lengths(ours).max())
     assert width < 32 and batching.assemble(ours, np.arange(10), 10, width)["input_ids"].shape == (10, 4, width)
     fixed = inference.predict_logits(model, ours, buckets=(32,))

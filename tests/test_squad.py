@@ -189,7 +189,7 @@ def test_the_span_loss_of_bucketed_batches_equals_fixed_padding(init, tmp_path):
     tok = sj.Tokenizer.from_dir(init)
     examples = squad.read_squad(str(_write_squad_jsonl(tmp_path / "t.jsonl", 12, 0)))
     f = squad.encode_features(examples, tok, 48, 16, 8)
-    model = sj.SqueezeBertForQuestionAnswering(sj.pretrained._read_config(init)[0], rngs=nnx.Rngs(1))
+    model = sj.SqueezeBertForQuestionAnswering(sj.pretrained.read_model_config(init)[0], rngs=nnx.Rngs(1))
     model.eval()
     full = batching.assemble(f, np.arange(12), 12, 48)
     width = int(batching.lengths(f).max())

@@ -94,6 +94,33 @@ def test_metrics_equal_sklearns():
     assert m["macro_f1"] == pytest.approx(f1_score(y, p, average="macro"))
 
 
+def test_every_task_declares_its_kind_loss_head_card_and_score():
+    """The run reads each part of a task off the task itself (``tasks.Task``), nothing off its batches."""
+    from squeezebert_jax import glue, squad
+    from squeezebert_jax.model import HEADS
+
+    train = {"train": "x.csv"}
+    declared = [  # (task, kind, loss, writes a card)
+        (tasks.GlueTask(glue.get_task("sst2")), "classification", "cross_entropy", False),
+        (tasks.GlueTask(glue.get_task("stsb")), "regression", "mse", False),
+        (tasks.FileTask("t", "classification", train, ("a",), "l", ("x", "y")), "classification", "cross_entropy",
+         True),
+        (tasks.FileTask("t", "regression", train, ("a",), "l", None), "regression", "mse", True),
+        (tasks.FileTask("t", "multilabel", train, ("a",), "l", ("x", "y")), "multilabel", "sigmoid_bce", True),
+        (tasks.ConllTask("t", train, ("O", "B-PER")), "token_classification", "token_cross_entropy", False),
+        (tasks.ChoiceTask("t", train, ("c",), ("e0", "e1"), "l"), "multiple_choice", "cross_entropy", True),
+        (squad.SquadTask("t", train, False), "question_answering", "span_cross_entropy", True),
+    ]
+    assert {k for _, k, _, _ in declared} == set(tasks.KINDS) and {s for _, _, s, _ in declared} == set(ft.LOSSES)
+    for task, kind, loss, card in declared:
+        assert (task.kind, task.loss, task.head in HEADS) == (kind, loss, True), task
+        assert (task.card() is not None) == card and (not card or task.card()["kind"] == kind), task
+    rng = np.random.default_rng(0)
+    for task in (declared[0][0], declared[2][0], declared[6][0]):  # score: the metrics of the labels
+        logits, labels = rng.normal(size=(12, 2)), rng.integers(0, 2, 12)
+        assert task.score(logits, {"labels": labels}) == task.metrics(logits, labels)
+
+
 def test_a_jsonl_sentence_pair_regression(init, tmp_path):
     def write(path, n, seed):
         rng = np.random.default_rng(seed)

@@ -229,11 +229,11 @@ def _compile_finetune(config, target) -> int:
     program does not fit."""
     from squeezebert_jax import aot, glue
     from squeezebert_jax.benchmarks import timing
-    from squeezebert_jax.pretrained import _read_config
+    from squeezebert_jax.pretrained import read_model_config
     from squeezebert_jax.model import SqueezeBertConfig
 
-    model_cfg = _read_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)
-    teacher_cfg = (_read_config(config.distill.teacher)[0] if config.distill.teacher else
+    model_cfg = read_model_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)
+    teacher_cfg = (read_model_config(config.distill.teacher)[0] if config.distill.teacher else
                    SqueezeBertConfig.preset(_TEACHER.value) if _TEACHER.value else None)
     model = aot.finetune_model(config, model_cfg)
     n_train = glue.TRAIN_EXAMPLES[config.task]

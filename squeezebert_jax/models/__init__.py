@@ -23,18 +23,29 @@ PRESETS: dict[str, dict] = {name: fields for f in ALL for name, fields in f.pres
 ALIASES = dict(bert.ALIASES)
 
 
-def get(style: str) -> Family:
+def get(style: str | Family) -> Family:
+    """The family record of ``style`` (a transformers model_type: "squeezebert", "bert", "albert", ...); a record is
+    its own."""
+    if isinstance(style, Family):
+        return style
     if style not in BY_STYLE:
         raise InputError(f"unknown model family / transformers model_type {style!r}; one of {', '.join(BY_STYLE)}")
     return BY_STYLE[style]
 
 
-def detect_style(keys) -> str:
-    """The layout a state_dict's ``keys`` are in (ELECTRA's are BERT's: its config tells them apart)."""
+def detect(keys, config=None) -> Family:
+    """The family whose layout a state_dict's ``keys`` are in; where they are another family's too (ELECTRA's are
+    BERT's: ``Family.keys_of``), ``config``'s family when it is that one."""
     keys = list(keys)
     for f in ALL:
         if f.detect and any(f.detect in k for k in keys):
-            return f.style
+            own = BY_STYLE[config.style] if config is not None else None
+            return own if own is not None and own.keys_of == f.style else f
     raise InputError("state_dict has neither SqueezeBERT (encoder.layers.*), BERT (encoder.layer.*), ALBERT "
                      "(encoder.albert_layer_groups.*), DistilBERT (transformer.layer.*.q_lin) nor MobileBERT "
                      "(encoder.layer.*.bottleneck.*) keys")
+
+
+def detect_style(keys) -> str:
+    """The style of the layout a state_dict's ``keys`` are in (``detect``; ELECTRA's are BERT's)."""
+    return detect(keys).style

@@ -84,6 +84,9 @@ class Family:
     torch_classes: dict[str, str]  # our head class -> transformers'
     tied: tuple[str, str | None, str | None]  # the tied MLM decoder's weight and bias keys, and the bias it ties to
     detect: str | None = None  # a key substring only this layout's state_dicts hold (None: the config decides)
+    keys_of: str | None = None  # the family whose state_dict keys are this one's too (ELECTRA's are BERT's)
+    config_family: str = ""  # its configs' SqueezeBertConfig.family ("": SqueezeBERT's and BERT's: groups tell them)
+    grouped: bool = False  # its layers may be grouped (SqueezeBERT's); any other layout's have every group count 1
     head_table: dict[str, list[Row]] = dataclasses.field(default_factory=lambda: HEAD_TABLE)
     head_parts: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # HEAD_PARTS overrides
     heads_without_pooler: tuple[str, ...] = ()  # heads transformers builds with no pooler

@@ -18,6 +18,7 @@ def encoder_table(config):
 
 FAMILY = Family(
     style="squeezebert", prefix="transformer.", encoder_table=encoder_table, tied=BERT_TIED, detect="encoder.layers.",
+    grouped=True,
     # the pretraining head is SqueezeBERT's MLM class with BERT's SOP head under BERT's names, as the released
     # squeezebert-uncased checkpoint holds it
     torch_classes=torch_classes("SqueezeBert", SqueezeBertForPreTraining="SqueezeBertForMaskedLM"),
