@@ -32,9 +32,9 @@ import numpy as np
 from flax import nnx
 
 from squeezebert_jax import convert, models
-from squeezebert_jax.pretrained import export_torch
-from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.model import set_execution, SqueezeBertConfig
+from squeezebert_jax.pretrained import cast_compute_dtype, export_torch
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,6 @@ def make_flax_forward(model: nnx.Module, dtype=None):
     a scan would stack every layer's weights on each call, a copy that inference need not pay, and the op
     profile (``benchmarks.profile_table.op_profile``) attributes each layer's ops by their scopes.
     """
-    from squeezebert_jax.pretrained import cast_compute_dtype
-    from squeezebert_jax.model import set_execution
 
     head = convert.head_name(model)
     model.eval()

@@ -31,6 +31,9 @@ import numpy as np
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import atomic_write, claim_output_file, read_text, text_lines
+from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
+from squeezebert_jax.model import HEADS
+from squeezebert_jax.pretrained import load_pretrained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,10 +61,6 @@ class Predictor:
     to label text."""
 
     def __init__(self, model_dir: str, max_length: int = 128, batch_size: int = 64):
-        from squeezebert_jax.inference import NoClassifierError, model_tokenizer
-        from squeezebert_jax.pretrained import load_pretrained
-        from squeezebert_jax.model import HEADS
-
         self.model, self.model_dir = load_pretrained(model_dir), model_dir
         self.kind = next((k for k, head in KINDS.items() if isinstance(self.model, HEADS[head])), None)
         if self.kind is None:
@@ -133,8 +132,6 @@ class Predictor:
         return out, one
 
     def _logits(self, arrays) -> np.ndarray:
-        from squeezebert_jax.inference import check_finite, predict_logits
-
         return check_finite(predict_logits(self.model, arrays, self.batch_size), self.model_dir)
 
     def logits(self, texts: Sequence[str | tuple[str, str]]) -> np.ndarray:

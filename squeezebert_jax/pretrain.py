@@ -579,7 +579,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str, Any]:
-
     os.makedirs(workdir, exist_ok=True)
 
     # -- Data --------------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.model import HEADS
+from squeezebert_jax.pretrained import flat_params
 
 KINDS = ("unstructured", "heads", "ffn")
 _LAYER = re.compile(r"^(?:transformer/)?encoder/layers/(\d+)/(.+)/kernel$")
@@ -260,9 +262,6 @@ def shrink_ffn(model):
     pruned per layer (the same number in every layer and group, as ``compute_masks(..., "ffn", ...)`` prunes them).
     Its outputs equal the masked model's; it saves, converts and loads (ours and transformers') as any model does."""
     from flax import nnx
-
-    from squeezebert_jax.pretrained import flat_params
-    from squeezebert_jax.model import HEADS
 
     cfg = model.config
     flat = flat_params(model)

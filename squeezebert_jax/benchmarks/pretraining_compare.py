@@ -95,7 +95,6 @@ def run(pretrain_base: ml_collections.ConfigDict, finetune_base, workdir: str, s
 
 
 def table(rows: list[Row]) -> str:
-
     return format_table(
         ["network", "parameters", "MLM loss / accuracy at the end", "RTD accuracy", "dev accuracy",
          "pretrain s", "fine-tune s"],

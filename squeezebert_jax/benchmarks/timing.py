@@ -291,7 +291,6 @@ class Report:
     ``overwrite``), so make it before the work."""
 
     def __init__(self, out: str | None = None, overwrite: bool = False):
-
         self.out = check_output_file(out, overwrite) if out else None
         self.blocks: list[str] = []
 
