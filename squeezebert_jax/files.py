@@ -300,7 +300,24 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
             except UnicodeDecodeError as e:
                 raise DataFileError(f"{name}:{lineno}:{len(raw[:e.start].decode('utf-8')) + 1}: not UTF-8 text (byte "
                                     f"0x{raw[e.start]:02x}); save the file as UTF-8") from None
+            if "\0" in line:  # text never holds one: a UTF-16 or binary file read as bytes
+                raise DataFileError(f"{name}:{lineno}:{line.index(chr(0)) + 1}: a NUL byte, which text never holds (a "
+                                    "UTF-16 or binary file?); save the file as UTF-8 text")
             yield lineno, line
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object that names a key twice (``json`` would keep the last value without a word)."""
+
+
+def json_object(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads(..., object_pairs_hook=json_object)``: an object as a dict, refusing a key named twice."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(k)
+        out[k] = v
+    return out
 
 
 def read_text(path: str | os.PathLike, what: str = "") -> str:

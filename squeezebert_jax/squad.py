@@ -119,7 +119,10 @@ def _jsonl_rows(path: str, raw: str):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=files.json_object)
+        except files.DuplicateKeyError as e:
+            raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
+                                f"meant?)") from None
         except ValueError as e:
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}; SQuAD JSON needs a top-level "
                                 f"\"data\" list, JSON Lines one question per line)") from None
@@ -153,7 +156,7 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     spans = []
     for a in answers:
         text, start = (a.get("text"), a.get("answer_start")) if isinstance(a, dict) else (None, None)
-        if not isinstance(text, str) or not text or isinstance(start, bool) or not isinstance(start, int):
+        if not isinstance(text, str) or not text.strip() or isinstance(start, bool) or not isinstance(start, int):
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
                                 f"\"answer_start\", got {a!r}")
         if not 0 <= start <= len(context) - len(text) or context[start:start + len(text)] != text:

@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import unicodedata
 from typing import Protocol
 
 import numpy as np
@@ -163,7 +164,10 @@ def read_rows(path: str):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, object_pairs_hook=files.json_object)
+            except files.DuplicateKeyError as e:
+                raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one "
+                                    f"is meant?)") from None
             except ValueError as e:
                 raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg})") from None
             if not isinstance(row, dict):
@@ -364,7 +368,7 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
     sentences, words, tags, start, fields = [], [], [], None, None
     for lineno, line in enumerate(_lines(path), 1):
         parts = line.split()
-        if not parts or parts[0] == "-DOCSTART-":
+        if not parts or parts[0].upper() == "-DOCSTART-":
             if words:
                 sentences.append((start, words, tags if fields > 1 else None))
             words, tags, start = [], [], None
@@ -630,9 +634,10 @@ def text_value(value, path: str, lineno: int, col: str) -> str:
     """A text cell: a string with something besides white space in it."""
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
-    if not value.strip():
-        raise DataFileError(f"{path}:{lineno}: column {col!r} is empty; every row needs its text (fill it, or remove "
-                            f"the row)")
+    if not any(unicodedata.category(ch)[0] not in "ZC" for ch in value):  # white space, controls, zero-width marks
+        held = " (only white space or invisible marks)" if value else ""
+        raise DataFileError(f"{path}:{lineno}: column {col!r} is empty{held}; every row needs its text (fill it, or "
+                            f"remove the row)")
     return value
 
 

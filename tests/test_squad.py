@@ -285,6 +285,13 @@ def test_a_doc_stride_that_leaves_no_room_is_refused_before_reading(init, tmp_pa
         ft.finetune(c, str(tmp_path / "run"))
 
 
+def test_a_blank_answer_is_refused(tmp_path):
+    row = {"id": "q1", "question": "where?", "context": "shot in york", "answers": {"text": [" "], "answer_start": [4]}}
+    (tmp_path / "blank.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"blank.jsonl:1: question 'q1': an answer needs a \"text\""):
+        squad.read_squad(str(tmp_path / "blank.jsonl"))
+
+
 @pytest.mark.parametrize("start", [-25, 10_000])  # context[-25:-21] is "york": a slice from the end
 def test_an_answer_start_outside_its_context_is_refused(tmp_path, start):
     """Python slices from the end for a negative start: the offset is checked as an offset, not as a slice."""

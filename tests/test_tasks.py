@@ -276,6 +276,19 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
         _labels_of(tmp_path, name, body)
 
 
+@pytest.mark.parametrize("name, body, msg", [
+    ("z.csv", "review,sentiment\nfine,pos\n\u200b\u200d,neg\n", r"z.csv:3: column 'review' is empty \(only white space "
+                                                               r"or invisible marks\)"),
+    ("k.jsonl", '{"review": "a", "sentiment": "p"}\n{"review": "b", "sentiment": "n", "sentiment": "p"}\n',
+     r"k.jsonl:2: the key 'sentiment' appears twice in one object"),
+    ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),
+    ("u16.tsv", "review\tsentiment\nfine\tpos\n".encode("utf-16-le"), r"u16.tsv:1:2: a NUL byte"),
+])
+def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        _labels_of(tmp_path, name, body)
+
+
 def test_an_empty_second_text_and_an_empty_test_text_are_refused(tmp_path):
     (tmp_path / "p.csv").write_text("a,b,y\nx,y,pos\nx,,neg\n")
     with pytest.raises(sj.errors.DataFileError, match=r"p.csv:3: column 'b' is empty"):

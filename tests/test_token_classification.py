@@ -107,6 +107,8 @@ def test_a_byte_order_mark_before_docstart_starts_no_sentence(tmp_path):
     path = tmp_path / "bom.conll"
     path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\njohn NN O B-PER\nshot VB O O\n")
     assert [(words, tags) for _, words, tags in tasks.read_conll(str(path))] == [(["john", "shot"], ["B-PER", "O"])]
+    path.write_text("-docstart- -X- -X- O\n\njohn NN O B-PER\n")  # the marker in any case starts no sentence
+    assert [words for _, words, _ in tasks.read_conll(str(path))] == [["john"]]
 
 
 def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
