@@ -128,6 +128,9 @@ class Predictor:
                 raise InputError(f"{name} holds {n} text{'s' * (n != 1)} but input 1 holds {first}: every input "
                                  "holds the same number")
             first = n
+            if empty := [j + 1 for j, t in enumerate((x,) if isinstance(x, str) else x) if not tasks.has_text(t)]:
+                raise InputError(f"{name}{'' if n == 1 else f', text {empty[0]},'} is empty (or only white space); "
+                                 "every input needs its text")
             out.append(x[0] if n == 1 and not isinstance(x, str) else x)
         return out, one
 

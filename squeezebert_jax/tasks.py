@@ -184,7 +184,7 @@ def read_rows(path: str):
             if not all(header):
                 raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
                                     f"{header.index('') + 1}): {header}")
-        elif any(v.strip() for v in record):
+        elif record and (fmt == "csv" or any(v.strip() for v in record)):  # a blank line is no row; `""` is one
             if len(record) != len(header):
                 raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
                                     f"({', '.join(header)})")
@@ -630,11 +630,17 @@ def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, pa
     return texts, None
 
 
+def has_text(value: str) -> bool:
+    """Whether a text holds something to read: a character that is not white space, a control or an invisible mark
+    (a zero-width space alone is no text)."""
+    return any(unicodedata.category(ch)[0] not in "ZC" for ch in value)
+
+
 def text_value(value, path: str, lineno: int, col: str) -> str:
     """A text cell: a string with something besides white space in it."""
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
-    if not any(unicodedata.category(ch)[0] not in "ZC" for ch in value):  # white space, controls, zero-width marks
+    if not has_text(value):
         held = " (only white space or invisible marks)" if value else ""
         raise DataFileError(f"{path}:{lineno}: column {col!r} is empty{held}; every row needs its text (fill it, or "
                             f"remove the row)")

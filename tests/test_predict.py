@@ -449,3 +449,12 @@ def test_a_card_with_an_extra_key_is_one_line_from_the_script(model_dir, tmp_pat
                            tmp_path / "o.jsonl")
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{path / CARD}: unknown key 'lr' for a classification model" in err
+
+
+@pytest.mark.parametrize("inputs, msg", [
+    ("", r"^the input is empty"), ("  \u200b ", r"^the input is empty"),
+    (["good", "\t"], r"^input 2 is empty"), (("good", ""), r"^the input, text 2, is empty"),
+])
+def test_an_empty_text_is_refused_not_predicted(model_dir, inputs, msg):
+    with pytest.raises(sj.errors.InputError, match=msg):
+        Predictor(str(model_dir))(inputs)

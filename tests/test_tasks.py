@@ -282,6 +282,8 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     ("k.jsonl", '{"review": "a", "sentiment": "p"}\n{"review": "b", "sentiment": "n", "sentiment": "p"}\n',
      r"k.jsonl:2: the key 'sentiment' appears twice in one object"),
     ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),
+    # a blank line is no row (skipped), a quoted "" is one (refused)
+    ("q.csv", 'review,sentiment\nfine,pos\n\n"",neg\n', r"q.csv:4: column 'review' is empty"),
     ("u16.tsv", "review\tsentiment\nfine\tpos\n".encode("utf-16-le"), r"u16.tsv:1:2: a NUL byte"),
 ])
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
