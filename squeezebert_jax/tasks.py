@@ -788,8 +788,7 @@ def resolve(config) -> Task:
         version_2 = any(squad.has_unanswerable(files[s]) for s in ("train", "validation") if s in files)
         return squad.SquadTask(name, files, version_2, **settings)
     if d.kind == "multiple_choice":
-        return ChoiceTask(name, files, columns, tuple(c.strip() for c in d.choice_columns.split(",") if c.strip()),
-                          d.label_column)
+        return ChoiceTask(name, files, columns, tuple(c.strip() for c in d.choice_columns.split(",")), d.label_column)
     labels = None
     if d.kind in ("classification", "multilabel"):
         labels = (declared_labels(d.labels, "config.data.labels") if d.labels

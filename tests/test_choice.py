@@ -112,3 +112,12 @@ def test_the_label_may_name_the_right_column(init, tmp_path):
     path = _write(tmp_path / "a.csv", [r[:-1] + [f"ending{r[-1]}"] for r in rows])
     task = tasks.ChoiceTask("a", {"train": str(path)}, ("sent1", "sent2"), tuple(HEADER[2:6]), "label")
     assert [ex.label for ex in task.load("train")] == [int(r[-1]) for r in rows]
+
+
+@pytest.mark.parametrize("columns", ["ending0,,ending1", "ending0,ending1,", "ending0"])
+def test_choice_columns_with_an_empty_name_or_one_ending_are_refused(tmp_path, columns):
+    train = _write(tmp_path / "train.csv", _rows(4, 0))
+    c = _config("unused", train, train)
+    c.data.choice_columns = columns
+    with pytest.raises(sj.errors.InputError, match=rf"config.data.choice_columns={columns!r}: two or more columns"):
+        tasks.resolve(c)
