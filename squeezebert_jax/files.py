@@ -5,6 +5,7 @@ is made (two commands given one output never both succeed)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
@@ -306,18 +307,36 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
             yield lineno, line
 
 
-class DuplicateKeyError(ValueError):
-    """A JSON object that names a key twice (``json`` would keep the last value without a word)."""
+class _DuplicateKey(ValueError):
+    pass
 
 
-def json_object(pairs: list[tuple[str, object]]) -> dict:
-    """``json.loads(..., object_pairs_hook=json_object)``: an object as a dict, refusing a key named twice."""
+def _json_object(pairs: list[tuple[str, object]]) -> dict:
     out = {}
     for k, v in pairs:
         if k in out:
-            raise DuplicateKeyError(k)
+            raise _DuplicateKey(k)
         out[k] = v
     return out
+
+
+def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> Iterator[tuple[int, dict]]:
+    """(line, object) for every non-blank line of a JSON Lines file (``lines``: ``text_lines``'s pairs): each must be
+    one JSON object naming each key once (``json`` would keep a doubled key's last value without a word); ``hint``
+    follows the message of a line that is no JSON."""
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line, object_pairs_hook=_json_object)
+        except _DuplicateKey as e:
+            raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
+                                f"meant?)") from None
+        except ValueError as e:
+            raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint})") from None
+        if not isinstance(row, dict):
+            raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
+        yield lineno, row
 
 
 def read_text(path: str | os.PathLike, what: str = "") -> str:

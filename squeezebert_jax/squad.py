@@ -115,19 +115,8 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
 
 
 def _jsonl_rows(path: str, raw: str):
-    for lineno, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line, object_pairs_hook=files.json_object)
-        except files.DuplicateKeyError as e:
-            raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
-                                f"meant?)") from None
-        except ValueError as e:
-            raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}; SQuAD JSON needs a top-level "
-                                f"\"data\" list, JSON Lines one question per line)") from None
-        if not isinstance(row, dict):
-            raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
+    hint = "; SQuAD JSON needs a top-level \"data\" list, JSON Lines one question per line"
+    for lineno, row in files.json_lines(path, enumerate(raw.splitlines(), 1), hint):
         yield f"{path}:{lineno}", {"id": str(lineno), **row}
 
 

@@ -160,19 +160,7 @@ def read_rows(path: str):
     fmt = file_format(path)
     lines = files.text_lines(path)
     if fmt == "jsonl":
-        for lineno, line in lines:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line, object_pairs_hook=files.json_object)
-            except files.DuplicateKeyError as e:
-                raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one "
-                                    f"is meant?)") from None
-            except ValueError as e:
-                raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
-            yield lineno, row
+        yield from files.json_lines(path, lines)
         return
     records = _tsv_records(lines) if fmt == "tsv" else _csv_records(path, lines)
     header = None
