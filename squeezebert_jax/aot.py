@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from squeezebert_jax import chips, distill, finetune, glue, inference, parallel, pretrain, trainer
+from squeezebert_jax import chips, distill, finetune, glue, inference, losses, parallel, pretrain, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import layer_execution
 from squeezebert_jax.flops import flops as analytic
@@ -373,7 +373,7 @@ def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
     layer_loss, layer_teacher, proj = _layer_teacher(config, model.config, teacher_config)
     trainable = {"model": params} | ({"proj": proj} if proj else {})
     fs = finetune.build_step(config, graphdef, nnx.to_pure_dict(rest), trainable, 1, mesh,
-                             finetune.LOSSES["mse" if spec.is_regression else "cross_entropy"], layer_loss, layer_teacher)
+                             losses.LOSSES["mse" if spec.is_regression else "cross_entropy"], layer_loss, layer_teacher)
     b, s, sharding = config.batch_size, config.max_seq_length, parallel.batch_sharding(mesh)
     batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=sharding) for k in inference.INPUT_KEYS}
     batch["labels"] = jax.ShapeDtypeStruct((b,), np.float32 if spec.is_regression else np.int32, sharding=sharding)
@@ -424,7 +424,7 @@ def compile_finetune(config, target: Target, model, teacher_config=None, num_ste
 
 
 def compile_teacher_logits(config, target: Target, teacher_config, num_examples: int = 0) -> PhaseReport:
-    """The distillation teacher's logits pass (``finetune.teacher_logits``: the eval forward, batches of
+    """The distillation teacher's logits pass (``distill.teacher_logits``: the eval forward, batches of
     ``eval_batch_size`` rounded to the chips) compiled for ``target``: it runs once over the training set."""
     import jax
     import numpy as np

@@ -8,7 +8,7 @@ Students (``init_student_from_teacher``): the embeddings, the chosen layers, the
 exactly. "skip" takes every k-th layer starting with the first (1, 3, 5 of 6: DistilBERT's and PKD-Skip's start),
 "first" the first k (PKD's and Turc et al.'s "truncated" start), or an explicit list of 1-based layers.
 
-Losses (added to the final-layer loss of ``finetune.task_loss``; teacher states computed in the train step):
+Losses (added to the final-layer loss of ``losses.task_loss``; teacher states computed in the train step):
   - patient (PKD, Sun et al. 2019): per mapped pair, the squared L2 distance between the L2-normalised [CLS]
     hidden states of student and teacher, averaged over pairs and examples;
   - hidden (TinyBERT, Jiao et al. 2019): MSE between hidden states, over real tokens, channels and pairs;
@@ -27,6 +27,7 @@ i -> teacher T-S+i, i < S), "uniform" = TinyBERT (0 -> 0 and i -> i*T/S for ever
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from typing import Any
@@ -36,10 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert, tasks
+from squeezebert_jax import convert, inference, tasks
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.glue import GlueExample
-from squeezebert_jax.pretrained import build_model, load_pretrained, save_pretrained
+from squeezebert_jax.pretrained import atomic_write, build_model, load_pretrained, save_pretrained
 from squeezebert_jax.tokenizer import Tokenizer
 
 _LAYER = re.compile(r"^encoder/layers/(\d+)/")
@@ -285,3 +287,31 @@ def check_pair(student_config, teacher_config, loss: LayerLoss, student_dir: str
     if loss.attention_weight and not any(s and t for s, t in loss.pairs):
         raise InputError(f"layer map {loss.pairs} has no pair of encoder layers for the attention loss "
                          f"(0 is the embeddings)")
+
+
+def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str,
+                   mesh=None) -> np.ndarray:
+    """The teacher's logits on ``examples`` (in ``task``'s label order), computed once (data parallel over ``mesh``)
+    and cached.
+
+    The cache key covers the teacher (its directory and the size and mtime of its weights and config), the task,
+    split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
+    never served stale targets."""
+    task = tasks.task_by_name(task)
+    tok = inference.model_tokenizer(teacher_dir, role="teacher ")
+    arrays = task.encode(examples, tok, max_length)
+    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task.name}|{split}|{max_length}".encode())
+    for name in sorted(os.listdir(teacher_dir)):
+        if name.endswith((".safetensors", ".bin", ".json")):
+            st = os.stat(os.path.join(teacher_dir, name))
+            key.update(f"|{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    for k in inference.INPUT_KEYS:
+        key.update(np.ascontiguousarray(arrays[k]).tobytes())
+    path = os.path.join(cache_dir, f"teacher_{task.name}_{split}_{key.hexdigest()[:16]}.npy")
+    if os.path.exists(path):
+        return np.load(path)
+    teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
+    logits = inference.predict_logits(teacher, arrays, mesh=mesh)
+    os.makedirs(cache_dir, exist_ok=True)
+    atomic_write(path, lambda tmp: np.save(tmp, logits))
+    return logits

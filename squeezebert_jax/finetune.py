@@ -3,8 +3,9 @@
 AdamW (batch 16, b1 0.9, b2 0.999, no weight decay), linear warmup + linear decay, evaluation after every
 epoch, the best epoch exported as WORKDIR/model (a MODEL_DIR with its tokenizer), dev metrics in
 WORKDIR/eval_results.json, training rows every ``log_every`` steps and each epoch's evaluation in
-WORKDIR/metrics.jsonl. The run is pretraining's trainer (``squeezebert_jax.trainer``): the mesh, the donated
-``train_step(state, batch, rng, lr)``, orbax checkpoints, SIGTERM saves, exact resume and the config history.
+WORKDIR/metrics.jsonl. The run is pretraining's trainer (``squeezebert_jax.trainer``: the mesh, the donated
+``train_step(state, batch, rng, lr)``) on pretraining's loop (``squeezebert_jax.loop``: orbax checkpoints, SIGTERM
+saves, exact resume, the config history), to which fine-tuning gives its step, its batches and each epoch's end.
 
 Distillation (paper §4.2.2, final layer only): the target is ``w * teacher + (1 - w) * label`` — soft
 cross-entropy against the mix of the teacher's softmax and the one-hot label for classification, mean squared
@@ -22,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -33,13 +33,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from tqdm.auto import tqdm
 
-from squeezebert_jax import (batching, checkpointing, distill, files, glue, inference, loop, optim, parallel,
+from squeezebert_jax import (batching, checkpointing, distill, files, glue, inference, loop, losses, optim, parallel,
                              predict, prune, reporting, tasks, trainer)
 from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.errors import InputError
@@ -47,7 +45,6 @@ from squeezebert_jax.pretrained import (
     atomic_write,
     load_pretrained,
     read_model_config,
-    save_pretrained,
 )
 from squeezebert_jax.model import ATTENTION, Structure, set_execution
 from squeezebert_jax.tokenizer import Tokenizer
@@ -59,107 +56,7 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------------
 # Losses
 # --------------------------------------------------------------------------------------------------
-
-def task_loss(logits, labels, weights, teacher=None, teacher_weight=0.0, regression: bool = False):
-    """A single-label classifier's cross-entropy (over its labels, or a multiple-choice model's choices), or with
-    ``regression`` a regressor's squared error: the weighted mean over real examples (weights 0 on padding), towards
-    the teacher's soft labels mixed in when ``teacher`` is given (see the module docstring). ``teacher_weight``: a
-    number, or one per example (1 on unlabeled transfer rows: the soft-label cross-entropy alone)."""
-    w = weights.astype(jnp.float32)
-    tw = jnp.asarray(teacher_weight, jnp.float32)  # a scalar, or per example [B] (transfer rows: 1)
-    if regression:
-        pred = logits[..., 0]
-        target = labels.astype(jnp.float32)
-        if teacher is not None:
-            target = tw * teacher[..., 0] + (1.0 - tw) * target
-        per = jnp.square(pred - target)
-    else:
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
-        target = jax.nn.one_hot(labels, logits.shape[-1])
-        if teacher is not None:
-            tw = tw[..., None]
-            target = tw * jax.nn.softmax(teacher.astype(jnp.float32), -1) + (1.0 - tw) * target
-        per = -jnp.sum(target * logp, -1)
-    return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-def multilabel_loss(logits, labels, weights):
-    """Multilabel: a sigmoid cross-entropy per label (``labels`` multi-hot [B, L]), their mean per example, the
-    weighted mean over real examples."""
-    w = weights.astype(jnp.float32)
-    per = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32), labels).mean(-1)
-    return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-def token_loss(logits, labels, weights):
-    """Token classification: the mean cross-entropy of the scored pieces (``labels`` [B, S]; ``tasks.IGNORE`` on the
-    pieces not scored) of the real examples."""
-    w = weights.astype(jnp.float32)
-    valid = (labels != tasks.IGNORE).astype(jnp.float32) * w[:, None]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
-    nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
-    return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1.0)
-
-
-def span_loss(logits, start_positions, end_positions, attention_mask, weights):
-    """Extractive QA: the mean of the start and end positions' cross-entropies over each real example's positions
-    (``logits`` [B, S, 2]); the padding is left out of the softmax, so a batch cut to its length bucket gives the loss
-    of one padded to ``max_seq_length`` (transformers' ``run_qa`` keeps the padding in)."""
-    w = weights.astype(jnp.float32)
-    x = jnp.where(attention_mask[..., None] > 0, logits.astype(jnp.float32), -1e9)
-    logp = jax.nn.log_softmax(x, axis=1)
-    nll = -(jnp.take_along_axis(logp[..., 0], start_positions[:, None], 1)[:, 0]
-            + jnp.take_along_axis(logp[..., 1], end_positions[:, None], 1)[:, 0]) / 2
-    return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-# The training loss of each ``tasks.Task.loss``: ``(logits, batch, teacher_weight) -> the batch's weighted mean``. A
-# batch holds the teacher's logits (``teacher``) only when distilling, and its own ``teacher_weight`` per row only
-# with transfer text; ``teacher_weight`` (distill.teacher_weight) serves the others.
-LOSSES = {
-    "cross_entropy": lambda logits, b, tw: task_loss(logits, b["labels"], b["weights"], b.get("teacher"),
-                                                     b.get("teacher_weight", tw)),
-    "mse": lambda logits, b, tw: task_loss(logits, b["labels"], b["weights"], b.get("teacher"),
-                                           b.get("teacher_weight", tw), regression=True),
-    "sigmoid_bce": lambda logits, b, tw: multilabel_loss(logits, b["labels"], b["weights"]),
-    "token_cross_entropy": lambda logits, b, tw: token_loss(logits, b["labels"], b["weights"]),
-    "span_cross_entropy": lambda logits, b, tw: span_loss(logits, b["start_positions"], b["end_positions"],
-                                                          b["attention_mask"], b["weights"]),
-}
-
-
-# --------------------------------------------------------------------------------------------------
 # Batching
-# --------------------------------------------------------------------------------------------------
-
-def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length: int, cache_dir: str,
-                   mesh=None) -> np.ndarray:
-    """The teacher's logits on ``examples`` (in ``task``'s label order), computed once (data parallel over ``mesh``)
-    and cached.
-
-    The cache key covers the teacher (its directory and the size and mtime of its weights and config), the task,
-    split and length, and the encoded examples themselves: other data, another order or a retrained teacher is
-    never served stale targets."""
-    task = tasks.task_by_name(task)
-    tok = inference.model_tokenizer(teacher_dir, role="teacher ")
-    arrays = task.encode(examples, tok, max_length)
-    key = hashlib.sha1(f"{os.path.abspath(teacher_dir)}|{task.name}|{split}|{max_length}".encode())
-    for name in sorted(os.listdir(teacher_dir)):
-        if name.endswith((".safetensors", ".bin", ".json")):
-            st = os.stat(os.path.join(teacher_dir, name))
-            key.update(f"|{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    for k in inference.INPUT_KEYS:
-        key.update(np.ascontiguousarray(arrays[k]).tobytes())
-    path = os.path.join(cache_dir, f"teacher_{task.name}_{split}_{key.hexdigest()[:16]}.npy")
-    if os.path.exists(path):
-        return np.load(path)
-    teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
-    logits = inference.predict_logits(teacher, arrays, mesh=mesh)
-    os.makedirs(cache_dir, exist_ok=True)
-    atomic_write(path, lambda tmp: np.save(tmp, logits))
-    return logits
-
-
 # --------------------------------------------------------------------------------------------------
 # The fine-tuning run
 # --------------------------------------------------------------------------------------------------
@@ -230,7 +127,7 @@ class FinetuneStep:
 
 def build_step(config: ml_collections.ConfigDict, graphdef, rest, trainable, total_steps: int, mesh,
                loss, layer_loss=None, layer_teacher=None) -> FinetuneStep:
-    """AdamW over ``total_steps`` and the jitted, sharded step of ``loss`` (the task's, ``LOSSES[task.loss]``) for
+    """AdamW over ``total_steps`` and the jitted, sharded step of ``loss`` (the task's, ``losses.LOSSES[task.loss]``) for
     ``trainable`` (``{"model": params[, "proj"]}``; arrays or ShapeDtypeStructs: only their shapes are read). Reused
     by a later run in the process with an equal model and settings (a sweep, the GLUE table): the cache key holds all
     the step closes over (AdamW's only setting is the weight decay; the rate is an input). A layer-distillation step
@@ -269,37 +166,14 @@ def layer_execution(layers: str, platform: str) -> tuple[bool | None, str | None
 def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     """Every training setting against its range, before anything is loaded or compiled: one line naming the setting,
     its value and what is valid."""
-
-    def value(name):
-        v = config
-        for part in name.split("."):
-            v = v[part]
-        return v
-
-    def need(ok: bool, name: str, valid: str):
-        if not ok:
-            raise InputError(f"config.{name}={value(name)!r}: {valid}")
-
-    def number(name, lo=None, hi=None, lo_open=False, hi_open=False) -> bool:
-        v = value(name)
-        return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                and (lo is None or (v > lo if lo_open else v >= lo))
-                and (hi is None or (v < hi if hi_open else v <= hi)))
-
-    def integer(name, lo) -> bool:
-        v = value(name)
-        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-    need(number("learning_rate", 0, lo_open=True), "learning_rate", "a finite rate > 0")
-    for name in ("num_epochs", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
-                 "preemption_sync_every"):
+    settings = loop.Settings(config)
+    need, number, integer, value = settings.need, settings.number, settings.integer, settings.value
+    settings.check_training()
+    for name in ("num_epochs", "batch_size", "eval_batch_size"):
         need(integer(name, 1), name, "an integer >= 1")
-    parallel.check_num_devices(config.num_devices, count=False)  # counted by make_mesh
     zero_means = {"max_train_examples": "every row", "student_layers": "init_from's depth"}
     for name, meaning in zero_means.items():
         need(integer(name, 0), name, f"an integer >= 0 (0: {meaning})")
-    need(number("warmup_fraction", 0, 1), "warmup_fraction", "a fraction in [0, 1]")
-    need(number("weight_decay", 0), "weight_decay", "a finite decay >= 0")
     for name in ("dropout", "attention_dropout"):
         need(value(name) is None or number(name, 0, 1, hi_open=True), name, "a probability in [0, 1), or unset "
              "(init_from's own)")
@@ -318,7 +192,6 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     need(integer("max_seq_length", 2), "max_seq_length", "an integer >= 2 ([CLS] and [SEP])")
     need(config.layers in ("auto", *LAYERS), "layers", "auto, scan or unrolled")
     need(config.attention in ATTENTION, "attention", " or ".join(ATTENTION))
-    need(config.rng_impl in trainer.RNG_IMPLS, "rng_impl", " or ".join(trainer.RNG_IMPLS))
     need(config.attention == "reference" or not config.attention_dropout, "attention_dropout",
          f"0 or unset with attention 'fused' (the fused kernel drops nothing out of the attention probabilities; "
          f"--config.attention=reference keeps attention_dropout={config.attention_dropout})")
@@ -411,7 +284,7 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
         if config.distill.transfer_text else []
     if config.distill.teacher:
         cache = config.distill.cache_dir or os.path.join(workdir, "teacher_cache")
-        teacher = functools.partial(teacher_logits, config.distill.teacher, task,
+        teacher = functools.partial(distill.teacher_logits, config.distill.teacher, task,
                                     max_length=config.max_seq_length, cache_dir=cache, mesh=mesh)
         train["teacher"] = teacher(split="train", examples=train_ex).astype(np.float32)
     if transfer_ex:  # pre-trained distillation: unlabeled rows trained on the teacher's soft labels alone
@@ -428,10 +301,6 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
     # GLUE test split is predicted in the GLUE server's format by eval/glue.py --predict test
     tests = {s: load(s) for s in task.test_splits} if not isinstance(task, tasks.GlueTask) else {}
     return TaskData({k: train[k] for k in keys}, evals, len(train_ex), len(transfer_ex), tests)
-
-
-def _host_losses(values) -> list[float]:
-    return [float(v) for v in jax.device_get(values)]
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> dict[str, Any]:
@@ -509,7 +378,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     steps_per_epoch = batching.steps_per_epoch(data.train, config.batch_size, buckets)
     total = steps_per_epoch * config.num_epochs
     trainable = {"model": params} | ({"proj": proj} if proj else {})
-    fs = build_step(config, graphdef, rest, trainable, total, mesh, LOSSES[spec.loss], layer_loss, layer_teacher)
+    fs = build_step(config, graphdef, rest, trainable, total, mesh, losses.LOSSES[spec.loss], layer_loss, layer_teacher)
     init, shardings, abstract, step_fn, rates = fs.init, fs.shardings, fs.abstract, fs.step_fn, fs.learning_rates
     replicated = NamedSharding(mesh, P())
     consts = (jax.device_put(layer_teacher.state, replicated),) if layer_loss is not None else ()
@@ -521,115 +390,103 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
                                               async_save=config.async_checkpoints, with_data=False, with_meta=True)
     writer = reporting.MetricsWriter(workdir)
     try:
-        loop.check_checkpoints_within(checkpointer, total, f"whose run ends at step {total} ({config.num_epochs} "
-                                                           f"epochs of {steps_per_epoch} steps)")
         saved_tree = {"train": abstract} | ({"prune_masks": masks_abstract} if pruner is not None else {})
         step, meta = 0, {"history": [], "best": None, "epoch_losses": [], "epoch_parts": [], "epoch_tokens": [0, 0]}
-        if restored := checkpointer.restore(lambda s: (saved_tree, None)):
+        if restored := loop.restore(checkpointer, lambda s: (saved_tree, None), total,
+                                    f"whose run ends at step {total} ({config.num_epochs} epochs of {steps_per_epoch} "
+                                    "steps)", workdir=workdir, config=config, writer=writer, stream=stream):
             step, saved = restored
             state, meta = saved["train"], checkpointer.read_meta(step)
             if pruner is not None:
                 pruner.masks = jax.device_get(saved["prune_masks"])
                 pruner._updated_at, pruner._sparsity = meta["pruner"]
-            reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
         else:
             state = jax.device_put(init(trainable), shardings)
-        loop.begin(workdir, config, step, writer, stream)
         history, best = meta["history"], meta["best"]
-        losses, layer_parts = list(meta["epoch_losses"]), list(meta["epoch_parts"])  # this epoch's, host floats
-        tokens = list(meta["epoch_tokens"])  # this epoch's real tokens, and tokens computed (padding included)
+        # this epoch so far, host values: each step's loss and layer losses, its real tokens and tokens computed
+        epoch_losses, layer_parts = list(meta["epoch_losses"]), list(meta["epoch_parts"])
+        tokens = list(meta["epoch_tokens"])
+        rng = trainer.run_key(config.seed, config.rng_impl)
+        plans = {}  # epoch -> its batches (each epoch's order drawn from seed + epoch)
 
-        def save(done: int):
-            """A checkpoint after step ``done``, with what the epochs so far gave (never of a non-finite state)."""
-            losses[:] = _host_losses(losses)
-            layer_parts[:] = [{k: float(v) for k, v in p.items()} for p in jax.device_get(layer_parts)]
-            loop.check_finite(((done - len(losses) + i + 1, {"loss": x}) for i, x in enumerate(losses)), ("loss",),
-                              checkpointer)
+        def train_step(state, i):
+            epoch, at = divmod(i, steps_per_epoch)
+            if epoch not in plans:
+                plans.clear()
+                plans[epoch] = batching.epoch_plan(data.train, config.batch_size, buckets, config.seed + epoch)
+            idx, width = plans[epoch][at]
+            b = batching.assemble(data.train, idx, config.batch_size, width)
+            real_tokens = int(b["attention_mask"][b["weights"] > 0].sum())
+            tokens[0], tokens[1] = tokens[0] + real_tokens, tokens[1] + config.batch_size * width
+            state, metrics = step_fn(state, parallel.shard_batch(b, mesh), rng, rates[i], *consts)
+            if pruner is not None:  # the update may regrow pruned weights: masked again (re-scored on schedule)
+                pruned = jax.device_put(pruner(i + 1, state["params"]["model"]), shardings["params"]["model"])
+                state = {**state, "params": {**state["params"], "model": pruned}}
+            return state, metrics, (int(b["weights"].sum()), real_tokens)
+
+        def checked(done, m):
+            epoch_losses.append(float(m["loss"]))
+            layer_parts.append({k: float(v) for k, v in m.items() if k not in trainer.STEP_NORMS + ("loss",)})
+
+        def log_row(done, window, dt, n):
+            """The mean loss and norms, the rate, and examples and real (non-padding) tokens per second."""
+            return reporting.mean_metrics([m for m, _ in window]) | {
+                "learning_rate": float(rates[done - 1]), "examples_per_s": sum(w[0] for _, w in window) / dt,
+                "tokens_per_s": sum(w[1] for _, w in window) / dt}
+
+        def end_of_epoch(done, state):
+            """Evaluate the epoch's model on the dev splits and export it if it is the best so far."""
+            nonlocal best
+            result = {"epoch": done // steps_per_epoch, "step": done, "train_loss": float(np.mean(epoch_losses)),
+                      "train_padding_share": 1.0 - tokens[0] / max(tokens[1], 1)}
+            if pruner is not None:
+                result["sparsity"] = float(pruner.report(state["params"]["model"])["reached"])
+            for name in layer_parts[0] if layer_parts else ():  # the layer losses, unweighted: train_patient, ...
+                result[f"train_{name}"] = float(np.mean([p[name] for p in layer_parts]))
+            eval_state = (state["params"]["model"], eval_rest)
+            for split, arr in data.evals.items():
+                logits = inference.predict_batches(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh,
+                                                   buckets)
+                if not np.isfinite(logits).all():
+                    raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch "
+                                             f"{result['epoch']}")
+                for name, value in spec.score(logits, arr).items():
+                    result[f"{split}/{name}"] = value
+            result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
+            history.append(result)
+            writer.write(done, {k: v for k, v in result.items() if k not in ("epoch", "step")})
+            # a pruned run keeps only epochs at the target sparsity (the schedule ends by the last step at the latest)
+            if (pruner is None or pruner.at_target) and (best is None or _better(result["score"], best["score"])):
+                best = result
+                card = spec.card()  # how predict reads and decodes the task's inputs
+                loop.export(model, state["params"]["model"], config.init_from, {os.path.join(workdir, "model"): model},
+                            {tasks.TASK_CARD: card} if card is not None else None)
+            epoch_losses.clear()
+            layer_parts.clear()
+            tokens[:] = [0, 0]
+            return {"score": f"{result['score']:.4f}", "loss": f"{result['train_loss']:.4f}"}
+
+        def save(done, state):
+            """A checkpoint after step ``done``, with what the epochs so far gave."""
             tree = {"train": state} | ({"prune_masks": pruner.masks} if pruner is not None else {})
             extra = {"pruner": [int(pruner._updated_at), float(pruner._sparsity)]} if pruner is not None else {}
-            meta = {"history": history, "best": best, "epoch_losses": losses, "epoch_parts": layer_parts,
+            meta = {"history": history, "best": best, "epoch_losses": epoch_losses, "epoch_parts": layer_parts,
                     "epoch_tokens": tokens} | extra
             checkpointer.save(done, tree, force=True, meta=json.loads(json.dumps(meta, default=float)))
 
-        # -- Loop: epochs of steps; evaluate after each, keep the best -----------------------------------
-        rng = trainer.run_key(config.seed, config.rng_impl)
-        window, timer, stopped = [], reporting.Timer(), False
-        bar = tqdm(total=total, initial=step, desc=config.task, dynamic_ncols=True,
-                   disable=jax.process_index() != 0 or not config.progress)
+        hooks = loop.Hooks(train_step, log_row, save, checked=checked, boundary=end_of_epoch,
+                           boundary_every=steps_per_epoch)
         with trainer.PreemptionFlag(config.preemption_sync_every) as preempt:
-            while step < total:
-                epoch, first = divmod(step, steps_per_epoch)
-                plan = batching.epoch_plan(data.train, config.batch_size, buckets, config.seed + epoch)
-                for idx, width in plan[first:]:
-                    b = batching.assemble(data.train, idx, config.batch_size, width)
-                    real_tokens = int(b["attention_mask"][b["weights"] > 0].sum())
-                    tokens[0], tokens[1] = tokens[0] + real_tokens, tokens[1] + config.batch_size * width
-                    state, metrics = step_fn(state, parallel.shard_batch(b, mesh), rng, rates[step], *consts)
-                    step += 1
-                    losses.append(metrics["loss"])
-                    layer_parts.append({k: v for k, v in metrics.items() if k not in trainer.STEP_NORMS + ("loss",)})
-                    window.append((metrics, int(b["weights"].sum()), real_tokens))
-                    if pruner is not None:  # the update may regrow pruned weights: masked again (re-scored on schedule)
-                        pruned = jax.device_put(pruner(step, state["params"]["model"]), shardings["params"]["model"])
-                        state = {**state, "params": {**state["params"], "model": pruned}}
-                    bar.update(1)
-                    if step % config.log_every == 0:
-                        writer.write(step, _train_row(window, timer, rates[step - 1]))
-                    end_of_epoch = step % steps_per_epoch == 0
-                    stopped = preempt.should_stop(step, boundary=end_of_epoch) and step < total
-                    if end_of_epoch:
-                        break
-                    if step % config.checkpoint_every == 0 or stopped:
-                        save(step)
-                    if stopped:
-                        break
-                if stopped and step % steps_per_epoch:
-                    break
-                # the epoch's end: evaluate, export the best, checkpoint
-                losses[:] = _host_losses(losses)
-                loop.check_finite(((step - len(losses) + i + 1, {"loss": x}) for i, x in enumerate(losses)), ("loss",),
-                                  checkpointer)
-                train_loss = float(np.mean(losses))
-                result = {"epoch": epoch + 1, "step": step, "train_loss": train_loss,
-                          "train_padding_share": 1.0 - tokens[0] / max(tokens[1], 1)}
-                if pruner is not None:
-                    result["sparsity"] = float(pruner.report(state["params"]["model"])["reached"])
-                host_parts = jax.device_get(layer_parts)
-                for name in host_parts[0] if host_parts else ():  # the layer losses, unweighted: train_patient, ...
-                    result[f"train_{name}"] = float(np.mean([float(p[name]) for p in host_parts]))
-                eval_state = (state["params"]["model"], eval_rest)
-                for split, arr in data.evals.items():
-                    logits = inference.predict_batches(eval_graphdef, eval_state, arr, config.eval_batch_size, mesh,
-                                                       buckets)
-                    if not np.isfinite(logits).all():
-                        raise FloatingPointError(f"non-finite logits on {config.task} {split} after epoch {epoch + 1}")
-                    for name, value in spec.score(logits, arr).items():
-                        result[f"{split}/{name}"] = value
-                result["score"] = float(np.mean([result[f"{s}/{spec.main_metric}"] for s in spec.eval_splits]))
-                history.append(result)
-                writer.write(step, {k: v for k, v in result.items() if k not in ("epoch", "step")})
-                bar.set_postfix(score=f"{result['score']:.4f}", loss=f"{train_loss:.4f}")
-                # a pruned run keeps only epochs at the target sparsity (the schedule ends by the last step at the latest)
-                at_target = pruner is None or pruner.at_target
-                if at_target and (best is None or _better(result["score"], best["score"])):
-                    best = result
-                    _export(model, state["params"]["model"], os.path.join(workdir, "model"), config.init_from,
-                            spec.card())
-                losses.clear()
-                layer_parts.clear()
-                tokens[:] = [0, 0]
-                save(step)
-                if stopped:
-                    break
-        bar.close()
+            state, stopped = loop.run(state, step, total, hooks, config=config, checkpointer=checkpointer,
+                                      writer=writer, preempt=preempt, final_step=total, desc=config.task)
     finally:
         checkpointer.close()
         writer.close()
     if stopped:
-        log.warning("stopped early (signal): checkpoint saved at step %d, exiting cleanly; run again on %s to resume",
-                    step, workdir)
-        return {"task": config.task, "best": best, "history": history, "preempted": True,
-                "checkpoint_step": max(checkpointer.steps_on_disk(), default=None)}
+        saved = max(checkpointer.steps_on_disk(), default=None)
+        log.warning("stopped early (signal): checkpoint saved at step %s, exiting cleanly; run again on %s to resume",
+                    saved, workdir)
+        return {"task": config.task, "best": best, "history": history, "preempted": True, "checkpoint_step": saved}
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,
                "train_examples": data.num_labeled, "transfer_examples": data.num_transfer,
                "distill": dict(config.distill), "paper_dev": glue.PAPER_DEV.get(config.task), "preempted": False,
@@ -651,24 +508,3 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     return results
 
 
-def _train_row(window: list, timer, lr: float) -> dict[str, float]:
-    """The metrics row of the steps since the last one: their mean loss and norms (one transfer from the devices), the
-    rate, and examples and real (non-padding) tokens per second."""
-    m = reporting.mean_metrics([w[0] for w in window])
-    dt, _ = timer.lap()
-    examples, tokens = sum(w[1] for w in window), sum(w[2] for w in window)
-    window.clear()
-    return m | {"learning_rate": float(lr), "examples_per_s": examples / dt, "tokens_per_s": tokens / dt}
-
-
-def _export(model, params, out_dir: str, tokenizer_dir: str, card: dict | None = None) -> None:
-    """``params`` (on the mesh) into ``model`` and saved as a MODEL_DIR with ``tokenizer_dir``'s tokenizer (process 0);
-    ``card``: how the task reads and decodes (QA's windows, the choice columns) as ``task.json``, for ``predict``."""
-    host = parallel.to_host(params)
-    params_state = nnx.state(model, nnx.Param)
-    nnx.replace_by_pure_dict(params_state, host)
-    nnx.update(model, params_state)
-    if jax.process_index() == 0:
-        save_pretrained(model, out_dir, tokenizer_dir=tokenizer_dir)
-        if card is not None:
-            atomic_write(os.path.join(out_dir, tasks.TASK_CARD), json.dumps(card, indent=2))

@@ -1,23 +1,93 @@
-"""What pretraining's and fine-tuning's loops share, written once (each entry point keeps its step, its batches and its
-boundary: a phase's end, an epoch's evaluation):
+"""The one training loop: pretraining and fine-tuning both run it. Each entry point supplies only its step, its
+batches and its boundary (a phase's end; an epoch's evaluation) as ``Hooks``; the loop owns the rest, written once:
 
-- ``check_checkpoints_within``: checkpoints past the run's last step belong to another config, and are refused;
-- ``begin``: after a restore, the metrics logged past the restored step are dropped and this start is recorded;
-- ``check_finite``: a non-finite loss or norm stops the run, naming the step and the last good checkpoint (never is a
-  non-finite state saved).
+- ``Settings``: the settings validator (each refusal one line naming ``config.NAME``, its value and what is valid),
+  with the settings every training run shares (``Settings.check_training``);
+- ``restore``: the checkpoint range check (``check_checkpoints_within``), the newest readable checkpoint, and the
+  run's (re)start recorded (``begin``: the config history and the run's stream);
+- ``run``: the steps, the progress bar, preemption (SIGTERM, ``stop_at_step``), the metrics window written every
+  ``log_every`` steps, the finiteness check of every step's loss and norms before anything is logged or saved
+  (``check_finite``: a non-finite state is never saved), and checkpoints every ``checkpoint_every`` steps, at each
+  boundary and on a stop;
+- ``export``: the trained parameters into the model, saved as MODEL_DIRs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
+from flax import nnx
+from tqdm.auto import tqdm
 
-from squeezebert_jax import checkpointing, reporting, trainer
-from squeezebert_jax.errors import CheckpointMismatchError
+from squeezebert_jax import checkpointing, parallel, reporting, trainer
+from squeezebert_jax.errors import CheckpointMismatchError, InputError
+from squeezebert_jax.pretrained import atomic_write, save_pretrained
 
+# Checked on the host for every step before anything is logged or saved: the loss (of the params before the step's
+# update), and the gradient and parameter norms (the latter of the params after it: the state a checkpoint holds).
+FINITE_METRICS = ("loss", "grad_norm", "param_norm")
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------
+
+class Settings:
+    """One validator for a run's config: ``need(ok, name, valid)`` refuses with one line, ``config.NAME=value: valid``
+    (``NAME`` may index a list: ``phases[0].seq_len``); ``number``/``integer`` test a value's type and range."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        self.config = config
+
+    def value(self, name: str):
+        v = self.config
+        for part in name.replace("]", "").replace("[", ".").split("."):
+            v = v[int(part)] if isinstance(v, (list, tuple)) else v[part]
+        return v
+
+    def need(self, ok: bool, name: str, valid: str) -> None:
+        if not ok:
+            raise InputError(f"config.{name}={self.value(name)!r}: {valid}")
+
+    def number(self, name: str, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False) -> bool:
+        """A finite int or float (never a bool) in the range: ``lo``/``hi`` closed unless ``*_open``."""
+        v = self.value(name)
+        return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and (lo is None or (v > lo if lo_open else v >= lo))
+                and (hi is None or (v < hi if hi_open else v <= hi)))
+
+    def integer(self, name: str, lo: int) -> bool:
+        v = self.value(name)
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    def check_training(self) -> None:
+        """The settings every training run has: the optimizer's rate, warmup and decay, the dropout bits, the loop's
+        intervals and the device count."""
+        need, number, integer = self.need, self.number, self.integer
+        need(number("learning_rate", 0, lo_open=True), "learning_rate", "a finite rate > 0")
+        need(number("warmup_fraction", 0, 1), "warmup_fraction", "a fraction in [0, 1]")
+        need(number("weight_decay", 0), "weight_decay", "a finite decay >= 0")
+        need(self.config.rng_impl in trainer.RNG_IMPLS, "rng_impl", " or ".join(trainer.RNG_IMPLS))
+        for name in ("log_every", "checkpoint_every", "preemption_sync_every"):
+            need(integer(name, 1), name, "an integer >= 1")
+        need(integer("keep_checkpoints", 1), "keep_checkpoints",
+             "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
+        if "stop_at_step" in self.config:
+            need(integer("stop_at_step", 0), "stop_at_step", "an integer >= 0 (0: off)")
+        parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
+
+
+# --------------------------------------------------------------------------------------------------
+# Restore
+# --------------------------------------------------------------------------------------------------
 
 def check_checkpoints_within(checkpointer: checkpointing.Checkpointer, final_step: int, ends: str) -> None:
     """Refuse checkpoints at steps outside ``1..final_step``: a run of this config never wrote them. ``ends``
@@ -38,16 +108,141 @@ def begin(workdir: str, config: ml_collections.ConfigDict, step: int, writer: re
         trainer.record_config(workdir, config, step, stream)
 
 
+def restore(checkpointer: checkpointing.Checkpointer, target: Callable[[int], tuple[Any, Any]], final_step: int,
+            ends: str, *, workdir: str, config: ml_collections.ConfigDict, writer: reporting.MetricsWriter,
+            stream: dict) -> tuple[int, Any] | None:
+    """The newest readable checkpoint in ``checkpointer`` (``target(step)``: its abstract tree and data iterator), as
+    ``(step, tree)``, or None: start at step 0. Checkpoints outside ``1..final_step`` are refused first (``ends``:
+    where this run ends); one that cannot be read is set aside once an older one restores, and none readable stops
+    the run (never a silent restart). Then the (re)start is recorded (``begin``)."""
+    check_checkpoints_within(checkpointer, final_step, ends)
+    restored = checkpointer.restore(target)
+    step = restored[0] if restored else 0
+    if restored:
+        reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
+    begin(workdir, config, step, writer, stream)
+    return restored
+
+
+# --------------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------------
+
 def check_finite(rows: Iterable[tuple[int, dict]], keys: tuple[str, ...],
                  checkpointer: checkpointing.Checkpointer) -> None:
     """``rows``: (step, host metrics). Raise ``FloatingPointError`` at the first step where one of ``keys`` is not
     finite, naming it, its value and the last good checkpoint."""
-    for step, m in rows:
+    for at, m in rows:
         bad = [f"{key} {float(m[key])}" for key in keys if key in m and not np.isfinite(m[key])]
         if bad:
             checkpointer.wait()
             good = max(checkpointer.all_steps(), default=None)
             raise FloatingPointError(
-                f"non-finite {', '.join(bad)} at step {step} (training diverged); "
+                f"non-finite {', '.join(bad)} at step {at} (training diverged); "
                 + (f"the last good checkpoint is step {good} in {checkpointer.directory}" if good is not None
                    else "no checkpoint was saved"))
+
+
+@dataclasses.dataclass
+class Hooks:
+    """What an entry point supplies to ``run``.
+
+    - ``step(state, step) -> (state, device metrics, host info)``: the batch for ``step`` through the jitted step (and
+      what follows it, e.g. pruning's masks); ``info`` is anything the log row needs from the host (e.g. real tokens);
+    - ``log_row(done, window, seconds, steps) -> row``: the metrics row for ``metrics.jsonl`` of the checked steps
+      since the last row (``window``: their (host metrics, info)) over ``seconds`` of ``steps`` steps;
+    - ``save(done, state)``: a checkpoint after step ``done`` (every step up to it checked);
+    - ``checked(done, host metrics)``: each step's metrics once checked (e.g. an epoch's losses);
+    - ``boundary(done, state)``: at every ``boundary_every`` steps and at the range's end, before the checkpoint (an
+      epoch's evaluation); ``postfix(row)``: the progress bar's fields from a log row.
+    """
+
+    step: Callable[[Any, int], tuple[Any, dict, Any]]
+    log_row: Callable[[int, list, float, int], dict]
+    save: Callable[[int, Any], None]
+    checked: Callable[[int, dict], None] | None = None
+    boundary: Callable[[int, Any], dict | None] | None = None
+    boundary_every: int = 0
+    postfix: Callable[[dict], dict] | None = None
+
+
+def run(state, start: int, end: int, hooks: Hooks, *, config: ml_collections.ConfigDict,
+        checkpointer: checkpointing.Checkpointer, writer: reporting.MetricsWriter, preempt: trainer.PreemptionFlag,
+        final_step: int, desc: str) -> tuple[Any, bool]:
+    """Steps ``start..end`` (``end <= final_step``, the run's last step), or until a signal or ``config.stop_at_step``
+    stops the run before ``final_step``. Returns ``(state, stopped)``. Every ``log_every`` steps, at ``end`` and on a
+    stop, the window of checked metrics becomes a row; checkpoints every ``checkpoint_every`` steps, at each boundary
+    and on a stop. The device metrics are fetched only at those points (one transfer each), and every step's
+    ``FINITE_METRICS`` are checked before a row or a checkpoint is written."""
+    pending: list[tuple[int, dict, Any]] = []  # (step, device metrics, info) not yet fetched and checked
+    window: list[tuple[dict, Any]] = []  # checked host metrics since the last row
+    timer, stop = reporting.Timer(), False
+    stop_at = config.get("stop_at_step", 0)
+
+    def fetch_and_check():
+        host = jax.device_get([m for _, m, _ in pending])
+        check_finite(((s, h) for (s, _, _), h in zip(pending, host)), FINITE_METRICS, checkpointer)
+        for (s, _, info), h in zip(pending, host):
+            window.append((h, info))
+            if hooks.checked is not None:
+                hooks.checked(s, h)
+        pending.clear()
+
+    def write_row(done):
+        fetch_and_check()
+        row = hooks.log_row(done, window, *timer.lap())
+        window.clear()
+        writer.write(done, row)
+        if hooks.postfix is not None:
+            bar.set_postfix(**hooks.postfix(row))
+
+    bar = tqdm(total=end, initial=start, desc=desc, dynamic_ncols=True,
+               disable=jax.process_index() != 0 or not config.progress)
+    for step in range(start, end):
+        state, metrics, info = hooks.step(state, step)
+        done = step + 1
+        pending.append((done, metrics, info))
+        timer.tick()
+        bar.update(1)
+        at_boundary = done == end or bool(hooks.boundary_every and done % hooks.boundary_every == 0)
+        logged = done % config.log_every == 0 or done == end
+        if logged:
+            write_row(done)
+        if at_boundary and hooks.boundary is not None:
+            fetch_and_check()
+            if postfix := hooks.boundary(done, state):
+                bar.set_postfix(**postfix)
+        # as late in the step as can be (a signal during its row or evaluation stops here), and the same decision on
+        # every host: the signal flag is agreed collectively, stop_at_step is config
+        stop = preempt.should_stop(done, boundary=at_boundary) or (stop_at > 0 and done >= stop_at)
+        stop = stop and done < final_step  # at the last step the run is complete: finish and export
+        if stop and not logged:
+            write_row(done)
+        if done % config.checkpoint_every == 0 or at_boundary or stop:
+            fetch_and_check()  # never save a state whose step has not been checked
+            hooks.save(done, state)
+        if stop:
+            break
+    bar.close()
+    return state, stop
+
+
+# --------------------------------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------------------------------
+
+def export(model: nnx.Module, params, tokenizer_dir: str, out_dirs: dict[str, nnx.Module],
+           extra_files: dict[str, dict] | None = None) -> None:
+    """``params`` (on the mesh, gathered from every host) into ``model``; then, on process 0, each of ``out_dirs``'
+    modules (``model`` or its parts) saved as a MODEL_DIR there with ``tokenizer_dir``'s tokenizer, and
+    ``extra_files`` (name: JSON object, e.g. a task's card) beside the first."""
+    params_state = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(params_state, parallel.to_host(params))
+    nnx.update(model, params_state)
+    if jax.process_index() != 0:
+        return
+    for out_dir, module in out_dirs.items():
+        save_pretrained(module, out_dir, tokenizer_dir=tokenizer_dir)
+    first = next(iter(out_dirs))
+    for name, obj in (extra_files or {}).items():
+        atomic_write(os.path.join(first, name), json.dumps(obj, indent=2))

@@ -335,18 +335,6 @@ class SqueezeBertConfig:
         except (TypeError, ValueError) as e:
             raise InputError(f"{source}: {e}") from e
 
-    @classmethod
-    def from_json(cls, path: str | os.PathLike) -> "SqueezeBertConfig":
-        path = os.fspath(path)
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e})") from e
-        return cls.from_dict(d, source=path)
-
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
         """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or the
         family's own transformers config (``style``: "bert" when every group is 1, "albert", "distilbert", ...)."""

@@ -1,7 +1,8 @@
 """MLM + sentence-order-prediction pretraining with LAMB on a device mesh (the paper's recipe).
 
-One linear trainer, read top to bottom: distributed start-up, mesh, data, model + optimizer, the pure
-jitted update step, restore, loop (progress bar, metrics, checkpoints, preemption), export.
+Read top to bottom: distributed start-up, mesh, data, model + optimizer, the pure jitted update step, then the shared
+loop (``squeezebert_jax.loop``: restore, steps, metrics, checkpoints, preemption, export), to which pretraining gives
+its step, its batches and each phase's end.
 Phases (the paper: 56k steps at seq 128, then 6k at seq 512) run in order; each starts a fresh LAMB state
 and schedule from the previous phase's parameters. A restarted run continues from the newest good
 checkpoint in its workdir with exactly the losses of a run that never stopped.
@@ -13,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 from typing import Any
 
@@ -23,12 +23,11 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
-from tqdm.auto import tqdm
 
-from squeezebert_jax import checkpointing, corpus, files, loop, optim, parallel, pretrain_data, reporting, trainer
+from squeezebert_jax import checkpointing, files, loop, losses, optim, parallel, pretrain_data, reporting, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
-from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config, save_pretrained
+from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config
 from squeezebert_jax.tokenizer import Tokenizer
 from squeezebert_jax.model import (ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining, Structure,
                                    generator_config, set_execution)
@@ -38,68 +37,6 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------------
 # Loss
-# --------------------------------------------------------------------------------------------------
-
-def pretraining_losses(out, batch) -> dict[str, jax.Array]:
-    """Per-batch sums (so microbatches add up exactly): MLM NLL over real predictions, SOP NLL."""
-    sop_logp = jax.nn.log_softmax(out.sop_logits.astype(jnp.float32), axis=-1)
-    sop_nll = -jnp.take_along_axis(sop_logp, batch["sop_label"][:, None], axis=-1)[:, 0]
-    return mlm_losses(out.mlm_logits, batch) | {
-        "sop_nll_sum": jnp.sum(sop_nll),
-        "sop_correct_sum": jnp.sum((jnp.argmax(sop_logp, -1) == batch["sop_label"]).astype(jnp.float32)),
-        "sop_count": jnp.asarray(sop_nll.shape[0], jnp.float32)}
-
-
-def mlm_losses(mlm_logits, batch) -> dict[str, jax.Array]:
-    """Per-batch sums of the MLM NLL and accuracy over the real predictions (``masked_lm_weights`` > 0)."""
-    logp = jax.nn.log_softmax(mlm_logits.astype(jnp.float32), axis=-1)
-    ids, w = batch["masked_lm_ids"], batch["masked_lm_weights"].astype(jnp.float32)
-    nll = -jnp.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]
-    correct = (jnp.argmax(logp, -1) == ids).astype(jnp.float32)
-    return {"mlm_nll_sum": jnp.sum(nll * w), "mlm_correct_sum": jnp.sum(correct * w), "mlm_weight": jnp.sum(w)}
-
-
-def finalize_losses(s: dict[str, jax.Array], rtd_weight: float = 0.0) -> dict[str, jax.Array]:
-    mlm = s["mlm_nll_sum"] / jnp.maximum(s["mlm_weight"], 1.0)
-    out = {"mlm_loss": mlm, "mlm_accuracy": s["mlm_correct_sum"] / jnp.maximum(s["mlm_weight"], 1.0)}
-    if "rtd_bce_sum" in s:  # ELECTRA: the generator's MLM + rtd_weight x the discriminator's per-token BCE
-        rtd = s["rtd_bce_sum"] / jnp.maximum(s["rtd_tokens"], 1.0)
-        return out | {"loss": mlm + rtd_weight * rtd, "rtd_loss": rtd,
-                      "rtd_accuracy": s["rtd_correct_sum"] / jnp.maximum(s["rtd_tokens"], 1.0),
-                      "replaced_share": s["rtd_replaced_sum"] / jnp.maximum(s["rtd_tokens"], 1.0)}
-    sop = s["sop_nll_sum"] / jnp.maximum(s["sop_count"], 1.0)
-    return out | {"loss": mlm + sop, "sop_loss": sop,
-                  "sop_accuracy": s["sop_correct_sum"] / jnp.maximum(s["sop_count"], 1.0)}
-
-
-def replace_with_samples(input_ids, positions, original_ids, weights, generator_logits, rng):
-    """ELECTRA's corruption: at each real masked position (``weights`` > 0) the token is replaced by a sample of the
-    generator's softmax (Gumbel-max, no gradient through it); everywhere else the input stays. Returns (the
-    discriminator's input ids [B, S], its labels [B, S]: 1 where the token differs from the original -- a sample that
-    equals the original counts as original --, the samples [B, P])."""
-    logits = jax.lax.stop_gradient(generator_logits.astype(jnp.float32))
-    gumbel = -jnp.log(-jnp.log(jax.random.uniform(rng, logits.shape, jnp.float32, 1e-9, 1.0)))
-    sampled = jnp.argmax(logits + gumbel, axis=-1).astype(input_ids.dtype)
-    real = weights > 0
-    rows = jnp.arange(input_ids.shape[0])[:, None]
-    at = jnp.where(real, positions, input_ids.shape[1])  # padding predictions write out of bounds: dropped
-    disc_ids = input_ids.at[rows, at].set(sampled, mode="drop")
-    labels = jnp.zeros(input_ids.shape, jnp.int32).at[rows, at].set(
-        (sampled != original_ids).astype(jnp.int32), mode="drop")
-    return disc_ids, labels, sampled
-
-
-def rtd_losses(discriminator_logits, labels, attention_mask) -> dict[str, jax.Array]:
-    """Per-batch sums of the discriminator's sigmoid cross-entropy over the real tokens, its accuracy and the
-    share of replaced tokens."""
-    z = discriminator_logits.astype(jnp.float32)
-    y = labels.astype(jnp.float32)
-    m = attention_mask.astype(jnp.float32)
-    bce = optax.sigmoid_binary_cross_entropy(z, y)
-    return {"rtd_bce_sum": jnp.sum(bce * m), "rtd_correct_sum": jnp.sum(((z > 0) == (y > 0)) * m),
-            "rtd_replaced_sum": jnp.sum(y * m), "rtd_tokens": jnp.sum(m)}
-
-
 # --------------------------------------------------------------------------------------------------
 # The update step
 # --------------------------------------------------------------------------------------------------
@@ -114,7 +51,7 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
     ``num_microbatches`` > 1 the per-microbatch *sums* are accumulated and normalised once, so the
     gradient equals the big batch's up to float error. An ``ElectraPreTraining`` model (``rtd_weight`` > 0) trains
     ELECTRA's objective instead: the generator's MLM NLL + ``rtd_weight`` x the discriminator's mean per-token
-    sigmoid cross-entropy on the sampled replacements (``replace_with_samples``).
+    sigmoid cross-entropy on the sampled replacements (``losses.replace_with_samples``).
     """
 
     def sums_fn(params, batch, rng):
@@ -124,14 +61,14 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
         model.train()
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         if not rtd_weight:
-            return pretraining_losses(model(*inputs, masked_positions=batch["masked_lm_positions"]), batch)
+            return losses.pretraining_losses(model(*inputs, masked_positions=batch["masked_lm_positions"]), batch)
         gen = model.generator(*inputs, masked_positions=batch["masked_lm_positions"])
-        s = mlm_losses(gen.logits, batch)
-        disc_ids, labels, _ = replace_with_samples(batch["input_ids"], batch["masked_lm_positions"],
+        s = losses.mlm_losses(gen.logits, batch)
+        disc_ids, labels, _ = losses.replace_with_samples(batch["input_ids"], batch["masked_lm_positions"],
                                                    batch["masked_lm_ids"], batch["masked_lm_weights"], gen.logits,
                                                    sample_rng)
         disc = model.discriminator(disc_ids, batch["attention_mask"], batch["token_type_ids"])
-        return s | rtd_losses(disc.logits, labels, batch["attention_mask"])
+        return s | losses.rtd_losses(disc.logits, labels, batch["attention_mask"])
 
     def loss_fn(params, batch, rng, norm):
         s = sums_fn(params, batch, rng)
@@ -146,7 +83,7 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, num_microb
                 "tokens": jnp.maximum(jnp.sum(batch["attention_mask"].astype(jnp.float32)), 1.0)}
 
     return trainer.make_train_step(loss_fn, tx, num_microbatches, normalizers,
-                                   finalize=lambda loss, sums: finalize_losses(sums, rtd_weight))
+                                   finalize=lambda loss, sums: losses.finalize_losses(sums, rtd_weight))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,27 +252,6 @@ def phase_batches(config, phase: Phase, data_dir: str, mesh):
     return batches
 
 
-def prepare_demo_data(config, workdir: str) -> str:
-    """The embedded corpus: generated by the project's grammar, tokenized once into ArrayRecord shards."""
-
-    data_dir = os.path.join(workdir, "data")
-    if os.path.exists(os.path.join(data_dir, "meta.json")):
-        return data_dir
-    if jax.process_index() == 0:
-        os.makedirs(data_dir, exist_ok=True)
-        os.makedirs(os.path.join(workdir, "demo"), exist_ok=True)
-        text = os.path.join(workdir, "demo", "corpus.txt")
-        corpus.write_corpus(text, num_docs=config.data.demo_num_docs, seed=config.data.demo_seed)
-        vocab = os.path.join(workdir, "demo", "vocab.txt")
-        corpus.write_demo_vocab(vocab)
-        pretrain_data.prepare([text], Tokenizer.from_file(vocab), data_dir, num_shards=config.data.num_shards)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("demo_data")
-    return data_dir
-
-
 # --------------------------------------------------------------------------------------------------
 # One phase's steps
 # --------------------------------------------------------------------------------------------------
@@ -369,67 +285,44 @@ def log_line(step: int, phase: Phase, m: dict) -> str:
     return line + (f" | MFU {100 * m['mfu']:.1f}%" if m.get("mfu") else "")
 
 
-# Checked on the host before anything is logged or saved: the loss (of the params before the step's update), and
-# the gradient and parameter norms (the latter of the params after it, i.e. of the state a checkpoint would hold).
-FINITE_METRICS = ("loss", "grad_norm", "param_norm")
-
-
 def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) -> tuple[Any, dict, bool]:
-    """Steps from ``state["step"]`` to ``phase.end``, or until a signal or ``stop_at_step`` stops the run before its
-    final step. Returns ``(state, last logged metrics, stopped)``; logs, checkpoints and checks finiteness on the way."""
-    config, checkpointer = run.config, run.checkpointer
+    """Steps from ``state["step"]`` to ``phase.end`` through the shared loop (``loop.run``), or until a signal or
+    ``stop_at_step`` stops the run before its final step. Returns ``(state, last logged metrics, stopped)``."""
+    config = run.config
     rng = trainer.run_key(config.seed, config.rng_impl)
     n_dev = run.mesh.shape["data"]
-    start = int(jax.device_get(state["step"]))
     seq_flops = train_flops_per_sequence(run.model_config, phase.seq_len, phase.max_predictions_per_seq,
                                          config.rtd.generator_fraction if rtd_weight(config) else 0.0)
-    pending: list[tuple[int, dict]] = []  # (step, device metrics) not yet fetched and checked
-    window: list[dict] = []  # checked host metrics since the last log line
-    timer, last, stop = reporting.Timer(), {}, False
-
-    def fetch_and_check():
-        """Fetch the pending steps' metrics; raise naming the first step with a non-finite one."""
-        host = jax.device_get([m for _, m in pending])
-        loop.check_finite(zip([s for s, _ in pending], host), FINITE_METRICS, checkpointer)
-        window.extend(host)
-        pending.clear()
-
-    bar = tqdm(total=phase.end, initial=start, desc=f"{phase.name} (seq {phase.seq_len})",
-               disable=jax.process_index() != 0 or not config.progress, dynamic_ncols=True)
     on_device = isinstance(batches, parallel.DevicePrefetcher)
-    for step in range(start, phase.end):
+    last: dict = {}
+
+    def step(state, i):
         batch = next(batches) if on_device else parallel.global_batch(next(batches), run.mesh)
-        state, metrics = ps.step_fn(state, batch, rng, ps.learning_rates[step - phase.start])
-        done = step + 1
-        pending.append((done, metrics))
-        timer.tick()
-        bar.update(1)
-        # the same decision on every host: the signal flag is agreed collectively, stop_at_step is config
-        stop = preempt.should_stop(done, boundary=done == phase.end)
-        stop = stop or (config.stop_at_step > 0 and done >= config.stop_at_step)
-        stop = stop and done < run.final_step  # at the last step the run is complete: finish and export
-        if done % config.log_every == 0 or done == phase.end or stop:
-            fetch_and_check()
-            m = reporting.mean_metrics(window)
-            window.clear()
-            dt, n = timer.lap()
-            seq_s = n * config.global_batch_size / dt
-            m |= {"learning_rate": float(ps.learning_rates[done - phase.start - 1]), "seq_per_s": seq_s,
-                  "tokens_per_s": seq_s * phase.seq_len, "phase": phase.index,
-                  "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
-            run.writer.write(done, m)
-            reporting.say(log_line(done, phase, m))
-            t = second_task(m)
-            bar.set_postfix(**{"loss": f"{m['loss']:.3f}", "mlm_acc": f"{m['mlm_accuracy']:.3f}",
-                               f"{t}_acc": f"{m[f'{t}_accuracy']:.3f}"})
-            last = m
-        if done % config.checkpoint_every == 0 or done == phase.end or stop:
-            fetch_and_check()  # never save a state whose step has not been checked
-            checkpointer.save(done, state, batches, force=True, meta={"data": run.data_fingerprint})
-        if stop:
-            break
-    bar.close()
-    return state, last, stop
+        state, metrics = ps.step_fn(state, batch, rng, ps.learning_rates[i - phase.start])
+        return state, metrics, None
+
+    def log_row(done, window, dt, n):
+        nonlocal last
+        seq_s = n * config.global_batch_size / dt
+        last = reporting.mean_metrics([m for m, _ in window]) | {
+            "learning_rate": float(ps.learning_rates[done - phase.start - 1]), "seq_per_s": seq_s,
+            "tokens_per_s": seq_s * phase.seq_len, "phase": phase.index,
+            "mfu": seq_s * seq_flops / (run.peak_flops * n_dev) if run.peak_flops else None}
+        reporting.say(log_line(done, phase, last))
+        return last
+
+    def postfix(m):
+        t = second_task(m)
+        return {"loss": f"{m['loss']:.3f}", "mlm_acc": f"{m['mlm_accuracy']:.3f}", f"{t}_acc": f"{m[f'{t}_accuracy']:.3f}"}
+
+    def save(done, state):
+        run.checkpointer.save(done, state, batches, force=True, meta={"data": run.data_fingerprint})
+
+    state, stopped = loop.run(state, int(jax.device_get(state["step"])), phase.end,
+                              loop.Hooks(step, log_row, save, postfix=postfix), config=config,
+                              checkpointer=run.checkpointer, writer=run.writer, preempt=preempt,
+                              final_step=run.final_step, desc=f"{phase.name} (seq {phase.seq_len})")
+    return state, last, stopped
 
 
 # --------------------------------------------------------------------------------------------------
@@ -440,43 +333,24 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
     """Every setting against its range and the others, before anything is written, loaded or compiled: one line naming
     the setting, its value and what is valid (a phase-2 ``seq_len`` past the model's positions is refused here, not
     56k steps into the run)."""
-
-    def need(ok: bool, name: str, valid: str):
-        if not ok:
-            value = config
-            for part in name.replace("]", "").replace("[", ".").split("."):
-                value = value[int(part)] if isinstance(value, (list, tuple)) else value[part]
-            raise InputError(f"config.{name}={value!r}: {valid}")
-
-    def finite(x) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-    need(finite(config.learning_rate) and config.learning_rate > 0, "learning_rate", "a finite rate > 0")
-    need(config.rng_impl in trainer.RNG_IMPLS, "rng_impl", " or ".join(trainer.RNG_IMPLS))
-    need(finite(config.warmup_fraction) and 0 <= config.warmup_fraction <= 1, "warmup_fraction", "a fraction in [0, 1]")
-    need(finite(config.decay_power) and config.decay_power > 0, "decay_power", "a finite power > 0")
-    need(finite(config.weight_decay) and config.weight_decay >= 0, "weight_decay", "a finite decay >= 0")
-    need(config.clip_norm is None or (finite(config.clip_norm) and config.clip_norm >= 0), "clip_norm",
-         "a global norm > 0, or 0 for no clipping")
-    for name in ("global_batch_size", "num_microbatches", "log_every", "checkpoint_every", "preemption_sync_every"):
-        need(isinstance(config[name], int) and config[name] >= 1, name, "an integer >= 1")
-    need(isinstance(config.keep_checkpoints, int) and config.keep_checkpoints >= 1, "keep_checkpoints",
-         "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
-    need(isinstance(config.stop_at_step, int) and config.stop_at_step >= 0, "stop_at_step", "an integer >= 0 (0: off)")
-    parallel.check_num_devices(config.num_devices, count=False)  # counted by make_mesh, once jax.distributed is up
-    for name, valid in (("data.num_workers", "an integer >= 0 (0: grain's thread in this process)"),
-                        ("data.prefetch", "an integer >= 0 (0: batches made inline)"),
-                        ("data.num_shards", "an integer >= 1"), ("data.demo_num_docs", "an integer >= 1")):
-        v = config[name.split(".")[0]] if "." not in name else config.data[name.split(".")[1]]
-        need(isinstance(v, int) and not isinstance(v, bool) and v >= (1 if valid.endswith(">= 1") else 0), name,
-             valid)
-    need(finite(config.peak_flops_per_device) and config.peak_flops_per_device >= 0, "peak_flops_per_device",
+    settings = loop.Settings(config)
+    need, finite = settings.need, settings.number
+    settings.check_training()
+    need(finite("decay_power", 0, lo_open=True), "decay_power", "a finite power > 0")
+    need(config.clip_norm is None or finite("clip_norm", 0), "clip_norm", "a global norm > 0, or 0 for no clipping")
+    for name in ("global_batch_size", "num_microbatches"):
+        need(settings.integer(name, 1), name, "an integer >= 1")
+    for name, lo, valid in (("data.num_workers", 0, "an integer >= 0 (0: grain's thread in this process)"),
+                            ("data.prefetch", 0, "an integer >= 0 (0: batches made inline)"),
+                            ("data.num_shards", 1, "an integer >= 1"), ("data.demo_num_docs", 1, "an integer >= 1")):
+        need(settings.integer(name, lo), name, valid)
+    need(finite("peak_flops_per_device", 0), "peak_flops_per_device",
          "a finite FLOP/s >= 0 (0: looked up by device kind)")
     need(config.objective in ("mlm_sop", "rtd"), "objective",
          "mlm_sop (masked LM + sentence order) or rtd (ELECTRA's replaced-token detection)")
     if config.objective == "rtd":
-        need(finite(config.rtd.weight) and config.rtd.weight > 0, "rtd.weight", "a finite weight > 0 (ELECTRA: 50)")
-        need(finite(config.rtd.generator_fraction) and 0 < config.rtd.generator_fraction <= 1,
+        need(finite("rtd.weight", 0, lo_open=True), "rtd.weight", "a finite weight > 0 (ELECTRA: 50)")
+        need(finite("rtd.generator_fraction", 0, 1, lo_open=True),
              "rtd.generator_fraction", "a fraction in (0, 1] of the discriminator's width (ELECTRA: 1/4)")
         need(not config.init_from, "init_from", "empty with objective=rtd (the generator and discriminator pair "
              "starts from random weights here)")
@@ -488,7 +362,6 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
         raise InputError("config.phases is empty: at least one phase (name, num_steps, seq_len, "
                          "max_predictions_per_seq)")
     if config.init_from:
-
         positions, source = read_model_config(config.init_from)[0].max_position_embeddings, config.init_from
     else:
         positions, source = model_config(config).max_position_embeddings, f"model.preset {config.model.preset!r}"
@@ -502,42 +375,10 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
         microbatches(config, phase)
 
 
-def check_data_unchanged(config, checkpointer: checkpointing.Checkpointer, data_dir: str, fingerprint: dict) -> bool:
-    """Refuse to resume on data other than the newest checkpoint's (``pretrain_data.data_fingerprint``): another
-    vocabulary always; other shards unless ``data.start_over`` (then True: the data iterator starts afresh). A
-    checkpoint from before fingerprints is resumed with a warning."""
-    for step in checkpointer.all_steps()[::-1]:
-        try:
-            saved = checkpointer.read_meta(step).get("data")
-        except Exception:  # noqa: BLE001 -- no meta item (an older checkpoint) or damage: restore decides
-            continue
-        if not saved:
-            break
-        vocab, change = pretrain_data.fingerprint_change(saved, fingerprint)
-        if not change:
-            return False
-        where = (f"the prepared data in {data_dir} changed since the checkpoint at step {step} in "
-                 f"{checkpointer.directory}")
-        if vocab:
-            raise InputError(f"{where}: {change}. The checkpoints are left untouched: resume with the data they were "
-                             "written with, or start a new workdir (--config.init_from a MODEL_DIR keeps weights)")
-        if not config.data.get("start_over", False):
-            raise InputError(f"{where}: {change}, so the saved data position means nothing there. The checkpoints are "
-                             "left untouched: resume with the data they were written with, or pass "
-                             "--config.data.start_over=True to keep the model and optimizer and read the new data from "
-                             "its beginning")
-        log.warning("%s: %s; data.start_over: the new data is read from its beginning", where, change)
-        return True
-    if checkpointer.all_steps():
-        log.warning("the checkpoints in %s record no data fingerprint (written by an older version): the data in %s "
-                    "is assumed to be the one they read", checkpointer.directory, data_dir)
-    return False
-
-
 # The settings that define a pretraining run's stream: which sequences land at which step (the loader's seed per phase,
 # the batch, each phase's length and masking, where each phase begins and ends) and what they are trained towards. Each
 # start records them (``run_stream``); a resume with any of them changed is refused (``trainer.check_stream``). The data
-# itself is checked against each checkpoint's record of it (``check_data_unchanged``: ``data.start_over`` may accept
+# itself is checked against each checkpoint's record of it (``pretrain_data.check_resume_data``: ``data.start_over`` may accept
 # shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
 # learning_rate, log_every, checkpoint_every, stop_at_step, num_devices, num_microbatches, ...
 RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking")
@@ -582,7 +423,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
     os.makedirs(workdir, exist_ok=True)
 
     # -- Data --------------------------------------------------------------------------------------
-    data_dir = prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
+    data_dir = pretrain_data.prepare_demo(workdir, config.data) if config.data.source == "demo" else config.data.path
     tokenizer = Tokenizer.from_dir(data_dir)
     if tokenizer is None:
         raise FileNotFoundError(f"{data_dir}: no tokenizer file recorded by prepare_data")
@@ -615,7 +456,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
     checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
                                               async_save=config.async_checkpoints, with_meta=True)
     fingerprint = pretrain_data.data_fingerprint(data_dir)
-    start_data_over = check_data_unchanged(config, checkpointer, data_dir, fingerprint)
+    start_data_over = pretrain_data.check_resume_data(checkpointer, data_dir, fingerprint,
+                                                      config.data.get("start_over", False))
     stream = run_stream(config)
     trainer.check_stream(workdir, stream, bool(checkpointer.all_steps()))
     writer = reporting.MetricsWriter(workdir)
@@ -625,7 +467,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
         # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch at step 0 ----------------
         # A checkpoint that cannot be read is set aside once an older one restores; one written by another config
         # raises CheckpointMismatchError; checkpoints of which none can be read stop the run (never a silent restart).
-        loop.check_checkpoints_within(checkpointer, run.final_step, f"whose phases end at step {run.final_step}")
         built = {}  # saved step -> (its phase, PhaseStep, batches): what the checkpoint restores into
 
         def restore_target(saved_step):
@@ -634,16 +475,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
             return built[saved_step][1].abstract, None if start_data_over else built[saved_step][2]
 
         step, state, resumed = 0, None, None
-        if restored := checkpointer.restore(restore_target):
+        if restored := loop.restore(checkpointer, restore_target, run.final_step,
+                                    f"whose phases end at step {run.final_step}", workdir=workdir, config=config,
+                                    writer=writer, stream=stream):
             step, state = restored
             phase, ps, batches = built[step]
             params = state["params"]
             resumed = (ps, batches) if step < phase.end else None
             if resumed is None and isinstance(batches, parallel.DevicePrefetcher):
                 batches.close()  # restored at its phase's end: the next phase starts fresh
-            log.info("resuming from the checkpoint at step %d", step)
-            reporting.say(f"resuming from the checkpoint at step {step} in {checkpointer.directory}")
-        loop.begin(workdir, config, step, writer, stream)
 
         # -- Loop over phases: each starts a fresh LAMB state and schedule from the previous phase's parameters ---
         last, stopped = {}, False
@@ -672,20 +512,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
                     "to resume", workdir)
         return last | {"preempted": True, "checkpoint_step": max(checkpointer.steps_on_disk(), default=None)}
 
-    # -- Export: a MODEL_DIR that convert/to_pytorch.py accepts ---------------------------------------
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        params = multihost_utils.process_allgather(params, tiled=True)
-    params_state = nnx.state(model, nnx.Param)
-    nnx.replace_by_pure_dict(params_state, jax.device_get(params))
-    nnx.update(model, params_state)
+    # -- Export: a MODEL_DIR that convert/to_pytorch.py accepts (an ELECTRA pair: the discriminator is the model, the
+    # generator is kept beside it) ----------------------------------------------------------------------------------
+    out = {os.path.join(workdir, "model"): model}
+    if isinstance(model, ElectraPreTraining):
+        out = {os.path.join(workdir, "model"): model.discriminator, os.path.join(workdir, "generator"): model.generator}
+    loop.export(model, params, data_dir, out)
     if jax.process_index() == 0:
-        if isinstance(model, ElectraPreTraining):  # the discriminator is the model; the generator is kept beside it
-            save_pretrained(model.discriminator, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
-            save_pretrained(model.generator, os.path.join(workdir, "generator"), tokenizer_dir=data_dir)
-        else:
-            save_pretrained(model, os.path.join(workdir, "model"), tokenizer_dir=data_dir)
         atomic_write(os.path.join(workdir, "final_metrics.json"), json.dumps(last, indent=2))
     return last | {"preempted": False}
-

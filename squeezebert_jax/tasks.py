@@ -58,7 +58,7 @@ class Task(Protocol):
 
     name          the run's task name
     kind          one of ``KINDS`` (a GLUE task: classification or regression)
-    loss          the training loss's name, a key of ``finetune.LOSSES``: cross_entropy (a softmax over labels or
+    loss          the training loss's name, a key of ``losses.LOSSES``: cross_entropy (a softmax over labels or
                   choices), mse, sigmoid_bce (multilabel), token_cross_entropy, span_cross_entropy (extractive QA)
     head          the model class trained (a key of ``model.HEADS``)
     labels        the label names in id order (None: regression, QA, multiple choice); ``num_labels`` the head's outputs

@@ -11,7 +11,7 @@ from flax import nnx
 
 import squeezebert_jax as sj
 from conftest import WORDS, glue_config
-from squeezebert_jax import batching, inference, parallel, reporting, trainer
+from squeezebert_jax import batching, inference, losses, parallel, reporting, trainer
 from squeezebert_jax import finetune as ft
 
 
@@ -75,7 +75,7 @@ def test_a_train_step_on_a_cut_batch_equals_the_full_width_step():
     c = glue_config("mnli", "", "", learning_rate=1e-3)
     mesh = parallel.make_mesh(1)
     fs = ft.build_step(c, graphdef, nnx.to_pure_dict(rest), {"model": nnx.to_pure_dict(params)}, 10, mesh,
-                       ft.LOSSES["cross_entropy"])
+                       losses.LOSSES["cross_entropy"])
     out = {}
     for width in (16, 32):
         fresh = jax.tree.map(jnp.copy, nnx.to_pure_dict(params))  # the step donates its state

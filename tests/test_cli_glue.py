@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 import squeezebert_jax as sj
-from squeezebert_jax import corpus, glue, inference
+from squeezebert_jax import corpus, distill, glue, inference
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 
@@ -195,7 +195,7 @@ def test_a_teacher_without_a_classifier_head_is_refused(tmp_path, data):
     teacher = model_dir(tmp_path / "teacher", "SqueezeBertModel")
     ex = glue.load_examples("rte", "train", data_dir=data)
     with pytest.raises(inference.NoClassifierError, match=rf"^teacher {teacher}: the model \(SqueezeBertModel\) has no"):
-        ft.teacher_logits(teacher, "rte", "train", ex, 16, str(tmp_path / "cache"))
+        distill.teacher_logits(teacher, "rte", "train", ex, 16, str(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()
 
 

@@ -10,7 +10,7 @@ from flax import nnx
 from conftest import VOCAB, glue_config as _config, write_sst2 as _write_sst2
 
 import squeezebert_jax as sj
-from squeezebert_jax import distill, inference
+from squeezebert_jax import distill, inference, losses
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 
@@ -215,13 +215,13 @@ def test_transfer_rows_are_trained_on_the_soft_labels_alone():
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     target = tw[:, None] * p_t + (1 - tw[:, None]) * np.eye(3)[labels]
     want = np.mean(-np.sum(target * logp, -1))
-    got = ft.task_loss(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(w), jnp.asarray(teacher), jnp.asarray(tw))
+    got = losses.task_loss(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(w), jnp.asarray(teacher), jnp.asarray(tw))
     np.testing.assert_allclose(float(got), want, rtol=1e-6)
-    soft = ft.task_loss(jnp.asarray(logits[2:]), jnp.asarray(labels[2:]), jnp.asarray(w[2:]), jnp.asarray(teacher[2:]),
+    soft = losses.task_loss(jnp.asarray(logits[2:]), jnp.asarray(labels[2:]), jnp.asarray(w[2:]), jnp.asarray(teacher[2:]),
                         jnp.asarray(tw[2:]))
     np.testing.assert_allclose(float(soft), np.mean(-np.sum(p_t[2:] * logp[2:], -1)), rtol=1e-6)
     # regression: the transfer rows' target is the teacher's score (their labels are not read)
-    got = ft.task_loss(jnp.asarray(logits[:, :1]), jnp.asarray([1.0, 2.0, 0.0, 0.0]), jnp.asarray(w),
+    got = losses.task_loss(jnp.asarray(logits[:, :1]), jnp.asarray([1.0, 2.0, 0.0, 0.0]), jnp.asarray(w),
                        jnp.asarray(teacher[:, :1]), jnp.asarray(tw), regression=True)
     target = tw * teacher[:, 0] + (1 - tw) * np.array([1.0, 2.0, 0.0, 0.0])
     np.testing.assert_allclose(float(got), np.mean((logits[:, 0] - target) ** 2), rtol=1e-6)

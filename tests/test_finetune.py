@@ -14,7 +14,7 @@ from flax import nnx
 import squeezebert_jax as sj
 from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_sst2
 
-from squeezebert_jax import batching, evaluation, inference
+from squeezebert_jax import batching, distill, evaluation, inference, losses
 from squeezebert_jax import finetune as ft
 
 
@@ -23,19 +23,19 @@ def test_distillation_teacher_weight_0_is_hard_label_loss():
     rng = np.random.default_rng(0)
     logits, teacher = jnp.asarray(rng.normal(size=(6, 3))), jnp.asarray(rng.normal(size=(6, 3)))
     labels, w = jnp.asarray([0, 1, 2, 1, 0, 2]), jnp.asarray([1, 1, 1, 1, 1, 0.0])
-    hard = ft.task_loss(logits, labels, w)
+    hard = losses.task_loss(logits, labels, w)
     ref = -np.sum(np.asarray(jax.nn.log_softmax(logits))[np.arange(6), labels] * np.asarray(w)) / 5
     assert abs(float(hard) - ref) < 1e-6
-    assert abs(float(ft.task_loss(logits, labels, w, teacher, 0.0)) - float(hard)) < 1e-7
+    assert abs(float(losses.task_loss(logits, labels, w, teacher, 0.0)) - float(hard)) < 1e-7
     # weight 1: the soft cross-entropy is minimised exactly at the teacher's distribution
-    soft = ft.task_loss(teacher, labels, w, teacher, 1.0)
-    assert float(soft) < float(ft.task_loss(teacher + 0.3 * jnp.asarray(rng.normal(size=(6, 3))), labels, w,
+    soft = losses.task_loss(teacher, labels, w, teacher, 1.0)
+    assert float(soft) < float(losses.task_loss(teacher + 0.3 * jnp.asarray(rng.normal(size=(6, 3))), labels, w,
                                             teacher, 1.0))
     # regression: MSE against the mixed target
     y = jnp.asarray([1.0, 2.0, 3.0, 4.0, 0.5, 2.5])
     pred = jnp.asarray(rng.normal(size=(6, 1)))
     t = jnp.asarray(rng.normal(size=(6, 1)))
-    got = ft.task_loss(pred, y, w, t, 0.25, regression=True)
+    got = losses.task_loss(pred, y, w, t, 0.25, regression=True)
     target = 0.25 * t[:, 0] + 0.75 * y
     assert abs(float(got) - float(jnp.sum(jnp.square(pred[:, 0] - target) * w) / 5)) < 1e-6
 
@@ -48,7 +48,7 @@ def test_student_matches_fixed_teacher_with_weight_1():
     labels = jnp.asarray(rng.integers(0, 3, 32))
     w = jnp.ones(32)
     W = jnp.zeros((4, 3))
-    g = jax.jit(jax.grad(lambda W: ft.task_loss(x @ W, labels, w, teacher, 1.0)))
+    g = jax.jit(jax.grad(lambda W: losses.task_loss(x @ W, labels, w, teacher, 1.0)))
     for _ in range(3000):
         W = W - 0.5 * g(W)
     diff = jnp.abs(jax.nn.softmax(x @ W) - jax.nn.softmax(teacher))
@@ -332,8 +332,8 @@ def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp
     assert [open(p).read() for p in a] == [open(p).read() for p in b_]
     # the teacher's soft targets (whole logit rows, so a wrong column order cannot hide) are the same too
     ex = sj.glue.load_examples("mnli", "train", data_dir=data)
-    t_legacy = ft.teacher_logits(str(tmp_path / "legacy"), "mnli", "train", ex, 16, str(tmp_path / "cache"))
-    t_ours = ft.teacher_logits(str(tmp_path / "tfds_order"), "mnli", "train", ex, 16, str(tmp_path / "cache"))
+    t_legacy = distill.teacher_logits(str(tmp_path / "legacy"), "mnli", "train", ex, 16, str(tmp_path / "cache"))
+    t_ours = distill.teacher_logits(str(tmp_path / "tfds_order"), "mnli", "train", ex, 16, str(tmp_path / "cache"))
     np.testing.assert_allclose(t_legacy, t_ours, atol=1e-5)
     assert np.abs(t_ours[:, 0] - t_ours[:, 1]).max() > 1.0  # the columns differ: a permutation would show
 
@@ -345,7 +345,7 @@ def test_a_classifier_for_another_label_count_is_refused(tmp_path):
         evaluation.evaluate(str(tmp_path / "mnli"), "rte", str(tmp_path / "glue"))
     ex = sj.glue.load_examples("rte", "train", data_dir=str(tmp_path / "glue"))
     with pytest.raises(evaluation.TaskMismatchError, match=r"teacher .*mnli.*3 outputs"):
-        ft.teacher_logits(str(tmp_path / "mnli"), "rte", "train", ex, 16, str(tmp_path / "cache"))
+        distill.teacher_logits(str(tmp_path / "mnli"), "rte", "train", ex, 16, str(tmp_path / "cache"))
 
 
 def test_teacher_cache_is_keyed_by_the_data_and_the_teacher(tmp_path):
@@ -353,11 +353,11 @@ def test_teacher_cache_is_keyed_by_the_data_and_the_teacher(tmp_path):
     teacher = _tiny_model_dir(tmp_path / "t", head="SqueezeBertForSequenceClassification")
     ex = sj.glue.load_examples("sst2", "train", data_dir=str(tmp_path / "glue"))
     cache = str(tmp_path / "cache")
-    first = ft.teacher_logits(str(teacher), "sst2", "train", ex, 16, cache)
-    rev = ft.teacher_logits(str(teacher), "sst2", "train", ex[::-1], 16, cache)  # same count, other order
+    first = distill.teacher_logits(str(teacher), "sst2", "train", ex, 16, cache)
+    rev = distill.teacher_logits(str(teacher), "sst2", "train", ex[::-1], 16, cache)  # same count, other order
     np.testing.assert_allclose(rev, first[::-1], atol=1e-6)
     _tiny_model_dir(tmp_path / "t", head="SqueezeBertForSequenceClassification", seed=1)  # retrained in place
-    again = ft.teacher_logits(str(teacher), "sst2", "train", ex, 16, cache)
+    again = distill.teacher_logits(str(teacher), "sst2", "train", ex, 16, cache)
     assert np.abs(again - first).max() > 1e-4
     assert len(os.listdir(cache)) == 3
 

@@ -1,5 +1,5 @@
-"""squeezebert_jax.loop: the pieces pretraining's and fine-tuning's loops share, called directly (each loop's
-end-to-end use: tests/test_pretrain_robust.py and tests/test_finetune_trainer.py)."""
+"""squeezebert_jax.loop: the one training loop and its parts, called directly with plain hooks (its use by both
+entry points, end to end: tests/test_pretrain_robust.py and tests/test_finetune_trainer.py)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,98 @@ def test_checkpoints_past_the_runs_end_are_refused():
     with pytest.raises(errors.CheckpointMismatchError, match=r"steps \[8\] in /runs/x/checkpoints do not match the "
                                                               r"current config, whose run ends at step 6; they are left"):
         loop.check_checkpoints_within(_Checkpoints([4, 8]), 6, "whose run ends at step 6")
+
+
+class _Writer:
+    def __init__(self):
+        self.rows = []
+
+    def write(self, step, row):
+        self.rows.append((step, row))
+
+
+class _Preempt:
+    """A signal that arrives after step ``at`` (0: never)."""
+
+    def __init__(self, at=0):
+        self.at, self.asked = at, []
+
+    def should_stop(self, step, boundary=False):
+        self.asked.append((step, boundary))
+        return bool(self.at) and step >= self.at
+
+
+def _run(start, end, final_step, *, preempt=None, losses=None, boundary_every=0, **config):
+    """loop.run over a counter state with host metrics; returns what each hook saw."""
+    import ml_collections
+
+    config = ml_collections.ConfigDict({"log_every": 4, "checkpoint_every": 5, "progress": False} | config)
+    seen = {"saves": [], "boundaries": [], "checked": [], "rows": None}
+
+    def step(state, i):
+        loss = (losses or {}).get(i + 1, 1.0 / (i + 1))
+        return state + 1, {"loss": loss, "grad_norm": 1.0, "param_norm": 2.0}, {"examples": 2}
+
+    def log_row(done, window, dt, n):
+        assert dt > 0 and n == len(window)
+        return {"loss": sum(m["loss"] for m, _ in window) / n, "examples": sum(i["examples"] for _, i in window)}
+
+    hooks = loop.Hooks(step, log_row, lambda done, state: seen["saves"].append((done, state)),
+                       checked=lambda done, m: seen["checked"].append(done),
+                       boundary=lambda done, state: seen["boundaries"].append(done), boundary_every=boundary_every)
+    writer, ck = _Writer(), _Checkpoints([])
+    state, stopped = loop.run(start, start, end, hooks, config=config, checkpointer=ck, writer=writer,
+                              preempt=preempt or _Preempt(), final_step=final_step, desc="t")
+    seen["rows"] = writer.rows
+    return state, stopped, seen
+
+
+def test_the_loop_logs_checks_evaluates_and_saves_on_its_schedule():
+    """Rows every log_every steps and at the range's end (each the mean of its steps, every step checked once, in
+    order); boundaries every boundary_every steps and at the end, before that step's checkpoint; checkpoints every
+    checkpoint_every steps, at each boundary and at the end."""
+    state, stopped, seen = _run(2, 12, 12, boundary_every=6)
+    assert (state, stopped) == (12, False)
+    assert [s for s, _ in seen["rows"]] == [4, 8, 12]
+    assert seen["rows"][0][1] == {"loss": (1 / 3 + 1 / 4) / 2, "examples": 4}  # steps 3 and 4: resumed at 2
+    assert seen["checked"] == list(range(3, 13))
+    assert seen["boundaries"] == [6, 12]
+    assert [s for s, _ in seen["saves"]] == [5, 6, 10, 12] and seen["saves"][-1] == (12, 12)
+
+
+def test_a_signal_or_stop_at_step_stops_with_a_row_and_a_checkpoint_but_never_at_the_last_step():
+    _, stopped, seen = _run(0, 20, 20, preempt=_Preempt(at=7))
+    assert stopped and [s for s, _ in seen["rows"]] == [4, 7] and [s for s, _ in seen["saves"]] == [5, 7]
+    _, stopped, seen = _run(0, 20, 20, stop_at_step=9)
+    assert stopped and seen["saves"][-1][0] == 9
+    # a phase ends at 10 of a run ending at 20: a stop there is a stop; at the run's last step the run completes
+    _, stopped, seen = _run(0, 10, 20, stop_at_step=10)
+    assert stopped and seen["saves"][-1][0] == 10
+    _, stopped, seen = _run(0, 10, 10, stop_at_step=10)
+    assert not stopped and seen["saves"][-1][0] == 10
+
+
+def test_a_non_finite_step_stops_the_loop_before_any_row_or_checkpoint_holds_it():
+    with pytest.raises(FloatingPointError, match=r"non-finite loss nan at step 3"):
+        _run(0, 12, 12, losses={3: math.nan})
+    with pytest.raises(FloatingPointError, match=r"non-finite loss inf at step 5 .*no checkpoint was saved"):
+        _run(0, 12, 12, log_every=100, losses={5: math.inf})
+
+
+def test_settings_refuse_each_training_setting_with_one_line():
+    import ml_collections
+
+    good = {"learning_rate": 1e-3, "warmup_fraction": 0.1, "weight_decay": 0.0, "rng_impl": "threefry2x32",
+            "log_every": 1, "checkpoint_every": 1, "preemption_sync_every": 1, "keep_checkpoints": 1,
+            "stop_at_step": 0, "num_devices": 0, "phases": [{"seq_len": 8}]}
+    loop.Settings(ml_collections.ConfigDict(good)).check_training()
+    for name, bad, valid in (("learning_rate", 0, "a finite rate > 0"), ("learning_rate", math.nan, "finite"),
+                             ("warmup_fraction", 1.5, r"\[0, 1\]"), ("weight_decay", True, "decay >= 0"),
+                             ("rng_impl", "philox", "threefry2x32 or rbg"), ("log_every", 0, ">= 1"),
+                             ("checkpoint_every", 2.0, ">= 1"), ("keep_checkpoints", 0, "0 would delete"),
+                             ("stop_at_step", -1, ">= 0"), ("preemption_sync_every", None, ">= 1")):
+        with pytest.raises(errors.InputError, match=rf"^config\.{name}={bad!r}: .*{valid}"):
+            loop.Settings(ml_collections.ConfigDict(good | {name: bad})).check_training()
+    settings = loop.Settings(ml_collections.ConfigDict(good | {"phases": [{"seq_len": 3}]}))
+    with pytest.raises(errors.InputError, match=r"^config\.phases\[0\]\.seq_len=3: an integer >= 5$"):
+        settings.need(settings.integer("phases[0].seq_len", 5), "phases[0].seq_len", "an integer >= 5")

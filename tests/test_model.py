@@ -40,12 +40,13 @@ def test_presets():
 def test_config_json_round_trip_and_bert_config(tmp_path):
     c = sj.SqueezeBertConfig(**TINY, id2label={0: "neg", 1: "pos"})
     c.to_json(tmp_path / "config.json")
-    assert sj.SqueezeBertConfig.from_json(tmp_path) == c
+    assert sj.pretrained.read_model_config(tmp_path)[0] == c  # the one reader of a MODEL_DIR's config.json
     bert = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2,
             "intermediate_size": 256, "vocab_size": 50, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
             "position_embedding_type": "absolute", "architectures": ["BertForMaskedLM"]}
-    (tmp_path / "bert.json").write_text(json.dumps(bert))
-    b = sj.SqueezeBertConfig.from_json(tmp_path / "bert.json")
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps(bert))
+    b = sj.pretrained.read_model_config(tmp_path / "bert")[0]
     assert b.is_bert and b.embedding_size == 64 and b.num_hidden_layers == 3
     with pytest.raises(ValueError, match="model_type 'roberta'"):
         sj.SqueezeBertConfig.from_dict({"model_type": "roberta"})

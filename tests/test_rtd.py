@@ -13,7 +13,7 @@ from flax import nnx
 from test_pretrain_robust import tiny_config
 
 import squeezebert_jax as sj
-from squeezebert_jax import errors, pretrain
+from squeezebert_jax import errors, losses, pretrain
 from squeezebert_jax.model import ElectraPreTraining, generator_config
 
 
@@ -26,7 +26,7 @@ def test_samples_replace_only_the_real_masked_positions_and_labels_mark_what_cha
     weights = np.array([[1, 1, 1], [1, 1, 0]], np.float32)  # the last prediction of row 1 is padding
     wanted = np.array([[7, 2, 10], [3, 6, 9]])  # row 0 pos 1 and row 1 pos 3 sample their original token
     logits = np.where(np.arange(v) == wanted[..., None], 1e4, 0.0).astype(np.float32)  # argmax beats any Gumbel noise
-    disc_ids, labels, sampled = jax.jit(pretrain.replace_with_samples)(
+    disc_ids, labels, sampled = jax.jit(losses.replace_with_samples)(
         jnp.asarray(input_ids), jnp.asarray(positions), jnp.asarray(original), jnp.asarray(weights),
         jnp.asarray(logits), jax.random.key(0))
     disc_ids, labels = np.asarray(disc_ids), np.asarray(labels)
@@ -46,7 +46,7 @@ def test_samples_follow_the_generator_softmax():
     probs = np.array([0.5, 0.3, 0.2])
     n = 20_000
     logits = jnp.asarray(np.log(np.tile(probs, (1, n, 1))), jnp.float32)
-    _, _, sampled = pretrain.replace_with_samples(jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, n), jnp.int32),
+    _, _, sampled = losses.replace_with_samples(jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, n), jnp.int32),
                                                   jnp.zeros((1, n), jnp.int32), jnp.ones((1, n)), logits,
                                                   jax.random.key(1))
     freq = np.bincount(np.asarray(sampled).ravel(), minlength=3) / n
@@ -58,12 +58,12 @@ def test_the_discriminator_loss_equals_a_numpy_reference():
     z = rng.standard_normal((3, 7)).astype(np.float32) * 3
     y = rng.integers(0, 2, (3, 7))
     m = (np.arange(7) < np.array([[7], [5], [2]])).astype(np.float32)
-    s = pretrain.rtd_losses(jnp.asarray(z), jnp.asarray(y), jnp.asarray(m))
+    s = losses.rtd_losses(jnp.asarray(z), jnp.asarray(y), jnp.asarray(m))
     bce = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
     assert np.isclose(float(s["rtd_bce_sum"]), (bce * m).sum(), rtol=1e-5)
     assert float(s["rtd_correct_sum"]) == (((z > 0) == (y > 0)) * m).sum() and float(s["rtd_tokens"]) == m.sum()
     assert float(s["rtd_replaced_sum"]) == (y * m).sum()
-    final = pretrain.finalize_losses(s | {"mlm_nll_sum": jnp.float32(6.0), "mlm_correct_sum": jnp.float32(1.0),
+    final = losses.finalize_losses(s | {"mlm_nll_sum": jnp.float32(6.0), "mlm_correct_sum": jnp.float32(1.0),
                                           "mlm_weight": jnp.float32(3.0)}, rtd_weight=50.0)
     assert np.isclose(float(final["loss"]), 2.0 + 50.0 * (bce * m).sum() / m.sum(), rtol=1e-5)
 
@@ -148,8 +148,8 @@ def test_every_family_is_an_rtd_discriminator(preset):
     def loss(pair):
         g = pair.generator(ids, mask, types, masked_positions=positions).logits
         nll = -jnp.take_along_axis(jax.nn.log_softmax(g), original[..., None], -1).mean()
-        disc_ids, labels, _ = pretrain.replace_with_samples(ids, positions, original, weights, g, jax.random.key(1))
-        s = pretrain.rtd_losses(pair.discriminator(disc_ids, mask, types).logits, labels, mask)
+        disc_ids, labels, _ = losses.replace_with_samples(ids, positions, original, weights, g, jax.random.key(1))
+        s = losses.rtd_losses(pair.discriminator(disc_ids, mask, types).logits, labels, mask)
         return nll + 50 * s["rtd_bce_sum"] / s["rtd_tokens"]
 
     value, grads = nnx.value_and_grad(loss)(pair)

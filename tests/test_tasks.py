@@ -15,7 +15,7 @@ import pytest
 import squeezebert_jax as sj
 from conftest import ROOT, VOCAB, WORDS, glue_config, tiny_init
 from squeezebert_jax import finetune as ft
-from squeezebert_jax import tasks
+from squeezebert_jax import losses, tasks
 
 
 def _init_dir(path):
@@ -111,7 +111,7 @@ def test_every_task_declares_its_kind_loss_head_card_and_score():
         (tasks.ChoiceTask("t", train, ("c",), ("e0", "e1"), "l"), "multiple_choice", "cross_entropy", True),
         (squad.SquadTask("t", train, False), "question_answering", "span_cross_entropy", True),
     ]
-    assert {k for _, k, _, _ in declared} == set(tasks.KINDS) and {s for _, _, s, _ in declared} == set(ft.LOSSES)
+    assert {k for _, k, _, _ in declared} == set(tasks.KINDS) and {s for _, _, s, _ in declared} == set(losses.LOSSES)
     for task, kind, loss, card in declared:
         assert (task.kind, task.loss, task.head in HEADS) == (kind, loss, True), task
         assert (task.card() is not None) == card and (not card or task.card()["kind"] == kind), task

@@ -67,7 +67,7 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     call runs ``steps_per_run`` steps without waiting between them (as the training loop does) and then blocks.
     ``workdir`` receives the demo data when ``config.data.source`` is "demo"."""
 
-    data_dir = pretrain.prepare_demo_data(config, workdir) if config.data.source == "demo" else config.data.path
+    data_dir = pretrain_data.prepare_demo(workdir, config.data) if config.data.source == "demo" else config.data.path
     phase = pretrain.get_phases(config)[0]
     mesh = parallel.make_mesh(config.num_devices or None)
     model = pretrain.new_model(config, Tokenizer.from_dir(data_dir).vocab_size)
