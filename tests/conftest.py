@@ -32,6 +32,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 import contextlib  # noqa: E402
 import gc  # noqa: E402
 import hashlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import importlib.util  # noqa: E402
 import types  # noqa: E402
 
@@ -209,7 +211,7 @@ def _restore_root_logging():
 # --------------------------------------------------------------------------------------------------
 
 
-# the session fixtures that train (test_pretrain.py's smoke run, test_pretrain_robust.py's tiny run: 15-40 s each on a
+# the session fixtures that train (test_pretrain.py's smoke run and tiny run: 15-40 s each on a
 # fresh machine): their first users go right after the slow tests, so that with `-m "not slow"` they are built at the
 # start and not in the last minute while the other worker idles
 TRAINING_FIXTURES = {"reference_run", "tiny_run"}
@@ -303,3 +305,22 @@ def perturbed(torch_model):
             if name.endswith("bias") or "norm" in name.lower():
                 p.add_(0.1 * torch.randn_like(p))
     return torch_model
+
+
+def tiny_config(**overrides):
+    """The smoke config cut to one 4-step phase on one device: a run takes seconds."""
+    one_phase = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_seq=5)]
+    return smoke_config(**{"num_devices": 1, "phases": one_phase, **overrides})
+
+
+def run_script(path, *argv):
+    """A training script in its own process, as a user runs it (absl flags): (exit status, stdout, stderr)."""
+    r = subprocess.run([sys.executable, path, *map(str, argv)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return r.returncode, r.stdout, r.stderr
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    return lines[0]

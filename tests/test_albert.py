@@ -126,7 +126,7 @@ def test_the_lite_interpreter_export_equals_flax(tmp_path):
 
 
 def test_albert_pretrains_with_mlm_and_sop(tmp_path):
-    from test_pretrain_robust import tiny_config
+    from conftest import tiny_config
 
     from squeezebert_jax import pretrain
 

@@ -76,7 +76,7 @@ def test_the_discriminator_writes_electra_for_pretraining_and_exports(tmp_path, 
 def test_the_families_pretrain_with_mlm_and_sop_and_export_their_family(tmp_path, preset, overrides):
     """train/pretrain.py's objective (MLM + SOP) on an ELECTRA or DistilBERT encoder: a finite loss and a MODEL_DIR
     that keeps the family (ELECTRA's own replaced-token detection is not a pretraining objective yet)."""
-    from test_pretrain_robust import tiny_config
+    from conftest import tiny_config
 
     from squeezebert_jax import pretrain
 

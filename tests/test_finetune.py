@@ -14,7 +14,7 @@ from flax import nnx
 import squeezebert_jax as sj
 from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_sst2
 
-from squeezebert_jax import batching, distill, evaluation, inference, losses
+from squeezebert_jax import batching, distill, errors, evaluation, inference, losses
 from squeezebert_jax import finetune as ft
 
 
@@ -401,3 +401,29 @@ def test_an_unknown_compute_dtype_is_refused(tmp_path):
     with pytest.raises(sj.errors.InputError, match="compute_dtype 'float16': bfloat16 or float32"):
         ft.finetune(c, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("dropout", 1.5, "config.dropout=1.5: a probability in [0, 1)"),
+    ("distill.teacher_weight", 2.0, "config.distill.teacher_weight=2.0: a share in [0, 1]"),
+    ("distill.hidden_weight", -1.0, "config.distill.hidden_weight=-1.0: a finite weight >= 0"),
+    ("max_train_examples", -5, "config.max_train_examples=-5: an integer >= 0 (0: every row)"),
+    ("preemption_sync_every", 0, "config.preemption_sync_every=0: an integer >= 1"),
+    ("prune.target", 1.0, "config.prune.target=1.0: a sparsity in [0, 1)"),
+    ("data.doc_stride", 0, "config.data.doc_stride=0: an integer >= 1"),
+])
+def test_finetuning_settings_are_checked_before_anything_loads(tmp_path, field, value, message):
+    from conftest import glue_config
+
+    from squeezebert_jax import finetune as ft
+
+    c = glue_config("sst2", tmp_path / "no_model", tmp_path / "no_data")
+    target, *rest = field.split(".")
+    if rest:
+        c[target][rest[0]] = value
+    else:
+        setattr(c, field, value)
+    with pytest.raises(errors.InputError) as e:
+        ft.finetune(c, str(tmp_path / "run"))
+    assert str(e.value).startswith(message)
+    assert not (tmp_path / "run").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from squeezebert_jax import glue
+from squeezebert_jax import errors, glue
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -205,3 +205,9 @@ def test_label_permutation_from_label_names():
     assert glue.label_permutation(None, "rte") is None
     assert glue.label_permutation({0: "not_entailment", 1: "entailment"}, "qnli").tolist() == [1, 0]
     assert glue.label_permutation(legacy, "stsb") is None
+
+
+def test_a_duplicated_test_index_is_named_by_file_and_line(tmp_path):
+    (tmp_path / "test.tsv").write_text("index\tsentence\n0\ta fine film\n1\ta bad film\n0\tagain\n")
+    with pytest.raises(errors.InputError, match=r"test.tsv:4: index 0 appears twice \(also at line 2\)"):
+        glue.read_glue_tsv(str(tmp_path / "test.tsv"), "sst2", "test")

@@ -1,5 +1,5 @@
 """squeezebert_jax.loop: the one training loop and its parts, called directly with plain hooks (its use by both
-entry points, end to end: tests/test_pretrain_robust.py and tests/test_finetune_trainer.py)."""
+entry points, end to end: tests/test_pretrain.py and tests/test_finetune_trainer.py)."""
 
 from __future__ import annotations
 

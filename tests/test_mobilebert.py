@@ -136,7 +136,7 @@ def test_mobilebert_pretrains_with_mlm_and_sop_and_as_an_rtd_discriminator(tmp_p
     """train/pretrain.py's objectives on a MobileBERT encoder: a finite loss and a MODEL_DIR that keeps the family;
     as ELECTRA's discriminator it shares its word embeddings with the generator (its position and type embeddings
     have its body's width)."""
-    from test_pretrain_robust import tiny_config
+    from conftest import tiny_config
 
     from squeezebert_jax import pretrain
 

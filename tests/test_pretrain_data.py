@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
+from conftest import tiny_config
 
-from squeezebert_jax import corpus, parallel, pretrain_data
+from squeezebert_jax import corpus, errors, parallel, pretrain, pretrain_data
 from squeezebert_jax.tokenizer import Tokenizer
+
+GOOD = "Anna found a key .\nShe took it home .\n\nBen ran to the park .\nThe dog ran too .\n"
 
 SEQ, BATCH, PREDS = 64, 32, 10
 BATCH_KEYS = {"input_ids": (np.int32, (BATCH, SEQ)), "token_type_ids": (np.int32, (BATCH, SEQ)),
@@ -407,3 +413,48 @@ def test_device_prefetcher_same_batches_and_exact_resume(numbered):
         nb = next(fresh)
         assert all(np.array_equal(np.asarray(nb[k]), r[k]) for k in r), [(k, np.asarray(nb[k])[:2], r[k][:2]) for k in r if not np.array_equal(np.asarray(nb[k]), r[k])]
     pf.close(), fresh.close(), ckpt.close()
+
+
+def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_data_over(tmp_path):
+    wd = tmp_path / "run"
+    pretrain.train_and_evaluate(tiny_config(stop_at_step=2), str(wd))
+    ckpt = wd / "checkpoints"
+    before = sorted(os.listdir(ckpt))
+    shutil.rmtree(wd / "data")  # the demo data made again from fewer documents: other shards, the same vocabulary
+    with pytest.raises(errors.InputError, match=r"changed since the checkpoint at step 2 .* its shards are not the "
+                                                r"ones the checkpoint read .*data.start_over=True"):
+        pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150}), str(wd))
+    assert sorted(os.listdir(ckpt)) == before
+    final = pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150, "data.start_over": True}), str(wd))
+    assert final["preempted"] is False and sorted(json.loads(line)["step"] for line in open(wd / "metrics.jsonl")) \
+        == [2, 4]
+
+    other = tmp_path / "other"  # another vocabulary of the same size: refused even with start_over
+    pretrain.train_and_evaluate(tiny_config(stop_at_step=2), str(other))
+    vocab = (other / "data" / "vocab.txt").read_text().splitlines()
+    vocab[-1], vocab[-2] = vocab[-2], vocab[-1]
+    (other / "data" / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    with pytest.raises(errors.InputError, match=r"another vocabulary \(token ids now mean other words\)"):
+        pretrain.train_and_evaluate(tiny_config(**{"data.start_over": True}), str(other))
+
+
+def test_lines_cut_at_max_line_chars_are_a_warning_and_a_file_with_no_line_breaks_is_refused(tmp_path, caplog):
+    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
+    (tmp_path / "long.txt").write_text(GOOD + "x" * 300 + "\n" + GOOD)
+    with caplog.at_level(logging.WARNING):
+        pretrain_data.prepare([str(tmp_path / "long.txt")], tok, tmp_path / "p", progress=False, max_line_chars=200)
+    assert "long.txt: 1 line longer than max_line_chars (200) cut, losing 100 of its" in caplog.text
+    (tmp_path / "mac.txt").write_bytes((GOOD * 40).replace("\n", "\r").encode())  # CR-only line ends
+    with pytest.raises(errors.InputError, match=r"mac.txt: 1 line longer .*its lines end in CR alone .*refused"):
+        pretrain_data.prepare([str(tmp_path / "mac.txt")], tok, tmp_path / "q", progress=False, max_line_chars=200)
+    assert not (tmp_path / "q").exists()
+
+
+def test_a_pipe_is_read_as_a_corpus_stream(tmp_path):
+    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"printf '{GOOD}' > '{fifo}'"])
+    meta = pretrain_data.prepare([str(fifo)], tok, tmp_path / "p", num_shards=1, progress=False)
+    writer.wait()
+    assert meta["num_docs"] == 2

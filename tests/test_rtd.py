@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from test_pretrain_robust import tiny_config
+from conftest import tiny_config
 
 import squeezebert_jax as sj
 from squeezebert_jax import errors, losses, pretrain

@@ -10,7 +10,9 @@ import re
 
 import numpy as np
 import pytest
+from conftest import VOCAB, one_error_line
 
+from squeezebert_jax import corpus
 from squeezebert_jax.tokenizer import (BERT_SPECIALS, Tokenizer, read_vocab, train_tokenizer,
                                        truncated_lengths)
 
@@ -448,3 +450,20 @@ def test_checkpoint_file_keeps_reads_inside_the_directory(tmp_path, hand_vocab):
     os.symlink(tmp_path / "elsewhere.txt", d / "tokenizer_config.json")
     with pytest.raises(InputError, match=rf"^{d}/tokenizer_config.json resolves to"):
         Tokenizer.from_dir(d)
+
+
+def test_a_tokenizer_of_the_other_kind_is_not_left_beside_a_new_one(tmp_path, run_cli, digest):
+    """A SentencePiece model trained into a MODEL_DIR holding vocab.txt: refused; with --overwrite the directory ends
+    with the new tokenizer alone (Tokenizer.from_dir would otherwise go on reading the old vocab.txt)."""
+    text = corpus.write_corpus(tmp_path / "corpus.txt", num_docs=300, seed=0)
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    before = digest(out)
+    rc, _, err = run_cli("train/tokenizer.py", "--input", text, "--out", out, "--vocab_size", "150",
+                         "--kind", "sentencepiece")
+    assert rc == 1 and f"{out / 'vocab.txt'} already exists" in one_error_line(err) and digest(out) == before
+    rc, _, err = run_cli("train/tokenizer.py", "--input", text, "--out", out, "--vocab_size", "150",
+                         "--kind", "sentencepiece", "--overwrite")
+    assert rc == 0, err
+    assert "vocab.txt" not in os.listdir(out) and Tokenizer.from_dir(out).kind == "sentencepiece"

@@ -1,7 +1,7 @@
-"""Issue 26, as a user meets it: one run per directory (the lock), nothing replaced without --overwrite, odd paths
-named, a full disk as one line with nothing lost, a resume on other data refused, settings and override paths checked
-before any work, text files with no usable line breaks warned about or refused. Each CLI case checks the exit status,
-the one line on stderr and digests of what was on disk before and after."""
+"""squeezebert_jax.files, as a user meets it through the scripts: one run per directory (files.RunLock), nothing
+replaced without --overwrite, odd paths and other jobs' directories named (files.check_run_dir), a full disk as one line
+with nothing lost, damaged run files named. Each CLI case checks the exit status, the one line on stderr and digests of
+what was on disk before and after."""
 
 from __future__ import annotations
 
@@ -11,33 +11,17 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import uuid
 
 import pytest
-from conftest import ROOT, VOCAB, losses, tiny_init, write_sst2
-from test_pretrain_robust import tiny_config
+from conftest import ROOT, VOCAB, losses, one_error_line, run_script, tiny_config, tiny_init, write_sst2
 
-from squeezebert_jax import cli, corpus, errors, files, pretrain, pretrain_data
-from squeezebert_jax.tokenizer import Tokenizer
+from squeezebert_jax import corpus, errors, files, pretrain, pretrain_data
 
 PRETRAIN = os.path.join(ROOT, "train", "pretrain.py")
 FINETUNE = os.path.join(ROOT, "train", "finetune.py")
 SMOKE = os.path.join(ROOT, "train", "configs", "pretrain.py") + ":smoke"
 GOOD = "Anna found a key .\nShe took it home .\n\nBen ran to the park .\nThe dog ran too .\n"
-
-
-def script(path, *argv):
-    """A training script in its own process, as a user runs it (absl flags): (exit status, stdout, stderr)."""
-    r = subprocess.run([sys.executable, path, *map(str, argv)], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    return r.returncode, r.stdout, r.stderr
-
-
-def one_error_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ": error: " in ln]
-    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
-    return lines[0]
 
 
 def dead_pid() -> int:
@@ -101,9 +85,9 @@ def test_the_scripts_refuse_a_directory_in_use_in_one_line_and_change_nothing(tm
     with files.RunLock(tmp_path / "pre", "pretraining"), files.RunLock(tmp_path / "ft", "fine-tuning"), \
             files.RunLock(tmp_path / "prep", "data preparation", logs=("prepare_log.txt",)):
         before = digest(tmp_path / "pre", tmp_path / "ft", tmp_path / "prep")
-        rc, _, err = script(PRETRAIN, "--config", SMOKE, "--workdir", tmp_path / "pre", "--config.num_devices=1")
+        rc, _, err = run_script(PRETRAIN, "--config", SMOKE, "--workdir", tmp_path / "pre", "--config.num_devices=1")
         assert rc == 1 and f"in use by a running pretraining (pid {os.getpid()}" in one_error_line(err)
-        rc, _, err = script(FINETUNE, "--config", os.path.join(ROOT, "train", "configs", "glue.py") + ":sst2",
+        rc, _, err = run_script(FINETUNE, "--config", os.path.join(ROOT, "train", "configs", "glue.py") + ":sst2",
                             "--config.init_from", init, "--config.data_dir", tmp_path / "glue",
                             "--workdir", tmp_path / "ft")
         assert rc == 1 and f"in use by a running fine-tuning (pid {os.getpid()}" in one_error_line(err)
@@ -230,143 +214,15 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_keeps_the_last_one_and_the_reru
     resumes at step 2 and finishes, each step's metrics once."""
     wd = small_disk / "run"
     argv = ("--config", SMOKE, "--workdir", wd, "--config.num_devices=1")
-    rc, out, err = script(PRETRAIN, *argv, "--config.stop_at_step=2")
+    rc, out, err = run_script(PRETRAIN, *argv, "--config.stop_at_step=2")
     assert rc == 0 and "checkpoint of step 2 saved" in out, err[-3000:]
     filler = fill(small_disk, leave=120_000)  # room for the logs and metrics, not for a checkpoint (~420 KB)
-    rc, out, err = script(PRETRAIN, *argv)
+    rc, out, err = run_script(PRETRAIN, *argv)
     line = one_error_line(err)
     assert rc == 1 and "no space left on the device writing" in line and str(wd) in line, line
     assert "Traceback" not in err and "Event loop is closed" not in err and len(err.splitlines()) < 15, err
     assert sorted(n for n in os.listdir(wd / "checkpoints") if n.isdigit()) == ["2"]
     os.remove(filler)
-    rc, out, err = script(PRETRAIN, *argv)
+    rc, out, err = run_script(PRETRAIN, *argv)
     assert rc == 0 and "resuming from the checkpoint at step 2" in out and "model saved" in out, err[-3000:]
     assert sorted(losses(wd)) == [2, 4, 6, 8]
-
-
-def test_a_disk_error_line_names_the_path_from_any_library(tmp_path):
-    import errno
-
-    orbax_like = ValueError('RESOURCE_EXHAUSTED: Error writing "x" at local file "/data/run/checkpoints/400.orbax-'
-                            'checkpoint-tmp/state/d/abc": No space left on device')
-    assert cli.disk_error_line(orbax_like).startswith("no space left on the device writing /data/run/checkpoints: ")
-    try:
-        try:
-            raise OSError(errno.EDQUOT, "Disk quota exceeded", "/home/u/run/metrics.jsonl")
-        except OSError as inner:
-            raise RuntimeError("the writer failed") from inner
-    except RuntimeError as e:
-        assert cli.disk_error_line(e).startswith("disk quota exceeded writing /home/u/run/metrics.jsonl")
-    assert cli.disk_error_line(RuntimeError("a bug")) is None
-
-
-# -- Resume checks what it resumes --------------------------------------------------------------------------------
-
-def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_data_over(tmp_path):
-    wd = tmp_path / "run"
-    pretrain.train_and_evaluate(tiny_config(stop_at_step=2), str(wd))
-    ckpt = wd / "checkpoints"
-    before = sorted(os.listdir(ckpt))
-    shutil.rmtree(wd / "data")  # the demo data made again from fewer documents: other shards, the same vocabulary
-    with pytest.raises(errors.InputError, match=r"changed since the checkpoint at step 2 .* its shards are not the "
-                                                r"ones the checkpoint read .*data.start_over=True"):
-        pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150}), str(wd))
-    assert sorted(os.listdir(ckpt)) == before
-    final = pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150, "data.start_over": True}), str(wd))
-    assert final["preempted"] is False and sorted(json.loads(line)["step"] for line in open(wd / "metrics.jsonl")) \
-        == [2, 4]
-
-    other = tmp_path / "other"  # another vocabulary of the same size: refused even with start_over
-    pretrain.train_and_evaluate(tiny_config(stop_at_step=2), str(other))
-    vocab = (other / "data" / "vocab.txt").read_text().splitlines()
-    vocab[-1], vocab[-2] = vocab[-2], vocab[-1]
-    (other / "data" / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    with pytest.raises(errors.InputError, match=r"another vocabulary \(token ids now mean other words\)"):
-        pretrain.train_and_evaluate(tiny_config(**{"data.start_over": True}), str(other))
-
-
-# -- Settings, override paths, text files -------------------------------------------------------------------------
-
-@pytest.mark.parametrize("field, value, message", [
-    ("dropout", 1.5, "config.dropout=1.5: a probability in [0, 1)"),
-    ("distill.teacher_weight", 2.0, "config.distill.teacher_weight=2.0: a share in [0, 1]"),
-    ("distill.hidden_weight", -1.0, "config.distill.hidden_weight=-1.0: a finite weight >= 0"),
-    ("max_train_examples", -5, "config.max_train_examples=-5: an integer >= 0 (0: every row)"),
-    ("preemption_sync_every", 0, "config.preemption_sync_every=0: an integer >= 1"),
-    ("prune.target", 1.0, "config.prune.target=1.0: a sparsity in [0, 1)"),
-    ("data.doc_stride", 0, "config.data.doc_stride=0: an integer >= 1"),
-])
-def test_finetuning_settings_are_checked_before_anything_loads(tmp_path, field, value, message):
-    from conftest import glue_config
-
-    from squeezebert_jax import finetune as ft
-
-    c = glue_config("sst2", tmp_path / "no_model", tmp_path / "no_data")
-    target, *rest = field.split(".")
-    if rest:
-        c[target][rest[0]] = value
-    else:
-        setattr(c, field, value)
-    with pytest.raises(errors.InputError) as e:
-        ft.finetune(c, str(tmp_path / "run"))
-    assert str(e.value).startswith(message)
-    assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("override, message", [
-    ("--config.phases.0.num_steps=3", "--config.phases.0.num_steps: not a field path: write a list entry's index in "
-                                      "brackets, --config.phases[0].num_steps"),
-    ("--config.phases[5].num_steps=3", "--config.phases[5].num_steps: the config's list has no entry of that index"),
-    ("--config.data.num_workers=-1", "config.data.num_workers=-1: an integer >= 0"),
-])
-def test_override_paths_and_values_are_one_line(tmp_path, override, message):
-    rc, _, err = script(PRETRAIN, "--config", SMOKE, "--workdir", tmp_path / "run", override)
-    assert rc in (1, 2) and message in one_error_line(err)
-    assert not (tmp_path / "run").exists()
-
-
-def test_lines_cut_at_max_line_chars_are_a_warning_and_a_file_with_no_line_breaks_is_refused(tmp_path, caplog):
-    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
-    (tmp_path / "long.txt").write_text(GOOD + "x" * 300 + "\n" + GOOD)
-    with caplog.at_level(logging.WARNING):
-        pretrain_data.prepare([str(tmp_path / "long.txt")], tok, tmp_path / "p", progress=False, max_line_chars=200)
-    assert "long.txt: 1 line longer than max_line_chars (200) cut, losing 100 of its" in caplog.text
-    (tmp_path / "mac.txt").write_bytes((GOOD * 40).replace("\n", "\r").encode())  # CR-only line ends
-    with pytest.raises(errors.InputError, match=r"mac.txt: 1 line longer .*its lines end in CR alone .*refused"):
-        pretrain_data.prepare([str(tmp_path / "mac.txt")], tok, tmp_path / "q", progress=False, max_line_chars=200)
-    assert not (tmp_path / "q").exists()
-
-
-def test_a_pipe_is_read_as_a_corpus_stream(tmp_path):
-    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
-    fifo = tmp_path / "corpus.fifo"
-    os.mkfifo(fifo)
-    writer = subprocess.Popen(["sh", "-c", f"printf '{GOOD}' > '{fifo}'"])
-    meta = pretrain_data.prepare([str(fifo)], tok, tmp_path / "p", num_shards=1, progress=False)
-    writer.wait()
-    assert meta["num_docs"] == 2
-
-
-def test_a_duplicated_test_index_is_named_by_file_and_line(tmp_path):
-    from squeezebert_jax import glue
-
-    (tmp_path / "test.tsv").write_text("index\tsentence\n0\ta fine film\n1\ta bad film\n0\tagain\n")
-    with pytest.raises(errors.InputError, match=r"test.tsv:4: index 0 appears twice \(also at line 2\)"):
-        glue.read_glue_tsv(str(tmp_path / "test.tsv"), "sst2", "test")
-
-
-def test_a_tokenizer_of_the_other_kind_is_not_left_beside_a_new_one(tmp_path, run_cli, digest):
-    """A SentencePiece model trained into a MODEL_DIR holding vocab.txt: refused; with --overwrite the directory ends
-    with the new tokenizer alone (Tokenizer.from_dir would otherwise go on reading the old vocab.txt)."""
-    text = corpus.write_corpus(tmp_path / "corpus.txt", num_docs=300, seed=0)
-    out = tmp_path / "model"
-    out.mkdir()
-    (out / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    before = digest(out)
-    rc, _, err = run_cli("train/tokenizer.py", "--input", text, "--out", out, "--vocab_size", "150",
-                         "--kind", "sentencepiece")
-    assert rc == 1 and f"{out / 'vocab.txt'} already exists" in one_error_line(err) and digest(out) == before
-    rc, _, err = run_cli("train/tokenizer.py", "--input", text, "--out", out, "--vocab_size", "150",
-                         "--kind", "sentencepiece", "--overwrite")
-    assert rc == 0, err
-    assert "vocab.txt" not in os.listdir(out) and Tokenizer.from_dir(out).kind == "sentencepiece"

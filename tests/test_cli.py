@@ -1,0 +1,42 @@
+"""squeezebert_jax.cli: what every script shares, as a user meets it: override paths and values, and the one line a
+full disk or quota gives from any library."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import ROOT, one_error_line, run_script
+
+from squeezebert_jax import cli
+
+PRETRAIN = os.path.join(ROOT, "train", "pretrain.py")
+SMOKE = os.path.join(ROOT, "train", "configs", "pretrain.py") + ":smoke"
+
+
+def test_a_disk_error_line_names_the_path_from_any_library(tmp_path):
+    import errno
+
+    orbax_like = ValueError('RESOURCE_EXHAUSTED: Error writing "x" at local file "/data/run/checkpoints/400.orbax-'
+                            'checkpoint-tmp/state/d/abc": No space left on device')
+    assert cli.disk_error_line(orbax_like).startswith("no space left on the device writing /data/run/checkpoints: ")
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded", "/home/u/run/metrics.jsonl")
+        except OSError as inner:
+            raise RuntimeError("the writer failed") from inner
+    except RuntimeError as e:
+        assert cli.disk_error_line(e).startswith("disk quota exceeded writing /home/u/run/metrics.jsonl")
+    assert cli.disk_error_line(RuntimeError("a bug")) is None
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.phases.0.num_steps=3", "--config.phases.0.num_steps: not a field path: write a list entry's index in "
+                                      "brackets, --config.phases[0].num_steps"),
+    ("--config.phases[5].num_steps=3", "--config.phases[5].num_steps: the config's list has no entry of that index"),
+    ("--config.data.num_workers=-1", "config.data.num_workers=-1: an integer >= 0"),
+])
+def test_override_paths_and_values_are_one_line(tmp_path, override, message):
+    rc, _, err = run_script(PRETRAIN, "--config", SMOKE, "--workdir", tmp_path / "run", override)
+    assert rc in (1, 2) and message in one_error_line(err)
+    assert not (tmp_path / "run").exists()
