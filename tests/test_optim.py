@@ -167,3 +167,44 @@ def test_accumulation_indivisible_batch_is_an_error():
     with pytest.raises(ValueError, match=r"batch\['x'\] has 6 rows, not divisible into 4"):
         optim.accumulate_gradients(lambda p, mb, r: (jnp.sum(mb["x"] * p), {}), jnp.ones(()), batch, 4,
                                    jax.random.key(0))
+
+
+def test_lamb_updates_layer_stacked_with_the_per_layer_numbers_and_state():
+    """optim.lamb runs layer-stacked (optim.by_layer: one kernel per parameter kind, not per layer) and gives the
+    per-layer chain's updates (optax's own trust ratio, leaf by leaf) over steps, with a state of the same structure
+    (checkpoints are unchanged). stack_layers only stacks ``layers`` dicts of identical layers, and undoes exactly."""
+    from conftest import smoke_config
+
+    from squeezebert_jax import pretrain
+
+    model = pretrain.new_model(smoke_config(), 64)
+    _, params, _ = pretrain.split_model(model)
+    params = jax.tree.map(np.asarray, params)
+    stacked = optim.stack_layers(params)
+    layers = stacked["transformer"]["encoder"]["layers"][optim.STACKED]
+    n = len(params["transformer"]["encoder"]["layers"])
+    assert n >= 2 and all(x.shape[0] == n for x in jax.tree.leaves(layers))
+    jax.tree.map(np.testing.assert_array_equal, optim.unstack_layers(stacked, params), params)
+    odd = {"layers": {0: {"w": np.ones(2)}, 1: {"w": np.ones(3)}}, "blocks": {0: {"w": np.ones(2)}, 1: {"w": np.ones(2)}}}
+    assert optim.stack_layers(odd) is not odd and set(optim.stack_layers(odd)["layers"]) == {0, 1}  # shapes differ
+    assert set(optim.stack_layers(odd)["blocks"]) == {0, 1}  # only a dict named layers
+
+    def per_layer(learning_rate):
+        return optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(eps=1e-6),
+                           optax.add_decayed_weights(0.01, mask=optim.decay_mask),
+                           optax.masked(optax.scale_by_trust_ratio(), optim.decay_mask),
+                           optax.scale_by_learning_rate(learning_rate))
+
+    ours, ref = optim.lamb(1e-2), per_layer(1e-2)
+    s_ours, s_ref = ours.init(params), ref.init(params)
+    assert jax.tree.structure(s_ours) == jax.tree.structure(s_ref)
+    rng = np.random.default_rng(0)
+    p_ours = p_ref = params
+    step = jax.jit(lambda tx_update, g, s, p: tx_update(g, s, p), static_argnums=0)
+    for _ in range(3):
+        g = jax.tree.map(lambda x: rng.normal(size=x.shape).astype(np.float32) * 0.1, params)
+        u_ours, s_ours = step(ours.update, g, s_ours, p_ours)
+        u_ref, s_ref = step(ref.update, g, s_ref, p_ref)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-9), u_ours, u_ref)
+        p_ours, p_ref = optax.apply_updates(p_ours, u_ours), optax.apply_updates(p_ref, u_ref)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8), s_ours, s_ref)
