@@ -484,7 +484,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
         writer.close()
     if stopped:
         saved = max(checkpointer.steps_on_disk(), default=None)
-        log.warning("stopped early (signal): checkpoint saved at step %s, exiting cleanly; run again on %s to resume",
+        log.warning("stopped early (signal or stop_at_step): checkpoint saved at step %s, exiting cleanly; run again "
+                    "on %s to resume",
                     saved, workdir)
         return {"task": config.task, "best": best, "history": history, "preempted": True, "checkpoint_step": saved}
     results = {"task": config.task, "init_from": config.init_from, "best": best, "history": history,

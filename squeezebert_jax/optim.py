@@ -89,7 +89,7 @@ def _is_layer_dict(name, node) -> bool:
     """A ``layers`` dict of two or more layers keyed 0..L-1 with one structure and one shape per leaf."""
     if key_name(name) != "layers" or not isinstance(node, dict) or len(node) < 2:
         return False
-    if sorted(int(k) for k in node) != list(range(len(node))) or not all(str(k).isdigit() for k in node):
+    if not all(str(k).isdigit() for k in node) or sorted(int(k) for k in node) != list(range(len(node))):
         return False
     first = jax.tree.structure(node[next(iter(node))])
     shapes = jax.tree.map(lambda x: (np.shape(x), getattr(x, "dtype", None)), node[next(iter(node))])

@@ -127,7 +127,8 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path
 
 def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monkeypatch):
     """SIGTERM during step 4 (mid-epoch): the run finishes the step, checkpoints, returns ``preempted``; the rerun
-    resumes at step 4 and ends as an uninterrupted run. A rerun of the finished run trains nothing."""
+    resumes at step 4, stops at stop_at_step 5 the same way, and the next ends as an uninterrupted run. A rerun of the
+    finished run trains nothing."""
     write = reporting.MetricsWriter.write
 
     def write_and_signal(self, step, metrics):
@@ -141,6 +142,8 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
         first = ft.finetune(_config(task, async_checkpoints=False), str(wd))
     assert first["preempted"] and first["history"] == []
     assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [4]
+    stopped = ft.finetune(_config(task, stop_at_step=5), str(wd))  # resumed, and stopped again by the config
+    assert stopped["preempted"] and stopped["checkpoint_step"] == 5
     resumed = ft.finetune(_config(task), str(wd))
     ref = ft.finetune(_config(task), str(tmp_path / "ref"))
     np.testing.assert_allclose(_losses(resumed["history"]), _losses(ref["history"]), rtol=1e-6)

@@ -188,6 +188,8 @@ def test_lamb_updates_layer_stacked_with_the_per_layer_numbers_and_state():
     odd = {"layers": {0: {"w": np.ones(2)}, 1: {"w": np.ones(3)}}, "blocks": {0: {"w": np.ones(2)}, 1: {"w": np.ones(2)}}}
     assert optim.stack_layers(odd) is not odd and set(optim.stack_layers(odd)["layers"]) == {0, 1}  # shapes differ
     assert set(optim.stack_layers(odd)["blocks"]) == {0, 1}  # only a dict named layers
+    named = {"layers": {"first": {"w": np.ones(2)}, "second": {"w": np.ones(2)}}}
+    assert set(optim.stack_layers(named)["layers"]) == {"first", "second"}  # keyed 0..L-1 only
 
     def per_layer(learning_rate):
         return optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(eps=1e-6),

@@ -98,6 +98,7 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.keep_checkpoints = 2
     c.async_checkpoints = True
     c.preemption_sync_every = 10  # multi-host: steps between the hosts' agreement on a SIGTERM
+    c.stop_at_step = 0  # > 0: stop after this step with a checkpoint, as on SIGTERM (a rerun resumes); 0: off
     # A student of fewer layers built from init_from's (squeezebert_jax.distill): 0 keeps init_from's depth;
     # layer map "skip" (every k-th: 1,3,5 of 6), "first" (the first k) or 1-based layers "1,3,5".
     c.student_layers = 0
