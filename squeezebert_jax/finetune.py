@@ -127,8 +127,8 @@ class FinetuneStep:
 
 def build_step(config: ml_collections.ConfigDict, graphdef, rest, trainable, total_steps: int, mesh,
                loss, layer_loss=None, layer_teacher=None) -> FinetuneStep:
-    """AdamW over ``total_steps`` and the jitted, sharded step of ``loss`` (the task's, ``losses.LOSSES[task.loss]``) for
-    ``trainable`` (``{"model": params[, "proj"]}``; arrays or ShapeDtypeStructs: only their shapes are read). Reused
+    """AdamW over ``total_steps`` and the jitted, sharded step of ``loss`` (the task's: ``losses.LOSSES[task.loss]``)
+    for ``trainable`` (``{"model": params[, "proj"]}``; arrays or ShapeDtypeStructs: only their shapes are read). Reused
     by a later run in the process with an equal model and settings (a sweep, the GLUE table): the cache key holds all
     the step closes over (AdamW's only setting is the weight decay; the rate is an input). A layer-distillation step
     (it closes over the teacher's structure) is built for its run alone."""

@@ -80,8 +80,7 @@ class Settings:
             need(integer(name, 1), name, "an integer >= 1")
         need(integer("keep_checkpoints", 1), "keep_checkpoints",
              "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
-        if "stop_at_step" in self.config:
-            need(integer("stop_at_step", 0), "stop_at_step", "an integer >= 0 (0: off)")
+        need(integer("stop_at_step", 0), "stop_at_step", "an integer >= 0 (0: off)")
         parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
 
 
@@ -177,7 +176,7 @@ def run(state, start: int, end: int, hooks: Hooks, *, config: ml_collections.Con
     pending: list[tuple[int, dict, Any]] = []  # (step, device metrics, info) not yet fetched and checked
     window: list[tuple[dict, Any]] = []  # checked host metrics since the last row
     timer, stop = reporting.Timer(), False
-    stop_at = config.get("stop_at_step", 0)
+    stop_at = config.stop_at_step
 
     def fetch_and_check():
         host = jax.device_get([m for _, m, _ in pending])

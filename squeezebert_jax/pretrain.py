@@ -313,7 +313,8 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
 
     def postfix(m):
         t = second_task(m)
-        return {"loss": f"{m['loss']:.3f}", "mlm_acc": f"{m['mlm_accuracy']:.3f}", f"{t}_acc": f"{m[f'{t}_accuracy']:.3f}"}
+        return {"loss": f"{m['loss']:.3f}", "mlm_acc": f"{m['mlm_accuracy']:.3f}",
+                f"{t}_acc": f"{m[f'{t}_accuracy']:.3f}"}
 
     def save(done, state):
         run.checkpointer.save(done, state, batches, force=True, meta={"data": run.data_fingerprint})
@@ -378,8 +379,8 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
 # The settings that define a pretraining run's stream: which sequences land at which step (the loader's seed per phase,
 # the batch, each phase's length and masking, where each phase begins and ends) and what they are trained towards. Each
 # start records them (``run_stream``); a resume with any of them changed is refused (``trainer.check_stream``). The data
-# itself is checked against each checkpoint's record of it (``pretrain_data.check_resume_data``: ``data.start_over`` may accept
-# shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
+# itself is checked against each checkpoint's record of it (``pretrain_data.check_resume_data``: ``data.start_over``
+# may accept shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
 # learning_rate, log_every, checkpoint_every, stop_at_step, num_devices, num_microbatches, ...
 RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking")
 PHASE_STREAM = ("num_steps", "seq_len", "max_predictions_per_seq")
@@ -457,7 +458,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
                                               async_save=config.async_checkpoints, with_meta=True)
     fingerprint = pretrain_data.data_fingerprint(data_dir)
     start_data_over = pretrain_data.check_resume_data(checkpointer, data_dir, fingerprint,
-                                                      config.data.get("start_over", False))
+                                                      config.data.start_over)
     stream = run_stream(config)
     trainer.check_stream(workdir, stream, bool(checkpointer.all_steps()))
     writer = reporting.MetricsWriter(workdir)

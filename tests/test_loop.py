@@ -66,7 +66,8 @@ def _run(start, end, final_step, *, preempt=None, losses=None, boundary_every=0,
     """loop.run over a counter state with host metrics; returns what each hook saw."""
     import ml_collections
 
-    config = ml_collections.ConfigDict({"log_every": 4, "checkpoint_every": 5, "progress": False} | config)
+    config = ml_collections.ConfigDict({"log_every": 4, "checkpoint_every": 5, "progress": False, "stop_at_step": 0}
+                                       | config)
     seen = {"saves": [], "boundaries": [], "checked": [], "rows": None}
 
     def step(state, i):

@@ -185,7 +185,8 @@ def test_lamb_updates_layer_stacked_with_the_per_layer_numbers_and_state():
     n = len(params["transformer"]["encoder"]["layers"])
     assert n >= 2 and all(x.shape[0] == n for x in jax.tree.leaves(layers))
     jax.tree.map(np.testing.assert_array_equal, optim.unstack_layers(stacked, params), params)
-    odd = {"layers": {0: {"w": np.ones(2)}, 1: {"w": np.ones(3)}}, "blocks": {0: {"w": np.ones(2)}, 1: {"w": np.ones(2)}}}
+    odd = {"layers": {0: {"w": np.ones(2)}, 1: {"w": np.ones(3)}},
+           "blocks": {0: {"w": np.ones(2)}, 1: {"w": np.ones(2)}}}
     assert optim.stack_layers(odd) is not odd and set(optim.stack_layers(odd)["layers"]) == {0, 1}  # shapes differ
     assert set(optim.stack_layers(odd)["blocks"]) == {0, 1}  # only a dict named layers
     named = {"layers": {"first": {"w": np.ones(2)}, "second": {"w": np.ones(2)}}}
