@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import secrets
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 
 from squeezebert_jax.errors import DataFileError, InputError
@@ -337,6 +338,12 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
         if not isinstance(row, dict):
             raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
         yield lineno, row
+
+
+def has_text(value: str) -> bool:
+    """Whether a text holds something to read: a character that is not white space, a control or an invisible mark
+    (a zero-width space alone is no text). The one test of an empty text: the task loaders, SQuAD and predict."""
+    return any(unicodedata.category(ch)[0] not in "ZC" for ch in value)
 
 
 def read_text(path: str | os.PathLike, what: str = "") -> str:

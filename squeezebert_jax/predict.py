@@ -30,7 +30,7 @@ import numpy as np
 
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, claim_output_file, read_text, text_lines
+from squeezebert_jax.files import atomic_write, claim_output_file, has_text, read_text, text_lines
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
@@ -128,7 +128,7 @@ class Predictor:
                 raise InputError(f"{name} holds {n} text{'s' * (n != 1)} but input 1 holds {first}: every input "
                                  "holds the same number")
             first = n
-            if empty := [j + 1 for j, t in enumerate((x,) if isinstance(x, str) else x) if not tasks.has_text(t)]:
+            if empty := [j + 1 for j, t in enumerate((x,) if isinstance(x, str) else x) if not has_text(t)]:
                 raise InputError(f"{name}{'' if n == 1 else f', text {empty[0]},'} is empty (or only white space); "
                                  "every input needs its text")
             out.append(x[0] if n == 1 and not isinstance(x, str) else x)

@@ -122,7 +122,7 @@ def _jsonl_rows(path: str, raw: str):
 
 def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     for key in ("question", "context"):
-        if not isinstance(row.get(key), str) or not row[key].strip():
+        if not isinstance(row.get(key), str) or not files.has_text(row[key]):
             raise DataFileError(f"{where}: no {key!r} text (has {', '.join(map(str, row))})")
     qid, context = str(row["id"]), row["context"]
     answers = row.get("answers")
@@ -145,7 +145,8 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     spans = []
     for a in answers:
         text, start = (a.get("text"), a.get("answer_start")) if isinstance(a, dict) else (None, None)
-        if not isinstance(text, str) or not text.strip() or isinstance(start, bool) or not isinstance(start, int):
+        if (not isinstance(text, str) or not files.has_text(text) or isinstance(start, bool)
+                or not isinstance(start, int)):
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
                                 f"\"answer_start\", got {a!r}")
         if not 0 <= start <= len(context) - len(text) or context[start:start + len(text)] != text:

@@ -33,7 +33,6 @@ import logging
 import math
 import os
 import re
-import unicodedata
 from typing import Protocol
 
 import numpy as np
@@ -618,17 +617,11 @@ def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, pa
     return texts, None
 
 
-def has_text(value: str) -> bool:
-    """Whether a text holds something to read: a character that is not white space, a control or an invisible mark
-    (a zero-width space alone is no text)."""
-    return any(unicodedata.category(ch)[0] not in "ZC" for ch in value)
-
-
 def text_value(value, path: str, lineno: int, col: str) -> str:
     """A text cell: a string with something besides white space in it."""
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
-    if not has_text(value):
+    if not files.has_text(value):
         held = " (only white space or invisible marks)" if value else ""
         raise DataFileError(f"{path}:{lineno}: column {col!r} is empty{held}; every row needs its text (fill it, or "
                             f"remove the row)")

@@ -285,10 +285,16 @@ def test_a_doc_stride_that_leaves_no_room_is_refused_before_reading(init, tmp_pa
         ft.finetune(c, str(tmp_path / "run"))
 
 
-def test_a_blank_answer_is_refused(tmp_path):
-    row = {"id": "q1", "question": "where?", "context": "shot in york", "answers": {"text": [" "], "answer_start": [4]}}
+@pytest.mark.parametrize("answer", [" ", "\u200b"])  # white space; a zero-width space alone (files.has_text)
+def test_a_blank_answer_is_refused(tmp_path, answer):
+    row = {"id": "q1", "question": "where?", "context": f"shot in {answer}york",
+           "answers": {"text": [answer], "answer_start": [8]}}
     (tmp_path / "blank.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(sj.errors.DataFileError, match=r"blank.jsonl:1: question 'q1': an answer needs a \"text\""):
+        squad.read_squad(str(tmp_path / "blank.jsonl"))
+    row |= {"question": "\u200b\u200b", "answers": {"text": ["york"], "answer_start": [9]}}  # a question of no text
+    (tmp_path / "blank.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"blank.jsonl:1: no 'question' text"):
         squad.read_squad(str(tmp_path / "blank.jsonl"))
 
 
