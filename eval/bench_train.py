@@ -6,6 +6,7 @@ ratios printed.
                                                     # and bf16 inference, and the real trainer vs the synthetic step
     python eval/bench_train.py                      # full size, bf16, batch 256 per step
     python eval/bench_train.py --executions         # only: SqueezeBERT's step by remat, scan, attention, dropout
+    python eval/bench_train.py --profile DIR        # only: where each step's device time goes, kernel by kernel
     python eval/bench_train.py --tiny               # tiny dims (CI): checks the plumbing, not the speed
     python eval/bench_train.py --pipeline-only      # only the input pipeline (full-size corpora, any CPU)
     python eval/bench_train.py --feeding            # only: pretrain.py's step fed by the real pipeline vs a fixed
@@ -26,9 +27,12 @@ import jax
 import jax.numpy as jnp
 
 from squeezebert_jax import cli, corpus, pretrain_data
-from squeezebert_jax.benchmarks.timing import Report, add_out_args, format_table
-from squeezebert_jax.benchmarks.train_step import benchmark_train_step, feeding_benchmark
-from squeezebert_jax.model import SqueezeBertConfig
+from squeezebert_jax.benchmarks.timing import Report, add_out_args, format_table, set_device_lock
+from squeezebert_jax.benchmarks import step_profile
+from squeezebert_jax.benchmarks.train_step import (compile_all, feeding_benchmark,
+                                                   train_step_bench)
+from squeezebert_jax.files import atomic_write
+from squeezebert_jax.model import SqueezeBertConfig, scan_layers_on
 from squeezebert_jax.tokenizer import Tokenizer
 from squeezebert_jax.benchmarks.timing import cpu_model
 
@@ -52,16 +56,27 @@ def main(argv=None) -> int:
     p.add_argument("--executions", action="store_true",
                    help="only SqueezeBERT's step at the first --seq-lens under each execution choice (EXECUTIONS: remat, "
                         "scan or unrolled layers, fused or reference attention, dropout off)")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="only: where each model's step spends its device time (by scope, by kind, largest kernels); "
+                        "every kernel to DIR/kernels.tsv, each compiled program to DIR/<model>.hlo.txt")
+    p.add_argument("--top", type=cli.positive_int, default=25, help="--profile: how many of the largest kernels")
     p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
+    p.add_argument("--step-only", action="store_true", help="skip the input pipeline's rate per core")
+    p.add_argument("--lock", metavar="FILE", default=None,
+                   help="time under an exclusive lock on FILE: benchmarks run side by side on one GPU compile at once "
+                        "and time one at a time")
     p.add_argument("--feeding", action="store_true",
                    help="only the demo step fed by the real pipeline (inline / prefetched) vs a fixed batch")
     add_out_args(p)
     args = p.parse_args(argv)
     cli.setup_logging(None)
+    if args.peer:  # PyTorch shares the device: JAX takes memory as it needs it, not 75% of it at its start
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     report = Report(args.out, args.overwrite)
+    set_device_lock(args.lock)
     report.add(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
-    if args.executions:
-        executions(args, report)
+    if args.executions or args.profile:
+        (executions if args.executions else profile)(args, report)
         report.write()
         return 0
     ours = throughput(args, report) if not args.feeding else {}
@@ -79,16 +94,19 @@ def throughput(args, report: Report) -> dict[tuple[str, int], float]:
     if args.pipeline_only:
         args.seq_lens = []
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
-    rows, seq = [], {}
-    for seq_len in args.seq_lens:
-        preds = 20 if seq_len <= 128 else 77
-        for name in ("squeezebert-uncased", "bert-base-uncased"):
-            cfg = SqueezeBertConfig.preset(name, **(TINY if args.tiny else {}))
-            r = benchmark_train_step(cfg, seq_len, args.batch, preds, dtype, steps=args.steps,
-                                     peak_flops=args.peak_flops)
-            seq[(name, seq_len)] = r["seq_per_s"]
-            rows.append([name, seq_len, args.batch, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}",
-                         f"{r['tokens_per_s']:.0f}", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
+    rows, seq, names = [], {}, ("squeezebert-uncased", "bert-base-uncased")
+    cases = [(name, seq_len) for seq_len in args.seq_lens for name in names]
+    benches = [train_step_bench(preset(name, args.tiny), seq_len, args.batch, 20 if seq_len <= 128 else 77, dtype)
+               for name, seq_len in cases]
+    for error in compile_all(benches):  # all at once, then timed one by one
+        if error is not None:
+            raise error
+    for (name, seq_len), bench in zip(cases, benches):
+        r = bench.time(args.steps, peak_flops=args.peak_flops)
+        bench.args = bench.compiled = None
+        seq[(name, seq_len)] = r["seq_per_s"]
+        rows.append([name, seq_len, args.batch, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}",
+                     f"{r['tokens_per_s']:.0f}", "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
     if rows:
         report.add(format_table(["model", "seq", "batch", "step ms", "seq/s", "tokens/s", "MFU"], rows,
                                 title=f"train step (LAMB, {args.dtype})"))
@@ -98,6 +116,8 @@ def throughput(args, report: Report) -> dict[tuple[str, int], float]:
         if seq_len == 128:
             report.add(f"seq 128: SqueezeBERT {seq[('squeezebert-uncased', 128)]:.0f} sequences/s (target >= 8,000 on "
                        "one H100 or H200)")
+    if args.step_only:
+        return seq
     with tempfile.TemporaryDirectory() as d:  # input pipeline, one process = one core
         tok = Tokenizer.from_file(corpus.write_demo_vocab(os.path.join(d, "v.txt")))
         stories = corpus.generate_documents(400 if args.tiny else 20_000, seed=0)
@@ -121,38 +141,94 @@ def throughput(args, report: Report) -> dict[tuple[str, int], float]:
     return seq
 
 
-# (name, SqueezeBertConfig changes, or rng_impl): the execution choices --executions times, the first the default
-EXECUTIONS = [("scan, remat minimal, fused attention (default)", {}),
-              ("scan, remat lean", {"remat": "lean"}),
-              ("scan, remat dots_saveable", {"remat": "dots_saveable"}),
-              ("scan, remat full", {"remat": "full"}),
-              ("scan, remat none", {"remat": "none"}),
-              ("unrolled, remat none", {"scan_layers": False, "remat": "none"}),
-              ("unrolled, remat minimal", {"scan_layers": False}),
+# (name, SqueezeBertConfig changes, or rng_impl, or "xla": XLA options of that compile): the execution choices
+# --executions times, the first the default; the XLA options only on a GPU
+EXECUTIONS = [("default: layers auto (unrolled on CPU and GPU), remat minimal, fused attention", {}),
+              ("remat none", {"remat": "none"}),
+              ("remat full", {"remat": "full"}),
+              ("scan, remat minimal", {"scan_layers": True}),
               ("reference attention (probability dropout)", {"attention": "reference"}),
               ("rbg dropout bits", {"rng_impl": "rbg"}),
               ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})]
+GPU_EXECUTIONS = [("XLA: cuBLAS for every matmul (no Triton gemm)", {"xla": {"xla_gpu_enable_triton_gemm": False}}),
+                  ("XLA: Triton for any matmul", {"xla": {"xla_gpu_triton_gemm_any": True}}),
+                  ("XLA: no command buffers (CUDA graphs)", {"xla": {"xla_gpu_enable_command_buffer": ""}})]
+
+
+def preset(name: str, tiny: bool, **changes) -> SqueezeBertConfig:
+    """The preset ``name`` (at ``TINY`` dims with ``tiny``) run as the trainer runs it on this platform (its layers
+    unrolled or scanned: ``model.scan_layers_on("auto", ...)``), with ``changes``."""
+    changes.setdefault("scan_layers", scan_layers_on("auto", jax.default_backend()))
+    return SqueezeBertConfig.preset(name, **(TINY if tiny else {}), **changes)
 
 
 def executions(args, report: Report) -> None:
-    """SqueezeBERT's step under each of ``EXECUTIONS`` (what remat, the layer scan, the attention path and dropout
-    cost on this device), one compile each, with each one's speed relative to the default."""
+    """SqueezeBERT's step under each of ``EXECUTIONS`` (what remat, the layer scan, the attention path, dropout and, on
+    a GPU, XLA's options cost on this device), all compiled at once (``compile_all``) then timed one after another,
+    with each one's speed relative to the default."""
     seq_len = args.seq_lens[0]
     preds = 20 if seq_len <= 128 else 77
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
-    rows, base = [], None
-    for name, changes in EXECUTIONS:
+    choices = EXECUTIONS + (GPU_EXECUTIONS if jax.default_backend() == "gpu" else [])
+    benches = []
+    for name, changes in choices:
         changes = dict(changes)
-        impl = changes.pop("rng_impl", "threefry2x32")
-        cfg = SqueezeBertConfig.preset("squeezebert-uncased", **(TINY if args.tiny else {}), **changes)
-        r = benchmark_train_step(cfg, seq_len, args.batch, preds, dtype, steps=args.steps, peak_flops=args.peak_flops,
-                                 rng_impl=impl)
+        impl, xla = changes.pop("rng_impl", "threefry2x32"), changes.pop("xla", None)
+        benches.append(train_step_bench(preset("squeezebert-uncased", args.tiny, **changes), seq_len, args.batch,
+                                        preds, dtype, rng_impl=impl, compiler_options=xla))
+    errors = compile_all(benches)
+    rows, base = [], None
+    for (name, _), bench, error in zip(choices, benches, errors):
+        if error is not None:
+            rows.append([name, "-", "-", f"did not compile: {str(error).splitlines()[0][:80]}", "-"])
+            continue
+        r = bench.time(args.steps, peak_flops=args.peak_flops)
+        bench.args = bench.compiled = None  # frees its state on the device
         base = base or r["seq_per_s"]
         rows.append([name, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}", f"{r['seq_per_s'] / base:.2f}x",
                      "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
     report.add(format_table(["execution", "step ms", "seq/s", "vs default", "MFU"], rows,
                             title=f"SqueezeBERT train step (LAMB, {args.dtype}) by execution choice, seq {seq_len}, "
                                   f"batch {args.batch}, {jax.devices()[0].device_kind}"))
+
+
+def profile(args, report: Report) -> None:
+    """Where each model's step spends its device time (``step_profile``), at the first --seq-lens: by scope and pass,
+    by kind, and the largest kernels; every kernel to --profile DIR/kernels.tsv, each compiled program to
+    DIR/<model>.hlo.txt."""
+    seq_len = args.seq_lens[0]
+    preds = 20 if seq_len <= 128 else 77
+    dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+    os.makedirs(args.profile, exist_ok=True)
+    names = ("squeezebert-uncased", "bert-base-uncased")
+    benches = [train_step_bench(preset(n, args.tiny), seq_len, args.batch, preds, dtype) for n in names]
+    for error in compile_all(benches):
+        if error is not None:
+            raise error
+    tsv = []
+    for name, bench in zip(names, benches):
+        r = bench.time(args.steps, peak_flops=args.peak_flops)
+        hlo = bench.compiled.as_text()
+        atomic_write(os.path.join(args.profile, f"{name}.hlo.txt"), hlo)
+        prof = step_profile.profile_step(bench.blocking_step, hlo, runs=3)
+        bench.args = None
+        total = prof.total_us
+        pct = lambda us: f"{100 * us / total:.1f}%"  # noqa: E731
+        scope = lambda i: f"{i.scope} {'bwd' if i.backward else 'fwd'}" if i else "?"  # noqa: E731
+        report.add(f"{name}: step {r['step_ms']:.1f} ms wall, kernels {total / 1e3:.1f} ms ({prof.where})")
+        report.add(format_table(["scope, pass", "ms", "share", "launches"],
+                                [[k, f"{us / 1e3:.2f}", pct(us), f"{n:g}"] for k, us, n in prof.by(scope)],
+                                title=f"{name} step by scope (seq {seq_len}, batch {args.batch}, {args.dtype})"))
+        report.add(format_table(["kind", "ms", "share", "launches"],
+                                [[k, f"{us / 1e3:.2f}", pct(us), f"{n:g}"]
+                                 for k, us, n in prof.by(lambda i: i.kind if i else "?")], title=f"{name} by kind"))
+        report.add(format_table(["kernel (hlo_op)", "scope, pass", "kind", "us", "share", "launches"],
+                                [[op, scope(i), i.kind if i else "?", f"{us:.0f}", pct(us), f"{n:g}"]
+                                 for op, i, us, n in prof.rows[:args.top]], title=f"{name}: largest kernels"))
+        tsv += [f"{name}\t{line}" for line in prof.tsv().splitlines()[(1 if tsv else 0):]]
+    if tsv:
+        tsv[0] = "model\t" + tsv[0].split("\t", 1)[1]
+    atomic_write(os.path.join(args.profile, "kernels.tsv"), "\n".join(tsv) + "\n")
 
 
 def peers(args, report: Report, ours: dict[tuple[str, int], float]) -> None:
@@ -164,13 +240,23 @@ def peers(args, report: Report, ours: dict[tuple[str, int], float]) -> None:
     preds = 20 if seq_len <= 128 else 77
     bf16 = args.dtype == "bfloat16"
     rows, got = [], {}
+
+    def measured(name, what, value):  # each number as it comes (stderr), should the run be cut short
+        peer.release_memory()
+        if value is not None:
+            print(f"peer: {name} {what} {value:.1f} sequences/s", file=sys.stderr, flush=True)
+        return value
+
     for name in ("squeezebert-uncased", "bert-base-uncased"):
-        cfg = SqueezeBertConfig.preset(name, **(TINY if args.tiny else {}))
-        eager = peer.torch_train_step(cfg, seq_len, args.batch, preds, bf16, steps=args.steps)["seq_per_s"]
-        compiled = None if args.tiny else peer.torch_train_step(cfg, seq_len, args.batch, preds, bf16, compile=True,
-                                                                 steps=args.steps)["seq_per_s"]
-        inf_ours = peer.flax_inference(cfg, seq_len, args.batch, bf16, steps=args.steps)
-        inf_torch = peer.torch_inference(cfg, seq_len, args.batch, bf16, steps=args.steps)
+        cfg = preset(name, args.tiny)
+        inf_ours = measured(name, "ours inference", peer.flax_inference(cfg, seq_len, args.batch, bf16,
+                                                                        steps=args.steps))
+        inf_torch = measured(name, "transformers inference", peer.torch_inference(cfg, seq_len, args.batch, bf16,
+                                                                                  steps=args.steps))
+        eager = measured(name, "transformers eager train", peer.torch_train_step(
+            cfg, seq_len, args.batch, preds, bf16, steps=args.steps)["seq_per_s"])
+        compiled = None if args.tiny else measured(name, "transformers torch.compile train", peer.torch_train_step(
+            cfg, seq_len, args.batch, preds, bf16, compile=True, steps=args.steps)["seq_per_s"])
         got[name] = dict(ours=ours.get((name, seq_len)), eager=eager, compiled=compiled, inf_ours=inf_ours,
                          inf_torch=inf_torch)
         fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731

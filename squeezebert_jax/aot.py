@@ -281,7 +281,7 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
     """
     import jax
 
-    model = model if model is not None else abstract_model(lambda: pretrain.new_model(config))
+    model = model if model is not None else abstract_model(lambda: pretrain.new_model(config, platform=target.platform))
     n_chips = len(target.devices)
     pretrain.check_batch_division(config, phase, n_chips)
     k = pretrain.microbatches(config, phase)

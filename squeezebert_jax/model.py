@@ -723,8 +723,9 @@ class SqueezeBertForPreTraining(_Head):
         out = self.transformer(input_ids, attention_mask, token_type_ids, position_ids)
         h = out.last_hidden_state if masked_positions is None else _gather_positions(out.last_hidden_state,
                                                                                      masked_positions)
-        mlm = self.cls["predictions"](h, self.transformer.embeddings.word_embeddings.embedding[...])
-        sop = self.cls["seq_relationship"](out.pooler_output).astype(jnp.float32)
+        with jax.named_scope("pretraining_heads"):
+            mlm = self.cls["predictions"](h, self.transformer.embeddings.word_embeddings.embedding[...])
+            sop = self.cls["seq_relationship"](out.pooler_output).astype(jnp.float32)
         return PreTrainingOutput(mlm, sop, out.last_hidden_state, out.pooler_output)
 
 
@@ -861,6 +862,23 @@ HEADS = {
     "SqueezeBertForMultipleChoice": SqueezeBertForMultipleChoice,
     "SqueezeBertForReplacedTokenDetection": SqueezeBertForReplacedTokenDetection,
 }
+
+
+# config.layers (fine-tuning) and config.model.layers (pretraining): how the encoder's layers run, the same numbers
+# either way. "auto" is each platform's measured choice (docs/results.md): unrolled on CPU and GPU -- on one H100 the
+# paper's pretraining step (seq 128, batch 256, bf16) took 52.6 ms unrolled against 62.8 ms scanned, the scan writing
+# every layer's saved activations into stacked buffers and reading them back (11 ms of its kernels) -- and the scan on
+# TPU (one compiled layer body: compile time and code size).
+LAYERS = ("auto", "scan", "unrolled")
+AUTO_LAYERS = {"cpu": "unrolled", "gpu": "unrolled", "cuda": "unrolled", "rocm": "unrolled", "tpu": "scan"}
+
+
+def scan_layers_on(layers: str, platform: str) -> bool:
+    """Whether the layers run under ``lax.scan`` for a ``layers`` setting (``LAYERS``) on ``platform`` (a jax
+    backend name: ``jax.default_backend()``, or a compile target's)."""
+    if layers not in LAYERS:
+        raise InputError(f"layers={layers!r}: auto, scan or unrolled")
+    return (AUTO_LAYERS.get(platform, "scan") if layers == "auto" else layers) == "scan"
 
 
 def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str | None = None,

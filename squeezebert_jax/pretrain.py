@@ -30,7 +30,7 @@ from squeezebert_jax.flops import flops
 from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config
 from squeezebert_jax.tokenizer import Tokenizer
 from squeezebert_jax.model import (ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining, Structure,
-                                   generator_config, set_execution)
+                                   generator_config, scan_layers_on, set_execution)
 
 log = logging.getLogger(__name__)
 
@@ -122,23 +122,25 @@ def get_phases(config) -> list[Phase]:
     return out
 
 
-def model_config(config: ml_collections.ConfigDict) -> SqueezeBertConfig:
-    """The architecture of ``config.model`` (preset + overrides) with its execution choices (scan, remat,
-    attention)."""
+def model_config(config: ml_collections.ConfigDict, platform: str | None = None) -> SqueezeBertConfig:
+    """The architecture of ``config.model`` (preset + overrides) with its execution choices: ``model.layers`` on
+    ``platform`` (default: this process's backend; a compile target's for ``aot``), remat and attention."""
     overrides = dict(config.model.overrides)
-    for field in ("scan_layers", "remat", "attention"):
+    for field in ("remat", "attention"):
         overrides.setdefault(field, config.model[field])
     try:
+        overrides.setdefault("scan_layers", scan_layers_on(config.model.layers, platform or jax.default_backend()))
         return SqueezeBertConfig.preset(config.model.preset, **overrides)
     except InputError as e:  # the model's own validator; the refusal names the config section it read
         raise InputError(f"config.model: {e}") from None
 
 
-def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None):
+def new_model(config: ml_collections.ConfigDict, vocab_size: int | None = None, platform: str | None = None):
     """``config``'s pretraining model, randomly initialised from ``config.seed``: a ``SqueezeBertForPreTraining``
     (MLM + SOP), or with ``objective="rtd"`` an ``ElectraPreTraining`` pair whose discriminator is ``config.model``;
-    ``vocab_size`` (the tokenizer's) replaces the preset's when ``model.vocab_from_tokenizer``."""
-    cfg = model_config(config)
+    ``vocab_size`` (the tokenizer's) replaces the preset's when ``model.vocab_from_tokenizer``; ``platform``: where
+    it will run (``model_config``)."""
+    cfg = model_config(config, platform)
     if vocab_size and config.model.vocab_from_tokenizer:
         cfg = cfg.replace(vocab_size=vocab_size)
     rngs = nnx.Rngs(params=config.seed, dropout=config.seed)
@@ -365,7 +367,9 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
     if config.init_from:
         positions, source = read_model_config(config.init_from)[0].max_position_embeddings, config.init_from
     else:
-        positions, source = model_config(config).max_position_embeddings, f"model.preset {config.model.preset!r}"
+        # any platform: only the architecture is read, and no backend may start before jax.distributed
+        positions, source = (model_config(config, platform="cpu").max_position_embeddings,
+                             f"model.preset {config.model.preset!r}")
     for phase in get_phases(config):
         at = f"phases[{phase.index}]"
         need(isinstance(phase.num_steps, int) and phase.num_steps >= 1, f"{at}.num_steps", "an integer >= 1")

@@ -149,18 +149,18 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
     The compared families whose layers are their own (MobileBERT's bottlenecks, ALBERT's one shared layer), data
     parallel on two: their XLA FLOPs are 0.9 to 1.3 times the analytic count (squeezebert_jax.flops).
 
-    SqueezeBERT (12 layers) in bf16 on one, read kernel by kernel (--census, benchmarks.hlo_census): each layer's
-    forward runs attention as one cuDNN kernel and its backward as cuDNN's backward (plus the forward again: remat
-    keeps only the named matmul outputs); Q/K/V are one matmul (4 in the forward, 8 in the backward); the FFN stays
-    group-major between its convs; the optimizer updates the layers stacked. The counts are today's, as upper bounds:
-    the explicit attention core with transposes around every grouped conv compiled to 53 forward and 94 backward
-    kernels per layer at full size (6 and 7 of them transposes), against 38 and 70 now; the step outside the layers
-    to 1,671 kernels at full size, against 830 now."""
+    SqueezeBERT (12 layers, under the scan: one body per pass) in bf16 on one, read kernel by kernel (--census,
+    benchmarks.hlo_census): each layer's forward runs attention as one cuDNN kernel and its backward as cuDNN's
+    backward alone (remat keeps the forward's output and softmax statistics: it used to run the forward again); Q/K/V
+    are one matmul (4 in the forward, 8 in the backward); the FFN stays group-major between its convs; the optimizer
+    updates the layers stacked. The counts are today's, as upper bounds: the explicit attention core with transposes
+    around every grouped conv compiled to 53 forward and 94 backward kernels per layer at full size (6 and 7 of them
+    transposes), against 38 and 70 then; the step outside the layers to 1,671 kernels at full size, against 830 now."""
     if family:
         args = ("--topology", "h100:1x2", "--config.model.preset=" + family)
     else:
         args = ("--topology", "h100:1x1", "--census", "--config.compute_dtype=bfloat16",
-                "--config.model.overrides.num_hidden_layers=12")
+                "--config.model.overrides.num_hidden_layers=12", "--config.model.layers=scan")  # a body per pass
     rc, out, err, rows = _compile(tmp_path, "--phase", "phase1", *args)
     assert rc == 0, err[-3000:]
     assert "NVIDIA H100 80GB HBM3" in out and (family or "squeezebert-uncased") in out
@@ -173,10 +173,10 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
     assert len(bodies) == 2, out[-2000:]  # the layer scan's backward and forward bodies
     backward, forward = ({k: b.get(k, 0) for k in ("attention", "gemm", "transpose", "copy")} | {"all": sum(b.values())}
                          for b in bodies)
-    assert (forward["attention"], backward["attention"]) == (1, 2), out[-2000:]
+    assert (forward["attention"], backward["attention"]) == (1, 1), out[-2000:]
     assert (forward["gemm"], backward["gemm"]) == (4, 8), out[-2000:]
     assert forward["transpose"] + forward["copy"] <= 5 and backward["transpose"] + backward["copy"] <= 2, out[-2000:]
-    assert forward["all"] <= 32 and backward["all"] <= 63, out[-2000:]
+    assert forward["all"] <= 34 and backward["all"] <= 64, out[-2000:]
     # the step outside the layers: the optimizer updates the 12 layers stacked (optim.by_layer), 1,131 kernels before
     entry = int(re.search(r"^entry: (\d+) kernels", out, re.M)[1])
     assert entry <= 820, out[-2000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import warnings
 
 import pytest
@@ -185,8 +186,9 @@ def test_bench_train_executions_table(monkeypatch, capsys):
     """--executions: one row per execution choice, each a valid config, its speed relative to the default's (the
     first). Two of them run here (each is a compile); every one's config is built."""
     mod = load_script("eval/bench_train.py")
-    for _, changes in mod.EXECUTIONS:
-        sj.SqueezeBertConfig.preset("squeezebert-uncased", **{k: v for k, v in changes.items() if k != "rng_impl"})
+    for _, changes in mod.EXECUTIONS + mod.GPU_EXECUTIONS:
+        mod.preset("squeezebert-uncased", False, **{k: v for k, v in changes.items() if k not in ("rng_impl", "xla")})
+    assert mod.preset("bert-base-uncased", True).scan_layers is False  # as the trainer runs it here (CPU: unrolled)
     rbg = [e for e in mod.EXECUTIONS if "rng_impl" in e[1]]
     monkeypatch.setattr(mod, "EXECUTIONS", mod.EXECUTIONS[:1] + rbg)
     assert mod.main(["--tiny", "--executions", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype",
@@ -195,6 +197,55 @@ def test_bench_train_executions_table(monkeypatch, capsys):
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "execution" not in line]
     assert [r[0].strip() for r in rows] == [mod.EXECUTIONS[0][0], "rbg dropout bits"]
     assert rows[0][3].strip() == "1.00x" and re.fullmatch(r"\d+\.\d\dx", rows[1][3].strip())
+
+
+@pytest.mark.slow
+def test_bench_train_profile_names_each_kernel_by_scope_pass_and_kind(tmp_path, capsys):
+    """--profile DIR: each model's step profiled (benchmarks.step_profile): its kernels' time by scope and pass (the
+    model's named scopes, the heads, the optimizer), by kind, the largest kernels; every kernel in DIR/kernels.tsv and
+    each compiled program in DIR/<model>.hlo.txt, whose instruction names the trace's op names are."""
+    mod = load_script("eval/bench_train.py")
+    d = tmp_path / "prof"
+    assert mod.main(["--tiny", "--profile", str(d), "--batch", "8", "--steps", "1", "--seq-lens", "16", "--dtype",
+                     "float32", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    for name in ("squeezebert-uncased", "bert-base-uncased"):
+        assert f"{name} step by scope" in out and f"{name}: largest kernels" in out
+        hlo = (d / f"{name}.hlo.txt").read_text()
+        assert hlo.startswith("HloModule")
+    rows = [line.split("\t") for line in (d / "kernels.tsv").read_text().splitlines()]
+    assert rows[0] == ["model", "hlo_op", "scope", "pass", "kind", "us_per_step", "launches_per_step"]
+    sq = [r for r in rows[1:] if r[0] == "squeezebert-uncased"]
+    named = {r[2] for r in sq} - {"other", "?"}
+    assert {"qkv", "attention_core", "ffn_expand", "optimizer", "pretraining_heads"} <= named, named
+    assert {r[3] for r in sq if r[2] == "qkv"} == {"forward", "backward"}
+    assert {r[4] for r in sq} >= {"gemm", "other"} and all(float(r[5]) >= 0 for r in sq)
+    known = sum(float(r[5]) for r in sq if r[2] != "?")  # nearly every timed op is an instruction of the program
+    assert known > 0.9 * sum(float(r[5]) for r in sq)
+
+
+def test_device_lock_serialises_timing_across_processes(tmp_path):
+    """--lock FILE (timing.set_device_lock): every timed section holds an exclusive flock on FILE, so benchmark
+    processes sharing a GPU compile side by side but time one at a time."""
+    import fcntl
+    import subprocess
+    import sys
+
+    lock = tmp_path / "gpu.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)", str(lock)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    timing.set_device_lock(str(lock))
+    try:
+        t0 = time.perf_counter()
+        timing.time_steps(lambda: None, lambda: None, steps=2, warmup=1)  # waits for the other process's lock
+        assert time.perf_counter() - t0 > 0.5
+        with open(lock) as f:  # released after timing
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        timing.set_device_lock(None)
+        holder.wait()
 
 
 def test_bench_train_tiny_prints_tables(tmp_path, capsys):

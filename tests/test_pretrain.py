@@ -580,6 +580,7 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"rng_impl": "philox"}, "config.rng_impl='philox': threefry2x32 or rbg"),
     ({"model.attention": "flash"}, "config.model: attention 'flash' not supported; one of ['fused', 'reference']"),
     ({"model.remat": "some"}, "config.model: remat 'some' not supported"),
+    ({"model.layers": "fast"}, "config.model: layers='fast': auto, scan or unrolled"),
     ({"num_devices": -1}, "config.num_devices=-1: an integer >= 0 (0: all devices)"),
     ({"num_devices": 9}, "config.num_devices=9: more devices than there are (8 devices (cpu)); set "
                          "config.num_devices <= 8, or 0 for all of them"),

@@ -412,7 +412,7 @@ def test_multilabel_rows_train_sigmoid_outputs_and_report_f1(init, tmp_path):
 
 
 def test_scanned_and_unrolled_layers_train_to_the_same_numbers(init, tmp_path):
-    """config.layers: scan (accelerators' default) and unrolled (CPU's) run the same computation, dropout included."""
+    """config.layers: scan (TPU's default) and unrolled (CPU's and GPU's) run the same computation, dropout included."""
     train, dev = _write_csv(tmp_path / "train.csv", _rows(64, 0)), _write_csv(tmp_path / "dev.csv", _rows(16, 1))
     runs = {}
     for layers in ("scan", "unrolled"):
@@ -422,6 +422,7 @@ def test_scanned_and_unrolled_layers_train_to_the_same_numbers(init, tmp_path):
     np.testing.assert_allclose(runs["scan"], runs["unrolled"], rtol=1e-5)
     assert ft.layer_execution("auto", "cpu") == (False, "none") and ft.layer_execution("auto", "tpu") == (True,
                                                                                                       "minimal")
+    assert ft.layer_execution("auto", "gpu") == (False, "none") and ft.layer_execution("scan", "cpu")[0]
     with pytest.raises(sj.errors.InputError, match="config.layers='fast': auto, scan or unrolled"):
         ft.finetune(_files_config(init, train, dev, layers="fast"), str(tmp_path / "bad"))
 

@@ -163,7 +163,7 @@ def main(argv) -> int:
         cli.report(e)
         return 2
     # the parameters' shapes only (no random weights drawn: 3.5 s for the full-size model on a 2-core host)
-    model = abstract_model(lambda: pretrain.new_model(config, _vocab_size(config)))
+    model = abstract_model(lambda: pretrain.new_model(config, _vocab_size(config), target.platform))
     n = len(target.devices)
     print(f"{target.topology} x {target.num_slices} slice(s): {n} x {target.devices[0].device_kind} "
           f"({target.chip.peak_bf16 / 1e12:.0f} TFLOP/s bf16, {target.chip.hbm_gib:.2f} GiB HBM at "

@@ -25,6 +25,17 @@ def torch_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def release_memory() -> None:
+    """Hand PyTorch's cached device memory back (its models gone), for the JAX steps that share the GPU."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def device_name() -> str:
     """The device both frameworks run on, in words (the GPU's name, or the CPU's)."""
     import torch

@@ -12,8 +12,9 @@ import gzip
 import json
 import os
 import re
+import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -109,6 +110,20 @@ def hlo_ops(hlo_text: str) -> tuple[str, dict[str, tuple[str, bool]]]:
     return m.group(1), {n: (scope(n), is_mm[n]) for n in scope_of}
 
 
+def trace_events(run: Callable[[], Any], runs: int) -> list[dict]:
+    """The Perfetto trace events (``jax.profiler``) of ``runs`` calls of ``run`` (a blocking zero-argument callable)."""
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            for _ in range(runs):
+                run()
+        traces = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"), recursive=True)
+        if not traces:
+            raise RuntimeError(f"jax.profiler.trace wrote no perfetto_trace.json.gz under {d}")
+        with gzip.open(traces[0]) as f:
+            events = json.load(f)
+    return events["traceEvents"] if isinstance(events, dict) else events
+
+
 def op_profile(model: nnx.Module, batch: int = 1, seq_len: int = 128, runs: int = 5,
                warmup: int = 2) -> dict[str, Any]:
     """Where the time of one jitted float32 forward goes, from an XLA profile (``jax.profiler``) of the whole
@@ -119,23 +134,12 @@ def op_profile(model: nnx.Module, batch: int = 1, seq_len: int = 128, runs: int 
     of op times, "wall_ms": median wall time of the forward, "hlo_module": name}``; ``wall_ms - ops_ms`` is
     the runtime's own time between ops.
     """
-    import tempfile
-
     ids, mask, tt = mobile.example_inputs(model.config, batch, seq_len, seed=3)
     compiled, state = mobile.make_flax_forward(model).compile(ids, mask, tt)
     module, ops = hlo_ops(compiled.as_text())
     run = blocking(compiled, state, ids, mask, tt)
     wall = time_interleaved({"fwd": run}, runs, warmup)["fwd"].median
-    with tempfile.TemporaryDirectory() as d:
-        with jax.profiler.trace(d, create_perfetto_trace=True):
-            for _ in range(runs):
-                run()
-        traces = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"), recursive=True)
-        if not traces:
-            raise RuntimeError(f"jax.profiler.trace wrote no perfetto_trace.json.gz under {d}")
-        with gzip.open(traces[0]) as f:
-            events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
+    events = trace_events(run, runs)
     ms: dict[tuple[str, str], float] = {}
     seen = 0
     for e in events:

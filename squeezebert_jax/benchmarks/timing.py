@@ -13,7 +13,9 @@ affinity mask is what makes "1 thread" true for both frameworks. Call it before 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import time
 import warnings
@@ -100,6 +102,30 @@ class Timing:
         return float(np.min(self.times_ms))
 
 
+_DEVICE_LOCK: str | None = None  # set_device_lock
+
+
+def set_device_lock(path: str | None) -> None:
+    """Time under an exclusive lock (``fcntl.flock``) on the file ``path``: benchmark processes run side by side on one
+    GPU compile at once and time one at a time (``device_timing``); None: no lock."""
+    global _DEVICE_LOCK
+    _DEVICE_LOCK = path
+
+
+@contextlib.contextmanager
+def device_timing():
+    """Hold ``set_device_lock``'s lock, if any, while timing."""
+    if not _DEVICE_LOCK:
+        yield
+        return
+    with open(_DEVICE_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int = 20, warmup: int = 3,
                      rounds: int | None = None) -> dict[str, Timing]:
     """Median-ready wall times of blocking zero-argument callables, interleaved in ``rounds`` rounds.
@@ -114,6 +140,11 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int = 20, warmup: 
             fn()
     rounds = min(rounds or 5, runs)
     out = {k: Timing([]) for k in fns}
+    with device_timing():
+        return _interleaved(fns, runs, rounds, out)
+
+
+def _interleaved(fns, runs, rounds, out):
     for r in range(rounds):
         for name, fn in fns.items():
             if len(fns) > 1:
@@ -128,14 +159,17 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int = 20, warmup: 
 def time_steps(step: Callable[[], Any], sync: Callable[[], Any], steps: int, warmup: int) -> float:
     """Seconds per call of ``step`` run ``steps`` times back to back (after ``warmup`` calls), as a training loop runs:
     no wait between calls, ``sync()`` (block on the device) only before and after."""
-    for _ in range(warmup):
+    for _ in range(warmup):  # compiles (torch.compile, a first jit call) outside device_timing's lock
         step()
     sync()
-    t = time.perf_counter()
-    for _ in range(steps):
+    with device_timing():
         step()
-    sync()
-    return (time.perf_counter() - t) / steps
+        sync()
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        return (time.perf_counter() - t) / steps
 
 
 def blocking(f: Callable, *args) -> Callable[[], Any]:

@@ -3,6 +3,9 @@ the real input pipeline keeps that step fed."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,12 +21,54 @@ from squeezebert_jax.tokenizer import Tokenizer
 # The train step on synthetic batches
 # --------------------------------------------------------------------------------------------------
 
-def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
-                         dtype=jnp.bfloat16, steps: int = 10, warmup: int = 2, fsdp: bool = False,
-                         peak_flops: float | None = None, rng_impl: str = "threefry2x32") -> dict[str, float]:
-    """Sequences/s, tokens/s and MFU of the jitted LAMB train step (``pretrain.make_train_step``) on synthetic
-    batches, on all devices. MFU uses ``peak_flops`` per device, else ``chips.PEAK_FLOPS`` (None where unknown);
-    ``rng_impl``: the dropout bits' generator (``trainer.run_key``)."""
+@dataclasses.dataclass
+class StepBench:
+    """The jitted LAMB train step (``pretrain.make_train_step``) of one model on synthetic batches, on all devices,
+    ready to compile (``compile``: safe to call from several threads at once) and to time or profile."""
+
+    cfg: SqueezeBertConfig
+    seq_len: int
+    batch_size: int
+    max_predictions: int
+    step: Any  # the jitted step
+    args: list  # [state, batch, key, lr]; the state is donated and replaced by each call
+    data_devices: int
+    compiler_options: dict | None = None  # XLA options of this compile alone: {"xla_gpu_enable_triton_gemm": False}
+    compiled: Any = None
+    metrics: Any = None
+
+    def compile(self) -> "StepBench":
+        if self.compiled is None:
+            self.compiled = self.step.lower(*self.args).compile(compiler_options=self.compiler_options)
+        return self
+
+    def one_step(self) -> None:
+        self.args[0], self.metrics = self.compile().compiled(*self.args)
+
+    def sync(self) -> None:
+        jax.block_until_ready(self.metrics)
+
+    def blocking_step(self) -> None:
+        self.one_step()
+        self.sync()
+
+    def time(self, steps: int = 10, warmup: int = 2, peak_flops: float | None = None) -> dict[str, float]:
+        """Sequences/s, tokens/s, step ms and MFU (with ``peak_flops`` per device, else ``chips.PEAK_FLOPS``; None
+        where unknown) of ``steps`` steps run back to back."""
+        dt = time_steps(self.one_step, self.sync, steps, warmup)
+        peak = reporting.peak_flops_per_device(peak_flops)
+        seq_s = self.batch_size / dt
+        flops = pretrain.train_flops_per_sequence(self.cfg, self.seq_len, self.max_predictions)
+        mfu = seq_s * flops / (peak * self.data_devices) if peak else None
+        return {"seq_per_s": seq_s, "tokens_per_s": seq_s * self.seq_len, "step_ms": 1000 * dt, "mfu": mfu}
+
+
+def train_step_bench(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
+                     dtype=jnp.bfloat16, fsdp: bool = False, rng_impl: str = "threefry2x32",
+                     compiler_options: dict | None = None) -> StepBench:
+    """The ``StepBench`` of ``cfg``'s pretraining model: random weights, the paper's peak rate at every step, a
+    synthetic batch (half segment A, half B; ``max_predictions`` sorted masked positions); ``rng_impl``: the dropout
+    bits' generator (``trainer.run_key``)."""
     mesh = parallel.make_mesh()
     model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
@@ -42,16 +87,23 @@ def benchmark_train_step(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, 
              "masked_lm_weights": np.ones((b, p), np.float32), "sop_label": rng.integers(0, 2, b).astype(np.int32)}
     batch = parallel.global_batch(batch, mesh)
     step = trainer.jit_train_step(pretrain.make_train_step(graphdef, rest, tx, 1), shardings, mesh)
-    key, carry = trainer.run_key(0, rng_impl), [state, None]
+    return StepBench(cfg, s, b, p, step, [state, batch, trainer.run_key(0, rng_impl), lr], mesh.shape["data"],
+                     compiler_options)
 
-    def one_step():
-        carry[:] = step(carry[0], batch, key, lr)
 
-    dt = time_steps(one_step, lambda: jax.block_until_ready(carry[1]), steps, warmup)
-    peak = reporting.peak_flops_per_device(peak_flops)
-    seq_s = b / dt
-    mfu = seq_s * pretrain.train_flops_per_sequence(cfg, s, p) / (peak * mesh.shape["data"]) if peak else None
-    return {"seq_per_s": seq_s, "tokens_per_s": seq_s * s, "step_ms": 1000 * dt, "mfu": mfu}
+def compile_all(benches: list[StepBench]) -> list[Exception | None]:
+    """Compile every bench's step at once, one thread each (XLA compiles outside the GIL: on a many-core GPU host
+    ten full-size steps compile in about the time of one); each one's error (e.g. an XLA option this XLA does not
+    know), or None."""
+    def compile_one(bench):
+        try:
+            bench.compile()
+        except Exception as e:  # noqa: BLE001 -- reported beside the others' timings
+            return e
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(benches))) as pool:
+        return list(pool.map(compile_one, benches))
 
 
 # --------------------------------------------------------------------------------------------------
