@@ -36,6 +36,8 @@ GPU_TARGETS = {"h100": "h100_sxm_80gb.txtpb", "a100": "a100_sxm_80gb.txtpb"}
 # no slice has.
 TOPOLOGY_DIMS = {"v4": 3, "v5p": 3, "v5e": 2, "v6e": 2}
 GPU_TOPOLOGY_DIMS = 2
+GPUS_PER_HOST = 8  # an NVIDIA host's NVLink domain: HGX/DGX boards hold at most 8 (the GPU targets' compile hosts)
+MAX_CHIPS = 16384  # the largest slice or cluster a --topology describes (v5p's largest pod: 8,960 chips)
 SLICE_SHAPES = {chip: ((1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)) for chip in ("v5e", "v6e")}
 _EXAMPLES = {"v4": "v4:2x2x1", "v5p": "v5p:2x2x2", "v5e": "v5e:2x4", "v6e": "v6e:2x4"}
 # libtpu's names for the chips; ``v5e:2x2`` -> topology "v5e:2x2" (what get_topology_desc accepts)
@@ -99,6 +101,12 @@ def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
     if not all(dims):
         raise TopologyError(f"--topology {topology!r}: every dimension is a positive integer (0 chips along one); "
                             f"{topology_form(chip)}")
+    if chip not in TOPOLOGY_DIMS and dims[1] > GPUS_PER_HOST:
+        raise TopologyError(f"--topology {topology!r}: {dims[1]} GPUs on one host; a host holds 1 to {GPUS_PER_HOST} "
+                            f"({topology_form(chip)}: more GPUs are more hosts)")
+    if math.prod(dims) > MAX_CHIPS:
+        raise TopologyError(f"--topology {topology!r}: {math.prod(dims):,} chips; at most {MAX_CHIPS:,} "
+                            f"({topology_form(chip)})")
     if chip in SLICE_SHAPES and dims not in SLICE_SHAPES[chip]:
         raise TopologyError(f"--topology {topology!r}: no {chip} slice has that shape; {chip} slices are "
                             f"{', '.join('x'.join(map(str, s)) for s in SLICE_SHAPES[chip])}")

@@ -59,6 +59,18 @@ def _quiet_closed_loop_callbacks() -> None:
     sys.unraisablehook = hook
 
 
+def newest_stream(directory: str) -> dict | None:
+    """``Checkpointer.newest_stream`` of the checkpoints in ``directory``, read without creating anything: None where
+    there are none."""
+    if not steps_on_disk(directory):
+        return None
+    reader = Checkpointer(directory, async_save=False, with_data=False, with_meta=True)
+    try:
+        return reader.newest_stream()
+    finally:
+        reader.close()
+
+
 def steps_on_disk(directory: str) -> list[int]:
     """The steps whose checkpoints are committed in ``directory`` (orbax renames a step's temporary directory to the
     step's number on commit; a set-aside one is ``corrupt-STEP-TIME``): whether a start resumes, known before
@@ -201,6 +213,18 @@ class Checkpointer:
             raise UnreadableCheckpointsError(f"{self.directory} has checkpoints at steps {sorted(steps)} but none can be read; "
                                "refusing to start from scratch over them. They are left as they are: move them "
                                "away to start over.")
+        return None
+
+    def newest_stream(self) -> dict | None:
+        """The training stream (``trainer.run_stream``) saved in the JSON item of the newest checkpoint that has one
+        readable, or None: what a resume is checked against even when the config history is gone."""
+        for step in sorted(self.steps_on_disk(), reverse=True):
+            try:
+                stream = self.read_meta(step).get("stream")
+            except Exception:  # noqa: BLE001 -- a damaged or older checkpoint: the one before it may have it
+                continue
+            if isinstance(stream, dict):
+                return stream
         return None
 
     def read_meta(self, step: int) -> dict:

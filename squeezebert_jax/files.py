@@ -305,6 +305,9 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
             if "\0" in line:  # text never holds one: a UTF-16 or binary file read as bytes
                 raise DataFileError(f"{name}:{lineno}:{line.index(chr(0)) + 1}: a NUL byte, which text never holds (a "
                                     "UTF-16 or binary file?); save the file as UTF-8 text")
+            if "\r" in line.removesuffix("\n").removesuffix("\r"):  # a lone CR: old Mac line ends glue lines together
+                raise DataFileError(f"{name}:{lineno}:{line.index(chr(13)) + 1}: a carriage return that ends no line "
+                                    "(old Mac line ends?); save the file with \\n or \\r\\n line ends")
             yield lineno, line
 
 

@@ -209,7 +209,10 @@ RUN_NAMES = ("task", "init_from", "data_dir", "data.kind", "data.train_file", "d
 RUN_SETTINGS = RUN_NAMES + ("skip_malformed", "data.text_columns", "data.label_column", "data.labels",
                             "data.choice_columns", "data.max_query_length", "data.doc_stride", "max_seq_length",
                             "length_buckets", "batch_size", "num_epochs", "max_train_examples", "seed",
-                            "distill.teacher", "distill.teacher_weight", "distill.transfer_text")
+                            "distill.teacher", "distill.teacher_weight", "distill.transfer_text",
+                            "distill.patient_weight", "distill.hidden_weight", "distill.attention_weight",
+                            "distill.layer_map", "student_layer_map", "prune.target", "prune.kind", "prune.begin",
+                            "prune.end", "prune.every")
 
 
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
@@ -350,7 +353,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     layer_loss, layer_teacher, proj = _layer_distillation(config, student_cfg, dtype)
     # a resume finds the data and settings the run began with (its checkpoints are positions in that stream)
     stream = run_stream(config, spec)
-    trainer.check_stream(workdir, stream, bool(checkpointing.steps_on_disk(os.path.join(workdir, "checkpoints"))))
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    trainer.check_stream(workdir, stream, bool(checkpointing.steps_on_disk(ckpt_dir)),
+                         checkpointing.newest_stream(ckpt_dir))
     data = load_task_data(config, tok, workdir, mesh)
 
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
@@ -383,8 +388,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     masks_abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
 
     # -- Restore: the newest readable checkpoint in workdir, else step 0 -----------------------------
-    checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
-                                              async_save=config.async_checkpoints, with_data=False, with_meta=True)
+    checkpointer = checkpointing.Checkpointer(ckpt_dir, config.keep_checkpoints, async_save=config.async_checkpoints,
+                                              with_data=False, with_meta=True)
     writer = reporting.MetricsWriter(workdir)
     try:
         saved_tree = {"train": abstract} | ({"prune_masks": masks_abstract} if pruner is not None else {})
@@ -468,7 +473,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
             tree = {"train": state} | ({"prune_masks": pruner.masks} if pruner is not None else {})
             extra = {"pruner": [int(pruner._updated_at), float(pruner._sparsity)]} if pruner is not None else {}
             meta = {"history": history, "best": best, "epoch_losses": epoch_losses, "epoch_parts": layer_parts,
-                    "epoch_tokens": tokens} | extra
+                    "epoch_tokens": tokens, "stream": stream} | extra
             checkpointer.save(done, tree, force=True, meta=json.loads(json.dumps(meta, default=float)))
 
         hooks = loop.Hooks(train_step, log_row, save, checked=checked, boundary=end_of_epoch,

@@ -218,6 +218,15 @@ class SqueezeBertConfig:
                 bad = next(k for k in self.id2label if not _is_int_key(k))
                 raise InputError(f"id2label has the key {_json_repr(bad)}; expected integer keys (\"0\", \"1\", ...)"
                                  ) from None
+            if sorted(self.id2label) != list(range(len(self.id2label))):
+                raise InputError(f"id2label has the ids {sorted(self.id2label)}; expected 0 to {len(self.id2label) - 1}, "
+                                 "one name per output of the classifier")
+            seen: dict[str, int] = {}
+            for k, v in sorted(self.id2label.items()):
+                if v in seen:
+                    raise InputError(f"id2label names {v!r} twice (ids {seen[v]} and {k}): a prediction of either "
+                                     "output would read the same; give each output its own name")
+                seen[v] = k
         if self.attention not in ATTENTION:
             raise InputError(f"attention {self.attention!r} not supported; one of {list(ATTENTION)}")
         if self.remat not in REMAT_POLICIES:

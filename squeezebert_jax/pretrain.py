@@ -270,6 +270,7 @@ class Run:
     peak_flops: float | None  # per device; None: MFU left out (CPU)
     final_step: int  # the end of the last phase: the run is complete there
     data_fingerprint: dict  # saved with each checkpoint (pretrain_data.data_fingerprint), checked on resume
+    stream: dict  # run_stream: saved with each checkpoint too (trainer.check_stream)
 
 
 def second_task(m: dict) -> str:
@@ -319,7 +320,8 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
                 f"{t}_acc": f"{m[f'{t}_accuracy']:.3f}"}
 
     def save(done, state):
-        run.checkpointer.save(done, state, batches, force=True, meta={"data": run.data_fingerprint})
+        run.checkpointer.save(done, state, batches, force=True, meta={"data": run.data_fingerprint,
+                                                                             "stream": run.stream})
 
     state, stopped = loop.run(state, int(jax.device_get(state["step"])), phase.end,
                               loop.Hooks(step, log_row, save, postfix=postfix), config=config,
@@ -464,10 +466,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
     start_data_over = pretrain_data.check_resume_data(checkpointer, data_dir, fingerprint,
                                                       config.data.start_over)
     stream = run_stream(config)
-    trainer.check_stream(workdir, stream, bool(checkpointer.all_steps()))
+    trainer.check_stream(workdir, stream, bool(checkpointer.all_steps()), checkpointer.newest_stream())
     writer = reporting.MetricsWriter(workdir)
     run = Run(config, mesh, checkpointer, writer, cfg, reporting.peak_flops_per_device(config.peak_flops_per_device),
-              phases[-1].end, fingerprint)
+              phases[-1].end, fingerprint, stream)
     try:
         # -- Restore: the newest readable checkpoint in workdir, else init_from / scratch at step 0 ----------------
         # A checkpoint that cannot be read is set aside once an older one restores; one written by another config

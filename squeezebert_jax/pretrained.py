@@ -42,18 +42,21 @@ def _write_json(path: str, d: dict) -> None:
     atomic_write(path, json.dumps(d, indent=2, sort_keys=True) + "\n")
 
 
-def tokenizer_files(src_dir: str | None) -> list[tuple[str, str]]:
+def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[tuple[str, str]]:
     """(name, path) of each tokenizer file ``src_dir`` has (none for None), each found through ``checkpoint_file`` (a
     symlink out of ``src_dir`` is refused) and a vocabulary (``vocab.txt``, a SentencePiece ``*.model``) read by its
     one reader, so that one lacking a special token, repeating a line or not UTF-8 is refused by name before anything
-    is written."""
+    is written; with ``vocab_size`` (a conversion's model), one of more tokens than the model has embeddings too."""
     found = []
     if src_dir and os.path.isdir(src_dir):
         for name in TOKENIZER_FILES:
             path = checkpoint_file(src_dir, name)
             if path is not None:
                 if name in TOKENIZER_FILE_NAMES:
-                    load_tokenizer(path)
+                    n = load_tokenizer(path).vocab_size
+                    if vocab_size is not None and n > vocab_size:
+                        raise InputError(f"{path}: {n} tokens, but the model's vocab_size is {vocab_size}: ids past "
+                                         f"{vocab_size - 1} would have no embedding (a vocabulary of another model?)")
                 found.append((name, path))
     return found
 
@@ -276,7 +279,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
-    tok_files = tokenizer_files(tokenizer_dir)
+    tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
     if hasattr(model, "num_labels"):
@@ -300,7 +303,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     hf_dir = os.fspath(hf_dir)
     head = convert.check_head(head)
     config, raw = read_model_config(hf_dir)
-    tokenizer_files(hf_dir)  # a bad vocabulary is refused before the conversion's work
+    tokenizer_files(hf_dir, config.vocab_size)  # a bad vocabulary is refused before the conversion's work
     path = convert.torch_checkpoint_file(hf_dir)
     model = from_torch_state_dict(convert.read_torch_checkpoint(path), config, head,
                                   architectures=raw.get("architectures"), source=path, allow_new_heads=True)

@@ -77,13 +77,28 @@ def _hf_rows(spec: str, name: str, split: str):
         yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
 
 
+# datasets' packaged builders: each reads raw files (of the current directory, or a glob) by its own rules
+_BUILDERS = ("arrow", "audiofolder", "cache", "csv", "eval", "generator", "hdf5", "imagefolder", "json", "lance",
+             "niftifolder", "pandas", "parquet", "pdffolder", "spark", "sql", "text", "videofolder", "webdataset",
+             "xml")
+
+
 def _refuse_code(spec: str, name: str) -> None:
     """A data file is data: ``hf:`` never names a path that ``datasets.load_dataset`` would run as code or read as
-    raw files (a ``.py`` loading script, or any file), only a ``save_to_disk`` directory or a cached dataset's name."""
+    raw files (a ``.py`` loading script, any file, a glob, or a packaged builder such as ``csv`` that reads raw files
+    past this project's readers), only a ``save_to_disk`` directory or a cached dataset's name."""
     if name.lower().endswith(".py") or os.path.isfile(name):
         raise DataFileError(f"{spec}: {name} is a file; hf: reads a directory written by save_to_disk or a dataset "
                             f"name in the local cache, and never runs a loading script (a data file is not code): give "
                             f"a CSV, TSV or JSON Lines file without the hf: prefix")
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES as builders
+    except ImportError:  # another layout of the library: the builders it has had
+        builders = _BUILDERS
+    if name.lower() in {*builders, *_BUILDERS} or any(c in name for c in "*?["):
+        raise DataFileError(f"{spec}: {name!r} is a datasets builder or a glob, which reads raw files by its own rules; "
+                            f"hf: reads a directory written by save_to_disk or a dataset name in the local cache: give "
+                            f"the CSV, TSV or JSON Lines file itself without the hf: prefix")
 
 
 def _tfds_rows(spec: str, name: str, split: str):

@@ -101,12 +101,19 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
     lines = {}
     for m in re.finditer(r'"id"\s*:\s*("(?:[^"\\]|\\.)*")', raw):
         lines.setdefault(json.loads(m.group(1)), raw.count("\n", 0, m.start()) + 1)
-    for a, article in enumerate(doc["data"]):
-        for p, para in enumerate(article.get("paragraphs", []) if isinstance(article, dict) else ()):
+    for a, article in enumerate(doc["data"]):  # every level as the official layout has it, or refused by place
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
+            has = f"has {', '.join(map(str, article)) or 'nothing'}" if isinstance(article, dict) else \
+                f"a {type(article).__name__}"
+            raise DataFileError(f"{path}: data[{a}]: no \"paragraphs\" list ({has}); an article is "
+                                "{\"title\": ..., \"paragraphs\": [{\"context\": ..., \"qas\": [...]}]}")
+        for p, para in enumerate(article["paragraphs"]):
             at = f"{path}: data[{a}].paragraphs[{p}]"
             if not isinstance(para, dict) or not isinstance(para.get("context"), str):
                 raise DataFileError(f"{at}: no \"context\" text")
-            for q, qa in enumerate(para.get("qas", [])):
+            if not isinstance(para.get("qas"), list):
+                raise DataFileError(f"{at}: no \"qas\" list of questions (has {', '.join(map(str, para))})")
+            for q, qa in enumerate(para["qas"]):
                 if not isinstance(qa, dict):
                     raise DataFileError(f"{at}.qas[{q}]: a {type(qa).__name__}, not a question object")
                 qid = qa.get("id")
@@ -116,7 +123,8 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
 
 def _jsonl_rows(path: str, raw: str):
     hint = "; SQuAD JSON needs a top-level \"data\" list, JSON Lines one question per line"
-    for lineno, row in files.json_lines(path, enumerate(raw.splitlines(), 1), hint):
+    # lines end at "\n" alone (as text_lines reads them): a U+2028 or U+0085 inside a JSON string is text, not a line end
+    for lineno, row in files.json_lines(path, enumerate(raw.split("\n"), 1), hint):
         yield f"{path}:{lineno}", {"id": str(lineno), **row}
 
 

@@ -342,6 +342,7 @@ class TokenExample:
     idx: int
     words: tuple[str, ...]
     tags: tuple[str, ...] | None  # None: unlabelled (a test file of words only)
+    where: tuple[str, int, bool] | None = None  # (file, first line, a line per word) or (dataset, row, False)
 
 
 def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
@@ -431,7 +432,8 @@ class ConllTask:
             for i, t in enumerate(tags or ()):
                 if t not in self.labels:
                     raise DataFileError(f"{path}:{lineno + i}: tag {t!r} is not one of {list(self.labels)}")
-            out.append(TokenExample(len(out), tuple(words), tuple(tags) if tags else None))
+            out.append(TokenExample(len(out), tuple(words), tuple(tags) if tags else None,
+                                    (path, lineno, not sources.is_dataset(path))))
         return out
 
     def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
@@ -440,7 +442,8 @@ class ConllTask:
         ``run_ner`` with ``label_all_tokens=False``); 0 on first pieces of an unlabelled sentence. Words past
         ``max_length`` are cut (a word may keep only its first pieces): ``cut_labels`` [N, most cut] holds the tag ids
         of a sentence's cut words (``IGNORE`` after them), so that its entities still count, as missed, in the scores;
-        the number cut is logged."""
+        the number cut is logged. A word the tokenizer reads as nothing (an invisible mark, a control character) is
+        refused, naming its sentence: its tag would silently drop out of training and the scores."""
         n = len(examples)
         out = {k: np.zeros((n, max_length), np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
         out["input_ids"][:] = tokenizer.pad_id
@@ -448,6 +451,12 @@ class ConllTask:
         pieces = tokenizer.word_pieces([w for ex in examples for w in ex.words])
         at, cut = 0, []
         for i, ex in enumerate(examples):
+            if (empty := next((w for w in range(len(ex.words)) if not pieces[at + w]), None)) is not None:
+                path, line, per_word = ex.where or (f"input {ex.idx + 1}", None, False)
+                at_line = f"{path}:{line + empty if per_word else line}" if line else path
+                raise DataFileError(f"{at_line}: word {empty + 1} of the sentence ({ex.words[empty]!r}) holds nothing "
+                                    "the tokenizer reads (no letter, digit or sign), so its tag would be lost; remove "
+                                    "it or give it its text")
             row, lab, kept = [tokenizer.cls_id], [IGNORE], 0
             for w in range(len(ex.words)):
                 p = pieces[at + w][:max_length - 1 - len(row)]
@@ -724,13 +733,20 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
 
 
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
-    """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order."""
-    names = set()
+    """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
+    case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
+    naming both keeps them apart."""
+    names, folded = set(), {}
     for lineno, row in read_rows(path):
         if column not in row:
             raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
         where = f"{path}:{lineno}: column {column!r}"
-        names.update(label_keys(row[column], where) if multilabel else [label_key(row[column], where)])
+        for name in label_keys(row[column], where) if multilabel else [label_key(row[column], where)]:
+            first, at = folded.setdefault(name.casefold(), (name, lineno))
+            if first != name:
+                raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case: "
+                                    "write each class one way, or name both in config.data.labels to keep them apart")
+            names.add(name)
     if not names:
         raise DataFileError(f"{path}: no rows (the train split is empty)")
     return sorted_labels(names)

@@ -319,15 +319,17 @@ def stream_changes(old: dict, new: dict) -> list[str]:
     return [_describe(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 
 
-def check_stream(workdir: str, stream: dict, resuming: bool) -> None:
-    """Refuse to resume a run on another training stream than the one it began with (the last stream recorded in
-    ``config_history.jsonl``): a data file with other bytes, another batch size, seed, label set, ... (``run_stream``).
-    The one check of pretraining and fine-tuning alike, run before anything is restored or written; a run with no
-    checkpoint yet (``resuming`` False) starts afresh and may change anything. A run that recorded no stream (written
-    by an older version) resumes with a warning."""
+def check_stream(workdir: str, stream: dict, resuming: bool, saved: dict | None = None) -> None:
+    """Refuse to resume a run on another training stream than the one it began with: ``saved``, the stream the
+    newest checkpoint holds (``Checkpointer.newest_stream``), else the last one recorded in ``config_history.jsonl``
+    (a run whose history was moved away or emptied is still checked): a data file with other bytes, another batch
+    size, seed, label set, ... (``run_stream``). The one check of pretraining and fine-tuning alike, run before
+    anything is restored or written; a run with no checkpoint yet (``resuming`` False) starts afresh and may change
+    anything. A run that recorded no stream anywhere (written by an older version) resumes with a warning."""
     if not resuming:
         return
     recorded = [row["stream"] for row in read_config_history(workdir) if isinstance(row.get("stream"), dict)]
+    recorded += [saved] if saved else []
     if not recorded:
         log.warning("%s records no training stream (a run begun by an older version): its data and settings are "
                     "assumed to be the ones it began with", workdir)

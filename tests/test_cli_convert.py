@@ -209,6 +209,9 @@ def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     ("pad_token_id", [0], "pad_token_id is [0] (a list); expected an integer"),
     ("id2label", ["a", "b"], 'id2label is ["a", "b"] (a list); expected an object of label names'),
     ("id2label", {"x": "a"}, 'id2label has the key "x"; expected integer keys'),
+    ("id2label", {"0": "neg", "2": "pos"}, "id2label has the ids [0, 2]; expected 0 to 1, one name per output"),
+    ("id2label", {"1": "pos"}, "id2label has the ids [1]; expected 0 to 0"),
+    ("id2label", {"0": "pos", "1": "neg", "2": "pos"}, "id2label names 'pos' twice (ids 0 and 2)"),
 ])
 def test_config_from_dict_checks_each_field_type(field, value, message):
     with pytest.raises(InputError) as e:
@@ -465,6 +468,8 @@ def test_links_inside_the_directory_and_a_hub_cache_snapshot_are_followed(tmp_pa
     ([t for t in VOCAB if t not in ("[CLS]", "[PAD]")], r"lacks the special token\(s\) \[PAD\], \[CLS\]"),
     (VOCAB + ["story"], r"line 13 repeats token 'story' of line 8"),
     (VOCAB[:6] + ["", ""] + VOCAB[6:], r"line 8 is blank, as is line 7"),
+    (VOCAB + ["extra"], r"13 tokens, but the model's vocab_size is 12: ids past 11 would have no "
+                                            "embedding"),
 ])
 def test_from_pytorch_refuses_a_vocab_the_model_cannot_use(tmp_path, run_cli, digest, lines, message):
     """The vocabulary is read by its one reader (tokenizer.read_vocab) before a conversion copies it on; a refused one

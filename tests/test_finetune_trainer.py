@@ -249,6 +249,10 @@ def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_chan
         with pytest.raises(sj.errors.InputError, match=rf"^config.{setting} changed since the run began "
                                                        rf"\({json.dumps(old)} -> {json.dumps(value)}\)\. "):
             _resume_check(wd, glue_config("sst2", task[0], data, **{setting: value}))
+    pruned = glue_config("sst2", task[0], data)
+    pruned.prune.target = 0.5  # another saved tree (the masks): named before anything loads, not as a mismatch
+    with pytest.raises(sj.errors.InputError, match=r"^config.prune.target changed since the run began \(0.0 -> 0.5\)"):
+        _resume_check(wd, pruned)
 
     import shutil
 
@@ -322,6 +326,13 @@ def test_a_killed_run_resumed_on_changed_data_is_refused_and_its_workdir_kept(ta
     _swap_labels(data / "SST-2" / "train.tsv")
     before = digest(wd)
     monkeypatch.setattr(ft, "load_pretrained", lambda *a, **k: pytest.fail("a refused resume loaded the model"))
+    with pytest.raises(sj.errors.InputError, match=r"SST-2/train.tsv changed since the run began \(sha256 "):
+        ft.finetune(glue_config("sst2", task[0], data, num_epochs=1, log_every=2), str(wd))
+    assert digest(wd) == before
+    # the checkpoint holds the stream too: a history emptied (or moved away, as its damage message advises) still
+    # finds the change
+    (wd / "config_history.jsonl").write_text("")
+    before = digest(wd)
     with pytest.raises(sj.errors.InputError, match=r"SST-2/train.tsv changed since the run began \(sha256 "):
         ft.finetune(glue_config("sst2", task[0], data, num_epochs=1, log_every=2), str(wd))
     assert digest(wd) == before

@@ -639,3 +639,8 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
             resume(tiny_config(**change))
         assert str(e.value).startswith(message) and "start a new --workdir" in str(e.value), str(e.value)
     trainer.check_stream(str(wd), pretrain.run_stream(tiny_config(global_batch_size=8)), False)
+    # the stream each checkpoint holds (Checkpointer.newest_stream) is checked when the history is gone
+    (wd / "config_history.jsonl").unlink()
+    with pytest.raises(errors.InputError, match=r"^config.seed changed since the run began \(0 -> 3\)"):
+        trainer.check_stream(str(wd), pretrain.run_stream(tiny_config(seed=3)), True,
+                             pretrain.run_stream(tiny_config()))

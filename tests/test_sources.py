@@ -119,7 +119,10 @@ def test_a_data_file_is_never_run_as_code(tmp_path):
                       (f"hf:{tmp_path}/evil.py", r"evil.py is a file"),
                       (f"hf:{tmp_path}/rows.csv:train", r"rows.csv is a file; .*without the hf: prefix"),
                       (f"hf:{tmp_path}/evil:train", r"cannot load the dataset"),
-                      ("hf:evil.py:train", r"evil.py is a file")):
+                      ("hf:evil.py:train", r"evil.py is a file"),
+                      ("hf:csv:train", r"'csv' is a datasets builder or a glob"),
+                      ("hf:JSON", r"'JSON' is a datasets builder"),
+                      (f"hf:{tmp_path}/*.csv:train", r"is a datasets builder or a glob")):
         with pytest.raises(sj.errors.DataFileError, match=msg):
             list(sources.rows(spec))
     assert not marker.exists()

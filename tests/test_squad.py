@@ -247,6 +247,30 @@ BAD = [
 ]
 
 
+@pytest.mark.parametrize("doc, msg", [
+    ({"data": ["films"]}, r"sq.json: data\[0\]: no \"paragraphs\" list \(a str\)"),
+    ({"data": [{"title": "t", "paragraph": []}]},
+     r"sq.json: data\[0\]: no \"paragraphs\" list \(has title, paragraph\)"),
+    ({"data": [{"paragraphs": [{"context": "John shot it.", "qa": []}]}]},
+     r"sq.json: data\[0\].paragraphs\[0\]: no \"qas\" list of questions \(has context, qa\)"),
+])
+def test_an_official_layout_with_a_missing_or_misspelt_level_is_refused_by_place(tmp_path, doc, msg):
+    """Every level of SQuAD's layout is read or refused: an article or paragraph without its list is never skipped
+    with its questions."""
+    (tmp_path / "sq.json").write_text(json.dumps(doc))
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        squad.read_squad(str(tmp_path / "sq.json"))
+
+
+def test_a_json_lines_context_may_hold_a_line_separator_character(tmp_path):
+    """U+2028 and U+0085 are text inside a JSON string (valid JSON written raw): only "\n" ends a JSON Lines line."""
+    row = {"id": "a", "question": "Who?", "context": "John\u2028shot\x85it.", "answers": [{"text": "John",
+                                                                                           "answer_start": 0}]}
+    (tmp_path / "sq.jsonl").write_text(json.dumps(row, ensure_ascii=False) + "\n")
+    [ex] = squad.read_squad(str(tmp_path / "sq.jsonl"))
+    assert ex.context == "John\u2028shot\x85it." and ex.answers[0][0] == "John"
+
+
 @pytest.mark.parametrize("text, msg", BAD)
 def test_loader_errors_name_the_file_and_line(init, tmp_path, text, msg):
     train = _write_squad_jsonl(tmp_path / "train.jsonl", 6, 0)

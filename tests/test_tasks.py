@@ -209,6 +209,15 @@ def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
         _labels_of(tmp_path, name, body)
 
 
+def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
+    with pytest.raises(sj.errors.DataFileError, match=r"c.csv:4: column 'sentiment': the label 'Pos' differs from "
+                                                      r"'pos' \(line 2\) only in case"):
+        _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n")
+    task, rows = _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n",
+                            **{"data.labels": "neg,pos,Pos"})  # declared: three classes, as the user says
+    assert task.labels == ("neg", "pos", "Pos") and [r.label for r in rows] == [1, 0, 2]
+
+
 def test_multilabel_cells_are_lists_of_values(tmp_path):
     body = 'review,genres\na,"[""comedy"", ""drama""]"\nb,comedy|drama|comedy\nc,[]\nd,\ne,"[1, 1.0]"\n'
     task, rows = _labels_of(tmp_path, "m.csv", body, **{"data.kind": "multilabel", "data.label_column": "genres"})
@@ -285,10 +294,18 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     # a blank line is no row (skipped), a quoted "" is one (refused)
     ("q.csv", 'review,sentiment\nfine,pos\n\n"",neg\n', r"q.csv:4: column 'review' is empty"),
     ("u16.tsv", "review\tsentiment\nfine\tpos\n".encode("utf-16-le"), r"u16.tsv:1:2: a NUL byte"),
+    # old Mac line ends: one "line" of glued rows (CSV read it as an unclosed quote, TSV as no rows)
+    ("cr.csv", "review,sentiment\rfine,pos\rbad,neg\r", r"cr.csv:1:17: a carriage return that ends no line"),
+    ("cr.tsv", "review\tsentiment\r\nfine\tpos\rbad\tneg\r\n", r"cr.tsv:2:9: a carriage return that ends no line"),
 ])
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
     with pytest.raises(sj.errors.DataFileError, match=msg):
         _labels_of(tmp_path, name, body)
+
+
+def test_windows_line_ends_read_as_line_ends(tmp_path):
+    _, rows = _labels_of(tmp_path, "w.tsv", "review\tsentiment\r\nfine\tpos\r\nbad\tneg\r\n")
+    assert [(r.text_a, r.text_b) for r in rows] == [("fine", None), ("bad", None)] and len({r.label for r in rows}) == 2
 
 
 def test_an_empty_second_text_and_an_empty_test_text_are_refused(tmp_path):

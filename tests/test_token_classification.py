@@ -4,6 +4,8 @@ and loader errors naming file and line."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,18 @@ def test_words_cut_by_the_length_count_their_entities_as_missed(init, tmp_path):
     assert got["recall"] == pytest.approx(seqeval.recall_score(gold, pred)) == pytest.approx(3 / 4)
     assert got["precision"] == pytest.approx(seqeval.precision_score(gold, pred)) == pytest.approx(3 / 4)
     assert got["f1"] == pytest.approx(seqeval.f1_score(gold, pred))
+
+
+@pytest.mark.parametrize("word", ["\u200b", "\x07", "\u0301", "\u00ad"])
+def test_a_word_the_tokenizer_reads_as_nothing_is_refused_naming_its_sentence(init, tmp_path, word):
+    """A word of no text (a zero-width space, a bell, a lone combining accent that BERT's normaliser strips, a soft
+    hyphen) would keep no piece and lose its tag from training and the scores: refused by file, line and word."""
+    path = tmp_path / "odd.conll"
+    path.write_text(f"-DOCSTART- O\n\nmary B-PER\nshot O\n\njohn B-ORG\n{word} B-PER\nsmith O\n")
+    task = tasks.ConllTask("t", {"train": str(path)}, tasks.tag_names_of(str(path)))
+    with pytest.raises(sj.errors.DataFileError, match=rf"odd.conll:7: word 2 of the sentence \({re.escape(repr(word))}"
+                                                      r"\) holds nothing the tokenizer reads"):
+        task.encode(task.load("train"), sj.Tokenizer.from_dir(init), 16)
 
 
 def test_a_byte_order_mark_before_docstart_starts_no_sentence(tmp_path):
