@@ -16,8 +16,8 @@ task's label order (MNLI: entailment, neutral, contradiction, as TFDS).
 
 Refused in one line, with nothing written: a weight tensor that is not floating-point (int, bool, ...) or holds NaN /
 inf (named, with its dtype or the count); a config.json value out of range (e.g. layer_norm_eps <= 0); a file of
---src that is a symlink to somewhere outside it; a vocab.txt lacking one of [PAD] [UNK] [CLS] [SEP] [MASK] or
-repeating a line.
+--src that is a symlink to somewhere outside it; a vocab.txt lacking one of [PAD] [UNK] [CLS] [SEP] [MASK], repeating
+a line or of more tokens than the model's vocab_size; no tokenizer file at all (--no-tokenizer: the weights alone).
 """
 
 import os
@@ -25,7 +25,10 @@ import sys
 
 from squeezebert_jax import cli, count_params, import_torch
 from squeezebert_jax.convert import check_head, head_name
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_dir
+from squeezebert_jax.pretrained import tokenizer_files
+from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES
 
 
 def main(argv=None):
@@ -37,6 +40,8 @@ def main(argv=None):
     p.add_argument("--head", default=None, help="our head class (default: what the checkpoint holds)")
     p.add_argument("--label-names", default=None,
                    help="comma-separated names of the classifier's outputs 0..n-1, e.g. contradiction,entailment,neutral")
+    p.add_argument("--no-tokenizer", action="store_true",
+                   help="convert a --src that holds no tokenizer file (the MODEL_DIR then reads no text by itself)")
     args = p.parse_args(argv)
     cli.setup_logging(None)
     # Refuse before reading any weights: a misspelt head, an --out that would overwrite something.
@@ -44,6 +49,9 @@ def main(argv=None):
     if not os.path.isdir(args.src):
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a transformers checkpoint directory)")
     check_output_dir(args.out, args.src, args.overwrite)
+    if not args.no_tokenizer and not tokenizer_files(args.src):
+        raise InputError(f"--src {args.src}: no tokenizer file ({', '.join(TOKENIZER_FILE_NAMES)}); a MODEL_DIR reads "
+                         "text with it: add the checkpoint's vocabulary, or pass --no-tokenizer for the weights alone")
     names = [n.strip() for n in args.label_names.split(",")] if args.label_names else None
     model = import_torch(args.src, args.out, head=args.head, label_names=names)
     print(f"wrote {args.out}: {head_name(model)}, {count_params(model):,} parameters"

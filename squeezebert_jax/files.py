@@ -305,6 +305,9 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
             if "\0" in line:  # text never holds one: a UTF-16 or binary file read as bytes
                 raise DataFileError(f"{name}:{lineno}:{line.index(chr(0)) + 1}: a NUL byte, which text never holds (a "
                                     "UTF-16 or binary file?); save the file as UTF-8 text")
+            if lineno > 1 and line.startswith("\ufeff"):  # invisible, it would glue itself to the first field
+                raise DataFileError(f"{name}:{lineno}:1: a byte-order mark inside the file (two files joined?); remove "
+                                    "it")
             if "\r" in line.removesuffix("\n").removesuffix("\r"):  # a lone CR: old Mac line ends glue lines together
                 raise DataFileError(f"{name}:{lineno}:{line.index(chr(13)) + 1}: a carriage return that ends no line "
                                     "(old Mac line ends?); save the file with \\n or \\r\\n line ends")
@@ -337,7 +340,9 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
             raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
                                 f"meant?)") from None
         except ValueError as e:
-            raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint})") from None
+            whole = "; the file is one JSON array or object across lines: JSON Lines holds one object per line" \
+                if lineno == 1 and line.strip() in ("[", "{") and not hint else ""
+            raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
         if not isinstance(row, dict):
             raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
         yield lineno, row

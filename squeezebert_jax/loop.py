@@ -92,6 +92,11 @@ def check_checkpoints_within(checkpointer: checkpointing.Checkpointer, final_ste
     """Refuse checkpoints at steps outside ``1..final_step``: a run of this config never wrote them. ``ends``
     says where the run ends (e.g. "whose phases end at step 600")."""
     if outside := [s for s in checkpointer.all_steps() if not 0 < s <= final_step]:
+        empty = [p for s in outside for p in [os.path.join(checkpointer.directory, str(s))]
+                 if os.path.isdir(p) and not os.listdir(p)]
+        if empty:  # no run wrote it: named as what it is
+            raise CheckpointMismatchError(f"{empty[0]} is an empty directory, not a checkpoint; remove it to resume "
+                                          "(nothing was changed)")
         raise CheckpointMismatchError(
             f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, {ends}; "
             "they are left untouched: resume with the config they were written with, or use a new workdir")

@@ -330,6 +330,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     (``Predictor.arity``; without it, a ``.txt`` line holds a text or a pair), or differs from the first one's."""
     txt = path.lower().endswith(".txt")
     arity = arity or (TEXT_OR_PAIR if txt else Arity(1, None, "any number of texts"))
+    if os.path.isdir(path):
+        raise InputError(f"{path} is a directory, not a file of inputs (.txt, .csv, .tsv or .jsonl)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
     out, first = [], None
@@ -349,8 +351,11 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     if txt:
         for lineno, line in text_lines(path):
             line = line.rstrip("\r\n")
-            if line.strip():
+            if has_text(line):  # a line of white space or invisible marks alone is blank: skipped
                 cols = line.split("\t")
+                if (empty := next((i for i, c in enumerate(cols) if not has_text(c)), None)) is not None:
+                    raise DataFileError(f"{path}:{lineno}: text {empty + 1} of the line is empty (or only white "
+                                        "space or invisible marks)")
                 add(cols, lineno, f"tab-separated text{'s' * (len(cols) != 1)}",
                     "; a text holding a tab goes in a .csv or .jsonl file")
         if not out:

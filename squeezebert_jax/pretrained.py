@@ -109,6 +109,15 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
         raise InputError(f"{path}: architectures is {json.dumps(arch)[:60]}; expected a list of class names, "
                          'e.g. ["SqueezeBertForMaskedLM"]')
+    n = raw.get("num_labels")
+    if config.id2label is not None and n is not None and n != len(config.id2label):
+        raise InputError(f"{path}: num_labels is {json.dumps(n)} but id2label names {len(config.id2label)} labels; "
+                         "one name per output of the classifier")
+    label2id = raw.get("label2id")
+    if config.id2label is not None and isinstance(label2id, dict) and label2id and \
+            {str(k): str(v) for k, v in label2id.items()} != {v: str(k) for k, v in config.id2label.items()}:
+        raise InputError(f"{path}: label2id {json.dumps(label2id)[:80]} disagrees with id2label "
+                         f"{json.dumps(config.id2label)[:80]}; each label's id is the same in both")
     return config, raw
 
 

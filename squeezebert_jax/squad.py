@@ -132,6 +132,9 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     for key in ("question", "context"):
         if not isinstance(row.get(key), str) or not files.has_text(row[key]):
             raise DataFileError(f"{where}: no {key!r} text (has {', '.join(map(str, row))})")
+    if isinstance(row.get("id"), bool) or not isinstance(row.get("id"), (str, int)):
+        raise DataFileError(f"{where}: the question's \"id\" is {json.dumps(row.get('id'))[:60]}; an id is a string "
+                            "or an integer")
     qid, context = str(row["id"]), row["context"]
     answers = row.get("answers")
     if isinstance(answers, dict):  # datasets' layout: {"text": [...], "answer_start": [...]}

@@ -294,6 +294,8 @@ class FileTask:
             try:
                 if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
                     raise TypeError
+                if isinstance(raw, str) and "_" in raw:  # float() reads "1_000" as 1000.0: no data file means that
+                    raise ValueError
                 value = float(raw)
             except (TypeError, ValueError):
                 raise DataFileError(f"{where}: {raw!r} is not a number (a regression task)") from None
@@ -644,8 +646,9 @@ def label_key(raw, where: str) -> str:
     """One class label as the name it is known by, read as a value, so that a file and its JSON Lines twin, or a
     hand-typed list, give the same classes: a number by its value (``1``, ``1.0``, ``"1.0"``, ``"+1"`` and ``1e0`` are
     all ``"1"``; ``0.50`` is ``"0.5"``), a boolean as ``"true"`` / ``"false"`` (JSON ``true`` and a CSV's ``True``
-    alike), any other text stripped. Refused, naming ``where``: an empty cell, JSON null, and a list or object (one
-    label per row: a row of several labels is ``data.kind=multilabel``)."""
+    alike), any other text stripped. Refused, naming ``where``: an empty cell, JSON null, NaN or infinity (in any
+    spelling or format), and a list or object (one label per row: a row of several labels is
+    ``data.kind=multilabel``)."""
     if isinstance(raw, bool):
         return "true" if raw else "false"
     if isinstance(raw, (int, float)):
@@ -656,9 +659,12 @@ def label_key(raw, where: str) -> str:
             raise DataFileError(f"{where}: the label is empty; every training and validation row needs its label")
         if text.lower() in ("true", "false"):
             return text.lower()
-        if not _NUMBER.fullmatch(text):
+        if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's
+            value = float("nan")
+        elif not _NUMBER.fullmatch(text):
             return text
-        value = float(text)
+        else:
+            value = float(text)
     elif raw is None:
         raise DataFileError(f"{where}: the label is null; every training and validation row needs its label")
     else:
@@ -791,8 +797,9 @@ def resolve(config) -> Task:
         labels = (declared_labels(d.labels, "config.data.labels") if d.labels
                   else label_names_of(files["train"], d.label_column, d.kind == "multilabel"))
         if len(labels) < 2:
-            raise InputError(f"{files['train']}: column {d.label_column!r} has one label ({labels[0]!r}); "
-                             f"a classifier needs two or more")
+            where = (f"config.data.labels={d.labels!r} names" if d.labels else
+                     f"{files['train']}: column {d.label_column!r} has")
+            raise InputError(f"{where} one label ({labels[0]!r}); a classifier needs two or more")
     return FileTask(name, d.kind, files, columns, d.label_column, labels)
 
 

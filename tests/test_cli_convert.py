@@ -190,6 +190,10 @@ def test_export_lite_checks_its_sizes():
     (lambda c: c | {"layer_norm_eps": -1e-12}, "config.json: layer_norm_eps is -1e-12; expected a number > 0 and < 1"),
     (lambda c: c | {"attention_probs_dropout_prob": 1.0},
      "config.json: attention_probs_dropout_prob is 1.0; expected a number in [0, 1)"),
+    (lambda c: c | {"id2label": {"0": "neg", "1": "pos", "2": "mixed"}, "num_labels": 2},
+     "config.json: num_labels is 2 but id2label names 3 labels"),
+    (lambda c: c | {"id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 1, "pos": 0}},
+     'config.json: label2id {"neg": 1, "pos": 0} disagrees with id2label'),
 ])
 def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     src = model_dir(tmp_path / "m")
@@ -483,6 +487,18 @@ def test_from_pytorch_refuses_a_vocab_the_model_cannot_use(tmp_path, run_cli, di
     line = one_error_line(err, "from_pytorch.py")
     assert rc == 1 and re.search(f"{re.escape(vocab)}: .*{message}", line), line
     assert stdout == "" and digest(src) == before and not (tmp_path / "m").exists()
+
+
+def test_from_pytorch_without_a_tokenizer_file_is_refused_unless_asked(tmp_path, run_cli, digest):
+    src = hf_dir(tmp_path / "hf")
+    os.remove(os.path.join(src, "vocab.txt"))
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and f"--src {src}: no tokenizer file (vocab.txt, " in line and "--no-tokenizer" in line, line
+    assert digest(src) == before and not (tmp_path / "m").exists()
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m", "--no-tokenizer")
+    assert rc == 0 and (tmp_path / "m" / "params.safetensors").exists() and not (tmp_path / "m" / "vocab.txt").exists()
 
 
 def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):

@@ -43,6 +43,15 @@ def test_checkpoints_past_the_runs_end_are_refused():
         loop.check_checkpoints_within(_Checkpoints([4, 8]), 6, "whose run ends at step 6")
 
 
+def test_an_empty_step_directory_past_the_end_is_named_as_no_checkpoint(tmp_path):
+    (tmp_path / "99").mkdir()
+    ck = _Checkpoints([2, 99])
+    ck.directory = str(tmp_path)
+    with pytest.raises(errors.CheckpointMismatchError, match=rf"^{tmp_path / '99'} is an empty directory, not a "
+                                                              r"checkpoint; remove it"):
+        loop.check_checkpoints_within(ck, 8, "whose run ends at step 8")
+
+
 class _Writer:
     def __init__(self):
         self.rows = []

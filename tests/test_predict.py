@@ -22,7 +22,7 @@ import squeezebert_jax as sj
 from conftest import VOCAB
 from squeezebert_jax import files, predict, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.predict import Predictor, predict_file, read_inputs
+from squeezebert_jax.predict import Predictor, numbered_inputs, predict_file, read_inputs
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +291,19 @@ def test_a_txt_input_drops_its_bom_and_the_script_names_a_bad_byte(model_dir, tm
                            tmp_path / "o.jsonl")
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{tmp_path / 'latin.txt'}:2:8: not UTF-8 text (byte 0xe9)" in err and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_named(tmp_path):
+    """A line of white space or invisible marks alone is skipped like a blank one (the "line" field keeps the
+    alignment); an empty text beside another is refused by file and line; a directory is named as one."""
+    (tmp_path / "z.txt").write_text("good\n\u200b\u200d\n \t \nbad\n")
+    assert numbered_inputs(str(tmp_path / "z.txt")) == [(1, "good"), (4, "bad")]
+    (tmp_path / "p.txt").write_text("good\tfine\nbad\t\u200b\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"p.txt:2: text 2 of the line is empty \(or only white space "
+                                                      r"or invisible marks\)"):
+        numbered_inputs(str(tmp_path / "p.txt"))
+    with pytest.raises(sj.errors.InputError, match=r"is a directory, not a file of inputs"):
+        numbered_inputs(str(tmp_path))
 
 
 # 5. the call contract: a str is one input; a text count that is not the model's is refused

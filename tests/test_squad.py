@@ -262,6 +262,14 @@ def test_an_official_layout_with_a_missing_or_misspelt_level_is_refused_by_place
         squad.read_squad(str(tmp_path / "sq.json"))
 
 
+@pytest.mark.parametrize("qid", [{"a": 1}, ["q"], None, True, 1.5])
+def test_a_question_id_is_a_string_or_an_integer(tmp_path, qid):
+    row = {"id": qid, "question": "Who?", "context": "John shot it.", "answers": [{"text": "John", "answer_start": 0}]}
+    (tmp_path / "sq.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"sq.jsonl:1: the question's \"id\" is .*; an id is a string or"):
+        squad.read_squad(str(tmp_path / "sq.jsonl"))
+
+
 def test_a_json_lines_context_may_hold_a_line_separator_character(tmp_path):
     """U+2028 and U+0085 are text inside a JSON string (valid JSON written raw): only "\n" ends a JSON Lines line."""
     row = {"id": "a", "question": "Who?", "context": "John\u2028shot\x85it.", "answers": [{"text": "John",

@@ -145,6 +145,8 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
     ("missing_column.csv", "text,sentiment\nfoo,positive\nbar,negative\n", {},
      r"missing_column.csv:2: no column 'review'"),
     ("one_label.csv", "review,sentiment\nfoo,positive\n", {}, r"one_label.csv: column 'sentiment' has one label"),
+    ("one_named.csv", "review,sentiment\nfoo,positive\n", {"data.labels": "positive"},
+     r"config.data.labels='positive' names one label \('positive'\); a classifier needs two or more"),
     ("no_label.csv", "review,stars\nfoo,positive\n", {}, r"no_label.csv:2: no label column 'sentiment'"),
     ("undeclared.csv", "review,sentiment\nfoo,positive\nbar,neutral\n", {"data.labels": "negative,positive"},
      r"undeclared.csv:3: column 'sentiment': label 'neutral' is not one of \['negative', 'positive'\]"),
@@ -157,6 +159,8 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score.csv:2: column 'sentiment': 'nan' is not a finite number"),
     ("score2.csv", "review,sentiment\nfoo,good\n", {"data.kind": "regression"},
      r"score2.csv:2: column 'sentiment': 'good' is not a number"),
+    ("score3.csv", "review,sentiment\nfoo,1_000\n", {"data.kind": "regression"},
+     r"score3.csv:2: column 'sentiment': '1_000' is not a number"),
     ("data.txt", "foo\n", {}, r"data.txt: unknown file type '.txt'"),
 ])
 def test_loader_errors_name_file_line_and_column(tmp_path, name, text, kw, msg):
@@ -202,6 +206,8 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": null}\n', r"e.jsonl:2: .*the label is null"),
     ('{"review": "a", "sentiment": ["pos"]}\n', r"e.jsonl:1: .*a JSON list \['pos'\] is not one label .*multilabel"),
     ('{"review": "a", "sentiment": {"y": 1}}\n', r"e.jsonl:1: .*a JSON dict .* is not one label"),
+    ("review,sentiment\na,pos\nb,NaN\n", r"e.csv:3: column 'sentiment': the label 'NaN' is not a finite number"),
+    ("review,sentiment\na,pos\nb,-inf\n", r"e.csv:3: column 'sentiment': the label '-inf' is not a finite number"),
 ])
 def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
     name = "e.jsonl" if body.startswith("{") else "e.csv"
@@ -297,6 +303,9 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     # old Mac line ends: one "line" of glued rows (CSV read it as an unclosed quote, TSV as no rows)
     ("cr.csv", "review,sentiment\rfine,pos\rbad,neg\r", r"cr.csv:1:17: a carriage return that ends no line"),
     ("cr.tsv", "review\tsentiment\r\nfine\tpos\rbad\tneg\r\n", r"cr.tsv:2:9: a carriage return that ends no line"),
+    ("bom2.csv", "review,sentiment\nfine,pos\n\ufeffbad,neg\n", r"bom2.csv:3:1: a byte-order mark inside the file"),
+    ("whole.jsonl", '[\n {"review": "a", "sentiment": "p"},\n {"review": "b", "sentiment": "n"}\n]\n',
+     r"whole.jsonl:1: not a JSON object \(.*; the file is one JSON array or object across lines: JSON Lines holds one"),
 ])
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
     with pytest.raises(sj.errors.DataFileError, match=msg):
