@@ -4,7 +4,8 @@ FLOPs, roofline.
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4
     python train/compile.py --config train/configs/pretrain.py:bert-base --topology v5e:2x4 --max-batch
     python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x8 --config.num_microbatches=4
-    python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x1 --census   # kernels per layer
+    python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x1 --census \
+        --config.model.layers=scan                                   # kernels per layer (GPUs run them unrolled)
     python train/compile.py --config train/configs/pretrain.py:paper --topology v4:2x2x1 --fit
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5p:2x2x2 --num_slices 2
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4 --phase phase2
