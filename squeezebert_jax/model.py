@@ -219,8 +219,8 @@ class SqueezeBertConfig:
                 raise InputError(f"id2label has the key {_json_repr(bad)}; expected integer keys (\"0\", \"1\", ...)"
                                  ) from None
             if sorted(self.id2label) != list(range(len(self.id2label))):
-                raise InputError(f"id2label has the ids {sorted(self.id2label)}; expected 0 to {len(self.id2label) - 1}, "
-                                 "one name per output of the classifier")
+                raise InputError(f"id2label has the ids {sorted(self.id2label)}; expected 0 to "
+                                 f"{len(self.id2label) - 1}, one name per output of the classifier")
             seen: dict[str, int] = {}
             for k, v in sorted(self.id2label.items()):
                 if v in seen:

@@ -96,8 +96,8 @@ def _refuse_code(spec: str, name: str) -> None:
     except ImportError:  # another layout of the library: the builders it has had
         builders = _BUILDERS
     if name.lower() in {*builders, *_BUILDERS} or any(c in name for c in "*?["):
-        raise DataFileError(f"{spec}: {name!r} is a datasets builder or a glob, which reads raw files by its own rules; "
-                            f"hf: reads a directory written by save_to_disk or a dataset name in the local cache: give "
+        raise DataFileError(f"{spec}: {name!r} is a datasets builder or a glob, which reads raw files by its own "
+                            f"rules; hf: reads a directory written by save_to_disk or a dataset name in the local cache: give "
                             f"the CSV, TSV or JSON Lines file itself without the hf: prefix")
 
 

@@ -123,7 +123,7 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
 
 def _jsonl_rows(path: str, raw: str):
     hint = "; SQuAD JSON needs a top-level \"data\" list, JSON Lines one question per line"
-    # lines end at "\n" alone (as text_lines reads them): a U+2028 or U+0085 inside a JSON string is text, not a line end
+    # lines end at "\n" alone (as text_lines reads them): U+2028 or U+0085 inside a JSON string is text, no line end
     for lineno, row in files.json_lines(path, enumerate(raw.split("\n"), 1), hint):
         yield f"{path}:{lineno}", {"id": str(lineno), **row}
 
