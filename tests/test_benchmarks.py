@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import warnings
 
 import pytest
@@ -226,25 +225,41 @@ def test_bench_train_profile_names_each_kernel_by_scope_pass_and_kind(tmp_path, 
 
 def test_device_lock_serialises_timing_across_processes(tmp_path):
     """--lock FILE (timing.set_device_lock): every timed section holds an exclusive flock on FILE, so benchmark
-    processes sharing a GPU compile side by side but time one at a time."""
+    processes sharing a GPU compile side by side but time one at a time. Another process holds the lock until told:
+    the warm-up runs meanwhile, no timed step does."""
     import fcntl
     import subprocess
     import sys
+    import threading
 
     lock = tmp_path / "gpu.lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)", str(lock)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.readline()",
+                               str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
+    released, warmed, calls = threading.Event(), threading.Event(), []
+
+    def step():
+        calls.append(released.is_set())
+        warmed.set()
+
     timing.set_device_lock(str(lock))
     try:
-        t0 = time.perf_counter()
-        timing.time_steps(lambda: None, lambda: None, steps=2, warmup=1)  # waits for the other process's lock
-        assert time.perf_counter() - t0 > 0.5
+        timer = threading.Thread(target=timing.time_steps, args=(step, lambda: None, 2, 1))
+        timer.start()
+        assert warmed.wait(60)  # the warm-up ran outside the lock
+        timer.join(0.3)
+        assert timer.is_alive() and len(calls) == 1  # waiting for the other process's lock
+        released.set()
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        timer.join(60)
+        assert not timer.is_alive() and calls[1:] == [True] * 3  # every timed step after the release
         with open(lock) as f:  # released after timing
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         timing.set_device_lock(None)
+        holder.kill()
         holder.wait()
 
 
