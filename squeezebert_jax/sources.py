@@ -91,14 +91,17 @@ def _refuse_code(spec: str, name: str) -> None:
         raise DataFileError(f"{spec}: {name} is a file; hf: reads a directory written by save_to_disk or a dataset "
                             f"name in the local cache, and never runs a loading script (a data file is not code): give "
                             f"a CSV, TSV or JSON Lines file without the hf: prefix")
-    try:
-        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES as builders
-    except ImportError:  # another layout of the library: the builders it has had
-        builders = _BUILDERS
-    if name.lower() in {*builders, *_BUILDERS} or any(c in name for c in "*?["):
+    builders = set(_BUILDERS)
+    try:  # and whatever this version of the library has added
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+
+        builders |= set(_PACKAGED_DATASETS_MODULES)
+    except ImportError:
+        pass
+    if name.lower() in builders or any(c in name for c in "*?["):
         raise DataFileError(f"{spec}: {name!r} is a datasets builder or a glob, which reads raw files by its own "
-                            f"rules; hf: reads a directory written by save_to_disk or a dataset name in the local cache: give "
-                            f"the CSV, TSV or JSON Lines file itself without the hf: prefix")
+                            "rules; hf: reads a directory written by save_to_disk or a dataset name in the local "
+                            "cache: give the CSV, TSV or JSON Lines file itself without the hf: prefix")
 
 
 def _tfds_rows(spec: str, name: str, split: str):

@@ -660,11 +660,10 @@ def label_key(raw, where: str) -> str:
         if text.lower() in ("true", "false"):
             return text.lower()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's
-            value = float("nan")
-        elif not _NUMBER.fullmatch(text):
+            raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
+        if not _NUMBER.fullmatch(text):
             return text
-        else:
-            value = float(text)
+        value = float(text)
     elif raw is None:
         raise DataFileError(f"{where}: the label is null; every training and validation row needs its label")
     else:

@@ -141,19 +141,15 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int = 20, warmup: 
     rounds = min(rounds or 5, runs)
     out = {k: Timing([]) for k in fns}
     with device_timing():
-        return _interleaved(fns, runs, rounds, out)
-
-
-def _interleaved(fns, runs, rounds, out):
-    for r in range(rounds):
-        for name, fn in fns.items():
-            if len(fns) > 1:
-                fn()  # settle after the previous callable
-            for _ in range(runs // rounds + (r < runs % rounds)):  # exactly ``runs`` in all
-                t0 = time.perf_counter()
-                fn()
-                out[name].times_ms.append((time.perf_counter() - t0) * 1e3)
-    return out
+        for r in range(rounds):
+            for name, fn in fns.items():
+                if len(fns) > 1:
+                    fn()  # settle after the previous callable
+                for _ in range(runs // rounds + (r < runs % rounds)):  # exactly ``runs`` in all
+                    t0 = time.perf_counter()
+                    fn()
+                    out[name].times_ms.append((time.perf_counter() - t0) * 1e3)
+        return out
 
 
 def time_steps(step: Callable[[], Any], sync: Callable[[], Any], steps: int, warmup: int) -> float:
