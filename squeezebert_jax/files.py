@@ -308,9 +308,10 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
             if lineno > 1 and line.startswith("\ufeff"):  # invisible, it would glue itself to the first field
                 raise DataFileError(f"{name}:{lineno}:1: a byte-order mark inside the file (two files joined?); remove "
                                     "it")
-            if "\r" in line.removesuffix("\n").removesuffix("\r"):  # a lone CR: old Mac line ends glue lines together
-                raise DataFileError(f"{name}:{lineno}:{line.index(chr(13)) + 1}: a carriage return that ends no line "
-                                    "(old Mac line ends?); save the file with \\n or \\r\\n line ends")
+            cr = line.find("\r")  # a lone CR (old Mac line ends) glues lines together; a line's own end is no copy
+            if cr != -1 and cr != len(line) - 1 and not (cr == len(line) - 2 and line.endswith("\n")):
+                raise DataFileError(f"{name}:{lineno}:{cr + 1}: a carriage return that ends no line (old Mac line "
+                                    "ends?); save the file with \\n or \\r\\n line ends")
             yield lineno, line
 
 
