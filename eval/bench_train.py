@@ -98,9 +98,7 @@ def throughput(args, report: Report) -> dict[tuple[str, int], float]:
     cases = [(name, seq_len) for seq_len in args.seq_lens for name in names]
     benches = [train_step_bench(preset(name, args.tiny), seq_len, args.batch, 20 if seq_len <= 128 else 77, dtype)
                for name, seq_len in cases]
-    for error in compile_all(benches):  # all at once, then timed one by one
-        if error is not None:
-            raise error
+    compile_all(benches, strict=True)  # all at once, then timed one by one
     for (name, seq_len), bench in zip(cases, benches):
         r = bench.time(args.steps, peak_flops=args.peak_flops)
         bench.args = bench.compiled = None
@@ -202,9 +200,7 @@ def profile(args, report: Report) -> None:
     os.makedirs(args.profile, exist_ok=True)
     names = ("squeezebert-uncased", "bert-base-uncased")
     benches = [train_step_bench(preset(n, args.tiny), seq_len, args.batch, preds, dtype) for n in names]
-    for error in compile_all(benches):
-        if error is not None:
-            raise error
+    compile_all(benches, strict=True)
     tsv = []
     for name, bench in zip(names, benches):
         r = bench.time(args.steps, peak_flops=args.peak_flops)

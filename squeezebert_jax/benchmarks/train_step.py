@@ -91,10 +91,10 @@ def train_step_bench(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_
                      compiler_options)
 
 
-def compile_all(benches: list[StepBench]) -> list[Exception | None]:
+def compile_all(benches: list[StepBench], strict: bool = False) -> list[Exception | None]:
     """Compile every bench's step at once, one thread each (XLA compiles outside the GIL: on a many-core GPU host
     ten full-size steps compile in about the time of one); each one's error (e.g. an XLA option this XLA does not
-    know), or None."""
+    know), or None; ``strict``: the first error is raised instead."""
     def compile_one(bench):
         try:
             bench.compile()
@@ -103,7 +103,10 @@ def compile_all(benches: list[StepBench]) -> list[Exception | None]:
         return None
 
     with concurrent.futures.ThreadPoolExecutor(max(1, len(benches))) as pool:
-        return list(pool.map(compile_one, benches))
+        errors = list(pool.map(compile_one, benches))
+    if strict and (first := next((e for e in errors if e is not None), None)):
+        raise first
+    return errors
 
 
 # --------------------------------------------------------------------------------------------------
