@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     cli.setup_logging(None)
     if not os.path.isdir(args.src):
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
-    check_output_file(args.out, args.overwrite)  # before the minute-long export
+    check_output_file(args.out, args.overwrite, inputs=(args.src,))  # before the minute-long export
     model = load_pretrained(args.src)
     if type(model).__name__ == "SqueezeBertForPreTraining":
         print("note: ForPreTraining model: exporting the MLM logits (transformers' MaskedLM class); "

@@ -93,21 +93,24 @@ def _check_parent(out: str, what: str) -> None:
 def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str = "--out",
                       inputs: Iterable[str | os.PathLike] = ()) -> str:
     """Refuse, before any work, an output file path that cannot be this command's: an empty path; one of the command's
-    ``inputs`` (always, ``--overwrite`` or not: the same path, or the same file through a symlink or a hard link); a
-    directory; an existing file unless ``overwrite``; a path whose directory does not exist (refused like a shell's
+    ``inputs`` (always, ``--overwrite`` or not: the same path, or the same file through a symlink or a hard link), or
+    a path inside an input that is a directory (a conversion's source: the model's own files); a directory; an existing file unless ``overwrite``; a path whose directory does not exist (refused like a shell's
     ``> missing/x``, not created: a mistyped directory is named before the work instead of after it), is a file, or
     cannot be written. Returns ``out``. A command that writes ``out`` at the end of its work holds it meanwhile with
     ``claim_output_file``, which runs this check."""
     out = os.fspath(out)
     if not out.strip():
         raise InputError(f"{what} is empty; give the path of the file to write")
-    for src in inputs:
-        if _same_file(out, os.fspath(src)):
-            raise InputError(f"{what} {out} is {os.fspath(src)}, an input of this command; an output never replaces "
+    for src in map(os.fspath, inputs):
+        if _same_file(out, src):
+            raise InputError(f"{what} {out} is {src}, an input of this command; an output never replaces "
                              f"an input (not even with --overwrite): choose another {what} path")
+        if os.path.isdir(src) and os.path.realpath(out).startswith(os.path.realpath(src).rstrip(os.sep) + os.sep):
+            raise InputError(f"{what} {out} is inside {src}, an input directory of this command; an output is "
+                             f"never written among its inputs (not even with --overwrite): choose another {what} path")
     if os.path.isdir(out):
-        raise InputError(f"{what} {out} is a directory; give the path of the file to write, "
-                         f"e.g. {os.path.join(out, 'model.ptl')}")
+        raise InputError(f"{what} {out} is a directory; give the path of the file to write (a file name inside "
+                         "it, say)")
     if os.path.lexists(out) and not overwrite:
         raise InputError(f"{what} {out} already exists; pass --overwrite to replace it, or choose another path")
     parent = os.path.dirname(os.path.abspath(out))
@@ -326,6 +329,24 @@ def _json_object(pairs: list[tuple[str, object]]) -> dict:
             raise _DuplicateKey(k)
         out[k] = v
     return out
+
+
+def parse_json(text: str, where: str):
+    """``json.loads`` for a file a user gives or keeps (config.json, task.json, a SQuAD JSON, tokenizer files): a key
+    named twice in one object is refused (``json`` keeps the last value without a word), and a syntax error names its
+    line and column. ``DataFileError`` ("WHERE:LINE:COL: ...")."""
+    try:
+        return json.loads(text, object_pairs_hook=_json_object)
+    except _DuplicateKey as e:
+        raise DataFileError(f"{where}: the key {e.args[0]!r} appears twice in one object (json would keep the last "
+                            "without a word); keep one") from None
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"{where}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
+
+
+def read_json(path: str | os.PathLike, what: str = ""):
+    """``parse_json`` of a UTF-8 file (``read_text``)."""
+    return parse_json(read_text(path, what), os.fspath(path))
 
 
 def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> Iterator[tuple[int, dict]]:

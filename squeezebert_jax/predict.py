@@ -30,7 +30,7 @@ import numpy as np
 
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, claim_output_file, has_text, read_text, text_lines
+from squeezebert_jax.files import atomic_write, claim_output_file, has_text, read_json, text_lines
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
@@ -61,6 +61,10 @@ class Predictor:
     to label text."""
 
     def __init__(self, model_dir: str, max_length: int = 128, batch_size: int = 64):
+        for name, value, low in (("max_length", max_length, 4), ("batch_size", batch_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise InputError(f"{name}={value!r}: an integer >= {low}"
+                                 + (" (the special tokens and a word of each text)" if low > 1 else ""))
         self.model, self.model_dir = load_pretrained(model_dir), model_dir
         self.kind = next((k for k, head in KINDS.items() if isinstance(self.model, HEADS[head])), None)
         if self.kind is None:
@@ -275,19 +279,10 @@ def _read_card(model_dir: str, kind: str | None = None, num_labels: int | None =
     if not os.path.exists(path):
         return {}
 
-    def pairs(items):
-        keys = [k for k, _ in items]
-        if dup := next((k for k in keys if keys.count(k) > 1), None):
-            raise InputError(f"{path}: the key {dup!r} is given twice; keep one")
-        return dict(items)
-
     try:
-        card = json.loads(read_text(path), object_pairs_hook=pairs)
-    except ValueError as e:
-        if isinstance(e, InputError):
-            raise
-        raise InputError(f"{path}: not a JSON task description ({e}); fix it, or fine-tune the model again "
-                         "(train/finetune.py writes it)") from None
+        card = read_json(path)
+    except InputError as e:
+        raise type(e)(f"{e} (a task description: train/finetune.py writes it)") from None
     if not isinstance(card, dict):
         raise InputError(f"{path}: a JSON {type(card).__name__}, not an object of the task's settings")
     if "kind" not in card:

@@ -25,7 +25,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import atomic_write
+from squeezebert_jax.files import atomic_write, read_json
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, checkpoint_file
@@ -99,11 +99,9 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     path = checkpoint_file(model_dir, "config.json")
     if path is None:
         raise FileNotFoundError(f"{model_dir}: no config.json")
-    with open(path) as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e})") from e
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: a JSON {type(raw).__name__}, not an object of the model's settings")
     config = SqueezeBertConfig.from_dict(raw, source=path)
     arch = raw.get("architectures")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):

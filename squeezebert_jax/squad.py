@@ -65,7 +65,7 @@ def read_squad(path: str, labelled: bool = True) -> list[QAExample]:
     if ext not in (".json", ".jsonl"):
         raise DataFileError(f"{path}: unknown file type {ext!r}; give SQuAD .json or .jsonl")
     raw = files.read_text(path)
-    doc = _squad_json(raw)
+    doc = _squad_json(path, raw)
     rows = _squad_json_rows(path, raw, doc) if doc is not None else _jsonl_rows(path, raw)
     return _examples(rows, path, labelled)
 
@@ -83,14 +83,21 @@ def _examples(rows, path: str, labelled: bool) -> list[QAExample]:
     return out
 
 
-def _squad_json(raw: str):
-    """The parsed file when it is one JSON object with a "data" key (the official layout), else None (JSON Lines)."""
+def _squad_json(path: str, raw: str):
+    """The parsed file when it is one JSON object with a "data" key (the official layout), else None (JSON Lines:
+    its first line one object). A JSON file that is not valid JSON (a syntax error below its first line, a key given
+    twice) is named by line and column (``files.parse_json``)."""
     if not raw.lstrip().startswith("{"):
         return None
     try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
+        doc = files.parse_json(raw, path)
+    except DataFileError:
+        try:  # one object per line: JSON Lines, read (and checked) line by line
+            json.loads(raw.lstrip().split("\n", 1)[0])
+            return None
+        except ValueError:
+            pass
+        raise
     return doc if isinstance(doc, dict) and "data" in doc else None
 
 

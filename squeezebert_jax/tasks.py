@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import decimal
 import json
 import logging
 import math
 import os
 import re
+import unicodedata
 from typing import Protocol
 
 import numpy as np
@@ -358,6 +360,9 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
     sentences, words, tags, start, fields = [], [], [], None, None
     for lineno, line in enumerate(_lines(path), 1):
         parts = line.split()
+        if parts and parts[0].upper() == "-DOCSTART-" and words:
+            raise DataFileError(f"{path}:{lineno}: -DOCSTART- inside a sentence (from line {start}); a document "
+                                "marker stands between sentences: put a blank line before it")
         if not parts or parts[0].upper() == "-DOCSTART-":
             if words:
                 sentences.append((start, words, tags if fields > 1 else None))
@@ -402,8 +407,13 @@ def _lines(path: str):
 
 
 def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -> tuple[str, ...]:
-    """The tags of a CoNLL training file: "O" first, then the others sorted (B-LOC, B-PER, I-LOC, ...)."""
-    names = {t for _, _, tags in read_conll(path, columns) for t in (tags or ())}
+    """The tags of a CoNLL training file: "O" first, then the others sorted (B-LOC, B-PER, I-LOC, ...); two that
+    differ only in case or form (``B-PER`` and ``b-per``) are refused (``check_one_form``)."""
+    names = {}
+    for start, _, tags in read_conll(path, columns):
+        for t in tags or ():
+            names.setdefault(t, (f"{path}:{start}: the sentence's tags", start))
+    check_one_form(names)
     if not names:
         raise DataFileError(f"{path}: no tags (a word and its tag per line)")
     return tuple(sorted(names, key=lambda t: (t != "O", t)))
@@ -645,16 +655,19 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 def label_key(raw, where: str) -> str:
     """One class label as the name it is known by, read as a value, so that a file and its JSON Lines twin, or a
     hand-typed list, give the same classes: a number by its value (``1``, ``1.0``, ``"1.0"``, ``"+1"`` and ``1e0`` are
-    all ``"1"``; ``0.50`` is ``"0.5"``), a boolean as ``"true"`` / ``"false"`` (JSON ``true`` and a CSV's ``True``
-    alike), any other text stripped. Refused, naming ``where``: an empty cell, JSON null, NaN or infinity (in any
+    all ``"1"``; ``0.50`` is ``"0.5"``; a whole number exactly, however many digits), a boolean as ``"true"`` /
+    ``"false"`` (JSON ``true`` and a CSV's ``True`` alike), any other text stripped and in Unicode's composed form
+    (NFC: ``café`` typed with a combining accent is the same class). Refused, naming ``where``: an empty cell, JSON null, NaN or infinity (in any
     spelling or format), and a list or object (one label per row: a row of several labels is
     ``data.kind=multilabel``)."""
     if isinstance(raw, bool):
         return "true" if raw else "false"
-    if isinstance(raw, (int, float)):
-        value = float(raw)
+    if isinstance(raw, int):
+        return str(raw)
+    if isinstance(raw, float):
+        value = decimal.Decimal(repr(raw)) if math.isfinite(raw) else None
     elif isinstance(raw, str):
-        text = raw.strip()
+        text = unicodedata.normalize("NFC", raw.strip())
         if not text:
             raise DataFileError(f"{where}: the label is empty; every training and validation row needs its label")
         if text.lower() in ("true", "false"):
@@ -663,15 +676,28 @@ def label_key(raw, where: str) -> str:
             raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
         if not _NUMBER.fullmatch(text):
             return text
-        value = float(text)
+        value = decimal.Decimal(text) if math.isfinite(float(text)) else None  # 1e400: no float holds it
     elif raw is None:
         raise DataFileError(f"{where}: the label is null; every training and validation row needs its label")
     else:
         raise DataFileError(f"{where}: a JSON {type(raw).__name__} {raw!r} is not one label (a row of several labels "
                             f"is data.kind=multilabel)")
-    if not math.isfinite(value):
+    if value is None:
         raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
-    return str(int(value)) if value.is_integer() and abs(value) < 2 ** 53 else repr(value)
+    return str(int(value)) if value == value.to_integral_value() else repr(float(value))
+
+
+def check_one_form(names) -> None:
+    """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
+    seen) that differ only in case or in a Unicode compatibility form (``Pos`` and ``pos``; ``B-PER`` and ``b-per``; a
+    full-width ``ｐｏｓ``) are refused: one class written two ways would train as two. Naming both in
+    config.data.labels keeps them apart."""
+    folded: dict[str, tuple[str, int]] = {}
+    for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
+        first, at = folded.setdefault(unicodedata.normalize("NFKC", name).casefold(), (name, line))
+        if first != name:
+            raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case or "
+                                "form: write each class one way, or name both in config.data.labels to keep them apart")
 
 
 def label_keys(raw, where: str) -> tuple[str, ...]:
@@ -710,7 +736,7 @@ def sorted_labels(names) -> tuple[str, ...]:
     """Label names in their default id order: by value when every one is a number, else as text."""
     names = set(names)
     numeric = all(_NUMBER.fullmatch(n) for n in names)
-    return tuple(sorted(names, key=float if numeric else str))
+    return tuple(sorted(names, key=decimal.Decimal if numeric else str))
 
 
 def check_columns(path_or_setting: str, **groups) -> None:
@@ -741,17 +767,14 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
     """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
     naming both keeps them apart."""
-    names, folded = set(), {}
+    names = {}
     for lineno, row in read_rows(path):
         if column not in row:
             raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
         where = f"{path}:{lineno}: column {column!r}"
         for name in label_keys(row[column], where) if multilabel else [label_key(row[column], where)]:
-            first, at = folded.setdefault(name.casefold(), (name, lineno))
-            if first != name:
-                raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case: "
-                                    "write each class one way, or name both in config.data.labels to keep them apart")
-            names.add(name)
+            names.setdefault(name, (where, lineno))
+    check_one_form(names)
     if not names:
         raise DataFileError(f"{path}: no rows (the train split is empty)")
     return sorted_labels(names)

@@ -27,7 +27,6 @@ padding to ``max_length``.
 from __future__ import annotations
 
 import abc
-import json
 import logging
 import os
 import shutil
@@ -37,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write
+from squeezebert_jax.files import atomic_write, read_json
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -271,11 +270,10 @@ class Tokenizer(abc.ABC):
                 tok = load(path)
                 cfg_path = checkpoint_file(directory, "tokenizer_config.json")
                 if isinstance(tok, WordPieceTokenizer) and cfg_path is not None:
-                    try:
-                        with open(cfg_path) as f:
-                            lower = json.load(f).get("do_lower_case", True)
-                    except (json.JSONDecodeError, AttributeError) as e:
-                        raise InputError(f"{cfg_path}: not a JSON object ({e})") from e
+                    settings = read_json(cfg_path)
+                    if not isinstance(settings, dict):
+                        raise InputError(f"{cfg_path}: a JSON {type(settings).__name__}, not an object")
+                    lower = settings.get("do_lower_case", True)
                     if lower is False:
                         raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
                                          "WordPiece is uncased BERT's and would lowercase its input")

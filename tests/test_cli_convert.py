@@ -152,13 +152,22 @@ def test_to_torchscript_refuses_bad_sizes_at_once(tmp_path, run_cli, no_export, 
     assert not (tmp_path / "m.ptl").exists()
 
 
-def test_to_torchscript_refuses_a_directory_out(tmp_path, run_cli, digest, no_export):
-    src = model_dir(tmp_path / "m")
+def test_to_torchscript_refuses_a_directory_out_and_any_path_in_its_source(tmp_path, run_cli, digest, no_export):
+    """A directory, the source itself, and any file inside the source (its weights, with --overwrite too: the .ptl
+    would replace them; a new name beside them): one line each, nothing changed."""
+    src, other = model_dir(tmp_path / "m"), tmp_path / "exports"
+    other.mkdir()
     before = digest(src)
-    rc, _, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", src)
+    rc, _, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", other)
     line = one_error_line(err, "to_torchscript.py")
-    assert rc == 1 and f"--out {src} is a directory" in line and os.path.join(src, "model.ptl") in line
-    assert digest(src) == before
+    assert rc == 1 and f"--out {other} is a directory; give the path of the file to write" in line
+    weights = next(f for f in os.listdir(src) if f.endswith(".safetensors"))
+    for out, extra in ((src, ()), (os.path.join(src, weights), ("--overwrite",)), (os.path.join(src, "vocab.txt"),
+                       ("--overwrite",)), (os.path.join(src, "new.ptl"), ())):
+        rc, _, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", out, *extra)
+        line = one_error_line(err, "to_torchscript.py")
+        assert rc == 1 and f"--out {out} is " in line and "an input" in line and "never" in line, (out, line)
+    assert digest(src) == before and os.listdir(other) == []
 
 
 def test_to_torchscript_refuses_an_existing_out_unless_overwrite(tmp_path, run_cli, digest, no_export):

@@ -228,9 +228,12 @@ def test_native_model_dir_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="config.json"):
         sj.load_pretrained(tmp_path / "empty")
-    (tmp_path / "m" / "config.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        sj.load_pretrained(tmp_path / "m")
+    for text, msg in (("{not json", r"config.json:1:2: not valid JSON"),
+                      ('{"hidden_size": 32,\n "hidden_size": 64}', r"config.json: the key 'hidden_size' appears twice"),
+                      ("[32]", r"config.json: a JSON list, not an object")):
+        (tmp_path / "m" / "config.json").write_text(text)
+        with pytest.raises(ValueError, match=msg):
+            sj.load_pretrained(tmp_path / "m")
 
 
 def test_pickle_checkpoint_refused(tmp_path):

@@ -262,6 +262,21 @@ def test_an_official_layout_with_a_missing_or_misspelt_level_is_refused_by_place
         squad.read_squad(str(tmp_path / "sq.json"))
 
 
+def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_path):
+    """A syntax error deep in a pretty-printed file is named by its line and column (not read as JSON Lines from line
+    1), and a key given twice (the later "answers": [] would make the question unanswerable) is refused."""
+    good = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "John went home", "qas": [
+        {"id": "q1", "question": "who?", "answers": [{"text": "John", "answer_start": 0}], "is_impossible": False}]}]}]}
+    text = json.dumps(good, indent=1)
+    for bad, msg in ((text.replace('"is_impossible": false', '"is_impossible": false,'),
+                      r"sq.json:20:7: not valid JSON \(Expecting property name"),
+                     (text.replace('"is_impossible": false', '"is_impossible": false, "answers": []'),
+                      r"sq.json: the key 'answers' appears twice in one object")):
+        (tmp_path / "sq.json").write_text(bad)
+        with pytest.raises(sj.errors.DataFileError, match=msg):
+            squad.read_squad(str(tmp_path / "sq.json"))
+
+
 @pytest.mark.parametrize("qid", [{"a": 1}, ["q"], None, True, 1.5])
 def test_a_question_id_is_a_string_or_an_integer(tmp_path, qid):
     row = {"id": qid, "question": "Who?", "context": "John shot it.", "answers": [{"text": "John", "answer_start": 0}]}

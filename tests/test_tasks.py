@@ -215,6 +215,22 @@ def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
         _labels_of(tmp_path, name, body)
 
 
+def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
+    """Whole numbers past float precision stay apart (2**53 + 1 is not 2**53); a text label typed with a combining
+    accent is the same class as its composed form; a compatibility form (full-width letters) is refused."""
+    big = 2 ** 53
+    task, rows = _labels_of(tmp_path, "n.csv", f"review,sentiment\na,{big}\nb,{big + 1}\nc,5\nd,{big}.0\n")
+    assert task.labels == ("5", str(big), str(big + 1)) and [r.label for r in rows] == [1, 2, 0, 1]
+    task, _ = _labels_of(tmp_path, "j.jsonl", f'{{"review": "a", "sentiment": {big + 1}}}\n'
+                                               f'{{"review": "b", "sentiment": "{big}"}}\n')
+    assert task.labels == (str(big), str(big + 1))
+    task, rows = _labels_of(tmp_path, "u.csv", "review,sentiment\na,caf\u00e9\nb,cafe\u0301\nc,neg\n")
+    assert task.labels == ("caf\u00e9", "neg") and [r.label for r in rows] == [0, 0, 1]
+    with pytest.raises(sj.errors.DataFileError, match=r"w.csv:3: column 'sentiment': the label 'ｐｏｓ' differs from "
+                                                      r"'pos' \(line 2\) only in case or form"):
+        _labels_of(tmp_path, "w.csv", "review,sentiment\na,pos\nb,ｐｏｓ\n")
+
+
 def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
     with pytest.raises(sj.errors.DataFileError, match=r"c.csv:4: column 'sentiment': the label 'Pos' differs from "
                                                       r"'pos' \(line 2\) only in case"):

@@ -135,6 +135,17 @@ def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
     assert model.config.id2label == dict(enumerate(res["labels"]))
 
 
+def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
+    """One tag written two ways would train as two classes (and seqeval reads "o" as no tag at all)."""
+    for body, msg in (("john B-PER\nshot O\n\nmary b-per\nran O\n", r"t.conll:4: the sentence's tags: the label "
+                       r"'b-per' differs from 'B-PER' \(line 1\) only in case"),
+                      ("john B-PER\nshot O\n\nmary B-PER\nran o\n", r"t.conll:4: .*'o' differs from 'O'"),
+                      ("john B-PER\nshot O\n\nmary Ｂ-PER\nran O\n", r"t.conll:4: .*'Ｂ-PER' differs from 'B-PER'")):
+        (tmp_path / "t.conll").write_text(body)
+        with pytest.raises(sj.errors.DataFileError, match=msg):
+            tasks.tag_names_of(str(tmp_path / "t.conll"))
+
+
 @pytest.mark.parametrize("text, msg", [
     ("john B-PER\nsmith\n", r"bad.conll:2: 1 fields, the file's first word line \(1\) has 2"),
     ("john B-PER\nnew york B-LOC\n", r"bad.conll:2: 3 fields, the file's first word line \(1\) has 2"),
@@ -142,6 +153,7 @@ def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
     ("john B-PER\ncaf\xe9 O\n", r"bad.conll:2:4: not UTF-8 text \(byte 0xe9\)"),
     ("john B-PER\n\nyork B-TOWN\n", r"bad.conll:3: tag 'B-TOWN' is not one of"),
     ("\n\n", r"bad.conll: no sentences"),
+    ("the O\njohn B-PER\n-DOCSTART- O\nshot O\n", r"bad.conll:3: -DOCSTART- inside a sentence \(from line 1\)"),
 ])
 def test_loader_errors_name_the_file_and_line(tmp_path, text, msg):
     train = _write_conll(tmp_path / "train.conll", 8, 0)
