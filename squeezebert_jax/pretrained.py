@@ -46,7 +46,9 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
     """(name, path) of each tokenizer file ``src_dir`` has (none for None), each found through ``checkpoint_file`` (a
     symlink out of ``src_dir`` is refused) and a vocabulary (``vocab.txt``, a SentencePiece ``*.model``) read by its
     one reader, so that one lacking a special token, repeating a line or not UTF-8 is refused by name before anything
-    is written; with ``vocab_size`` (a conversion's model), one of more tokens than the model has embeddings too."""
+    is written; with ``vocab_size`` (a conversion's model), one of more tokens than the model has embeddings too. A
+    ``tokenizer.json`` beside a ``vocab.txt`` must hold the same WordPiece vocabulary: transformers reads the one,
+    this library the other (``_check_tokenizer_json``)."""
     found = []
     if src_dir and os.path.isdir(src_dir):
         for name in TOKENIZER_FILES:
@@ -58,7 +60,30 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
                         raise InputError(f"{path}: {n} tokens, but the model's vocab_size is {vocab_size}: ids past "
                                          f"{vocab_size - 1} would have no embedding (a vocabulary of another model?)")
                 found.append((name, path))
+    paths = dict(found)
+    if "tokenizer.json" in paths and "vocab.txt" in paths:
+        _check_tokenizer_json(paths["tokenizer.json"], paths["vocab.txt"])
     return found
+
+
+def _check_tokenizer_json(path: str, vocab_path: str) -> None:
+    """``path`` (a tokenizers ``tokenizer.json``) is a WordPiece whose token -> id map is ``vocab_path``'s lines."""
+    doc = read_json(path)
+    model = doc.get("model") if isinstance(doc, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise InputError(f"{path}: a {kind or 'tokenizer'} model beside {vocab_path} (WordPiece): the two tokenizers "
+                         "differ; keep the one the model was trained with")
+    with open(vocab_path, encoding="utf-8") as f:
+        lines = {tok: i for i, tok in enumerate(line.rstrip("\r\n") for line in f)}
+    ours = model["vocab"]
+    if ours != lines:
+        diff = next(((t, ours.get(t), lines.get(t)) for t in sorted(set(ours) | set(lines), key=str)
+                     if ours.get(t) != lines.get(t)), None)
+        tok, a, b = diff
+        raise InputError(f"{path}: its vocabulary differs from {vocab_path} (token {tok!r}: id {a} there, {b} in "
+                         "vocab.txt); transformers reads tokenizer.json and this library vocab.txt, so they would "
+                         "encode text differently: keep the one the model was trained with")
 
 
 def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[str, str]] | None = None) -> list[str]:

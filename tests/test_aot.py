@@ -91,6 +91,15 @@ def test_compile_refuses_a_3d_v5e_in_one_line_exit_2(tmp_path):
     assert rc == 2 and "v5e is 2-D" in err and "Traceback" not in err and rows == [] and " h " not in out
 
 
+@pytest.mark.parametrize("n, msg", [("16", "config.num_devices=16: this compiles for every chip of --topology v5e:2x2 "
+                                              "(4); leave config.num_devices at 0, or give a topology of 16 chips"),
+                                     ("2", "config.num_devices=2: this compiles for every chip"),
+                                     ("-1", "config.num_devices=-1: an integer >= 0")])
+def test_compile_refuses_a_device_count_the_topology_does_not_have(tmp_path, n, msg):
+    rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2", f"--config.num_devices={n}")
+    assert rc == 2 and msg in err and "Traceback" not in err and rows == [], err[-2000:]
+
+
 def test_fewest_microbatches():
     assert aot.fewest_microbatches(8192, 8, 1024) == 1
     assert aot.fewest_microbatches(8192, 8, 300) == 4  # 1024 per chip -> 4 x 256

@@ -498,6 +498,31 @@ def test_from_pytorch_refuses_a_vocab_the_model_cannot_use(tmp_path, run_cli, di
     assert stdout == "" and digest(src) == before and not (tmp_path / "m").exists()
 
 
+def test_a_tokenizer_json_that_is_not_the_vocab_txt_is_refused_both_ways(tmp_path, run_cli, digest):
+    """transformers reads tokenizer.json, this library vocab.txt: two vocabularies would encode text two ways."""
+    src = hf_dir(tmp_path / "hf")
+    import transformers
+
+    transformers.BertTokenizerFast(os.path.join(src, "vocab.txt")).save_pretrained(tmp_path / "tok")
+    doc = json.loads((tmp_path / "tok" / "tokenizer.json").read_text())
+    (a, i), (b, j) = list(doc["model"]["vocab"].items())[-2:]
+    doc["model"]["vocab"] |= {a: j, b: i}
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(doc))
+    before = digest(src)
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and f"tokenizer.json: its vocabulary differs from {src}/vocab.txt (token " in line, line
+    assert digest(src) == before and not (tmp_path / "m").exists()
+    doc["model"] = {"type": "BPE", "vocab": {}, "merges": []}
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(doc))
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    assert rc == 1 and "tokenizer.json: a BPE model beside" in one_error_line(err, "from_pytorch.py")
+    (tmp_path / "hf" / "tokenizer.json").unlink()  # the same vocabulary: converted, tokenizer.json carried along
+    (tmp_path / "tok" / "tokenizer.json").rename(tmp_path / "hf" / "tokenizer.json")
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    assert rc == 0 and (tmp_path / "m" / "tokenizer.json").exists(), err
+
+
 def test_from_pytorch_without_a_tokenizer_file_is_refused_unless_asked(tmp_path, run_cli, digest):
     src = hf_dir(tmp_path / "hf")
     os.remove(os.path.join(src, "vocab.txt"))

@@ -78,6 +78,10 @@ def test_the_script_reads_txt_csv_and_jsonl_and_never_replaces_its_out(model_dir
     rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.csv", "--out",
                            tmp_path / "x.jsonl")
     assert rc == 1 and "in.csv:2: no column 'text' (has id, review); name the text column(s)" in err
+    rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.txt", "--text_columns",
+                           "review", "--out", tmp_path / "x.jsonl")
+    assert rc == 1 and err.count("\n") == 1 and "--text_columns review: " in err and "is a .txt file" in err, err
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_a_model_without_a_classifier_is_one_line(tmp_path, run_cli):

@@ -122,6 +122,25 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
     return r, k
 
 
+def _target(config, log_path: str):
+    """--topology's compile-only devices (``aot.Target``); the program is compiled for every one of them, so a
+    config.num_devices other than 0 (all) or their count is refused (a TopologyError: exit 2)."""
+    from squeezebert_jax import aot, parallel
+    from squeezebert_jax.errors import InputError
+
+    target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
+    n, asked = len(target.devices), config.get("num_devices", 0)
+    try:
+        parallel.check_num_devices(asked, count=False)  # an integer >= 0
+    except InputError as e:
+        raise aot.TopologyError(str(e)) from None
+    if asked not in (0, None, n):
+        raise aot.TopologyError(f"config.num_devices={asked}: this compiles for every chip of --topology "
+                                f"{_TOPOLOGY.value} ({n}); leave config.num_devices at 0, or give a topology of {asked} "
+                                "chips")
+    return target
+
+
 def main(argv) -> int:
     del argv
     import jax
@@ -145,7 +164,7 @@ def main(argv) -> int:
                                   "no phases or microbatches)"))
             return 2
         try:
-            target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
+            target = _target(config, log_path)
         except aot.TopologyError as e:
             cli.report(e)
             return 2
@@ -159,7 +178,7 @@ def main(argv) -> int:
             return 2
         phases = [p for p in phases if p.name in _PHASE.value]
     try:
-        target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
+        target = _target(config, log_path)
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
         cli.report(e)
         return 2
