@@ -96,6 +96,28 @@ def report(e: BaseException, prog: str | None = None) -> None:
             h.handle(record)
 
 
+def forget_refused_run_log() -> None:
+    """After an error: the log file ``setup_logging`` created, when its directory holds nothing else (the run was
+    refused before it wrote anything; the error line was on the console), is removed with the directories made for
+    it, so that a refused command leaves the disk as it was. A log that was there before keeps the error line."""
+    path = _RUN_LOG.get("path")
+    if not path or _RUN_LOG.get("existed") or not os.path.isfile(path):
+        return
+    try:
+        if os.listdir(os.path.dirname(path)) != [os.path.basename(path)]:
+            return
+        for h in list(logging.getLogger().handlers):
+            if isinstance(h, logging.FileHandler) and os.path.abspath(h.baseFilename) == path:
+                logging.getLogger().removeHandler(h)
+                h.close()
+        os.remove(path)
+        for d in _RUN_LOG["made"]:
+            os.rmdir(d)
+    except OSError:  # something else appeared there meanwhile: keep it all
+        pass
+    _RUN_LOG.clear()
+
+
 def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None, prog: str | None = None,
         debug: bool | None = None) -> int:
     """Call ``main(argv)`` and turn its outcome into an exit status: its return value (None: 0); an expected error:
@@ -109,6 +131,7 @@ def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None =
         if debug:
             raise
         report(e, prog)
+        forget_refused_run_log()
         return 1
     except Exception as e:
         line = disk_error_line(e)
@@ -116,6 +139,7 @@ def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None =
             raise
         logging.getLogger(__name__).info("the full error", exc_info=e)  # the traceback, in the run's log file only
         report(InputError(line), prog)
+        forget_refused_run_log()
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -261,10 +285,15 @@ class _FileHandler(logging.FileHandler):
         pass
 
 
+_RUN_LOG: dict = {}  # the log file setup_logging opened: its path, whether it was there, the directories it made
+
+
 def setup_logging(log_file: str | None = None, console_level: int = logging.WARNING) -> None:
     """Root logging for a script: ``console_level`` and above on the console, INFO and above to ``log_file`` (appended;
     its directory is created). Replaces the root handlers, absl's included, so that orbax's and absl's INFO records
-    (object reprs, per-save chatter) stay out of the console."""
+    (object reprs, per-save chatter) stay out of the console. A run refused before it wrote anything else takes its
+    new log file (and the directories made for it) away again (``forget_refused_run_log``)."""
+    _RUN_LOG.clear()
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
@@ -273,7 +302,12 @@ def setup_logging(log_file: str | None = None, console_level: int = logging.WARN
     console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     root.addHandler(console)
     if log_file:
+        made, d = [], os.path.dirname(os.path.abspath(log_file))
+        while not os.path.exists(d):
+            made.append(d)
+            d = os.path.dirname(d)
         os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        _RUN_LOG.update(path=os.path.abspath(log_file), existed=os.path.exists(log_file), made=made)
         fh = _FileHandler(log_file, mode="a", encoding="utf-8")
         fh.setLevel(logging.INFO)
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

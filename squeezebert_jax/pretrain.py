@@ -388,18 +388,15 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
 # itself is checked against each checkpoint's record of it (``pretrain_data.check_resume_data``: ``data.start_over``
 # may accept shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
 # learning_rate, log_every, checkpoint_every, stop_at_step, num_devices, num_microbatches, ...
-RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.source", "data.whole_word_masking")
-DEMO_STREAM = ("data.demo_num_docs", "data.demo_seed", "data.num_shards")  # the corpus the demo source generates
+RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking")
 PHASE_STREAM = ("num_steps", "seq_len", "max_predictions_per_seq")
 
 
 def run_stream(config: ml_collections.ConfigDict) -> dict:
-    """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS``, each phase's
-    ``PHASE_STREAM`` fields and, for the demo source, the ``DEMO_STREAM`` settings its corpus is generated from (it is
-    generated once into the workdir: a resume with others would train on the old corpus)."""
+    """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS`` and each phase's
+    ``PHASE_STREAM`` fields. The data itself is fingerprinted by ``pretrain_data`` (its shards; data.start_over)."""
     phases = {f"config.phases[{p.index}].{f}": getattr(p, f) for p in get_phases(config) for f in PHASE_STREAM}
-    return trainer.run_stream(config, RUN_SETTINGS + (DEMO_STREAM if config.data.source == "demo" else ()),
-                              derived=phases)
+    return trainer.run_stream(config, RUN_SETTINGS, derived=phases)
 
 
 DEMO_ENTRIES = ("data", "demo")  # what the demo source writes into a workdir before its first checkpoint

@@ -125,8 +125,6 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     if path is None:
         raise FileNotFoundError(f"{model_dir}: no config.json")
     raw = read_json(path)
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: a JSON {type(raw).__name__}, not an object of the model's settings")
     config = SqueezeBertConfig.from_dict(raw, source=path)
     arch = raw.get("architectures")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):

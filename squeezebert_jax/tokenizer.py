@@ -399,10 +399,12 @@ class Tokenizer(abc.ABC):
         attention_mask = np.zeros((n, max_length), np.int32)
         budget = max_length - (2 if b_ids is None else 3)
         cls, sep = self.cls_id, self.sep_id
+        self.last_truncated = 0  # how many of the last call's inputs were cut to max_length (glue.encode_examples)
         for r in range(n):
             a = a_ids[r]
             b = None if b_ids is None else b_ids[r]
             na, nb = truncated_lengths(len(a), None if b is None else len(b), budget)
+            self.last_truncated += na < len(a) or (b is not None and nb < len(b))
             row = input_ids[r]
             row[0] = cls
             row[1:1 + na] = a[:na]

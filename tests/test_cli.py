@@ -40,3 +40,27 @@ def test_override_paths_and_values_are_one_line(tmp_path, override, message):
     rc, _, err = run_script(PRETRAIN, "--config", SMOKE, "--workdir", tmp_path / "run", override)
     assert rc in (1, 2) and message in one_error_line(err)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_run_takes_its_new_log_and_workdir_away_and_keeps_an_old_log(tmp_path, capsys):
+    """cli.run after an error: a log file setup_logging created in directories it made, alone there, goes with them;
+    a log that was there before keeps the error line; a directory holding anything else keeps everything."""
+    from squeezebert_jax.errors import InputError
+    from conftest import root_logging_restored
+
+    def refused(argv):
+        raise InputError("config.x=1: refused")
+
+    cases = {"new": tmp_path / "a" / "b" / "run", "old": tmp_path / "old", "busy": tmp_path / "busy"}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "log.txt").write_text("an earlier start\n")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "checkpoints").mkdir()
+    for name, wd in cases.items():
+        with root_logging_restored():
+            cli.setup_logging(str(wd / "log.txt"))
+            assert cli.run(refused, [], prog="x") == 1
+    assert "x: error: config.x=1: refused" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    assert (tmp_path / "old" / "log.txt").read_text().splitlines()[-1].endswith("x: error: config.x=1: refused")
+    assert sorted(os.listdir(tmp_path / "busy")) == ["checkpoints", "log.txt"]

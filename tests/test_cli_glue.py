@@ -52,8 +52,8 @@ def test_eval_refuses_a_tokenizer_larger_than_the_vocab(tmp_path, data, run_cli,
 
 
 def test_finetune_cli_refuses_a_tokenizer_larger_than_the_vocab(tmp_path, data, digest):
-    """Through `python train/finetune.py` (absl): one line, exit 1, no model or metrics written; the error is also
-    the last line of WORKDIR/log.txt."""
+    """Through `python train/finetune.py` (absl): one line, exit 1, nothing written: the new workdir (made for its
+    log file) is taken away again."""
     small = model_dir(tmp_path / "small", "SqueezeBertForPreTraining", vocab_size=len(VOCAB) - 4)
     before, wd = digest(small, data), tmp_path / "run"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train", "finetune.py"),
@@ -67,8 +67,7 @@ def test_finetune_cli_refuses_a_tokenizer_larger_than_the_vocab(tmp_path, data, 
               r"|[IWE]\d{4} [\d:.]+ +\d+ \S+\] .*)\n")
     line = one_error_line(re.sub(native, "", r.stderr, flags=re.M), "finetune.py")
     assert small in line and f"vocab_size is {len(VOCAB) - 4}" in line
-    assert digest(small, data) == before and os.listdir(wd) == ["log.txt"]
-    assert (wd / "log.txt").read_text().splitlines()[-1].endswith(line)
+    assert digest(small, data) == before and not wd.exists()
 
 
 def test_finetune_refuses_a_teacher_whose_tokenizer_is_larger_than_its_vocab(tmp_path, data):
@@ -225,14 +224,14 @@ def test_recipe_logs_to_its_workdir_and_names_a_refused_model(tmp_path, data, ru
                            "--tasks", "RTE")
     line = one_error_line(err, "glue_recipe.py")
     assert rc == 1 and small in line and f"vocab_size is {len(VOCAB) - 1}" in line
-    assert digest(small, data) == before and os.listdir(runs) == ["log.txt"]
-    assert (runs / "log.txt").read_text().splitlines()[-1].endswith(line)
+    assert digest(small, data) == before and not runs.exists()
 
 
 def test_eval_console_is_the_results_and_the_table(tmp_path, data, run_cli):
     model = model_dir(tmp_path / "model", num_labels=2)
     rc, out, err = run_cli("eval/glue.py", "--model", model, "--task", "RTE", "--data_dir", data, "--max_length", "16")
-    assert rc == 0 and err == "", err
+    # stderr: only the count of inputs longer than 16 tokens (glue.encode_examples), one line per split read
+    assert rc == 0 and all("are longer than 16 tokens and were cut" in x for x in err.splitlines()), err
     assert out.startswith("rte {\"validation\": {\"accuracy\": ") and "SqueezeBERT (paper)" in out
 
 

@@ -230,7 +230,7 @@ def test_native_model_dir_errors(tmp_path):
         sj.load_pretrained(tmp_path / "empty")
     for text, msg in (("{not json", r"config.json:1:2: not valid JSON"),
                       ('{"hidden_size": 32,\n "hidden_size": 64}', r"config.json: the key 'hidden_size' appears twice"),
-                      ("[32]", r"config.json: a JSON list, not an object")):
+                      ("[32]", r"config.json: expected a JSON object")):
         (tmp_path / "m" / "config.json").write_text(text)
         with pytest.raises(ValueError, match=msg):
             sj.load_pretrained(tmp_path / "m")

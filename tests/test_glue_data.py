@@ -211,3 +211,20 @@ def test_a_duplicated_test_index_is_named_by_file_and_line(tmp_path):
     (tmp_path / "test.tsv").write_text("index\tsentence\n0\ta fine film\n1\ta bad film\n0\tagain\n")
     with pytest.raises(errors.InputError, match=r"test.tsv:4: index 0 appears twice \(also at line 2\)"):
         glue.read_glue_tsv(str(tmp_path / "test.tsv"), "sst2", "test")
+
+
+def test_inputs_cut_to_max_length_are_counted_in_a_warning(tmp_path, caplog):
+    """A row longer than max_seq_length loses its end: never without a word (10 words and the 2 special tokens fit
+    12; a pair counts once, whichever text is cut)."""
+    import logging
+
+    from squeezebert_jax import corpus, tokenizer
+
+    tok = tokenizer.Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
+    rows = [glue.GlueExample(idx=i, text_a="the " * n, text_b=None, label=0) for i, n in enumerate((3, 10, 11, 30))]
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.glue"):
+        glue.encode_examples(rows, tok, 12)
+        glue.encode_examples(rows[:1], tok, 12)
+        glue.encode_examples([glue.GlueExample(0, "the", "the " * 20, 1)], tok, 12)
+    assert [r.getMessage().split(" are longer")[0] for r in caplog.records] == ["2 of 4 inputs (50.0%)",
+                                                                                "1 of 1 inputs (100.0%)"]

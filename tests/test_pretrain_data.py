@@ -366,7 +366,8 @@ def test_tfds_source_and_cli(tmp_path, demo):
     assert meta["num_docs"] == 2 and meta["stats"]["one_sentence_documents"] == 1
     assert meta["stats"]["invalid_utf8_lines"] == 1
     path = corpus.write_corpus(tmp_path / "c.txt", num_docs=20, seed=0)
-    assert prepare_data.main(["--input", path, path, "--vocab", vocab, "--out", str(tmp_path / "t")]) == 0
+    twin = shutil.copyfile(path, tmp_path / "c2.txt")  # the same text in another file (one file twice is refused)
+    assert prepare_data.main(["--input", path, str(twin), "--vocab", vocab, "--out", str(tmp_path / "t")]) == 0
     assert pretrain_data.load_meta(tmp_path / "t")["num_docs"] == 40
     assert pretrain_data.sequences_per_second(tmp_path / "t", 32, 16, num_batches=2) > 0
 
@@ -425,6 +426,11 @@ def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_dat
                                                 r"ones the checkpoint read .*data.start_over=True"):
         pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150}), str(wd))
     assert sorted(os.listdir(ckpt)) == before
+    data = sorted(os.listdir(wd / "data"))  # made again from 150 documents, kept: other settings now are refused
+    with pytest.raises(errors.InputError, match=rf"^{wd / 'data'} holds the demo data made for other settings: "
+                                                r"config.data.demo_seed=4 \(it was made with 0\). Resume with"):
+        pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150, "data.demo_seed": 4}), str(wd))
+    assert sorted(os.listdir(ckpt)) == before and sorted(os.listdir(wd / "data")) == data
     final = pretrain.train_and_evaluate(tiny_config(**{"data.demo_num_docs": 150, "data.start_over": True}), str(wd))
     assert final["preempted"] is False and sorted(json.loads(line)["step"] for line in open(wd / "metrics.jsonl")) \
         == [2, 4]
