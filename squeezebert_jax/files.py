@@ -101,6 +101,8 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     out = os.fspath(out)
     if not out.strip():
         raise InputError(f"{what} is empty; give the path of the file to write")
+    if out.endswith(("/", os.sep)):
+        raise InputError(f"{what} {out} ends in {out[-1]!r}, a directory's path; give the path of the file to write")
     for src in map(os.fspath, inputs):
         if _same_file(out, src):
             raise InputError(f"{what} {out} is {src}, an input of this command; an output never replaces "

@@ -81,6 +81,7 @@ class Settings:
         need(integer("keep_checkpoints", 1), "keep_checkpoints",
              "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
         need(integer("stop_at_step", 0), "stop_at_step", "an integer >= 0 (0: off)")
+        need(integer("seed", 0), "seed", "an integer >= 0")
         parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
 
 

@@ -396,6 +396,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     if num_docs == 0:
         raise InputError(f"no document with at least two non-empty sentences in the sources ({stats})")
     meta_path = os.path.join(out_dir, "meta.json")
+    shard_sha256 = {n: _sha256(p) for p, n in zip(tmp, names)}  # what a resume compares (data_fingerprint)
     try:
         if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
             os.remove(meta_path)
@@ -406,7 +407,8 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
                 os.remove(os.path.join(out_dir, f))
         meta = {"format_version": FORMAT_VERSION, "num_docs": num_docs, "num_records": num_docs,
                 "num_sentences": stats.sentences, "num_tokens": num_tokens, "num_shards": num_shards,
-                "shards": names, "shard_num_records": sizes, "token_width": width, "writer_options": writer_options,
+                "shards": names, "shard_num_records": sizes, "shard_sha256": shard_sha256, "token_width": width,
+                "writer_options": writer_options,
                 "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                               "file": tokenizer.save(out_dir)},
                 "stats": dataclasses.asdict(stats)}
@@ -433,17 +435,27 @@ def load_meta(data_dir: str | os.PathLike) -> dict:
     return meta
 
 
-def data_fingerprint(data_dir: str | os.PathLike) -> dict:
-    """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records and bytes."""
+def _sha256(path: str) -> str:
     import hashlib
 
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_fingerprint(data_dir: str | os.PathLike) -> dict:
+    """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records, bytes and
+    content (its sha256, taken when it was prepared: the same sizes with other sentences are other data)."""
     data_dir = os.fspath(data_dir)
     meta = load_meta(data_dir)
-    with open(os.path.join(data_dir, meta["tokenizer"]["file"]), "rb") as f:
-        vocab = hashlib.sha256(f.read()).hexdigest()
+    vocab = _sha256(os.path.join(data_dir, meta["tokenizer"]["file"]))
     sizes = meta.get("shard_num_records") or [None] * len(meta["shards"])
+    sha = meta.get("shard_sha256") or {}  # data prepared by an older version: records and bytes alone
     return {"tokenizer_sha256": vocab, "num_tokens": meta.get("num_tokens"),
-            "shards": {n: [r, os.path.getsize(os.path.join(data_dir, n))] for n, r in zip(meta["shards"], sizes)}}
+            "shards": {n: [r, os.path.getsize(os.path.join(data_dir, n)), *([sha[n]] if n in sha else [])]
+                       for n, r in zip(meta["shards"], sizes)}}
 
 
 def fingerprint_change(saved: dict, now: dict) -> tuple[bool, str]:
@@ -451,13 +463,16 @@ def fingerprint_change(saved: dict, now: dict) -> tuple[bool, str]:
     if saved.get("tokenizer_sha256") != now.get("tokenizer_sha256"):
         return True, "its tokenizer file is another vocabulary (token ids now mean other words)"
     a, b = saved.get("shards", {}), now.get("shards", {})
-    if a == b:
+    # a shard is [records, bytes] or [records, bytes, sha256]: compared on what both fingerprints hold
+    if a.keys() == b.keys() and all(list(x[:len(y)]) == list(y[:len(x)]) for x, y in ((a[k], b[k]) for k in a)):
         return False, ""
 
     def count(x):
-        return f"{len(x)} shards, {sum(r for r, _ in x.values() if r)} documents, {sum(n for _, n in x.values())} bytes"
+        return f"{len(x)} shards, {sum(v[0] for v in x.values() if v[0])} documents, {sum(v[1] for v in x.values())} " \
+               "bytes"
 
-    return False, f"its shards are not the ones the checkpoint read ({count(a)} then; {count(b)} now)"
+    same = "; the same sizes, other contents" if count(a) == count(b) else ""
+    return False, f"its shards are not the ones the checkpoint read ({count(a)} then; {count(b)} now{same})"
 
 
 def shard_paths(data_dir: str | os.PathLike) -> list[str]:

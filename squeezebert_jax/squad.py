@@ -105,6 +105,7 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
     """("file:line", question row) for each question of the official layout; the line is the line of its ``"id"``."""
     if not isinstance(doc["data"], list):
         raise DataFileError(f"{path}: \"data\" is a {type(doc['data']).__name__}, not a list of articles")
+    v1 = str(doc.get("version", "")).lstrip("v").startswith("1.")  # SQuAD v1.1 declares "1.1"; v2.0 "v2.0"
     lines = {}
     for m in re.finditer(r'"id"\s*:\s*("(?:[^"\\]|\\.)*")', raw):
         lines.setdefault(json.loads(m.group(1)), raw.count("\n", 0, m.start()) + 1)
@@ -125,6 +126,10 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
                     raise DataFileError(f"{at}.qas[{q}]: a {type(qa).__name__}, not a question object")
                 qid = qa.get("id")
                 where = f"{path}:{lines[qid]}" if isinstance(qid, str) and qid in lines else f"{at}.qas[{q}]"
+                if v1 and (qa.get("answers") == [] or qa.get("is_impossible") is True):
+                    raise DataFileError(f"{where}: question {qid!r} has no answer, but the file says \"version\": "
+                                        f"{json.dumps(doc['version'])}, where every question has one (an unanswerable "
+                                        "question is SQuAD v2.0: set its \"version\" to \"v2.0\")")
                 yield where, {**qa, "context": para["context"]}
 
 
@@ -150,6 +155,9 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
             raise DataFileError(f"{where}: question {qid!r}: answers needs lists \"text\" and \"answer_start\" of "
                                 f"one length")
         answers = [{"text": t, "answer_start": s} for t, s in zip(texts, starts)]
+    if "is_impossible" in row and not isinstance(row["is_impossible"], bool):
+        raise DataFileError(f"{where}: question {qid!r}: \"is_impossible\" is {json.dumps(row['is_impossible'])}; "
+                            "it is true or false")
     if answers is None:
         if labelled and not row.get("is_impossible"):
             raise DataFileError(f"{where}: question {qid!r} has no \"answers\" (an unanswerable question: "

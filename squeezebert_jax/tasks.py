@@ -301,8 +301,12 @@ class FileTask:
                 value = float(raw)
             except (TypeError, ValueError):
                 raise DataFileError(f"{where}: {raw!r} is not a number (a regression task)") from None
-            if not math.isfinite(value):
-                raise DataFileError(f"{where}: {raw!r} is not a finite number")
+            except OverflowError:  # a JSON integer of hundreds of digits
+                value = math.inf
+            if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
+                shown = raw if len(str(raw)) < 40 else f"{str(raw)[:20]}... ({len(str(raw))} characters)"
+                raise DataFileError(f"{where}: {shown!r} is not a finite number a float32 holds (|x| < 3.4e38; the "
+                                    "model trains in float32)")
             return value
         if self.kind == "multilabel":
             names = label_keys(raw, where)
@@ -412,6 +416,9 @@ def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -
     names = {}
     for start, _, tags in read_conll(path, columns):
         for t in tags or ():
+            if t not in names and re.fullmatch(r"[BIESLU]-", t):
+                raise DataFileError(f"{path}:{start}: the sentence's tag {t!r} names no entity type (B-PER, I-LOC, "
+                                    "...): seqeval would score it as an entity of an empty type")
             names.setdefault(t, (f"{path}:{start}: the sentence's tags", start))
     check_one_form(names)
     if not names:
@@ -649,6 +656,7 @@ def text_value(value, path: str, lineno: int, col: str) -> str:
     return value
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 

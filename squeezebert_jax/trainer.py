@@ -224,7 +224,7 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
 # The training stream: what a resume must find unchanged
 # --------------------------------------------------------------------------------------------------
 
-STREAM_VERSION = 1  # the layout of a stream record; records of another version are compared on their common keys
+STREAM_VERSION = 2  # the layout of a stream record; records of another version are compared on their common keys
 
 
 def file_sha256(path: str) -> str:

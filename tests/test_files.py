@@ -118,6 +118,13 @@ def test_odd_workdirs_are_named_before_anything_is_written(tmp_path, monkeypatch
     assert sorted(os.listdir(tmp_path)) == ["ck", "notes.txt"]  # no log.txt, no ./gs:, nothing made
 
 
+def test_an_output_file_path_ending_in_a_slash_is_named_as_such(tmp_path):
+    for out in (tmp_path / "new", tmp_path):  # a directory yet to make, or one there: never "new/.lock" in a message
+        with pytest.raises(errors.InputError, match=rf"^--out {out}/ ends in '/', a directory's path; give the path"):
+            files.check_output_file(f"{out}/")
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_read_only_directory_is_named_before_any_work(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()

@@ -379,13 +379,15 @@ def test_divergence_is_never_checkpointed_and_the_error_names_the_first_bad_step
     assert not os.path.exists(wd / "metrics.jsonl") or not reporting.read_metrics(str(wd))
 
 
-@pytest.mark.parametrize("change", [dict(clip_norm=0.0),  # another optimizer chain: another state tree
-                                    {"model.overrides": dict(smoke_config().model.overrides, intermediate_size=32)}])
-def test_a_config_change_refuses_to_resume_and_keeps_the_checkpoints(tiny_run, tmp_path, change):
+@pytest.mark.parametrize("change, message", [
+    (dict(clip_norm=0.0), r"checkpoint at step 4 .* does not match the current config"),  # another optimizer state
+    ({"model.overrides": dict(smoke_config().model.overrides, intermediate_size=32)},  # the architecture: the stream
+     r"config.model.intermediate_size changed since the run began \(64 -> 32\)")])
+def test_a_config_change_refuses_to_resume_and_keeps_the_checkpoints(tiny_run, tmp_path, change, message):
     wd = tmp_path / "changed"
     shutil.copytree(tiny_run[0], wd)
     before = listing(wd / "checkpoints")
-    with pytest.raises(ValueError, match=r"checkpoint at step 4 .* does not match the current config"):
+    with pytest.raises(ValueError, match=message):
         pretrain.train_and_evaluate(tiny_config(**change), str(wd))
     assert listing(wd / "checkpoints") == before == ["2", "4"]
 
@@ -621,7 +623,8 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
     trainer.record_config(str(wd), tiny_config(), 0, pretrain.run_stream(tiny_config()))
     resume = lambda c: trainer.check_stream(str(wd), pretrain.run_stream(c), True)  # noqa: E731
     resume(tiny_config(learning_rate=1e-4, log_every=1, checkpoint_every=1, stop_at_step=3, num_devices=0,
-                       num_microbatches=2))
+                       num_microbatches=2, **{"model.overrides": {**tiny_config().model.overrides,
+                                                                  "hidden_dropout_prob": 0.0}}))
     phase = dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_seq=5)
     for change, message in (
             (dict(global_batch_size=8), "config.global_batch_size changed since the run began (16 -> 8)"),
@@ -634,7 +637,11 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
              "config.phases[0].seq_len changed since the run began (32 -> 64); "
              "config.phases[0].max_predictions_per_seq changed since the run began (5 -> 8)"),
             (dict(phases=[phase, dict(phase, name="phase2")]), "config.phases[1].num_steps changed since the run began "
-                                                               "(null -> 4)")):
+                                                               "(null -> 4)"),
+            ({"model.overrides": {**tiny_config().model.overrides, "num_attention_heads": 4}},
+             "config.model.num_attention_heads changed since the run began (2 -> 4)"),
+            ({"model.overrides": {**tiny_config().model.overrides, "hidden_act": "relu"}},
+             "config.model.hidden_act changed since the run began (\"gelu\" -> \"relu\")")):
         with pytest.raises(errors.InputError) as e:
             resume(tiny_config(**change))
         assert str(e.value).startswith(message) and "start a new --workdir" in str(e.value), str(e.value)

@@ -464,3 +464,19 @@ def test_a_pipe_is_read_as_a_corpus_stream(tmp_path):
     meta = pretrain_data.prepare([str(fifo)], tok, tmp_path / "p", num_shards=1, progress=False)
     writer.wait()
     assert meta["num_docs"] == 2
+
+
+def test_data_prepared_again_with_other_sentences_of_the_same_sizes_is_another_stream(tmp_path):
+    """The fingerprint holds each shard's sha256 (taken by prepare): a resume compares content, not only counts; one
+    saved by an older version (records and bytes alone) still matches the same data."""
+    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
+    text = corpus.write_corpus(tmp_path / "c.txt", num_docs=20, seed=0)
+    pretrain_data.prepare([text], tok, str(tmp_path / "d"), num_shards=2)
+    now = pretrain_data.data_fingerprint(tmp_path / "d")
+    assert all(len(v) == 3 and len(v[2]) == 64 for v in now["shards"].values())
+    older = now | {"shards": {k: v[:2] for k, v in now["shards"].items()}}
+    assert pretrain_data.fingerprint_change(older, now) == (False, "")
+    other = now | {"shards": {k: [*v[:2], "0" * 64] for k, v in now["shards"].items()}}
+    vocab, change = pretrain_data.fingerprint_change(other, now)
+    assert not vocab and change.startswith("its shards are not the ones the checkpoint read") and \
+        change.endswith("; the same sizes, other contents)")

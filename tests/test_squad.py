@@ -264,12 +264,18 @@ def test_an_official_layout_with_a_missing_or_misspelt_level_is_refused_by_place
 
 def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_path):
     """A syntax error deep in a pretty-printed file is named by its line and column (not read as JSON Lines from line
-    1), and a key given twice (the later "answers": [] would make the question unanswerable) is refused."""
+    1), and a key given twice (the later "answers": [] would make the question unanswerable) is refused; so are an
+    "is_impossible" that is not a boolean ("false" would read as true) and an unanswerable question in a file that
+    declares SQuAD v1.1."""
     good = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "John went home", "qas": [
         {"id": "q1", "question": "who?", "answers": [{"text": "John", "answer_start": 0}], "is_impossible": False}]}]}]}
     text = json.dumps(good, indent=1)
     for bad, msg in ((text.replace('"is_impossible": false', '"is_impossible": false,'),
                       r"sq.json:20:7: not valid JSON \(Expecting property name"),
+                     (text.replace('"is_impossible": false', '"is_impossible": "false"'),
+                      r"sq.json:\d+: question 'q1': \"is_impossible\" is \"false\"; it is true or false"),
+                     (text.replace('"v2.0"', '"1.1"').replace('"is_impossible": false', '"is_impossible": true'),
+                      r"sq.json:\d+: question 'q1' has no answer, but the file says \"version\": \"1.1\""),
                      (text.replace('"is_impossible": false', '"is_impossible": false, "answers": []'),
                       r"sq.json: the key 'answers' appears twice in one object")):
         (tmp_path / "sq.json").write_text(bad)

@@ -161,6 +161,10 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score2.csv:2: column 'sentiment': 'good' is not a number"),
     ("score3.csv", "review,sentiment\nfoo,1_000\n", {"data.kind": "regression"},
      r"score3.csv:2: column 'sentiment': '1_000' is not a number"),
+    ("score4.csv", "review,sentiment\nfoo,1\nbar,1e39\n", {"data.kind": "regression"},
+     r"score4.csv:3: column 'sentiment': '1e39' is not a finite number a float32 holds"),
+    ("score5.jsonl", '{"review": "a", "sentiment": 1' + "0" * 400 + '}\n', {"data.kind": "regression"},
+     r"score5.jsonl:1: column 'sentiment': '10000000000000000000... \(401 characters\)' is not a finite number a"),
     ("data.txt", "foo\n", {}, r"data.txt: unknown file type '.txt'"),
 ])
 def test_loader_errors_name_file_line_and_column(tmp_path, name, text, kw, msg):
