@@ -333,6 +333,17 @@ def _json_object(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB pieces."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def parse_json(text: str, where: str):
     """``json.loads`` for a file a user gives or keeps (config.json, task.json, a SQuAD JSON, tokenizer files): a key
     named twice in one object is refused (``json`` keeps the last value without a word), and a syntax error names its

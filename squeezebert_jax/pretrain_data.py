@@ -42,7 +42,7 @@ import numpy as np
 
 from squeezebert_jax import corpus
 from squeezebert_jax.errors import InputError, MissingExtraError
-from squeezebert_jax.files import atomic_write, read_json
+from squeezebert_jax.files import atomic_write, file_sha256, read_json
 from squeezebert_jax.tokenizer import Tokenizer, truncated_lengths
 
 log = logging.getLogger(__name__)
@@ -396,7 +396,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     if num_docs == 0:
         raise InputError(f"no document with at least two non-empty sentences in the sources ({stats})")
     meta_path = os.path.join(out_dir, "meta.json")
-    shard_sha256 = {n: _sha256(p) for p, n in zip(tmp, names)}  # what a resume compares (data_fingerprint)
+    shard_sha256 = {n: file_sha256(p) for p, n in zip(tmp, names)}  # what a resume compares (data_fingerprint)
     try:
         if os.path.exists(meta_path):  # an older preparation here is replaced: invalid until the new meta.json
             os.remove(meta_path)
@@ -435,22 +435,12 @@ def load_meta(data_dir: str | os.PathLike) -> dict:
     return meta
 
 
-def _sha256(path: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def data_fingerprint(data_dir: str | os.PathLike) -> dict:
     """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records, bytes and
     content (its sha256, taken when it was prepared: the same sizes with other sentences are other data)."""
     data_dir = os.fspath(data_dir)
     meta = load_meta(data_dir)
-    vocab = _sha256(os.path.join(data_dir, meta["tokenizer"]["file"]))
+    vocab = file_sha256(os.path.join(data_dir, meta["tokenizer"]["file"]))
     sizes = meta.get("shard_num_records") or [None] * len(meta["shards"])
     sha = meta.get("shard_sha256") or {}  # data prepared by an older version: records and bytes alone
     return {"tokenizer_sha256": vocab, "num_tokens": meta.get("num_tokens"),

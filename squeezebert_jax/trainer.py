@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax import optim, reporting, sources
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, read_text
+from squeezebert_jax.files import atomic_write, file_sha256, read_text
 from squeezebert_jax.parallel import any_process, batch_sharding, state_shardings
 
 
@@ -225,15 +225,6 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
 # --------------------------------------------------------------------------------------------------
 
 STREAM_VERSION = 2  # the layout of a stream record; records of another version are compared on their common keys
-
-
-def file_sha256(path: str) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def source_identity(source: str) -> dict:
