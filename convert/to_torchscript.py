@@ -17,6 +17,7 @@ import os
 import sys
 
 from squeezebert_jax import cli, load_pretrained
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_file
 from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite
 
@@ -39,8 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--seq-len", type=cli.positive_int, default=128)
     p.add_argument("--batch", type=cli.positive_int, default=1)
-    p.add_argument("--num-choices", type=cli.positive_int, default=2,
-                   help="choices per example (multiple-choice heads only)")
+    p.add_argument("--num-choices", type=cli.positive_int, default=None,
+                   help="choices per example (multiple-choice heads only; default 2)")
     p.add_argument("--tol", type=nonnegative_float, default=DEFAULT_TOL, help="max |lite - Flax| allowed")
     p.add_argument("--no-optimize", action="store_true", help="skip optimize_for_mobile even with XNNPACK")
     args = p.parse_args(argv)
@@ -49,11 +50,15 @@ def main(argv=None) -> int:
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
     check_output_file(args.out, args.overwrite, inputs=(args.src,))  # before the minute-long export
     model = load_pretrained(args.src)
+    choice = type(model).__name__.endswith("ForMultipleChoice")
+    if args.num_choices is not None and not choice:
+        raise InputError(f"--num-choices {args.num_choices}: {args.src} holds a {type(model).__name__}, not a "
+                         "multiple-choice model; leave the flag out")
     if type(model).__name__ == "SqueezeBertForPreTraining":
         print("note: ForPreTraining model: exporting the MLM logits (transformers' MaskedLM class); "
               "the SOP head is not exported")
     try:
-        result = export_lite(model, args.out, batch=args.batch, seq_len=args.seq_len, num_choices=args.num_choices,
+        result = export_lite(model, args.out, batch=args.batch, seq_len=args.seq_len, num_choices=args.num_choices or 2,
                              tol=args.tol, optimize=not args.no_optimize)
     except ParityError as e:
         print(f"FAILED: {e}", file=sys.stderr)

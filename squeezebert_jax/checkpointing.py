@@ -74,11 +74,17 @@ def newest_stream(directory: str) -> dict | None:
 def steps_on_disk(directory: str) -> list[int]:
     """The steps whose checkpoints are committed in ``directory`` (orbax renames a step's temporary directory to the
     step's number on commit; a set-aside one is ``corrupt-STEP-TIME``): whether a start resumes, known before
-    anything is built or restored."""
+    anything is built or restored. An entry of a step's name that is not a directory (a file put in its place) is
+    refused: a run would otherwise start over from step 0 beside it without a word."""
     try:
-        return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+        names = [n for n in os.listdir(directory) if n.isdigit()]
     except (FileNotFoundError, NotADirectoryError):
         return []
+    if bad := [n for n in names if not os.path.isdir(os.path.join(directory, n))]:
+        path = os.path.join(directory, bad[0])
+        raise InputError(f"{path} is a file, not the checkpoint of step {int(bad[0])} (a checkpoint is a directory): "
+                         "put the checkpoint back, or move the file away to go on from the other checkpoints")
+    return sorted(int(n) for n in names)
 
 
 class Checkpointer:

@@ -195,6 +195,9 @@ class SqueezeBertConfig:
             raise InputError(f"embedding_size ({self.embedding_size}) must equal hidden_size ({self.hidden_size}),"
                              " as in the reference encoder (a smaller one is ALBERT's, ELECTRA's or MobileBERT's: "
                              "family 'albert', 'electra' or 'mobilebert')")
+        if isinstance(self.pad_token_id, int) and not 0 <= self.pad_token_id < self.vocab_size:
+            raise InputError(f"pad_token_id is {self.pad_token_id}; expected an id of the vocabulary, 0 to "
+                             f"{self.vocab_size - 1} (transformers refuses a padding index outside the embeddings)")
         if self.family == "mobilebert":
             models.mobilebert.check_config(self)
         elif self.hidden_size % self.num_attention_heads:
@@ -378,8 +381,7 @@ class Embeddings(nnx.Module):
         c, init = config, _normal(config.initializer_range)
         self.dtype = dtype
         word = init(rngs.params(), (c.vocab_size, c.embedding_size))
-        if 0 <= c.pad_token_id < c.vocab_size:
-            word = word.at[c.pad_token_id].set(0.0)  # torch nn.Embedding(padding_idx=...) init
+        word = word.at[c.pad_token_id].set(0.0)  # torch nn.Embedding(padding_idx=...) init
         self.word_embeddings = nnx.Embed(c.vocab_size, c.embedding_size, rngs=rngs)
         self.word_embeddings.embedding.set_value(word)
         self.position_embeddings = nnx.Embed(c.max_position_embeddings, c.embedding_size,

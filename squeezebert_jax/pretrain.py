@@ -427,6 +427,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
     parallel.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
                                          config.process_id)
     mesh = parallel.make_mesh(config.num_devices or None)  # num_devices against the devices there are
+    for phase in get_phases(config):  # before the demo data is made or anything else is written
+        check_batch_division(config, phase, mesh.shape["data"])
     lock = files.RunLock(workdir, "pretraining") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
         return _train_and_evaluate(config, workdir, mesh)
@@ -458,8 +460,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
                          + ": use a model with vocab_size >= the tokenizer's (or model.vocab_from_tokenizer=True)")
     graphdef, params, rest = split_model(model)
     phases = get_phases(config)
-    for phase in phases:
-        check_batch_division(config, phase, mesh.shape["data"])
 
     def setup(phase: Phase, params) -> tuple[PhaseStep, Any]:
         """The phase's optimizer and jitted step, and its batches."""

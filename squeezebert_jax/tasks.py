@@ -200,7 +200,9 @@ def _tsv_records(lines):
 
 
 def _csv_records(path: str, lines):
-    """(first line, fields) per CSV record; a quoting error named by the line where its record starts."""
+    """(first line, fields) per CSV record; a quoting error named by the line where its record starts. A field may be
+    as long as a line may (the csv module's own limit, 128 KiB, would refuse a long document)."""
+    csv.field_size_limit(2 ** 31 - 1)
     reader = csv.reader((line for _, line in lines), strict=True)
     start = 1
     while True:

@@ -152,6 +152,16 @@ def test_to_torchscript_refuses_bad_sizes_at_once(tmp_path, run_cli, no_export, 
     assert not (tmp_path / "m.ptl").exists()
 
 
+def test_to_torchscript_refuses_num_choices_for_a_model_without_choices(tmp_path, run_cli, digest, monkeypatch):
+    monkeypatch.setattr(mobile, "export_lite", lambda *a, **k: pytest.fail("exported before refusing"))
+    src = model_dir(tmp_path / "m")
+    before = digest(src)
+    rc, _, err = run_cli("convert/to_torchscript.py", "--src", src, "--out", tmp_path / "m.ptl", "--num-choices", "4")
+    line = one_error_line(err, "to_torchscript.py")
+    assert rc == 1 and "--num-choices 4: " in line and "not a multiple-choice model" in line, line
+    assert digest(src) == before and not (tmp_path / "m.ptl").exists()
+
+
 def test_to_torchscript_refuses_a_directory_out_and_any_path_in_its_source(tmp_path, run_cli, digest, no_export):
     """A directory, the source itself, and any file inside the source (its weights, with --overwrite too: the .ptl
     would replace them; a new name beside them): one line each, nothing changed."""
@@ -220,6 +230,8 @@ def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     ("vocab_size", True, "vocab_size is true (a boolean); expected an integer >= 1"),
     ("layer_norm_eps", "1e-12", 'layer_norm_eps is "1e-12" (a string); expected a number'),
     ("pad_token_id", [0], "pad_token_id is [0] (a list); expected an integer"),
+    ("pad_token_id", 40000, "pad_token_id is 40000; expected an id of the vocabulary, 0 to 30527 (transformers"),
+    ("pad_token_id", -1, "pad_token_id is -1; expected an id of the vocabulary"),
     ("id2label", ["a", "b"], 'id2label is ["a", "b"] (a list); expected an object of label names'),
     ("id2label", {"x": "a"}, 'id2label has the key "x"; expected integer keys'),
     ("id2label", {"0": "neg", "2": "pos"}, "id2label has the ids [0, 2]; expected 0 to 1, one name per output"),

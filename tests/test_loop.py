@@ -147,3 +147,16 @@ def test_settings_refuse_each_training_setting_with_one_line():
     settings = loop.Settings(ml_collections.ConfigDict(good | {"phases": [{"seq_len": 3}]}))
     with pytest.raises(errors.InputError, match=r"^config\.phases\[0\]\.seq_len=3: an integer >= 5$"):
         settings.need(settings.integer("phases[0].seq_len", 5), "phases[0].seq_len", "an integer >= 5")
+
+
+def test_a_file_in_a_checkpoints_place_is_refused_a_stray_file_ignored(tmp_path):
+    """checkpoints/2 replaced by a file would otherwise make the run start over from step 0 beside it."""
+    from squeezebert_jax import checkpointing
+
+    ck = tmp_path / "checkpoints"
+    (ck / "4").mkdir(parents=True)
+    (ck / "notes.txt").write_text("mine")
+    assert checkpointing.steps_on_disk(str(ck)) == [4]
+    (ck / "2").write_text("{}")
+    with pytest.raises(errors.InputError, match=rf"^{ck / '2'} is a file, not the checkpoint of step 2"):
+        checkpointing.steps_on_disk(str(ck))

@@ -156,7 +156,7 @@ def test_the_step_cache_keeps_the_most_recently_used_steps():
     assert built == ["a", "b", "c", "b"]  # "b", the least recently used, went for "c"; "a" stayed
 
 
-def test_a_phase_may_set_its_own_microbatches():
+def test_a_phase_may_set_its_own_microbatches(tmp_path):
     """A seq-512 phase needs more accumulation than a seq-128 one: a phase's num_microbatches overrides the config's,
     and a count the global batch cannot split over the devices is refused naming the phase."""
     c = smoke_config(num_microbatches=2)
@@ -167,6 +167,10 @@ def test_a_phase_may_set_its_own_microbatches():
     pretrain.check_batch_division(c, phases[1], 4)  # 16 rows = 4 devices x 4 microbatches x 1
     with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x 4\)"):
         pretrain.check_batch_division(c, phases[1], 8)
+    wd = tmp_path / "run"  # refused before the demo data is made: nothing left behind
+    with pytest.raises(ValueError, match=r"phase1: global_batch_size 16 must divide by devices x microbatches \(1 x 3\)"):
+        pretrain.train_and_evaluate(tiny_config(num_microbatches=3), str(wd))
+    assert not wd.exists()
 
 
 def test_kill_and_resume_equals_uninterrupted(reference_run, tmp_path):

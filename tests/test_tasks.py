@@ -219,6 +219,12 @@ def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
         _labels_of(tmp_path, name, body)
 
 
+def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    long = "good " * 40_000  # 200,000 characters: a long document in one quoted field
+    _, rows = _labels_of(tmp_path, "long.csv", f'review,sentiment\n"{long}",pos\nshort,neg\n')
+    assert rows[0].text_a.split() == long.split() and rows[1].text_a == "short"
+
+
 def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
     """Whole numbers past float precision stay apart (2**53 + 1 is not 2**53); a text label typed with a combining
     accent is the same class as its composed form; a compatibility form (full-width letters) is refused."""
