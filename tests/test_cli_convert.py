@@ -230,7 +230,7 @@ def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     ("vocab_size", True, "vocab_size is true (a boolean); expected an integer >= 1"),
     ("layer_norm_eps", "1e-12", 'layer_norm_eps is "1e-12" (a string); expected a number'),
     ("pad_token_id", [0], "pad_token_id is [0] (a list); expected an integer"),
-    ("pad_token_id", 40000, "pad_token_id is 40000; expected an id of the vocabulary, 0 to 30527 (transformers"),
+    ("pad_token_id", 40000, "pad_token_id is 40000; expected an id of the vocabulary, 0 to 30521 (transformers"),
     ("pad_token_id", -1, "pad_token_id is -1; expected an id of the vocabulary"),
     ("id2label", ["a", "b"], 'id2label is ["a", "b"] (a list); expected an object of label names'),
     ("id2label", {"x": "a"}, 'id2label has the key "x"; expected integer keys'),
