@@ -94,10 +94,11 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
                       inputs: Iterable[str | os.PathLike] = ()) -> str:
     """Refuse, before any work, an output file path that cannot be this command's: an empty path; one of the command's
     ``inputs`` (always, ``--overwrite`` or not: the same path, or the same file through a symlink or a hard link), or
-    a path inside an input that is a directory (a conversion's source: the model's own files); a directory; an existing file unless ``overwrite``; a path whose directory does not exist (refused like a shell's
-    ``> missing/x``, not created: a mistyped directory is named before the work instead of after it), is a file, or
-    cannot be written. Returns ``out``. A command that writes ``out`` at the end of its work holds it meanwhile with
-    ``claim_output_file``, which runs this check."""
+    a path inside an input that is a directory (a conversion's source: the model's own files); a path ending in a
+    slash; a directory; an existing file unless ``overwrite``; a path whose directory does not exist (refused like a
+    shell's ``> missing/x``, not created: a mistyped directory is named before the work instead of after it), is a
+    file, or cannot be written. Returns ``out``. A command that writes ``out`` at the end of its work holds it
+    meanwhile with ``claim_output_file``, which runs this check."""
     out = os.fspath(out)
     if not out.strip():
         raise InputError(f"{what} is empty; give the path of the file to write")

@@ -794,6 +794,9 @@ def prepare_demo(workdir: str, data_config) -> str:
     record = os.path.join(workdir, "demo", "settings.json")
     if os.path.exists(os.path.join(data_dir, "meta.json")):
         made = read_json(record) if os.path.exists(record) else settings  # older runs recorded none
+        if not isinstance(made, dict):
+            raise InputError(f"{record}: a JSON {type(made).__name__}, not the demo data's settings; remove {data_dir} "
+                             "to make the data again")
         if changed := [f"config.data.{k}={settings[k]} (it was made with {made.get(k)})" for k in settings
                        if made.get(k) != settings[k]]:
             raise InputError(f"{data_dir} holds the demo data made for other settings: {'; '.join(changed)}. Resume "

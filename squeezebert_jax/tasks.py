@@ -667,9 +667,9 @@ def label_key(raw, where: str) -> str:
     hand-typed list, give the same classes: a number by its value (``1``, ``1.0``, ``"1.0"``, ``"+1"`` and ``1e0`` are
     all ``"1"``; ``0.50`` is ``"0.5"``; a whole number exactly, however many digits), a boolean as ``"true"`` /
     ``"false"`` (JSON ``true`` and a CSV's ``True`` alike), any other text stripped and in Unicode's composed form
-    (NFC: ``café`` typed with a combining accent is the same class). Refused, naming ``where``: an empty cell, JSON null, NaN or infinity (in any
-    spelling or format), and a list or object (one label per row: a row of several labels is
-    ``data.kind=multilabel``)."""
+    (NFC: ``café`` typed with a combining accent is the same class). Refused, naming ``where``: an empty cell, JSON
+    null, NaN or infinity (in any spelling or format), and a list or object (one label per row: a row of several
+    labels is ``data.kind=multilabel``)."""
     if isinstance(raw, bool):
         return "true" if raw else "false"
     if isinstance(raw, int):

@@ -168,7 +168,8 @@ def test_a_phase_may_set_its_own_microbatches(tmp_path):
     with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x 4\)"):
         pretrain.check_batch_division(c, phases[1], 8)
     wd = tmp_path / "run"  # refused before the demo data is made: nothing left behind
-    with pytest.raises(ValueError, match=r"phase1: global_batch_size 16 must divide by devices x microbatches \(1 x 3\)"):
+    with pytest.raises(ValueError, match=r"phase1: global_batch_size 16 must divide by devices x microbatches "
+                                         r"\(1 x 3\)"):
         pretrain.train_and_evaluate(tiny_config(num_microbatches=3), str(wd))
     assert not wd.exists()
 

@@ -136,8 +136,8 @@ def _target(config, log_path: str):
         raise aot.TopologyError(str(e)) from None
     if asked not in (0, None, n):
         raise aot.TopologyError(f"config.num_devices={asked}: this compiles for every chip of --topology "
-                                f"{_TOPOLOGY.value} ({n}); leave config.num_devices at 0, or give a topology of {asked} "
-                                "chips")
+                                f"{_TOPOLOGY.value} ({n}); leave config.num_devices at 0, or give a topology of "
+                                f"{asked} chips")
     return target
 
 
