@@ -265,7 +265,8 @@ class FileTask:
 
     def load(self, split: str) -> list[GlueExample]:
         """The split's rows as examples (labels as ids, floats, or tuples of ids); test files may leave the label column
-        out."""
+        out. A class no training row has (one config.data.labels declares) is named in a warning: its output is never
+        trained towards."""
         path = self.files[split]
         examples = []
         for lineno, row in read_rows(path):
@@ -273,6 +274,11 @@ class FileTask:
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        if split == "train" and not self.is_regression:
+            seen = {i for e in examples for i in (e.label if isinstance(e.label, tuple) else (e.label,))}
+            if unseen := [name for i, name in enumerate(self.labels) if i not in seen]:
+                log.warning("%s: no training row has the label(s) %s of config.data.labels: the classifier's "
+                            "output for them is never trained towards", path, ", ".join(map(repr, unseen)))
         return examples
 
     def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:

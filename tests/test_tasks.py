@@ -219,6 +219,18 @@ def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
         _labels_of(tmp_path, name, body)
 
 
+def test_a_declared_label_no_training_row_has_is_named_in_a_warning(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tasks"):
+        task, _ = _labels_of(tmp_path, "d.csv", "review,sentiment\na,pos\nb,neg\n", **{"data.labels": "neg,pos,meh"})
+        _labels_of(tmp_path, "e.csv", "review,sentiment\na,pos\nb,neg\n")
+    assert task.labels == ("neg", "pos", "meh")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'd.csv'}: no training row has the label(s) 'meh' of config.data.labels: the classifier's output "
+        "for them is never trained towards"]
+
+
 def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
     long = "good " * 40_000  # 200,000 characters: a long document in one quoted field
     _, rows = _labels_of(tmp_path, "long.csv", f'review,sentiment\n"{long}",pos\nshort,neg\n')
