@@ -105,11 +105,11 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
         if not os.path.exists(p):
             hint = ": a pattern that matched no file" if any(c in p for c in "*?[") else ""
             raise FileNotFoundError(2, f"no such corpus file{hint}", p)
-        mode = os.stat(p).st_mode
+        st = os.stat(p)
+        mode = st.st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
             raise InputError(f"{p} is not a regular file or a pipe; give the corpus as text files (a pipe such as "
                              "<(zcat corpus.txt.gz) is read once, as a stream)")
-        st = os.stat(p)
         if (st.st_dev, st.st_ino) in seen:
             raise InputError(f"{p} is {seen[st.st_dev, st.st_ino]}, given before: each corpus file once (twice, its "
                              "documents would count twice)")

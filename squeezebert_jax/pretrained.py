@@ -30,6 +30,7 @@ from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, checkpoint_file
 from squeezebert_jax.tokenizer import load as load_tokenizer
+from squeezebert_jax.tokenizer import read_vocab
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,7 @@ def _check_tokenizer_json(path: str, vocab_path: str) -> None:
     if kind != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise InputError(f"{path}: a {kind or 'tokenizer'} model beside {vocab_path} (WordPiece): the two tokenizers "
                          "differ; keep the one the model was trained with")
-    with open(vocab_path, encoding="utf-8") as f:
-        lines = {tok: i for i, tok in enumerate(line.rstrip("\r\n") for line in f)}
+    lines = {tok: i for i, tok in enumerate(read_vocab(vocab_path))}  # the one vocab.txt reader
     ours = model["vocab"]
     if ours != lines:
         diff = next(((t, ours.get(t), lines.get(t)) for t in sorted(set(ours) | set(lines), key=str)
