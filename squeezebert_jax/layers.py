@@ -107,27 +107,34 @@ class GroupedConv1x1(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.groups == 1:
-            return x.astype(self.dtype) @ self.kernel[...].astype(self.dtype)[0] + self.bias[...].astype(self.dtype)
+            return self.ungrouped(x) + self.bias[...].astype(self.dtype)
         # the layout is chosen when the step is lowered, for the platform it is lowered for
         return jax.lax.platform_dependent(x, tpu=self.in_place, default=self._channels_last)
+
+    def ungrouped(self, x: jax.Array) -> jax.Array:
+        """G=1: ``x @ kernel`` over channels-last ``[..., Cin]``, without the bias."""
+        return x.astype(self.dtype) @ self.kernel[...].astype(self.dtype)[0]
 
     def _channels_last(self, x):
         return from_groups(self.group_major(to_groups(x, self.groups)), x.shape[:-1])
 
-    def group_major(self, xg: jax.Array) -> jax.Array:
-        """CPU and GPU: ``[G, N, Cin/G] -> [G, N, Cout/G]``, bias included, one batched matmul. Between two
-        transposes (``__call__``) it is the fastest form on XLA:CPU (eval/bench_infer.py --sweep), and on an H100
-        target the paper step's peak is 33.4 GiB per GPU this way against 39.8 GiB with the in-place einsum (1024
-        sequences x 128 per GPU)."""
-        g = self.groups
+    def group_major(self, xg: jax.Array, bias: bool = True) -> jax.Array:
+        """CPU and GPU: ``[G, N, Cin/G] -> [G, N, Cout/G]``, one batched matmul, its bias added unless not ``bias``
+        (``group_bias``). Between two transposes (``__call__``) it is the fastest form on XLA:CPU
+        (eval/bench_infer.py --sweep), and on an H100 target the paper step's peak is 33.4 GiB per GPU this way
+        against 39.8 GiB with the in-place einsum (1024 sequences x 128 per GPU)."""
         y = grouped_dot(xg.astype(self.dtype), self.kernel[...].astype(self.dtype))
-        return y + self.bias[...].astype(self.dtype).reshape(g, 1, -1)
+        return y + self.group_bias() if bias else y
 
-    def in_place_to_groups(self, x: jax.Array) -> jax.Array:
+    def group_bias(self) -> jax.Array:
+        """The bias in the group-major layout, ``[G, 1, Cout/G]``."""
+        return self.bias[...].astype(self.dtype).reshape(self.groups, 1, -1)
+
+    def in_place_to_groups(self, x: jax.Array, bias: bool = True) -> jax.Array:
         """TPU: ``[..., Cin]`` to the group-major ``[G, N, Cout/G]`` in one einsum, its layouts XLA's to pick."""
         g, x = self.groups, x.astype(self.dtype)
         y = jnp.einsum("ngi,gio->gno", x.reshape(-1, g, self.cin // g), self.kernel[...].astype(self.dtype))
-        return y + self.bias[...].astype(self.dtype).reshape(g, 1, -1)
+        return y + self.group_bias() if bias else y
 
     def in_place_from_groups(self, xg: jax.Array, lead: tuple[int, ...]) -> jax.Array:
         """TPU: the group-major ``[G, N, Cin/G]`` to ``[*lead, Cout]`` in one einsum, its layouts XLA's to pick."""

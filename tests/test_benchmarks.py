@@ -169,6 +169,41 @@ ENTRY %main.1 (x: f32[2,3]) -> f32[2,3] {
         profile_table.hlo_ops("ENTRY %main {\n}")
 
 
+def test_hlo_census_counts_kernels_and_their_bytes():
+    """The kernels of an optimized HLO module by kind, and the bytes each reads (its operands) and writes (its
+    result, a tuple's arrays together); free ops (parameters, tuples, bitcasts) are no kernels."""
+    from squeezebert_jax.benchmarks import hlo_census
+
+    hlo = """HloModule m
+
+%fused_gelu (p0: bf16[4,8,16]) -> (bf16[4,8,16], bf16[4,8,16]) {
+  %p0 = bf16[4,8,16]{2,1,0} parameter(0)
+  %m = bf16[4,8,16]{2,1,0} multiply(%p0, %p0)
+  ROOT %t = (bf16[4,8,16]{2,1,0}, bf16[4,8,16]{2,1,0}) tuple(%m, %p0)
+}
+
+%fused_t (p0: f32[8,16]) -> f32[16,8] {
+  %p0 = f32[8,16]{1,0} parameter(0)
+  ROOT %t = f32[16,8]{1,0} transpose(%p0), dimensions={1,0}
+}
+
+ENTRY %main (a: bf16[4,8,16], b: f32[8,16]) -> f32[16,8] {
+  %a = bf16[4,8,16]{2,1,0} parameter(0)
+  %b = f32[8,16]{1,0} parameter(1)
+  %g = (bf16[4,8,16]{2,1,0}, bf16[4,8,16]{2,1,0}) fusion(%a), kind=kLoop, calls=%fused_gelu
+  %c = bf16[4,8,16]{2,1,0} copy(%a)
+  ROOT %tr = f32[16,8]{1,0} fusion(%b), kind=kLoop, calls=%fused_t
+}
+"""
+    c = hlo_census.census(hlo)
+    assert dict(c.entry) == {"other": 1, "copy": 1, "transpose": 1} and c.loops == []
+    array = 4 * 8 * 16 * 2
+    assert c.entry_bytes == (2 * array + 8 * 16 * 4, 3 * array + 16 * 8 * 4)
+    assert str(c) == "entry: 3 kernels (copy 1, other 1, transpose 1); read 0.0 MB, written 0.0 MB"
+    assert hlo_census.entry_kernels(hlo) == {"g": "(bf16[4,8,16]{2,1,0}, bf16[4,8,16]{2,1,0})",
+                                             "c": "bf16[4,8,16]{2,1,0}", "tr": "f32[16,8]{1,0}"}
+
+
 def test_time_interleaved_counts_and_settles():
     """Exactly ``runs`` timings per callable; each round starts every callable with one untimed settling call."""
     order = []

@@ -4,8 +4,8 @@ FLOPs, roofline.
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4
     python train/compile.py --config train/configs/pretrain.py:bert-base --topology v5e:2x4 --max-batch
     python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x8 --config.num_microbatches=4
-    python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x1 --census \
-        --config.model.layers=scan                                   # kernels per layer (GPUs run them unrolled)
+    python train/compile.py --config train/configs/pretrain.py:paper --topology h100:1x1 --census --hlo DIR
+                                  # kernels by kind, the bytes they read and write, the program to read in DIR
     python train/compile.py --config train/configs/pretrain.py:paper --topology v4:2x2x1 --fit
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5p:2x2x2 --num_slices 2
     python train/compile.py --config train/configs/pretrain.py:paper --topology v5e:2x4 --phase phase2
@@ -56,13 +56,16 @@ _FIT = flags.DEFINE_bool("fit", False, "a phase that does not fit is compiled ag
 _PHASE = flags.DEFINE_multi_string("phase", None, "compile only this phase (by name; repeatable); default: all")
 _BYTES = flags.DEFINE_bool("bytes", False, "also XLA's bytes accessed per step (TPU; two more compiles per phase)")
 _CENSUS = flags.DEFINE_bool("census", False, "also the compiled step's kernels by kind: its entry and each loop "
-                            "body (the layer scan's forward and backward), e.g. transposes and cuDNN attention")
+                            "body (the layer scan's forward and backward), e.g. transposes and cuDNN attention, and the "
+                            "bytes their kernels read and write")
 _PRESET = flags.DEFINE_string("preset", "squeezebert-uncased", "fine-tuning: the model's architecture when "
                               "--config.init_from is not set (SqueezeBertConfig.preset names)")
 _TEACHER = flags.DEFINE_string("teacher_preset", "", "fine-tuning: a distillation teacher of this architecture "
                                "(or --config.distill.teacher MODEL_DIR)")
+_HLO = flags.DEFINE_string("hlo", None, "also write each compiled phase's program (XLA's optimized HLO text) to "
+                           "DIR/<phase>.hlo.txt, DIR made if missing: to read what the accelerator would run")
 _JSON = flags.DEFINE_string("json", None, "also write the rows as JSON lines to this file")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace an existing --json file")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "replace an existing --json or --hlo file")
 flags.mark_flags_as_required(["config", "topology"])
 _LOG_PATH = os.path.join(tempfile.gettempdir(), "squeezebert_compile.log")
 
@@ -81,6 +84,10 @@ def _vocab_size(config) -> int | None:
     return tok.vocab_size if tok else None
 
 
+def _hlo_path(phase: str) -> str:
+    return os.path.join(_HLO.value, f"{phase}.hlo.txt")
+
+
 def _compile_phase(config, phase, target, model, bad: list[str]):
     """(report, microbatches) of ``phase``; with --fit, the fewest microbatches (powers of two times the config's)
     that fit. (None or a report that does not fit, k) when it does not fit, with the reason appended to ``bad``."""
@@ -92,7 +99,7 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
         try:
             with aot.quiet_native_stderr(_LOG_PATH):  # XLA's own warnings (e.g. the GPU rematerializer's)
                 r = aot.compile_or_oom(config, dataclasses.replace(phase, num_microbatches=k), target, model,
-                                       bytes_accessed=_BYTES.value, keep_hlo=_CENSUS.value)
+                                       bytes_accessed=_BYTES.value, keep_hlo=_CENSUS.value or bool(_HLO.value))
             return r, r.peak_gib, None if r.fits else f"peak {r.peak_gib:.2f} GiB > {r.hbm_gib:.2f} GiB HBM"
         except aot.DoesNotFit as e:
             why = (f"XLA needs {e.required_gib:.2f} GiB" if e.required_gib else "XLA needs more than it has") + \
@@ -177,6 +184,11 @@ def main(argv) -> int:
                                   f"{', '.join(p.name for p in phases)}"))
             return 2
         phases = [p for p in phases if p.name in _PHASE.value]
+    if _HLO.value and os.path.lexists(_HLO.value):  # before minutes of compiling
+        if not os.path.isdir(_HLO.value):
+            raise InputError(f"--hlo {_HLO.value} is not a directory; give a directory for the programs")
+        for phase in phases:
+            files.check_output_file(_hlo_path(phase.name), _OVERWRITE.value, "--hlo")
     try:
         target = _target(config, log_path)
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
@@ -201,6 +213,9 @@ def main(argv) -> int:
         if _FIT.value and k != pretrain.microbatches(config, phase):  # --fit changed it
             note = (f" (--fit: fits with num_microbatches={k}: set --config.phases[{phase.index}].num_microbatches={k})")
         print(f"compiled {phase.name} in {r.compile_s:.0f} s{note}", flush=True)
+        if _HLO.value:
+            os.makedirs(_HLO.value, exist_ok=True)
+            files.atomic_write(_hlo_path(phase.name), r.hlo)
         if _CENSUS.value:
             from squeezebert_jax.benchmarks.hlo_census import census
 

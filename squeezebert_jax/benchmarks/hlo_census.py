@@ -7,12 +7,16 @@ Kinds: ``gemm`` (cuBLAS or Triton matmul fusions and custom calls), ``attention`
 and backward), ``transpose`` (a fusion or op that moves data to another layout: its fused computation holds a
 transpose), ``copy`` (a copy op, or a fusion of nothing but copies and bitcasts), ``other`` (element-wise and
 reduction fusions, slices into the scan's stacked buffers, ...).
+
+Traffic: the bytes each kernel reads (its operands) and writes (its result), summed. A step bound by memory traffic,
+as SqueezeBERT's is on a GPU, is sped up by fewer of them; caches make the real traffic somewhat less.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import re
 
 _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{$")
@@ -27,13 +31,16 @@ class Census:
 
     entry: collections.Counter
     loops: list[collections.Counter]
+    entry_bytes: tuple[int, int] = (0, 0)  # (read, written) by the entry's kernels
+    loop_bytes: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # each body's, once
 
-    def row(self, c: collections.Counter) -> str:
-        return f"{sum(c.values())} kernels (" + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + ")"
+    def row(self, c: collections.Counter, rw: tuple[int, int]) -> str:
+        return (f"{sum(c.values())} kernels (" + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+                + f"); read {rw[0] / 1e6:.1f} MB, written {rw[1] / 1e6:.1f} MB")
 
     def __str__(self) -> str:
-        lines = [f"entry: {self.row(self.entry)}"]
-        lines += [f"loop body {i}: {self.row(c)}" for i, c in enumerate(self.loops)]
+        lines = [f"entry: {self.row(self.entry, self.entry_bytes)}"]
+        lines += [f"loop body {i}: {self.row(c, rw)}" for i, (c, rw) in enumerate(zip(self.loops, self.loop_bytes))]
         return "\n".join(lines)
 
 
@@ -82,13 +89,47 @@ def _kind(instruction: str, comps: dict[str, list[str]]) -> str | None:
     return "other"
 
 
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+          "f64": 8, "s64": 8, "u64": 8}
+_ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([\d,]*)\]")
+_NAME = re.compile(r"^(?:ROOT )?%?([\w.\-]+) = (\([^=]*?\)|\S+) ")
+
+
+def _nbytes(shape: str) -> int:
+    """The bytes of an HLO shape (an array, or a tuple of them)."""
+    return sum(_BYTES[dt] * math.prod(int(d) for d in dims.split(",") if d) for dt, dims in _ARRAY.findall(shape))
+
+
+def _traffic(instructions: list[str], comps: dict[str, list[str]]) -> tuple[int, int]:
+    """(read, written): the bytes of the kernels' operands and results in one computation."""
+    shapes = {m[1]: _nbytes(m[2]) for i in instructions for m in [_NAME.match(i)] if m}
+    read = written = 0
+    for i in instructions:
+        m = _NAME.match(i)
+        if not m or not _kind(i, comps):
+            continue
+        args = re.search(r"[\w\-]+\((.*?)\)(?:,|$)", i[m.end():])
+        read += sum(shapes.get(o, 0) for o in re.findall(r"%([\w.\-]+)", args[1] if args else ""))
+        written += shapes[m[1]]
+    return read, written
+
+
 def census(hlo_text: str) -> Census:
-    """The kernels of ``hlo_text`` (one optimized HLO module) by kind: its entry and each while loop's body."""
+    """The kernels of ``hlo_text`` (one optimized HLO module) by kind, and the bytes they read and write: its entry
+    and each while loop's body (once, not per iteration)."""
     comps, entry = _computations(hlo_text)
     bodies = [m[1] for ins in comps.values() for i in ins for m in [re.search(r"body=%?([\w.\-]+)", i)] if m]
 
     def count(name):
         return collections.Counter(k for i in comps[name] for k in [_kind(i, comps)] if k)
 
-    loops = sorted((count(b) for b in dict.fromkeys(bodies)), key=lambda c: -sum(c.values()))
-    return Census(count(entry), loops)
+    loops = sorted(dict.fromkeys(bodies), key=lambda b: -sum(count(b).values()))
+    return Census(count(entry), [count(b) for b in loops], _traffic(comps[entry], comps),
+                  [_traffic(comps[b], comps) for b in loops])
+
+
+def entry_kernels(hlo_text: str) -> dict[str, str]:
+    """The kernels of ``hlo_text``'s entry computation (the whole step, its layers unrolled): name -> result shape
+    (a tuple's ``(...)`` when the kernel writes several arrays). ``step_profile.instructions`` names their scope."""
+    comps, entry = _computations(hlo_text)
+    return {m[1]: m[2] for i in comps[entry] for m in [_NAME.match(i)] if m and _kind(i, comps)}
