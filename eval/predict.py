@@ -27,7 +27,9 @@ def main(argv=None):
     p.add_argument("--input", required=True, help=".txt, .csv, .tsv or .jsonl")
     p.add_argument("--out", required=True, help="JSON lines to write (one per input), in an existing directory")
     p.add_argument("--text_columns", default="", help="the input's text column, or two for pairs (csv/jsonl)")
-    p.add_argument("--max_length", type=cli.positive_int, default=128)
+    p.add_argument("--max_length", type=cli.positive_int, default=None,
+                   help="tokens per input, at most the model's max_position_embeddings (default: 128, or that "
+                        "maximum where it is less)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = p.parse_args(argv)
     cli.setup_logging(None)

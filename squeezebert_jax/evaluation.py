@@ -55,6 +55,8 @@ def align_to_task(model, task, source: str):
         model.classifier.kernel.set_value(model.classifier.kernel[...][:, perm])
         model.classifier.bias.set_value(model.classifier.bias[...][perm])
     model.config.id2label = None if spec.is_regression else dict(enumerate(spec.labels))
+    if spec.kind in tasks.PROBLEM_TYPE:  # a sequence classifier's, as transformers reads it (not a tagger's)
+        model.config.problem_type = tasks.PROBLEM_TYPE[spec.kind]
     return model
 
 

@@ -68,6 +68,7 @@ _FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int
                 "layer_norm_eps": "eps", "id2label": "dict", "scan_layers": "bool", "remat": "str",
                 "attention": "str",
                 **dict.fromkeys(MOBILEBERT_FIELDS[2:], "bool")}
+PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")  # transformers' names
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "prob": "a number in [0, 1)",
              "std": "a number >= 0 (e.g. 0.02)", "eps": "a number > 0 and < 1 (e.g. 1e-12)",
              "str": "a string", "bool": "true or false", "dict": "an object of label names"}
@@ -169,6 +170,10 @@ class SqueezeBertConfig:
     trigram_input: bool = True
     classifier_activation: bool = True
     id2label: dict[int, str] | None = None
+    # A sequence classifier's task, as transformers names it (its loss, and a pipeline's sigmoid or softmax):
+    # "single_label_classification", "regression" or "multi_label_classification"; None: not said (a softmax over
+    # two or more outputs). Fine-tuning writes it; a multilabel model without it would score as single-label.
+    problem_type: str | None = None
     # How the encoder runs, not what it computes (never written to config.json): the layers under one
     # jax.lax.scan (one compiled layer body instead of num_hidden_layers copies: compile time and code size),
     # and what each layer keeps for the backward pass ("none": everything; "dots_saveable": matmul outputs,
@@ -232,6 +237,9 @@ class SqueezeBertConfig:
                 seen[v] = k
         if self.attention not in ATTENTION:
             raise InputError(f"attention {self.attention!r} not supported; one of {list(ATTENTION)}")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise InputError(f"problem_type is {_json_repr(self.problem_type)}; expected one of "
+                             f"{', '.join(PROBLEM_TYPES)} (or none)")
         if self.remat not in REMAT_POLICIES:
             raise InputError(f"remat {self.remat!r} not supported; one of {list(REMAT_POLICIES)}")
 
@@ -350,7 +358,8 @@ class SqueezeBertConfig:
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
         """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or the
         family's own transformers config (``style``: "bert" when every group is 1, "albert", "distilbert", ...)."""
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("id2label", *_EXECUTION_FIELDS)}
+        d = {k: v for k, v in dataclasses.asdict(self).items()
+             if k not in ("id2label", "problem_type", *_EXECUTION_FIELDS)}
         if not d["family"]:
             d.pop("family")
         if self.family != "mobilebert":
@@ -364,6 +373,8 @@ class SqueezeBertConfig:
         if self.id2label is not None:
             d["id2label"] = {str(k): v for k, v in self.id2label.items()}
             d["label2id"] = {v: k for k, v in self.id2label.items()}
+        if self.problem_type is not None:
+            d["problem_type"] = self.problem_type
         return d
 
     def to_json(self, path: str | os.PathLike, **extra) -> None:

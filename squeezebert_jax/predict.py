@@ -60,8 +60,12 @@ class Predictor:
     """A fine-tuned MODEL_DIR (sequence or token classifier, extractive QA, multiple choice) and its tokenizer, ready
     to label text."""
 
-    def __init__(self, model_dir: str, max_length: int = 128, batch_size: int = 64):
+    def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = 64):
+        """``max_length``: tokens per input, at most the model's ``max_position_embeddings``; None: 128, or the
+        model's maximum where that is less."""
         for name, value, low in (("max_length", max_length, 4), ("batch_size", batch_size, 1)):
+            if name == "max_length" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise InputError(f"{name}={value!r}: an integer >= {low}"
                                  + (" (the special tokens and a word of each text)" if low > 1 else ""))
@@ -72,8 +76,19 @@ class Predictor:
                                     f"question-answering or multiple-choice head: fine-tune it first "
                                     f"(train/finetune.py)")
         self.card = _read_card(model_dir, self.kind, getattr(self.model, "num_labels", 1))
+        said = self.model.config.problem_type
+        kind = self.card.get("kind")
+        if kind in tasks.PROBLEM_TYPE and said is not None and said != tasks.PROBLEM_TYPE[kind]:
+            raise InputError(f"{os.path.join(model_dir, tasks.TASK_CARD)} says a {kind} model, but "
+                             f"{os.path.join(model_dir, 'config.json')} says problem_type {said!r}: one of them is "
+                             "another model's")
+        self.multilabel = kind == "multilabel" or said == "multi_label_classification"
         self.tokenizer = model_tokenizer(model_dir, self.model.config.vocab_size)
-        self.max_length = min(max_length, self.model.config.max_position_embeddings)
+        most = self.model.config.max_position_embeddings
+        if max_length is not None and max_length > most:
+            raise InputError(f"max_length={max_length}: the model at {model_dir} reads at most {most} tokens "
+                             f"(its config.json max_position_embeddings); give {most} or less")
+        self.max_length = min(128, most) if max_length is None else int(max_length)
         self.batch_size = batch_size
         n = getattr(self.model, "num_labels", 1)
         id2label = self.model.config.id2label or {}
@@ -212,7 +227,7 @@ class Predictor:
         logits = self.logits(texts)
         if self.labels is None:
             return [{"score": float(x[0])} for x in logits]
-        if self.card.get("kind") == "multilabel":  # a sigmoid per label; on where it is above 0.5
+        if self.multilabel:  # a sigmoid per label; on where it is above 0.5
             p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
             return [{"labels": [name for name, v in zip(self.labels, row) if v > 0.5],
                      "probabilities": {name: float(v) for name, v in zip(self.labels, row)}} for row in p]
@@ -373,8 +388,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     return out
 
 
-def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: str = "", max_length: int = 128,
-                 overwrite: bool = False) -> int:
+def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: str = "",
+                 max_length: int | None = None, overwrite: bool = False) -> int:
     """One JSON line per input of ``input_path`` into ``out_path``, in order, each with the ``line`` of the input
     where its row starts (``{"line": 3, "label": ...}``), written whole or not at all. ``out_path`` is
     checked and claimed before any work (``files.claim_output_file``): refused when it exists (unless ``overwrite``),

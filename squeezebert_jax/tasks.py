@@ -53,6 +53,12 @@ log = logging.getLogger(__name__)
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 
 
+# A sequence classifier's kind as transformers' config.json names it (SqueezeBertConfig.problem_type): what the
+# exported model's loss and a pipeline's sigmoid or softmax follow
+PROBLEM_TYPE = {"classification": "single_label_classification", "regression": "regression",
+                "multilabel": "multi_label_classification"}
+
+
 class Task(Protocol):
     """What a fine-tuning run trains on, every part declared by the task (none read off its data or guessed from the
     attributes it happens to have): ``GlueTask``, ``FileTask``, ``ConllTask``, ``ChoiceTask``, ``squad.SquadTask``.

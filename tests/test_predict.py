@@ -469,6 +469,35 @@ def test_predictor_sizes_are_checked_before_the_model_loads(tmp_path, kw, msg):
         Predictor(str(tmp_path / "no-model-here"), **kw)
 
 
+def test_a_card_and_a_config_of_other_problem_types_are_refused(model_dir, tmp_path):
+    """config.json's problem_type (transformers') and task.json's kind must say the same: a multilabel card on a
+    single-label classifier would score softmax outputs as sigmoids."""
+    path = with_card(model_dir, tmp_path, {"kind": "multilabel", "text_columns": ["text"]})
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | {"problem_type": "single_label_classification"}))
+    with pytest.raises(InputError, match=r"task.json says a multilabel model, but .*config.json says problem_type "
+                                         r"'single_label_classification'"):
+        Predictor(str(path))
+    (path / "config.json").write_text(json.dumps(config | {"problem_type": "multi_label_classification"}))
+    assert set(Predictor(str(path))("good")) == {"labels", "probabilities"}
+    (path / "config.json").write_text(json.dumps(config | {"problem_type": "multilabel"}))
+    with pytest.raises(InputError, match=r"problem_type is \"multilabel\"; expected one of single_label_class"):
+        Predictor(str(path))
+
+
+def test_max_length_past_the_models_positions_is_refused_not_cut(model_dir, tmp_path, run_cli):
+    """The model reads at most max_position_embeddings (64 here) tokens: more is refused by name, in Python and from
+    the script, before any output; left out, it is 128 or the model's maximum where that is less."""
+    assert Predictor(str(model_dir)).max_length == 64 and Predictor(str(model_dir), max_length=64).max_length == 64
+    with pytest.raises(InputError, match=r"^max_length=65: the model at .* reads at most 64 tokens \(its config"):
+        Predictor(str(model_dir), max_length=65)
+    (tmp_path / "in.txt").write_text("good\n")
+    rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.txt", "--out",
+                           tmp_path / "o.jsonl", "--max_length", "512")
+    assert rc == 1 and err.count("\n") == 1 and "max_length=512: the model at" in err, err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_a_card_with_an_extra_key_is_one_line_from_the_script(model_dir, tmp_path, run_cli):
     path = with_card(model_dir, tmp_path, {"kind": "classification", "text_columns": ["text"], "lr": 0.1})
     (tmp_path / "in.txt").write_text("good\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -467,6 +468,16 @@ def test_multilabel_rows_train_sigmoid_outputs_and_report_f1(init, tmp_path):
     on = np.array([[g in p["labels"] for g in ("comedy", "drama")] for p in got])
     assert f1_score(gold, on, average="micro") == pytest.approx(res["best"]["validation/micro_f1"])
     assert all(0 < v < 1 for g in got for v in g["probabilities"].values())
+    # config.json says so too (transformers' problem_type): without task.json, and exported to PyTorch
+    model_dir = tmp_path / "run" / "model"
+    assert json.loads((model_dir / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    shutil.copytree(model_dir, tmp_path / "bare")
+    (tmp_path / "bare" / tasks.TASK_CARD).unlink()
+    assert Predictor(str(tmp_path / "bare"), max_length=16)([r["review"] for r in rows]) == got
+    from transformers import AutoConfig
+
+    sj.export_torch(sj.load_pretrained(model_dir), tmp_path / "hf")
+    assert AutoConfig.from_pretrained(tmp_path / "hf").problem_type == "multi_label_classification"
     y = (rng.random((50, 3)) < 0.4).astype(np.float32)
     logits = rng.normal(size=(50, 3))
     t = tasks.FileTask("t", "multilabel", {"train": "x.csv"}, ("a",), "l", ("a", "b", "c"))
