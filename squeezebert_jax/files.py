@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import numbers
 import os
 import secrets
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
 
 from squeezebert_jax.errors import DataFileError, InputError
 
@@ -380,7 +384,7 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
         if not isinstance(row, dict):
-            raise DataFileError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object")
+            raise DataFileError(f"{path}:{lineno}: {json_type(row)} ({json_repr(row)}), not a JSON object")
         yield lineno, row
 
 
@@ -560,3 +564,38 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
         raise InputError(f"{what_flag} {workdir} already holds files of no {what} run ({listed}); choose a new "
                          "directory, or pass --overwrite to write the run there (files of the same names are replaced)")
     return workdir
+
+
+def json_type(v) -> str:
+    """How JSON names the type of ``v`` (a value read from config.json or a JSON Lines row): "a string", "a
+    boolean", "null", "a list", "an object", ..."""
+    if v is None:
+        return "null"
+    if isinstance(v, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, numbers.Integral):
+        return "an integer"
+    if isinstance(v, numbers.Real):
+        return "a decimal number" if math.isfinite(v) else "not a finite number"
+    if isinstance(v, (list, tuple)):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def json_repr(v, limit: int = 40) -> str:
+    """``v`` as JSON writes it ("32", true, [1, 2]), cut to ``limit`` characters."""
+    try:
+        r = json.dumps(v, ensure_ascii=True)
+    except (TypeError, ValueError):
+        r = repr(v)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def json_value(v, limit: int = 40) -> str:
+    """``v`` named for a message about a JSON value: its type and its value ("a boolean true", "a list [1, 2]",
+    "null")."""
+    return "null" if v is None else f"{json_type(v)} {json_repr(v, limit)}"

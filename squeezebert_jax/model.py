@@ -31,6 +31,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.files import json_repr as _json_repr, json_type as _json_type
 from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _ACTIVATIONS,
     ATTENTION,
@@ -88,34 +89,6 @@ def _is_int_key(k) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-def _json_type(v) -> str:
-    """How config.json spells the type of ``v``: "a string", "a boolean", ..."""
-    if v is None:
-        return "null"
-    if isinstance(v, (bool, np.bool_)):
-        return "a boolean"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, numbers.Integral):
-        return "an integer"
-    if isinstance(v, numbers.Real):
-        return "a decimal number" if math.isfinite(v) else "not a finite number"
-    if isinstance(v, (list, tuple)):
-        return "a list"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
-
-
-def _json_repr(v, limit: int = 40) -> str:
-    """``v`` as config.json writes it ("32", true, [1, 2]), cut to ``limit`` characters."""
-    try:
-        r = json.dumps(v, ensure_ascii=True)
-    except (TypeError, ValueError):
-        r = repr(v)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
 FAMILIES = ("", "albert", "distilbert", "electra", "mobilebert")

@@ -30,7 +30,8 @@ import numpy as np
 
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, claim_output_file, has_text, read_json, text_lines
+from squeezebert_jax.files import (atomic_write, claim_output_file, has_text, json_type, read_json,
+                                   text_lines)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
@@ -299,7 +300,7 @@ def _read_card(model_dir: str, kind: str | None = None, num_labels: int | None =
     except InputError as e:
         raise type(e)(f"{e} (a task description: train/finetune.py writes it)") from None
     if not isinstance(card, dict):
-        raise InputError(f"{path}: a JSON {type(card).__name__}, not an object of the task's settings")
+        raise InputError(f"{path}: {json_type(card)}, not an object of the task's settings")
     if "kind" not in card:
         raise InputError(f"{path}: no key 'kind' (one of {', '.join(tasks.KINDS)})")
     if not isinstance(card["kind"], str) or card["kind"] not in CARD_KEYS:

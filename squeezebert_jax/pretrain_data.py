@@ -42,7 +42,7 @@ import numpy as np
 
 from squeezebert_jax import corpus
 from squeezebert_jax.errors import InputError, MissingExtraError
-from squeezebert_jax.files import atomic_write, file_sha256, read_json
+from squeezebert_jax.files import atomic_write, file_sha256, json_type, read_json
 from squeezebert_jax.tokenizer import Tokenizer, truncated_lengths
 
 log = logging.getLogger(__name__)
@@ -795,7 +795,7 @@ def prepare_demo(workdir: str, data_config) -> str:
     if os.path.exists(os.path.join(data_dir, "meta.json")):
         made = read_json(record) if os.path.exists(record) else settings  # older runs recorded none
         if not isinstance(made, dict):
-            raise InputError(f"{record}: a JSON {type(made).__name__}, not the demo data's settings; remove {data_dir} "
+            raise InputError(f"{record}: {json_type(made)}, not the demo data's settings; remove {data_dir} "
                              "to make the data again")
         if changed := [f"config.data.{k}={settings[k]} (it was made with {made.get(k)})" for k in settings
                        if made.get(k) != settings[k]]:

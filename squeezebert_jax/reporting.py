@@ -15,7 +15,7 @@ import numpy as np
 
 from squeezebert_jax.chips import PEAK_FLOPS
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, text_lines
+from squeezebert_jax.files import atomic_write, json_type, text_lines
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def read_log(path: str, advice: str) -> tuple[list[tuple[int, dict]], bool]:
             if not isinstance(row, dict):
                 if torn_tail(lineno, "not a JSON object"):
                     return rows, True
-                raise InputError(f"{path}:{lineno}: a JSON {type(row).__name__}, not an object; {advice}")
+                raise InputError(f"{path}:{lineno}: {json_type(row)}, not a JSON object; {advice}")
             rows.append((lineno, row))
     except DataFileError as e:  # text_lines: a byte that is not UTF-8, named FILE:LINE:COL
         if torn_tail(lineno + 1, "a character cut in two"):

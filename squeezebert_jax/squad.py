@@ -104,7 +104,7 @@ def _squad_json(path: str, raw: str):
 def _squad_json_rows(path: str, raw: str, doc: dict):
     """("file:line", question row) for each question of the official layout; the line is the line of its ``"id"``."""
     if not isinstance(doc["data"], list):
-        raise DataFileError(f"{path}: \"data\" is a {type(doc['data']).__name__}, not a list of articles")
+        raise DataFileError(f"{path}: \"data\" is {files.json_type(doc['data'])}, not a list of articles")
     v1 = str(doc.get("version", "")).lstrip("v").startswith("1.")  # SQuAD v1.1 declares "1.1"; v2.0 "v2.0"
     lines = {}
     for m in re.finditer(r'"id"\s*:\s*("(?:[^"\\]|\\.)*")', raw):
@@ -112,7 +112,7 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
     for a, article in enumerate(doc["data"]):  # every level as the official layout has it, or refused by place
         if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
             has = f"has {', '.join(map(str, article)) or 'nothing'}" if isinstance(article, dict) else \
-                f"a {type(article).__name__}"
+                files.json_type(article)
             raise DataFileError(f"{path}: data[{a}]: no \"paragraphs\" list ({has}); an article is "
                                 "{\"title\": ..., \"paragraphs\": [{\"context\": ..., \"qas\": [...]}]}")
         for p, para in enumerate(article["paragraphs"]):
@@ -123,7 +123,7 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
                 raise DataFileError(f"{at}: no \"qas\" list of questions (has {', '.join(map(str, para))})")
             for q, qa in enumerate(para["qas"]):
                 if not isinstance(qa, dict):
-                    raise DataFileError(f"{at}.qas[{q}]: a {type(qa).__name__}, not a question object")
+                    raise DataFileError(f"{at}.qas[{q}]: {files.json_type(qa)}, not a question object")
                 qid = qa.get("id")
                 where = f"{path}:{lines[qid]}" if isinstance(qid, str) and qid in lines else f"{at}.qas[{q}]"
                 if v1 and (qa.get("answers") == [] or qa.get("is_impossible") is True):
@@ -164,7 +164,7 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
                                 f"\"answers\": [] or \"is_impossible\": true)")
         answers = []
     if not isinstance(answers, list):
-        raise DataFileError(f"{where}: question {qid!r}: \"answers\" is a {type(answers).__name__}, not a list")
+        raise DataFileError(f"{where}: question {qid!r}: \"answers\" is {files.json_type(answers)}, not a list")
     if row.get("is_impossible") and answers:
         raise DataFileError(f"{where}: question {qid!r} is marked is_impossible but has answers (SQuAD v2.0 keeps "
                             f"those as \"plausible_answers\")")

@@ -662,7 +662,8 @@ def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, pa
 def text_value(value, path: str, lineno: int, col: str) -> str:
     """A text cell: a string with something besides white space in it."""
     if not isinstance(value, str):
-        raise DataFileError(f"{path}:{lineno}: column {col!r} holds {type(value).__name__} {value!r}, not text")
+        raise DataFileError(f"{path}:{lineno}: column {col!r} holds {files.json_value(value)}, not "
+                            f"text")
     if not files.has_text(value):
         held = " (only white space or invisible marks)" if value else ""
         raise DataFileError(f"{path}:{lineno}: column {col!r} is empty{held}; every row needs its text (fill it, or "
@@ -702,8 +703,8 @@ def label_key(raw, where: str) -> str:
     elif raw is None:
         raise DataFileError(f"{where}: the label is null; every training and validation row needs its label")
     else:
-        raise DataFileError(f"{where}: a JSON {type(raw).__name__} {raw!r} is not one label (a row of several labels "
-                            f"is data.kind=multilabel)")
+        raise DataFileError(f"{where}: {files.json_value(raw)} is not one label (a row of "
+                            f"several labels is data.kind=multilabel)")
     if value is None:
         raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
     return str(int(value)) if value == value.to_integral_value() else repr(float(value))
@@ -738,10 +739,11 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
     elif isinstance(raw, list):
         items = raw
     else:
-        raise DataFileError(f"{where}: {type(raw).__name__} {raw!r} is not a list of labels (a JSON list, or names "
-                            f"separated by {LABEL_SEPARATOR!r})")
+        raise DataFileError(f"{where}: {files.json_value(raw)} is not a list of labels (a JSON "
+                            f"list, or names separated by {LABEL_SEPARATOR!r})")
     if bad := [x for x in items if isinstance(x, (list, dict)) or x is None]:
-        raise DataFileError(f"{where}: {bad[0]!r} in the row's labels is not a label")
+        raise DataFileError(f"{where}: {files.json_value(bad[0])} in the row's labels is not "
+                            f"a label")
     return tuple(dict.fromkeys(label_key(x, where) for x in items))
 
 

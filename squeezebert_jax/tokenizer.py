@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write, read_json
+from squeezebert_jax.files import atomic_write, json_type, read_json
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -272,7 +272,7 @@ class Tokenizer(abc.ABC):
                 if isinstance(tok, WordPieceTokenizer) and cfg_path is not None:
                     settings = read_json(cfg_path)
                     if not isinstance(settings, dict):
-                        raise InputError(f"{cfg_path}: a JSON {type(settings).__name__}, not an object")
+                        raise InputError(f"{cfg_path}: {json_type(settings)}, not a JSON object")
                     lower = settings.get("do_lower_case", True)
                     if lower is False:
                         raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "

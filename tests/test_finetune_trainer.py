@@ -349,7 +349,7 @@ def _history_lines(n=2):
      + (_history_lines()[1] + "\n").encode(), r"config_history.jsonl:2:\d+: not UTF-8 text \(byte 0xe9\); the run's "
                                               r"config history is damaged: move it away"),
     ("\n".join(_history_lines() + ["[1, 2]", _history_lines()[0]]) + "\n",
-     r"config_history.jsonl:3: a JSON list, not an object; the run's config history is damaged"),
+     r"config_history.jsonl:3: a list, not a JSON object; the run's config history is damaged"),
     ("\n".join([_history_lines()[0], '{"start_step": 1, "conf', _history_lines()[1]]) + "\n",
      r"config_history.jsonl:2: not a JSON object \(.*, column 24\); the run's config history is damaged"),
     ("\n".join(_history_lines() + ['{"start_step": 4}']) + "\n",

@@ -436,7 +436,7 @@ def test_the_cards_fine_tuning_writes_are_read(tmp_path):
     ('{"kind": "question_answering", "null_threshold": NaN}', r"'null_threshold' is NaN; it must be a finite number"),
     ('{"kind": "question_answering", "null_threshold": Infinity}', r"'null_threshold' is Infinity; it must be a fin"),
     ('{"kind": "classification", "kind": "regression"}', r"the key 'kind' appears twice in one object"),
-    ('["classification"]', r"a JSON list, not an object"),
+    ('["classification"]', r"a list, not an object of the task's settings"),
     ('{"kind": "classification",\n', r"2:1: not valid JSON \(.*\) \(a task description: train/finetune.py"),
 ])
 def test_a_bad_task_card_names_the_file_and_the_key(tmp_path, card, msg):

@@ -248,7 +248,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("doc, msg", [
-    ({"data": ["films"]}, r"sq.json: data\[0\]: no \"paragraphs\" list \(a str\)"),
+    ({"data": ["films"]}, r"sq.json: data\[0\]: no \"paragraphs\" list \(a string\)"),
     ({"data": [{"title": "t", "paragraph": []}]},
      r"sq.json: data\[0\]: no \"paragraphs\" list \(has title, paragraph\)"),
     ({"data": [{"paragraphs": [{"context": "John shot it.", "qa": []}]}]},

@@ -209,8 +209,13 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ("review,sentiment\na,pos\nb,\n", r"e.csv:3: column 'sentiment': the label is empty"),
     ("review,sentiment\na,pos\nb,   \n", r"e.csv:3: column 'sentiment': the label is empty"),
     ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": null}\n', r"e.jsonl:2: .*the label is null"),
-    ('{"review": "a", "sentiment": ["pos"]}\n', r"e.jsonl:1: .*a JSON list \['pos'\] is not one label .*multilabel"),
-    ('{"review": "a", "sentiment": {"y": 1}}\n', r"e.jsonl:1: .*a JSON dict .* is not one label"),
+    ('{"review": "a", "sentiment": ["pos"]}\n', r'e.jsonl:1: .*a list \["pos"\] is not one label .*multilabel'),
+    ('{"review": "a", "sentiment": {"y": 1}}\n', r'e.jsonl:1: .*an object \{"y": 1\} is not one label'),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": true, "sentiment": "neg"}\n',
+     r"e.jsonl:2: column 'review' holds a boolean true, not text"),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": null, "sentiment": "neg"}\n',
+     r"e.jsonl:2: column 'review' holds null, not text"),
+    ('{"review": "a", "sentiment": "pos"}\n[1, 2]\n', r"e.jsonl:2: a list \(\[1, 2\]\), not a JSON object"),
     ("review,sentiment\na,pos\nb,NaN\n", r"e.csv:3: column 'sentiment': the label 'NaN' is not a finite number"),
     ("review,sentiment\na,pos\nb,-inf\n", r"e.csv:3: column 'sentiment': the label '-inf' is not a finite number"),
 ])
@@ -268,7 +273,7 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
     task, rows = _labels_of(tmp_path, "m.csv", body, **{"data.kind": "multilabel", "data.label_column": "genres"})
     assert task.labels == ("1", "comedy", "drama")
     assert [e.label for e in rows] == [(1, 2), (1, 2), (), (), (0,)]
-    for bad, msg in (('a,"[""comedy"", [""x""]]"', r"\['x'\] in the row's labels is not a label"),
+    for bad, msg in (('a,"[""comedy"", [""x""]]"', r'a list \["x"\] in the row\'s labels is not a label'),
                      ("a,[comedy", r"starts like a JSON list but is not one")):
         with pytest.raises(sj.errors.DataFileError, match=rf"n.csv:2: column 'genres': .*{msg}"):
             _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n",
