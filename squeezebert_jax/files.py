@@ -30,9 +30,12 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
     ``path`` (``os.replace``), so a reader or a crash never sees a half-written file. ``data`` is text (UTF-8, ``\\n``
     line ends), bytes, or a function that writes the file at the path it is given (e.g.
     ``lambda tmp: np.save(tmp, x)``; the temp name ends with ``path``'s name, so its extension is kept).
-    The file gets the usual permissions (umask), not a temp file's 0600. Returns ``path``."""
+    The file gets the usual permissions (umask), not a temp file's 0600. A symlink is written through, as a shell's
+    ``>`` does: its target is replaced and the link kept (renaming over the link would turn it into a file of its own
+    and leave the target as it was). Returns ``path``."""
     path = os.fspath(path)
-    d, base = os.path.split(os.path.abspath(path))
+    d, base = os.path.split(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
+    target = os.path.join(d, base)
     tmp = os.path.join(d, f".tmp{os.getpid()}-{secrets.token_hex(4)}-{base}")
     try:
         if callable(data):
@@ -47,7 +50,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
         finally:
             os.close(fd)
         os.chmod(tmp, 0o666 & ~_umask())  # a writer such as safetensors' makes its file 0600
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

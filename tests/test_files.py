@@ -118,6 +118,23 @@ def test_odd_workdirs_are_named_before_anything_is_written(tmp_path, monkeypatch
     assert sorted(os.listdir(tmp_path)) == ["ck", "notes.txt"]  # no log.txt, no ./gs:, nothing made
 
 
+def test_an_atomic_write_through_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
+    """As a shell's ``>``: the link stays a link (renaming over it made it a file and left the target as it was);
+    a dangling link's target is created; no temp file is left in either directory."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "out.jsonl").write_text("old\n")
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(tmp_path / "real" / "out.jsonl")
+    files.atomic_write(link, "new\n")
+    assert link.is_symlink() and (tmp_path / "real" / "out.jsonl").read_text() == "new\n"
+    dangling = tmp_path / "later.jsonl"
+    dangling.symlink_to(tmp_path / "real" / "later.jsonl")
+    files.atomic_write(dangling, b"made")
+    assert dangling.is_symlink() and (tmp_path / "real" / "later.jsonl").read_bytes() == b"made"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["later.jsonl", "later.jsonl", "out.jsonl", "out.jsonl",
+                                                            "real"]
+
+
 def test_an_output_file_path_ending_in_a_slash_is_named_as_such(tmp_path):
     for out in (tmp_path / "new", tmp_path):  # a directory yet to make, or one there: never "new/.lock" in a message
         with pytest.raises(errors.InputError, match=rf"^--out {out}/ ends in '/', a directory's path; give the path"):
