@@ -10,7 +10,7 @@ multiple choice: the chosen ending and every choice's probability).
 --input: .txt (a text per line; a pair as two tab-separated texts), .csv, .tsv or .jsonl (--text_columns: one column,
 or two for pairs; default the file's only column, or "text"; QA: "question,context"; multiple choice: the run's
 columns); each input holds as many texts as the model reads (its task.json text_columns). --out is refused before any
-work when it exists (unless --overwrite), when its directory does not exist, when it is --input or a file of --model
+work when it exists (unless --overwrite), when its directory does not exist, when it is --input or inside --model
 (always), and while another command writes it (OUT.lock). In Python:
 squeezebert_jax.predict.Predictor(MODEL_DIR)(["a text", ...]) (a list of results; one str: one result).
 """

@@ -392,9 +392,10 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
 
 
 def has_text(value: str) -> bool:
-    """Whether a text holds something to read: a character that is not white space, a control or an invisible mark
-    (a zero-width space alone is no text). The one test of an empty text: the task loaders, SQuAD and predict."""
-    return any(unicodedata.category(ch)[0] not in "ZC" for ch in value)
+    """Whether a text holds something to read: a character that is not white space, a control, an invisible mark or
+    a combining mark (a zero-width space alone is no text, nor an accent on nothing, which an uncased tokenizer
+    strips). The one test of an empty text: the task loaders, SQuAD and predict."""
+    return any(unicodedata.category(ch)[0] not in "ZCM" for ch in value)
 
 
 def read_text(path: str | os.PathLike, what: str = "") -> str:

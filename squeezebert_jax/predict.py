@@ -394,14 +394,13 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
     """One JSON line per input of ``input_path`` into ``out_path``, in order, each with the ``line`` of the input
     where its row starts (``{"line": 3, "label": ...}``), written whole or not at all. ``out_path`` is
     checked and claimed before any work (``files.claim_output_file``): refused when it exists (unless ``overwrite``),
-    when its directory does not exist (not created), when it is the input or a file of ``model_dir`` (always), and
+    when its directory does not exist (not created), when it is the input or inside ``model_dir`` (always), and
     while another command writes it. ``text_columns`` name a table's columns: a ``.txt`` input (a text per line) with
     them is refused. Returns the number of lines."""
     if text_columns and input_path.lower().endswith(".txt"):
         raise InputError(f"--text_columns {text_columns}: {input_path} is a .txt file, a text per line (a pair: two "
                          "tab-separated texts), with no columns; give a .csv, .tsv or .jsonl file to choose columns")
-    model_files = ([os.path.join(model_dir, f) for f in os.listdir(model_dir)] if os.path.isdir(model_dir) else [])
-    with claim_output_file(out_path, overwrite, inputs=(input_path, *model_files)):
+    with claim_output_file(out_path, overwrite, inputs=(input_path, model_dir)):  # never inside the model either
         predictor = Predictor(model_dir, max_length)
         numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity)
         results = predictor([x for _, x in numbered])

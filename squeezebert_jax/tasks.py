@@ -179,10 +179,13 @@ def read_rows(path: str):
             if not all(header):
                 raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
                                     f"{header.index('') + 1}): {header}")
-        elif record and (fmt == "csv" or any(v.strip() for v in record)):  # a blank line is no row; `""` is one
+        elif record and record != [""]:  # an empty line is no row; `""` (CSV) or a tab (TSV) is a row of empty fields
             if len(record) != len(header):
                 raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
                                     f"({', '.join(header)})")
+            if [c.strip() for c in record] == header:
+                raise DataFileError(f"{path}:{start}: the header line again ({', '.join(header)}), read as a row: "
+                                    "files joined together? Remove it")
             yield start, dict(zip(header, record))
     if header is None:
         raise DataFileError(f"{path}: empty (no header line)")
@@ -601,7 +604,7 @@ class ChoiceTask:
         name = label_key(raw, f"{path}:{lineno}: column {self.label_column!r}")
         if name in self.choice_columns:
             return self.choice_columns.index(name)
-        if name.isdigit() and int(name) < len(self.choice_columns):
+        if name.isdecimal() and int(name) < len(self.choice_columns):  # (not isdigit: '²' is a digit int() refuses)
             return int(name)
         raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} is not a choice: an index "
                             f"0..{len(self.choice_columns) - 1} or one of {list(self.choice_columns)}")
@@ -712,15 +715,18 @@ def label_key(raw, where: str) -> str:
 
 def check_one_form(names) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
-    seen) that differ only in case or in a Unicode compatibility form (``Pos`` and ``pos``; ``B-PER`` and ``b-per``; a
-    full-width ``ｐｏｓ``) are refused: one class written two ways would train as two. Naming both in
-    config.data.labels keeps them apart."""
+    seen) that differ only in case, in a Unicode compatibility form or in invisible format characters (``Pos`` and
+    ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark or a
+    soft hyphen in it) are refused: one class written two ways would train as two. Naming both in config.data.labels
+    keeps them apart."""
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
-        first, at = folded.setdefault(unicodedata.normalize("NFKC", name).casefold(), (name, line))
+        key = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
+        first, at = folded.setdefault(key.casefold(), (name, line))
         if first != name:
-            raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case or "
-                                "form: write each class one way, or name both in config.data.labels to keep them apart")
+            raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case, "
+                                "form or invisible characters: write each class one way, or name both in "
+                                "config.data.labels to keep them apart")
 
 
 def label_keys(raw, where: str) -> tuple[str, ...]:

@@ -249,6 +249,8 @@ def test_compile_the_finetuning_step_with_a_teacher_for_tpu(tmp_path):
 def test_pretraining_flags_on_a_finetuning_config_are_one_line(tmp_path):
     rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--fit")
     assert rc == 2 and "--fit: for pretraining configs" in err and "Traceback" not in err
+    rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--census", "--hlo", str(tmp_path / "h"))
+    assert rc == 2 and "--census, --hlo: for pretraining configs only" in err and not (tmp_path / "h").exists()
 
 
 def test_unknown_topology_is_one_line_exit_2(tmp_path):

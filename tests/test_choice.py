@@ -97,7 +97,9 @@ def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
 
 @pytest.mark.parametrize("label, msg", [("4", r"dev.csv:3: column 'label': '4' is not a choice: an index 0..3 or one "
                                                r"of \['ending0', 'ending1', 'ending2', 'ending3'\]"),
-                                        ("ending9", r"dev.csv:3: column 'label': 'ending9' is not a choice")])
+                                        ("ending9", r"dev.csv:3: column 'label': 'ending9' is not a choice"),
+                                        ("\u00b2", r"dev.csv:3: column 'label': '\u00b2' is not a choice"),  # a digit
+                                        ("\u2462", r"dev.csv:3: column 'label': '\u2462' is not a choice")])  # int() refuses
 def test_a_label_that_is_no_choice_is_named(init, tmp_path, label, msg):
     train = _write(tmp_path / "train.csv", _rows(8, 0))
     rows = _rows(2, 1)

@@ -238,6 +238,7 @@ def test_two_predicts_to_one_out_at_once_keep_one_whole_result(model_dir, tmp_pa
 def test_out_is_never_the_input_even_with_overwrite(model_dir, tmp_path, monkeypatch):
     src = tmp_path / "in.txt"
     src.write_text("good\n")
+    before = os.listdir(model_dir)
     os.symlink(src, tmp_path / "link.txt")
     os.link(src, tmp_path / "hard.txt")
     never_built(monkeypatch)
@@ -248,9 +249,11 @@ def test_out_is_never_the_input_even_with_overwrite(model_dir, tmp_path, monkeyp
                                              r"replaces an input \(not even with --overwrite\)"):
             predict_file(str(model_dir), str(src), str(out), overwrite=True)
     assert src.read_text() == "good\n"
-    for name in ("config.json", "vocab.txt"):  # nor a file of the MODEL_DIR
-        with pytest.raises(InputError, match="an input of this command"):
+    # nor anywhere in the MODEL_DIR: its files, and the names it would read (tokenizer.json, task.json) or not
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json", "tokenizer.json", "task.json", "preds.jsonl"):
+        with pytest.raises(InputError, match=r"is inside .*, an input directory of this command"):
             predict_file(str(model_dir), str(src), str(model_dir / name), overwrite=True)
+    assert sorted(os.listdir(model_dir)) == sorted(before)
     with pytest.raises(InputError, match="an input of this command"):  # the one check, for every command
         files.check_output_file(tmp_path / "link.txt", True, "--json", inputs=(src,))
 

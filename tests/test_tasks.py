@@ -255,8 +255,13 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
     task, rows = _labels_of(tmp_path, "u.csv", "review,sentiment\na,caf\u00e9\nb,cafe\u0301\nc,neg\n")
     assert task.labels == ("caf\u00e9", "neg") and [r.label for r in rows] == [0, 0, 1]
     with pytest.raises(sj.errors.DataFileError, match=r"w.csv:3: column 'sentiment': the label 'ｐｏｓ' differs from "
-                                                      r"'pos' \(line 2\) only in case or form"):
+                                                      r"'pos' \(line 2\) only in case, form or invisible"):
         _labels_of(tmp_path, "w.csv", "review,sentiment\na,pos\nb,ｐｏｓ\n")
+    for mark in ("\u200b", "\u200d", "\ufeff", "\u00ad"):  # zero-width space and joiner, a BOM, a soft hyphen
+        with pytest.raises(sj.errors.DataFileError, match=r"i.csv:3: column 'sentiment': the label 'p?o?s?\\(u|x)"
+                                                          r".*' differs from 'pos' \(line 2\) only in case, form"):
+            _labels_of(tmp_path, "i.csv", f"review,sentiment\na,pos\nb,{mark}pos\n" if mark == "\ufeff" else
+                       f"review,sentiment\na,pos\nb,po{mark}s\n")
 
 
 def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
@@ -338,11 +343,19 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
 @pytest.mark.parametrize("name, body, msg", [
     ("z.csv", "review,sentiment\nfine,pos\n\u200b\u200d,neg\n", r"z.csv:3: column 'review' is empty \(only white space "
                                                                r"or invisible marks\)"),
+    ("m.csv", "review,sentiment\nfine,pos\n\u0301,neg\n", r"m.csv:3: column 'review' is empty"),  # an accent alone
     ("k.jsonl", '{"review": "a", "sentiment": "p"}\n{"review": "b", "sentiment": "n", "sentiment": "p"}\n',
      r"k.jsonl:2: the key 'sentiment' appears twice in one object"),
     ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),
     # a blank line is no row (skipped), a quoted "" is one (refused)
     ("q.csv", 'review,sentiment\nfine,pos\n\n"",neg\n', r"q.csv:4: column 'review' is empty"),
+    # TSV alike: an empty line is skipped, a line of a tab (empty fields) or of spaces is a row, refused
+    ("q.tsv", "review\tsentiment\nfine\tpos\n\n\t\nbad\tneg\n", r"q.tsv:4: column 'sentiment': the label is empty"),
+    ("s.tsv", "review\tsentiment\nfine\tpos\n   \nbad\tneg\n", r"s.tsv:3: 1 fields, the header has 2"),
+    # the header again mid-file (two files joined): no class named "sentiment"
+    ("h.csv", "review,sentiment\nfine,pos\nreview , sentiment\nbad,neg\n", r"h.csv:3: the header line again \("
+                                                                           r"review, sentiment\), read as a row"),
+    ("h.tsv", "review\tsentiment\nfine\tpos\nreview\tsentiment\n", r"h.tsv:3: the header line again"),
     ("u16.tsv", "review\tsentiment\nfine\tpos\n".encode("utf-16-le"), r"u16.tsv:1:2: a NUL byte"),
     # old Mac line ends: one "line" of glued rows (CSV read it as an unclosed quote, TSV as no rows)
     ("cr.csv", "review,sentiment\rfine,pos\rbad,neg\r", r"cr.csv:1:17: a carriage return that ends no line"),

@@ -141,6 +141,8 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                        r"'b-per' differs from 'B-PER' \(line 1\) only in case"),
                       ("john B-PER\nshot O\n\nmary B-PER\nran o\n", r"t.conll:4: .*'o' differs from 'O'"),
                       ("john B-PER\nshot O\n\nmary Ｂ-PER\nran O\n", r"t.conll:4: .*'Ｂ-PER' differs from 'B-PER'"),
+                      ("john B-PER\nshot O\n\nmary B-PER\u200b\nran O\n",
+                       r"t.conll:4: .*'B-PER\\u200b' differs from 'B-PER' .*invisible characters"),
                       ("john B-PER\nshot O\n\nmary B-\nran O\n",
                        r"t.conll:4: the sentence's tag 'B-' names no entity")):
         (tmp_path / "t.conll").write_text(body)

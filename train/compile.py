@@ -165,10 +165,12 @@ def main(argv) -> int:
         files.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
     if "task" in config:  # a fine-tuning config
         pretraining_only = [f"--{f}" for f, v in (("phase", _PHASE.value), ("fit", _FIT.value),
-                                                    ("max-batch", _MAX_BATCH.value)) if v]
+                                                    ("max-batch", _MAX_BATCH.value), ("bytes", _BYTES.value),
+                                                    ("census", _CENSUS.value), ("hlo", _HLO.value)) if v]
         if pretraining_only:
-            cli.report(InputError(f"{', '.join(pretraining_only)}: for pretraining configs (the fine-tuning step has "
-                                  "no phases or microbatches)"))
+            cli.report(InputError(f"{', '.join(pretraining_only)}: for pretraining configs only (the fine-tuning "
+                                  "step has no phases or microbatches, and its report no byte count, census or "
+                                  "program)"))
             return 2
         try:
             target = _target(config, log_path)
