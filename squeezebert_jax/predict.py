@@ -372,7 +372,11 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         if not out:
             raise DataFileError(f"{path}: no lines")
         return out
-    columns = [c.strip() for c in text_columns.split(",") if c.strip()]
+    columns = [c.strip() for c in text_columns.split(",")] if text_columns.strip() else []
+    if not all(columns) or len(set(columns)) != len(columns):
+        why = "an empty column name" if not all(columns) else "a column named twice"
+        raise InputError(f"--text_columns {text_columns!r}: {why}; give each text column once, separated by commas "
+                         "(e.g. premise,hypothesis)")
     for lineno, row in tasks.read_rows(path):
         if not columns:
             columns = list(row) if len(row) == 1 else ["text"]

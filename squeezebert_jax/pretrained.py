@@ -58,8 +58,12 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
                 if name in TOKENIZER_FILE_NAMES:
                     n = load_tokenizer(path).vocab_size
                     if vocab_size is not None and n > vocab_size:
+                        blank = [i + 1 for i, t in enumerate(read_vocab(path)) if t == ""] if name == "vocab.txt" \
+                            else []
+                        why = (f"line {blank[0]} is blank, a token of its own: a line added by mistake?" if blank
+                               else "a vocabulary of another model?")
                         raise InputError(f"{path}: {n} tokens, but the model's vocab_size is {vocab_size}: ids past "
-                                         f"{vocab_size - 1} would have no embedding (a vocabulary of another model?)")
+                                         f"{vocab_size - 1} would have no embedding ({why})")
                 found.append((name, path))
     paths = dict(found)
     if "tokenizer.json" in paths and "vocab.txt" in paths:
@@ -80,8 +84,8 @@ def _check_tokenizer_json(path: str, vocab_path: str) -> None:
     if ours != lines:
         diff = next(((t, ours.get(t), lines.get(t)) for t in sorted(set(ours) | set(lines), key=str)
                      if ours.get(t) != lines.get(t)), None)
-        tok, a, b = diff
-        raise InputError(f"{path}: its vocabulary differs from {vocab_path} (token {tok!r}: id {a} there, {b} in "
+        tok, a, b = (*diff[:1], *("absent" if i is None else f"id {i}" for i in diff[1:]))
+        raise InputError(f"{path}: its vocabulary differs from {vocab_path} (token {tok!r}: {a} there, {b} in "
                          "vocab.txt); transformers reads tokenizer.json and this library vocab.txt, so they would "
                          "encode text differently: keep the one the model was trained with")
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from squeezebert_jax.chips import PEAK_FLOPS
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, json_type, text_lines
+from squeezebert_jax.files import atomic_write, json_type, json_value, text_lines
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class MetricsWriter:
         for lineno, row in rows:
             row_step = row.get("step")
             if isinstance(row_step, bool) or not isinstance(row_step, int):
-                raise InputError(f"{self.path}:{lineno}: a metrics row without an integer step ({row_step!r}); "
+                held = json_value(row_step) if "step" in row else 'no key "step"'
+                raise InputError(f"{self.path}:{lineno}: a metrics row without an integer step ({held}); "
                                  f"{METRICS_ADVICE}")
             if row_step <= step:
                 keep.append(json.dumps(row) + "\n")

@@ -174,7 +174,7 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
         if (not isinstance(text, str) or not files.has_text(text) or isinstance(start, bool)
                 or not isinstance(start, int)):
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
-                                f"\"answer_start\", got {a!r}")
+                                f"\"answer_start\", got {files.json_value(a, 80)}")
         if not 0 <= start <= len(context) - len(text) or context[start:start + len(text)] != text:
             raise DataFileError(f"{where}: question {qid!r}: answer {text!r} is not at answer_start {start} of its "
                                 f"context (there: {context[max(start, 0):max(start, 0) + len(text)]!r})")

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write, json_type, read_json
+from squeezebert_jax.files import atomic_write, json_type, json_value, read_json
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -274,6 +274,9 @@ class Tokenizer(abc.ABC):
                     if not isinstance(settings, dict):
                         raise InputError(f"{cfg_path}: {json_type(settings)}, not a JSON object")
                     lower = settings.get("do_lower_case", True)
+                    if not isinstance(lower, bool):  # "false", 0, null: which casing is meant?
+                        raise InputError(f"{cfg_path}: do_lower_case is {json_value(lower)}; expected true or false "
+                                         "(this library's WordPiece is uncased BERT's: true)")
                     if lower is False:
                         raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
                                          "WordPiece is uncased BERT's and would lowercase its input")

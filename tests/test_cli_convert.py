@@ -495,6 +495,8 @@ def test_links_inside_the_directory_and_a_hub_cache_snapshot_are_followed(tmp_pa
     (VOCAB[:6] + ["", ""] + VOCAB[6:], r"line 8 is blank, as is line 7"),
     (VOCAB + ["extra"], r"13 tokens, but the model's vocab_size is 12: ids past 11 would have no "
                                             "embedding"),
+    (VOCAB[:6] + [""] + VOCAB[6:], r"13 tokens, but the model's vocab_size is 12: .*\(line 7 is blank, a token of "
+                                   r"its own: a line added by mistake\?\)"),
 ])
 def test_from_pytorch_refuses_a_vocab_the_model_cannot_use(tmp_path, run_cli, digest, lines, message):
     """The vocabulary is read by its one reader (tokenizer.read_vocab) before a conversion copies it on; a refused one
@@ -524,7 +526,14 @@ def test_a_tokenizer_json_that_is_not_the_vocab_txt_is_refused_both_ways(tmp_pat
     rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
     line = one_error_line(err, "from_pytorch.py")
     assert rc == 1 and f"tokenizer.json: its vocabulary differs from {src}/vocab.txt (token " in line, line
+    assert re.search(r"\(token '.*': id \d+ there, id \d+ in vocab.txt\)", line), line
     assert digest(src) == before and not (tmp_path / "m").exists()
+    doc["model"]["vocab"] |= {a: i, b: j, "zzzextra": len(doc["model"]["vocab"])}  # a token vocab.txt lacks
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(doc))
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    assert rc == 1 and "(token 'zzzextra': id 12 there, absent in vocab.txt)" in one_error_line(err, "from_pytorch.py")
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(doc | {"model": doc["model"] | {"vocab": {
+        k: v for k, v in doc["model"]["vocab"].items() if k != "zzzextra"}}}))
     doc["model"] = {"type": "BPE", "vocab": {}, "merges": []}
     (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(doc))
     rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")

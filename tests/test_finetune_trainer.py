@@ -394,7 +394,11 @@ def test_damaged_metrics_and_config_json_are_named_and_a_torn_metrics_row_droppe
     assert "metrics.jsonl:3: the last line is cut short" in caplog.text
     assert [r["step"] for r in reporting.read_metrics(str(tmp_path))] == [2, 4] and path.read_bytes().endswith(b"\n")
     path.write_text('{"step": 2}\n{"loss": 1.0}\n')
-    with pytest.raises(sj.errors.InputError, match=r"metrics.jsonl:2: a metrics row without an integer step"):
+    with pytest.raises(sj.errors.InputError, match=r'metrics.jsonl:2: a metrics row without an integer step \(no key '
+                                                   r'"step"\)'):
+        reporting.MetricsWriter(str(tmp_path)).drop_after(4)
+    path.write_text('{"step": 2}\n{"step": null, "loss": true}\n')
+    with pytest.raises(sj.errors.InputError, match=r"metrics.jsonl:2: a metrics row without an integer step \(null\)"):
         reporting.MetricsWriter(str(tmp_path)).drop_after(4)
 
     import ml_collections

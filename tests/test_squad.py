@@ -240,6 +240,9 @@ BAD = [
      '{"id": "a", "question": "Who?", "context": "John shot it.", "answers": []}',
      r"bad.jsonl:2: question id 'a' appears twice \(also at .*bad.jsonl:1\)"),
     ('{"id": "a", "context": "John shot it.", "answers": []}', r"bad.jsonl:1: no 'question' text"),
+    ('{"id": "a", "question": "Who?", "context": "John shot it.", "answers": [{"text": null, "answer_start": 5}]}',
+     r'bad.jsonl:1: question \'a\': an answer needs a "text" and an integer "answer_start", got an object '
+     r'\{"text": null, "answer_start": 5\}'),
     ('{"id": "a", "question": "Who?", "context": "John shot it."}', r"bad.jsonl:1: question 'a' has no \"answers\""),
     ('{"data": [{"paragraphs": [{"context": "John shot it.", "qas": [\n{"id": "q7", "question": "Who?",\n'
      '"answers": [{"text": "John", "answer_start": 3}]}]}]}]}',

@@ -322,6 +322,10 @@ def test_cased_tokenizer_config_is_refused(hand_vocab, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
     with pytest.raises(ValueError, match="do_lower_case is false"):
         Tokenizer.from_dir(tmp_path)
+    for value, shown in (('"false"', 'a string "false"'), ("0", "an integer 0"), ("null", "null")):  # which is meant?
+        (tmp_path / "tokenizer_config.json").write_text(f'{{"do_lower_case": {value}}}')
+        with pytest.raises(ValueError, match=f"do_lower_case is {shown}; expected true or false"):
+            Tokenizer.from_dir(tmp_path)
 
 
 def test_load_picks_the_kind_behind_one_interface(hand_vocab, sp_tok):
