@@ -359,7 +359,8 @@ def test_the_texts_per_input_are_the_models_text_columns(model_dir, tmp_path):
     with pytest.raises(DataFileError, match=r"two.csv:2: 2 text columns \(a, b; name others with --text_columns\); "
                                             r"this model reads one text"):
         read_inputs(str(tmp_path / "two.csv"), "a,b", p.arity)
-    for columns, why in (("a,", "an empty column name"), (",a", "an empty column name"), ("a, a", "a column named twice")):
+    for columns, why in (("a,", "an empty column name"), (",a", "an empty column name"),
+                         ("a, a", "a column named twice")):
         with pytest.raises(InputError, match=rf"^--text_columns '{columns}': {why}; give each text column once"):
             read_inputs(str(tmp_path / "two.csv"), columns, p.arity)
     pair = Predictor(str(with_card(model_dir, tmp_path, {"kind": "classification",
