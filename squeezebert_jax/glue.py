@@ -29,6 +29,7 @@ import numpy as np
 
 from squeezebert_jax.errors import InputError, MissingExtraError
 from squeezebert_jax.files import atomic_write
+from squeezebert_jax.tokenizer import warn_truncated
 
 log = logging.getLogger(__name__)
 
@@ -458,10 +459,7 @@ def encode_examples(examples: Sequence[GlueExample], tokenizer, max_length: int,
         pairs = [e.text_b for e in examples] if has_b == {True} else None
         enc = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_length)
         out = {k: np.asarray(enc[k], np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
-        if cut := getattr(tokenizer, "last_truncated", 0):  # never silent: the model reads none of what was cut
-            log.warning("%d of %d inputs (%.1f%%) are longer than %d tokens and were cut to fit (the model reads "
-                        "none of the rest); a larger max_seq_length keeps more", cut, len(examples),
-                        100 * cut / len(examples), max_length)
+        warn_truncated(tokenizer, len(examples), max_length, "max_seq_length")
     else:
         out = {k: np.zeros((0, max_length), np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
     if regression is None:

@@ -35,6 +35,7 @@ from squeezebert_jax.files import (atomic_write, claim_output_file, has_text, js
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
+from squeezebert_jax.tokenizer import warn_truncated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +167,8 @@ class Predictor:
         a = [t[0] if p else t for t, p in zip(texts, pairs)]
         b = [t[1] for t in texts] if texts and all(pairs) else None
         enc = self.tokenizer.encode_batch(a, b, max_length=self.max_length)
+        warn_truncated(self.tokenizer, len(a), self.max_length, "--max_length (up to the model's "
+                       f"{self.model.config.max_position_embeddings})")
         return self._logits({k: np.asarray(enc[k], np.int32) for k in ("input_ids", "attention_mask",
                                                                         "token_type_ids")})
 

@@ -98,6 +98,10 @@ def _squad_json(path: str, raw: str):
         except ValueError:
             pass
         raise
+    if isinstance(doc, dict) and "data" not in doc and not {"question", "context", "id"} & set(doc):
+        raise DataFileError(f"{path}: a JSON object with no \"data\" list of articles (it has "
+                            f"{', '.join(map(str, doc)) or 'nothing'}): the official SQuAD layout is {{\"version\": "
+                            "..., \"data\": [...]}, JSON Lines one question object per line")
     return doc if isinstance(doc, dict) and "data" in doc else None
 
 
@@ -106,9 +110,9 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
     if not isinstance(doc["data"], list):
         raise DataFileError(f"{path}: \"data\" is {files.json_type(doc['data'])}, not a list of articles")
     v1 = str(doc.get("version", "")).lstrip("v").startswith("1.")  # SQuAD v1.1 declares "1.1"; v2.0 "v2.0"
-    lines = {}
+    lines: dict[str, list[int]] = {}  # each id's lines, in the file's order (an id given twice: both lines)
     for m in re.finditer(r'"id"\s*:\s*("(?:[^"\\]|\\.)*")', raw):
-        lines.setdefault(json.loads(m.group(1)), raw.count("\n", 0, m.start()) + 1)
+        lines.setdefault(json.loads(m.group(1)), []).append(raw.count("\n", 0, m.start()) + 1)
     for a, article in enumerate(doc["data"]):  # every level as the official layout has it, or refused by place
         if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
             has = f"has {', '.join(map(str, article)) or 'nothing'}" if isinstance(article, dict) else \
@@ -125,7 +129,8 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
                 if not isinstance(qa, dict):
                     raise DataFileError(f"{at}.qas[{q}]: {files.json_type(qa)}, not a question object")
                 qid = qa.get("id")
-                where = f"{path}:{lines[qid]}" if isinstance(qid, str) and qid in lines else f"{at}.qas[{q}]"
+                seen = lines.get(qid) if isinstance(qid, str) else None
+                where = f"{path}:{seen.pop(0) if len(seen) > 1 else seen[0]}" if seen else f"{at}.qas[{q}]"
                 if v1 and (qa.get("answers") == [] or qa.get("is_impossible") is True):
                     raise DataFileError(f"{where}: question {qid!r} has no answer, but the file says \"version\": "
                                         f"{json.dumps(doc['version'])}, where every question has one (an unanswerable "

@@ -492,6 +492,16 @@ def test_a_card_and_a_config_of_other_problem_types_are_refused(model_dir, tmp_p
         Predictor(str(path))
 
 
+def test_inputs_cut_to_max_length_are_counted_in_a_warning(model_dir, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
+        Predictor(str(model_dir), max_length=8)(["good", "the movie was good " * 20, "a very bad plot " * 3])
+    assert [r.getMessage() for r in caplog.records] == [
+        "2 of 3 inputs (66.7%) are longer than 8 tokens and were cut to fit (the model reads none of the rest); a "
+        "larger --max_length (up to the model's 64) keeps more"]
+
+
 def test_max_length_past_the_models_positions_is_refused_not_cut(model_dir, tmp_path, run_cli):
     """The model reads at most max_position_embeddings (64 here) tokens: more is refused by name, in Python and from
     the script, before any output; left out, it is 128 or the model's maximum where that is less."""

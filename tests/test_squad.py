@@ -280,7 +280,14 @@ def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_p
                      (text.replace('"v2.0"', '"1.1"').replace('"is_impossible": false', '"is_impossible": true'),
                       r"sq.json:\d+: question 'q1' has no answer, but the file says \"version\": \"1.1\""),
                      (text.replace('"is_impossible": false', '"is_impossible": false, "answers": []'),
-                      r"sq.json: the key 'answers' appears twice in one object")):
+                      r"sq.json: the key 'answers' appears twice in one object"),
+                     # no "data": named, not read as JSON Lines ("no 'question' text (has id, version)")
+                     (json.dumps({"version": "v2.0"}, indent=1),
+                      r'sq.json: a JSON object with no "data" list of articles \(it has version\)'),
+                     # an id twice: each place by its own line
+                     (json.dumps(good | {"data": [{"title": "t", "paragraphs": [{"context": "John went home", "qas": [
+                         good["data"][0]["paragraphs"][0]["qas"][0]] * 2}]}]}, indent=1),
+                      r"sq.json:22: question id 'q1' appears twice \(also at .*sq.json:11\)")):
         (tmp_path / "sq.json").write_text(bad)
         with pytest.raises(sj.errors.DataFileError, match=msg):
             squad.read_squad(str(tmp_path / "sq.json"))
