@@ -701,6 +701,9 @@ def label_key(raw, where: str) -> str:
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's
             raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
         if not _NUMBER.fullmatch(text):
+            if "_" in text and _NUMBER.fullmatch(text.replace("_", "")):  # Python's 1_000: a number, or a name?
+                raise DataFileError(f"{where}: the label {raw!r} is a number written with '_'; write it without "
+                                    f"({text.replace('_', '')}), as the other rows write numbers")
             return text
         value = decimal.Decimal(text) if math.isfinite(float(text)) else None  # 1e400: no float holds it
     elif raw is None:
@@ -710,7 +713,10 @@ def label_key(raw, where: str) -> str:
                             f"several labels is data.kind=multilabel)")
     if value is None:
         raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
-    return str(int(value)) if value == value.to_integral_value() else repr(float(value))
+    if value == value.to_integral_value():
+        return str(int(value))
+    shortest = repr(float(value))  # 0.5, 0.1: the float's shortest form, unless no float holds the value (1e-400)
+    return shortest if decimal.Decimal(shortest) == value else f"{value.normalize():e}"
 
 
 def check_one_form(names) -> None:
@@ -719,6 +725,12 @@ def check_one_form(names) -> None:
     ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark or a
     soft hyphen in it) are refused: one class written two ways would train as two. Naming both in config.data.labels
     keeps them apart."""
+    booleans = [n for n in names if n in ("true", "false")]
+    numbers = [n for n in names if _NUMBER.fullmatch(n)]
+    if booleans and numbers:  # is true the class 1?
+        b, n = (min(group, key=lambda x: names[x][1]) for group in (booleans, numbers))
+        raise DataFileError(f"{names[b][0]}: the label {b!r} in a column of numbers ({n!r} at line {names[n][1]}): "
+                            "write each class one way, all numbers or all names")
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
         key = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")

@@ -257,6 +257,16 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
     with pytest.raises(sj.errors.DataFileError, match=r"w.csv:3: column 'sentiment': the label 'ｐｏｓ' differs from "
                                                       r"'pos' \(line 2\) only in case, form or invisible"):
         _labels_of(tmp_path, "w.csv", "review,sentiment\na,pos\nb,ｐｏｓ\n")
+    # values no float holds stay apart (both were 0.0, a class apart from 0); 1_000 is 1000 or a name: refused
+    task, _ = _labels_of(tmp_path, "t.csv", "review,sentiment\na,1e-400\nb,2E-400\nc,0\nd,0.0\n")
+    assert task.labels == ("0", "1e-400", "2e-400")
+    with pytest.raises(sj.errors.DataFileError, match=r"x.csv:3: column 'sentiment': the label '1_000' is a number "
+                                                      r"written with '_'; write it without \(1000\)"):
+        _labels_of(tmp_path, "x.csv", "review,sentiment\na,1000\nb,1_000\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"b.jsonl:3: column 'sentiment': the label 'true' in a column "
+                                                      r"of numbers \('0' at line 1\)"):
+        _labels_of(tmp_path, "b.jsonl", '{"review": "a", "sentiment": 0}\n{"review": "b", "sentiment": 1}\n'
+                                        '{"review": "c", "sentiment": true}\n')
     for mark in ("\u200b", "\u200d", "\ufeff", "\u00ad"):  # zero-width space and joiner, a BOM, a soft hyphen
         with pytest.raises(sj.errors.DataFileError, match=r"i.csv:3: column 'sentiment': the label 'p?o?s?\\(u|x)"
                                                           r".*' differs from 'pos' \(line 2\) only in case, form"):
