@@ -440,6 +440,11 @@ def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -
     check_one_form(names)
     if not names:
         raise DataFileError(f"{path}: no tags (a word and its tag per line)")
+    if not any(t == "O" or re.match(r"[BIESLU]-.", t) for t in names):  # entity F1 reads IOB tags: none here
+        shown = sorted(names, key=lambda t: names[t][1])[:4]
+        raise DataFileError(f"{path}: no tag is O or an entity's (B-PER, I-LOC, ...): the tags read are "
+                            f"{', '.join(map(repr, shown))}{', ...' if len(names) > 4 else ''}; a line is a word, "
+                            "then its tag last (\"john B-PER\"): are the columns the other way round?")
     return tuple(sorted(names, key=lambda t: (t != "O", t)))
 
 

@@ -144,7 +144,10 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                       ("john B-PER\nshot O\n\nmary B-PER\u200b\nran O\n",
                        r"t.conll:4: .*'B-PER\\u200b' differs from 'B-PER' .*invisible characters"),
                       ("john B-PER\nshot O\n\nmary B-\nran O\n",
-                       r"t.conll:4: the sentence's tag 'B-' names no entity")):
+                       r"t.conll:4: the sentence's tag 'B-' names no entity"),
+                      ("B-PER john\nO shot\n\nB-PER mary\nO ran\n",  # the columns the other way round
+                       r"t.conll: no tag is O or an entity's \(B-PER, I-LOC, ...\): the tags read are 'john', "
+                       r"'shot', 'mary', 'ran'; a line is a word, then its tag last")):
         (tmp_path / "t.conll").write_text(body)
         with pytest.raises(sj.errors.DataFileError, match=msg):
             tasks.tag_names_of(str(tmp_path / "t.conll"))
