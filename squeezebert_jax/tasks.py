@@ -724,12 +724,17 @@ def label_key(raw, where: str) -> str:
     return shortest if decimal.Decimal(shortest) == value else f"{value.normalize():e}"
 
 
+# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables, the lowercase ones after casefold): a label
+# typed with one of them is the Latin label's twin, not a class of its own
+_LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ", "aceijopsxydhlqwop")
+
+
 def check_one_form(names) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
-    seen) that differ only in case, in a Unicode compatibility form or in invisible format characters (``Pos`` and
-    ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark or a
-    soft hyphen in it) are refused: one class written two ways would train as two. Naming both in config.data.labels
-    keeps them apart."""
+    seen) that differ only in case, in a Unicode compatibility form, in invisible format characters or in letters drawn
+    alike (``Pos`` and ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a
+    byte-order mark or a soft hyphen in it; ``pos`` with a Cyrillic ``р``) are refused: one class written two ways
+    would train as two. Naming both in config.data.labels keeps them apart."""
     booleans = [n for n in names if n in ("true", "false")]
     numbers = [n for n in names if _NUMBER.fullmatch(n)]
     if booleans and numbers:  # is true the class 1?
@@ -739,11 +744,11 @@ def check_one_form(names) -> None:
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
         key = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
-        first, at = folded.setdefault(key.casefold(), (name, line))
+        first, at = folded.setdefault(key.casefold().translate(_LOOKALIKES), (name, line))
         if first != name:
             raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case, "
-                                "form or invisible characters: write each class one way, or name both in "
-                                "config.data.labels to keep them apart")
+                                "form, invisible characters or letters drawn alike: write each class one way, or "
+                                "name both in config.data.labels to keep them apart")
 
 
 def label_keys(raw, where: str) -> tuple[str, ...]:

@@ -255,8 +255,14 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
     task, rows = _labels_of(tmp_path, "u.csv", "review,sentiment\na,caf\u00e9\nb,cafe\u0301\nc,neg\n")
     assert task.labels == ("caf\u00e9", "neg") and [r.label for r in rows] == [0, 0, 1]
     with pytest.raises(sj.errors.DataFileError, match=r"w.csv:3: column 'sentiment': the label 'ｐｏｓ' differs from "
-                                                      r"'pos' \(line 2\) only in case, form or invisible"):
+                                                      r"'pos' \(line 2\) only in case, form, invisible"):
         _labels_of(tmp_path, "w.csv", "review,sentiment\na,pos\nb,ｐｏｓ\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"c.csv:3: column 'sentiment': the label '\u0440os' differs "
+                                                      r"from 'pos' \(line 2\) only in case, form, invisible characters "
+                                                      r"or letters drawn alike"):  # a Cyrillic er
+        _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,\u0440os\n")
+    task, _ = _labels_of(tmp_path, "g.csv", "review,sentiment\na,\u03b1-helix\nb,a-helix\n")  # alpha: no look-alike
+    assert task.labels == ("a-helix", "\u03b1-helix")
     # values no float holds stay apart (both were 0.0, a class apart from 0); 1_000 is 1000 or a name: refused
     task, _ = _labels_of(tmp_path, "t.csv", "review,sentiment\na,1e-400\nb,2E-400\nc,0\nd,0.0\n")
     assert task.labels == ("0", "1e-400", "2e-400")
