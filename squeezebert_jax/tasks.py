@@ -160,7 +160,9 @@ def read_rows(path: str):
     Every file is read through ``files.text_lines`` (UTF-8; a byte-order mark dropped; a bad byte named by line and
     column). CSV is RFC 4180 (a quoted field may hold commas, quotes written twice, and line breaks). TSV is a record
     per line, fields split on tabs (IANA's TSV: no quoting, so a text that starts with a quote stays one field of its
-    own line); a field quoted whole, as pandas writes one, is unquoted (its doubled quotes read as one)."""
+    own line); a field quoted whole, as pandas writes one, is unquoted (its doubled quotes read as one). An empty
+    line is no row; any other line is a row of the header's fields, or refused by line (a line of a tab or of spaces
+    too, and the header line again, as two files joined would have it)."""
     if sources.is_dataset(path):
         yield from sources.rows(path)
         return
