@@ -78,6 +78,21 @@ def test_choices_are_run_swags_pairs_and_buckets_keep_the_logits(init, tmp_path)
     np.testing.assert_allclose(bucketed, fixed, rtol=1e-5, atol=1e-5)
 
 
+def test_choices_cut_to_max_length_are_counted_in_a_warning(init, tmp_path, caplog):
+    """A context and ending longer than max_length lose their end: never without a word (tokenizer.warn_truncated,
+    the message classification and predict give)."""
+    import logging
+
+    task = tasks.ChoiceTask("a", {"train": str(_write(tmp_path / "a.csv", _rows(10, 0)))}, ("sent1", "sent2"),
+                            tuple(HEADER[2:6]), "label")
+    examples = task.load("train")
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
+        task.encode(examples, sj.Tokenizer.from_dir(init), 32)
+        assert not caplog.records
+        task.encode(examples, sj.Tokenizer.from_dir(init), 6)
+    assert caplog.records[0].getMessage().startswith("40 of 40 inputs (100.0%) are longer than 6 tokens and were cut")
+
+
 def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
     train, dev = _write(tmp_path / "train.csv", _rows(256, 0)), _write(tmp_path / "dev.csv", _rows(48, 1))
     res = ft.finetune(_config(init, train, dev, num_epochs=6), str(tmp_path / "run"))
