@@ -459,7 +459,7 @@ def encode_examples(examples: Sequence[GlueExample], tokenizer, max_length: int,
         pairs = [e.text_b for e in examples] if has_b == {True} else None
         enc = tokenizer.encode_batch([e.text_a for e in examples], pairs, max_length=max_length)
         out = {k: np.asarray(enc[k], np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
-        warn_truncated(tokenizer, len(examples), max_length, "max_seq_length")
+        warn_truncated(getattr(tokenizer, "last_truncated", 0), len(examples), max_length, "max_seq_length")
     else:
         out = {k: np.zeros((0, max_length), np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
     if regression is None:

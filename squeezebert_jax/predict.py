@@ -167,7 +167,7 @@ class Predictor:
         a = [t[0] if p else t for t, p in zip(texts, pairs)]
         b = [t[1] for t in texts] if texts and all(pairs) else None
         enc = self.tokenizer.encode_batch(a, b, max_length=self.max_length)
-        warn_truncated(self.tokenizer, len(a), self.max_length, "--max_length (up to the model's "
+        warn_truncated(self.tokenizer.last_truncated, len(a), self.max_length, "--max_length (up to the model's "
                        f"{self.model.config.max_position_embeddings})")
         return self._logits({k: np.asarray(enc[k], np.int32) for k in ("input_ids", "attention_mask",
                                                                         "token_type_ids")})

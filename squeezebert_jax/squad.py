@@ -37,6 +37,7 @@ import numpy as np
 
 from squeezebert_jax import files, sources
 from squeezebert_jax.errors import DataFileError, InputError
+from squeezebert_jax.tokenizer import warn_truncated
 
 NO_CONTEXT = -1  # the offsets of a piece that is not the context's (specials, question, padding)
 
@@ -217,7 +218,10 @@ def encode_features(examples, tokenizer, max_length: int, max_query_length: int,
     ``token_type_ids`` [F, max_length]; ``start_positions``, ``end_positions`` [F] (the first answer's pieces, or 0);
     ``example_index`` [F] (the question of each window) and ``offsets`` [F, max_length, 2] (each context piece's
     characters, ``NO_CONTEXT`` elsewhere)."""
-    questions = [q[:max_query_length] for q in tokenizer.tokenize_batch([ex.question for ex in examples])]
+    pieces = tokenizer.tokenize_batch([ex.question for ex in examples])
+    warn_truncated(sum(len(q) > max_query_length for q in pieces), len(pieces), max_query_length, "max_query_length",
+                   "questions")
+    questions = [q[:max_query_length] for q in pieces]
     contexts = tokenizer.pieces_with_offsets([ex.context for ex in examples])
     rows = []
     for i, (ex, q, (ids, offs)) in enumerate(zip(examples, questions, contexts)):

@@ -624,7 +624,8 @@ class ChoiceTask:
         first = [ex.context for ex in examples for _ in range(c)]
         second = [f"{ex.lead} {e}" if ex.lead is not None else e for ex in examples for e in ex.endings]
         enc = tokenizer.encode_batch(first, second, max_length=max_length)
-        warn_truncated(tokenizer, len(first), max_length, "max_seq_length (predict: --max_length)")
+        warn_truncated(getattr(tokenizer, "last_truncated", 0), len(first), max_length,
+                       "max_seq_length (predict: --max_length)")
         out = {k: np.asarray(enc[k], np.int32).reshape(n, c, max_length)
                for k in ("input_ids", "attention_mask", "token_type_ids")}
         out["labels"] = np.array([ex.label or 0 for ex in examples], np.int32)

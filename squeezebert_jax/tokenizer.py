@@ -86,13 +86,14 @@ def checkpoint_file(directory: str | os.PathLike, name: str) -> str | None:
     return path if os.path.isfile(real) else None
 
 
-def warn_truncated(tokenizer, total: int, max_length: int, setting: str) -> None:
-    """Never silent: a warning with how many of the ``total`` inputs the tokenizer's last ``encode_batch`` cut to
-    ``max_length`` (the model reads none of what was cut), naming the ``setting`` that keeps more."""
-    if cut := getattr(tokenizer, "last_truncated", 0):
+def warn_truncated(cut: int, total: int, max_length: int, setting: str, what: str = "inputs") -> None:
+    """Never silent: a warning with how many (``cut``) of the ``total`` inputs were cut to ``max_length`` tokens (the
+    model reads none of what was cut; ``encode_batch`` counts them in ``last_truncated``), naming the ``setting``
+    that keeps more."""
+    if cut:
         logging.getLogger(__name__).warning(
-            "%d of %d inputs (%.1f%%) are longer than %d tokens and were cut to fit (the model reads none of the "
-            "rest); a larger %s keeps more", cut, total, 100 * cut / total, max_length, setting)
+            "%d of %d %s (%.1f%%) are longer than %d tokens and were cut to fit (the model reads none of the "
+            "rest); a larger %s keeps more", cut, total, what, 100 * cut / total, max_length, setting)
 
 
 def read_vocab(path: str, data: bytes | None = None) -> list[str]:

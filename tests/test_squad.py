@@ -112,6 +112,18 @@ def test_windows_and_targets_equal_transformers(init, max_length, stride):
         assert (ours["start_positions"][f], ours["end_positions"][f]) == (start, end)
 
 
+def test_questions_cut_to_max_query_length_are_counted_in_a_warning(init, caplog):
+    import logging
+
+    examples = [squad.QAExample(i, f"q{i}", q, CONTEXT, ((a, CONTEXT.index(a)),), "x")
+                for i, (q, a) in enumerate([("Who shot the film?", "Mary Jones"), ("Where?", "Paris")])]
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
+        squad.encode_features(examples, sj.Tokenizer.from_dir(init), 32, 3, 4)
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 of 2 questions (50.0%) are longer than 3 tokens and were cut to fit (the model reads none of the rest); a "
+        "larger max_query_length keeps more"]
+
+
 def _logits_at(features, spans):
     """Logits [F, S, 2] that point each window at ``spans[f]`` (start, end) with score 10 each, elsewhere 0."""
     logits = np.zeros((*features["input_ids"].shape, 2), np.float32)
