@@ -28,6 +28,7 @@ from squeezebert_jax.convert import check_head, head_name
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.pretrained import tokenizer_files
+from squeezebert_jax.tasks import declared_labels
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES
 
 
@@ -52,7 +53,8 @@ def main(argv=None):
     if not args.no_tokenizer and not tokenizer_files(args.src):
         raise InputError(f"--src {args.src}: no tokenizer file ({', '.join(TOKENIZER_FILE_NAMES)}); a MODEL_DIR reads "
                          "text with it: add the checkpoint's vocabulary, or pass --no-tokenizer for the weights alone")
-    names = [n.strip() for n in args.label_names.split(",")] if args.label_names else None
+    # each name read as config.data.labels reads them: none empty, none twice (1 and 1.0 are one)
+    names = list(declared_labels(args.label_names, "--label-names")) if args.label_names is not None else None
     model = import_torch(args.src, args.out, head=args.head, label_names=names)
     print(f"wrote {args.out}: {head_name(model)}, {count_params(model):,} parameters"
           + (f"; randomly initialised (absent from source): {', '.join(model.newly_initialized)}"

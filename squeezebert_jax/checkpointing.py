@@ -97,12 +97,15 @@ class Checkpointer:
     ``CheckpointMismatchError``, and nothing in the directory is touched."""
 
     def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True, with_data: bool = True,
-                 with_meta: bool = False):
+                 with_meta: bool = False, meta_check: Callable[[Any], None] | None = None):
         import orbax.checkpoint as ocp
 
         _quiet_closed_loop_callbacks()
         self._ocp, self.with_data, self.directory = ocp, with_data, os.path.abspath(directory)
         self.with_meta = with_meta  # a JSON item beside the state (fine-tuning: the epochs' results so far)
+        # raises (ValueError, TypeError, KeyError) for a JSON item the run cannot use: such a checkpoint is damaged
+        self.meta_check = meta_check
+        self._metas: dict[int, dict] = {}  # each restored checkpoint's JSON item, read and checked with its state
         if jax.default_backend() == "cpu":
             # Saves finish before the next step on the CPU backend. Seen (the suite's notebook, 8 simulated devices):
             # the first all-reduce of a fine-tuning epoch stuck with 6 of 8 devices arrived, right after an async save
@@ -173,12 +176,20 @@ class Checkpointer:
 
     def try_restore(self, step: int, abstract_state, data_iterator=None):
         """The train state saved at ``step`` (the data iterator restored in place); None when the checkpoint
-        cannot be read (damaged). Raises ``CheckpointMismatchError`` when it reads but does not fit
-        ``abstract_state``."""
+        cannot be read (damaged: its JSON item too, ``with_meta``, which must be an object that ``meta_check``
+        accepts). Raises ``CheckpointMismatchError`` when it reads but does not fit ``abstract_state``."""
         try:
             metadata = self.manager.item_metadata(step)["state"]
             if metadata is None:
                 raise FileNotFoundError("no train-state metadata")
+            if self.with_meta:
+                meta = self.manager.restore(step, args=self._ocp.args.Composite(
+                    meta=self._ocp.args.JsonRestore()))["meta"]
+                if not isinstance(meta, dict):
+                    raise TypeError(f"its JSON item is {type(meta).__name__}, not an object")
+                if self.meta_check is not None:
+                    self.meta_check(meta)
+                self._metas[step] = meta
         except Exception as e:  # noqa: BLE001 -- unreadable metadata is damage, whatever the exception
             log.warning("checkpoint at step %d in %s cannot be read (%s: %s)", step, self.directory,
                         type(e).__name__, str(e)[:300])
@@ -234,7 +245,10 @@ class Checkpointer:
         return None
 
     def read_meta(self, step: int) -> dict:
-        """The JSON item saved with the checkpoint at ``step`` (``with_meta``)."""
+        """The JSON item saved with the checkpoint at ``step`` (``with_meta``): as read and checked when that step
+        was restored (``try_restore``), else read now."""
+        if step in self._metas:
+            return self._metas[step]
         return self.manager.restore(step, args=self._ocp.args.Composite(meta=self._ocp.args.JsonRestore()))["meta"]
 
     def wait(self):

@@ -39,6 +39,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, inference, tasks
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.files import has_text
 from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.pretrained import atomic_write, build_model, load_pretrained, save_pretrained
@@ -101,19 +102,30 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
 def read_transfer_text(paths, task) -> list[GlueExample]:
     """Unlabeled examples for ``task`` (a GLUE name or a ``tasks`` Task) from text files (``paths``: a list or
     "a.txt,b.txt"): one sentence per line, or for a sentence-pair task two tab-separated sentences per line; blank
-    lines are skipped."""
+    lines are skipped; a line with an empty sentence, a file given twice and a CSV / JSON file are refused."""
     task = tasks.task_by_name(task)
     pair = len(task.text_columns) == 2
-    files = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
-    examples = []
-    for path in filter(None, files):
+    paths_given = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
+    examples, seen = [], {}
+    for path in filter(None, paths_given):
         if not os.path.isfile(path):
             raise FileNotFoundError(f"transfer text {path}: no such file")
+        if os.path.realpath(path) in seen:
+            raise InputError(f"transfer text {path} is given twice (also as {seen[os.path.realpath(path)]}): its "
+                             "lines would count twice")
+        seen[os.path.realpath(path)] = path
+        if os.path.splitext(path)[1].lower() in (".csv", ".json", ".jsonl"):
+            raise InputError(f"transfer text {path}: a {os.path.splitext(path)[1]} file, whose header and quoting "
+                             "would be read as sentences; give plain text, a sentence (or a tab-separated pair) "
+                             "per line")
         for lineno, cols in tasks.text_lines(path):
             if len(cols) != (2 if pair else 1):
                 want = "two tab-separated sentences" if pair else "one sentence (no tab)"
                 raise InputError(f"transfer text {path}:{lineno}: {task.name} needs {want} per line, got "
                                  f"{len(cols)} field(s)")
+            if not all(map(has_text, cols)):
+                raise InputError(f"transfer text {path}:{lineno}: an empty sentence (only white space or invisible "
+                                 "marks); remove the line or fill it")
             examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
     if not examples:
         raise InputError(f"transfer text {paths!r}: no lines")

@@ -10,6 +10,7 @@ import math
 import numbers
 import os
 import secrets
+import stat
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 
@@ -32,10 +33,13 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
     ``lambda tmp: np.save(tmp, x)``; the temp name ends with ``path``'s name, so its extension is kept).
     The file gets the usual permissions (umask), not a temp file's 0600. A symlink is written through, as a shell's
     ``>`` does: its target is replaced and the link kept (renaming over the link would turn it into a file of its own
-    and leave the target as it was). Returns ``path``."""
+    and leave the target as it was). A path that is a directory, a pipe, a device or a socket is refused, never
+    replaced. Returns ``path``."""
     path = os.fspath(path)
     d, base = os.path.split(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     target = os.path.join(d, base)
+    if os.path.exists(target) and not os.path.isfile(target):  # renamed over, a device or a pipe would be gone
+        raise InputError(f"{path} is {_special_kind(target)}, not a regular file: it is never replaced by one")
     tmp = os.path.join(d, f".tmp{os.getpid()}-{secrets.token_hex(4)}-{base}")
     try:
         if callable(data):
@@ -102,10 +106,11 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     """Refuse, before any work, an output file path that cannot be this command's: an empty path; one of the command's
     ``inputs`` (always, ``--overwrite`` or not: the same path, or the same file through a symlink or a hard link), or
     a path inside an input that is a directory (a conversion's source: the model's own files); a path ending in a
-    slash; a directory; an existing file unless ``overwrite``; a path whose directory does not exist (refused like a
-    shell's ``> missing/x``, not created: a mistyped directory is named before the work instead of after it), is a
-    file, or cannot be written. Returns ``out``. A command that writes ``out`` at the end of its work holds it
-    meanwhile with ``claim_output_file``, which runs this check."""
+    slash; a directory; an existing file unless ``overwrite``; a pipe, a device or a socket (``/dev/null``,
+    ``/dev/stdout``: the output replaces a file whole, which would remove them); a path whose directory (for a
+    symlink, its target's) does not exist (refused like a shell's ``> missing/x``, not created: a mistyped directory
+    is named before the work instead of after it), is a file, or cannot be written. Returns ``out``. A command that
+    writes ``out`` at the end of its work holds it meanwhile with ``claim_output_file``, which runs this check."""
     out = os.fspath(out)
     if not out.strip():
         raise InputError(f"{what} is empty; give the path of the file to write")
@@ -123,13 +128,31 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
                          "it, say)")
     if os.path.lexists(out) and not overwrite:
         raise InputError(f"{what} {out} already exists; pass --overwrite to replace it, or choose another path")
-    parent = os.path.dirname(os.path.abspath(out))
+    if os.path.exists(out) and not os.path.isfile(out):  # replaced by a file, a pipe or a device would be gone
+        raise InputError(f"{what} {out} is {_special_kind(out)}, not a regular file; the output is written to a "
+                         f"file (and replaces it whole): give the path of one")
+    target = os.path.realpath(out) if os.path.islink(out) else out  # a link is written through (atomic_write)
+    if target != out and not os.path.isdir(os.path.dirname(target)):
+        raise InputError(f"{what} {out} is a link to {target}, whose directory does not exist; create it first, or "
+                         "choose another path")
+    parent = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(parent):
         _check_parent(out, what)  # an ancestor that is a file, or a read-only one, is named as such
         raise InputError(f"{what} {out}: no directory {parent}; create it first (mkdir -p {parent}), or choose "
                          "another path")
-    _check_parent(out, what)
+    _check_parent(target, what)
     return out
+
+
+def _special_kind(path: str) -> str:
+    """What a path that is no regular file or directory is, in a phrase."""
+    mode = os.stat(path).st_mode
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "something other than a file"
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -392,10 +415,11 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
 
 
 def has_text(value: str) -> bool:
-    """Whether a text holds something to read: a character that is not white space, a control, an invisible mark or
-    a combining mark (a zero-width space alone is no text, nor an accent on nothing, which an uncased tokenizer
-    strips). The one test of an empty text: the task loaders, SQuAD and predict."""
-    return any(unicodedata.category(ch)[0] not in "ZCM" for ch in value)
+    """Whether a text holds something to read: a character that is not white space, a control, an invisible mark, a
+    combining mark or U+FFFD (a zero-width space alone is no text, nor an accent on nothing, which an uncased
+    tokenizer strips, nor the replacement character a decoder leaves for bad bytes, which BERT's normalizer drops).
+    The one test of an empty text: the task loaders, GLUE's files, transfer text, SQuAD and predict."""
+    return any(unicodedata.category(ch)[0] not in "ZCM" and ch != "\ufffd" for ch in value)
 
 
 def read_text(path: str | os.PathLike, what: str = "") -> str:

@@ -46,6 +46,7 @@ from squeezebert_jax.pretrained import (
     load_pretrained,
     read_model_config,
 )
+from squeezebert_jax.sources import is_dataset
 from squeezebert_jax.model import ATTENTION, LAYERS, Structure, scan_layers_on, set_execution
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -215,6 +216,30 @@ RUN_SETTINGS = RUN_NAMES + ("skip_malformed", "data.text_columns", "data.label_c
                             "prune.end", "prune.every")
 
 
+def check_meta(meta: dict, pruned: bool = False) -> None:
+    """A fine-tuning checkpoint's JSON item holds what the run keeps between steps, each of its type: the epochs'
+    results (``history``: objects; ``best``: one or null), this epoch's step losses (finite numbers) and layer losses
+    (objects of numbers), its token counts (two integers) and, pruning, the pruner's [step, sparsity]. Raises
+    ``ValueError`` naming the first field that is not (``Checkpointer`` then reads the checkpoint as damaged)."""
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    fields = {"history": lambda v: isinstance(v, list) and all(isinstance(h, dict) for h in v),
+              "best": lambda v: v is None or isinstance(v, dict),
+              "epoch_losses": lambda v: isinstance(v, list) and all(map(number, v)),
+              "epoch_parts": lambda v: isinstance(v, list) and all(
+                  isinstance(p, dict) and all(map(number, p.values())) for p in v),
+              "epoch_tokens": lambda v: isinstance(v, list) and len(v) == 2 and all(
+                  isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v)}
+    if pruned:
+        fields["pruner"] = lambda v: isinstance(v, list) and len(v) == 2 and all(map(number, v))
+    for name, ok in fields.items():
+        if name not in meta:
+            raise ValueError(f"its JSON item has no {name!r}")
+        if not ok(meta[name]):
+            raise ValueError(f"its JSON item's {name!r} is {files.json_value(meta[name])}, not what a run keeps there")
+
+
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
     """A workdir holds one fine-tuning run: its own is resumed; one of another task or model (``RUN_NAMES``) is
     refused (its model and results would be replaced and the metrics mixed)."""
@@ -227,9 +252,16 @@ def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
         a, b = was, now
         for part in key.split("."):
             a, b = (a or {}).get(part), (b or {}).get(part)
-        if a is not None and a != b:
+        if a is not None and a != b and not _same_path(a, b):
             raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}: use another --workdir "
                              f"(its model, results and checkpoints are left as they are)")
+
+
+def _same_path(a, b) -> bool:
+    """Two spellings of one file or directory (``../data/x.csv`` and ``/home/me/data/x.csv``); the run's stream
+    (``run_stream``) then compares what the file holds."""
+    return (isinstance(a, str) and isinstance(b, str) and bool(a) and bool(b) and not is_dataset(a)
+            and not is_dataset(b) and os.path.realpath(a) == os.path.realpath(b))
 
 
 def run_stream(config: ml_collections.ConfigDict, spec) -> dict:
@@ -389,7 +421,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
 
     # -- Restore: the newest readable checkpoint in workdir, else step 0 -----------------------------
     checkpointer = checkpointing.Checkpointer(ckpt_dir, config.keep_checkpoints, async_save=config.async_checkpoints,
-                                              with_data=False, with_meta=True)
+                                              with_data=False, with_meta=True,
+                                              meta_check=functools.partial(check_meta, pruned=pruner is not None))
     writer = reporting.MetricsWriter(workdir)
     try:
         saved_tree = {"train": abstract} | ({"prune_masks": masks_abstract} if pruner is not None else {})

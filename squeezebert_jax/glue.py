@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError, MissingExtraError
-from squeezebert_jax.files import atomic_write
+from squeezebert_jax.files import atomic_write, has_text
 from squeezebert_jax.tokenizer import warn_truncated
 
 log = logging.getLogger(__name__)
@@ -237,6 +237,7 @@ def read_glue_tsv(path: str, task: str, split: str, *,
             try:
                 if len(cols) != ncols:
                     raise InputError(f"{len(cols)} columns, expected {ncols}")
+                _check_texts(line, [cols[c] for c in (lay.text_a, lay.text_b) if c is not None], lineno)
                 idx = row_no if lay.index is None else _int(cols[lay.index], "index")
                 label = None if lay.label is None else parse_label(spec, cols[lay.label])
                 examples.append(GlueExample(idx, cols[lay.text_a], None if lay.text_b is None else cols[lay.text_b],
@@ -257,6 +258,21 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     if ncols is None and lay.header:
         raise GlueFormatError(f"{path}: empty file (no header)")
     return examples, skipped
+
+
+def _check_texts(line: str, texts: list[str], lineno: int) -> None:
+    """A GLUE row's line and texts hold what ``files.text_lines`` and ``files.has_text`` allow in any text file: no
+    NUL byte, no carriage return inside the line, no byte-order mark after the first line, and something to read in
+    each text."""
+    if "\0" in line:
+        raise InputError(f"a NUL byte at column {line.index(chr(0)) + 1}, which text never holds")
+    if "\r" in line:
+        raise InputError(f"a carriage return that ends no line at column {line.index(chr(13)) + 1}")
+    if lineno > 1 and line.startswith("\ufeff"):
+        raise InputError("a byte-order mark inside the file (two files joined?)")
+    for t in texts:
+        if not has_text(t):
+            raise InputError("an empty text" + (" (only white space or invisible marks)" if t else ""))
 
 
 def _check_header(path: str, lineno: int, spec: TaskSpec, split: str, cols: list[str]) -> None:

@@ -81,7 +81,9 @@ class Settings:
         need(integer("keep_checkpoints", 1), "keep_checkpoints",
              "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
         need(integer("stop_at_step", 0), "stop_at_step", "an integer >= 0 (0: off)")
-        need(integer("seed", 0), "seed", "an integer >= 0")
+        need(integer("seed", 0) and self.value("seed") < 2 ** 32, "seed",
+             "an integer in [0, 2**32): jax's keys hold 32 bits of it, so a larger seed would draw a smaller one's "
+             "dropout")
         parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
 
 

@@ -20,6 +20,7 @@ import math
 import numbers
 import os
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,8 @@ from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import json_repr as _json_repr, json_type as _json_type
+from squeezebert_jax.files import has_text, json_repr as _json_repr, json_type as _json_type
+from squeezebert_jax.files import json_value as _json_value
 from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _ACTIVATIONS,
     ATTENTION,
@@ -92,6 +94,11 @@ def _is_int_key(k) -> bool:
 
 
 FAMILIES = ("", "albert", "distilbert", "electra", "mobilebert")
+
+
+# transformers config.json fields (PretrainedConfig's) that turn an encoder's weights into a decoder's function
+DECODER_FIELDS = {"is_decoder": "a decoder's causal attention (each token attends to those before it)",
+                  "add_cross_attention": "cross-attention to an encoder's outputs"}
 
 
 @dataclasses.dataclass
@@ -193,8 +200,12 @@ class SqueezeBertConfig:
             if g < 1 or cin % g or cout % g:
                 raise InputError(f"{name}={g} must divide both {cin} input and {cout} output channels")
         if self.id2label is not None:
+            for k, v in self.id2label.items():  # names, as transformers writes them: a number is "1", not 1
+                if not isinstance(v, str) or not has_text(v):
+                    raise InputError(f"id2label[{_json_repr(k)}] is {_json_value(v)}; each label is a "
+                                     "name, a string with something visible in it (\"negative\", \"1\")")
             try:
-                self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+                self.id2label = {int(k): v for k, v in self.id2label.items()}
             except (TypeError, ValueError):
                 bad = next(k for k in self.id2label if not _is_int_key(k))
                 raise InputError(f"id2label has the key {_json_repr(bad)}; expected integer keys (\"0\", \"1\", ...)"
@@ -204,10 +215,11 @@ class SqueezeBertConfig:
                                  f"{len(self.id2label) - 1}, one name per output of the classifier")
             seen: dict[str, int] = {}
             for k, v in sorted(self.id2label.items()):
-                if v in seen:
-                    raise InputError(f"id2label names {v!r} twice (ids {seen[v]} and {k}): a prediction of either "
+                key = unicodedata.normalize("NFC", v.strip())  # "pos" and " pos" would read as one in a report
+                if key in seen:
+                    raise InputError(f"id2label names {v!r} twice (ids {seen[key]} and {k}): a prediction of either "
                                      "output would read the same; give each output its own name")
-                seen[v] = k
+                seen[key] = k
         if self.attention not in ATTENTION:
             raise InputError(f"attention {self.attention!r} not supported; one of {list(ATTENTION)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
@@ -318,6 +330,10 @@ class SqueezeBertConfig:
         if not isinstance(model_type, str) or model_type not in models.BY_STYLE:
             raise InputError(f"{source}: model_type {model_type!r} is not one of "
                              f"{', '.join(repr(s) for s in models.BY_STYLE)}")
+        for name, what in DECODER_FIELDS.items():  # transformers' switches that make another function of the weights
+            if d.get(name) not in (None, False):
+                raise InputError(f"{source}: {name} is {_json_repr(d[name])}: {what}, which this encoder does not "
+                                 "compute (it attends both ways, to its own input only); it converts encoders alone")
         family = models.get(model_type)
         if family.from_transformers is not None:
             kw = family.from_transformers(d, kw, source)

@@ -375,7 +375,7 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         if not out:
             raise DataFileError(f"{path}: no lines")
         return out
-    columns = [c.strip() for c in text_columns.split(",")] if text_columns.strip() else []
+    columns = [tasks.Row._key(c.strip()) for c in text_columns.split(",")] if text_columns.strip() else []
     if not all(columns) or len(set(columns)) != len(columns):
         why = "an empty column name" if not all(columns) else "a column named twice"
         raise InputError(f"--text_columns {text_columns!r}: {why}; give each text column once, separated by commas "

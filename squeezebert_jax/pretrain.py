@@ -392,17 +392,22 @@ RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_maski
 # the model fields a resume may change: the vocabulary's size (the data's, checked with it), dropout, initialisation
 ARCHITECTURE_FREE = ("vocab_size", "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 PHASE_STREAM = ("num_steps", "seq_len", "max_predictions_per_seq")
+RTD_STREAM = ("generator_fraction", "weight")  # config.rtd's fields, when the objective is RTD
 
 
 def run_stream(config: ml_collections.ConfigDict) -> dict:
     """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS``, each phase's
     ``PHASE_STREAM`` fields and the model's architecture (``config.model``'s preset and overrides as the fields they
     resolve to, but for ``ARCHITECTURE_FREE``: another head count or group count has the same shapes and would load
-    the checkpoint's weights into another function). The data itself is fingerprinted by ``pretrain_data``."""
+    the checkpoint's weights into another function) and, for RTD, ``RTD_STREAM``. The data itself is fingerprinted
+    by ``pretrain_data``."""
     phases = {f"config.phases[{p.index}].{f}": getattr(p, f) for p in get_phases(config) for f in PHASE_STREAM}
     arch = {f"config.model.{k}": v for k, v in model_config(config, "cpu").to_dict().items()
             if k not in ARCHITECTURE_FREE}
-    return trainer.run_stream(config, RUN_SETTINGS, derived=phases | arch)
+    # RTD's generator (its width: its weights' shapes) and its loss's weight: what the run is trained towards
+    rtd = {f"config.rtd.{k}": trainer.config_value(config, f"rtd.{k}") for k in RTD_STREAM} \
+        if config.objective == "rtd" else {}
+    return trainer.run_stream(config, RUN_SETTINGS, derived=phases | arch | rtd)
 
 
 DEMO_ENTRIES = ("data", "demo")  # what the demo source writes into a workdir before its first checkpoint

@@ -191,6 +191,11 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
                     continue
                 rest = len(raw) == cap and not raw.endswith(b"\n")
                 cr_only = cr_only or b"\r" in raw.rstrip(b"\r\n")
+                if size == len(raw) and raw.rstrip(b"\r\n").count(b"\r") >= 2:  # the first line: CR line ends
+                    col = raw.index(b"\r") + 1
+                    raise InputError(f"{path}:1:{col}: lines end in a carriage return alone (old "
+                                     "Mac line ends): read so, the file is one line and its documents would be "
+                                     "lost; save it with \\n line ends")
                 part = raw[:_utf8_boundary(raw)] if rest else raw
                 truncated = stats.truncated_lines
                 line = _clean(_decode(part, stats), stats, max_line_chars)

@@ -343,6 +343,9 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
                                   architectures=raw.get("architectures"), source=path, allow_new_heads=True)
     if label_names:
         n = getattr(model, "num_labels", None)
+        if n is None:
+            raise InputError(f"{hf_dir}: label names {label_names} for a {convert.head_name(model)}, which has no "
+                             "classifier to name the outputs of; --label-names is for a sequence classifier")
         if n != len(label_names) or len(set(label_names)) != len(label_names):
             raise InputError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")

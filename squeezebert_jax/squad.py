@@ -92,13 +92,16 @@ def _squad_json(path: str, raw: str):
         return None
     try:
         doc = files.parse_json(raw, path)
-    except DataFileError:
+    except DataFileError as error:
         try:  # one object per line: JSON Lines, read (and checked) line by line
-            json.loads(raw.lstrip().split("\n", 1)[0])
-            return None
+            first = json.loads(raw.lstrip().split("\n", 1)[0])
         except ValueError:
-            pass
-        raise
+            raise error from None
+        if isinstance(first, dict) and "data" in first:  # the official layout on one line, then more
+            lineno = raw.count("\n", 0, len(raw) - len(raw.lstrip())) + 2
+            raise DataFileError(f"{path}:{lineno}: more text after the SQuAD JSON object of the line before (a SQuAD "
+                                "JSON file is one object; JSON Lines holds one question per line)") from None
+        return None
     if isinstance(doc, dict) and "data" not in doc and not {"question", "context", "id"} & set(doc):
         raise DataFileError(f"{path}: a JSON object with no \"data\" list of articles (it has "
                             f"{', '.join(map(str, doc)) or 'nothing'}): the official SQuAD layout is {{\"version\": "
@@ -150,9 +153,10 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     for key in ("question", "context"):
         if not isinstance(row.get(key), str) or not files.has_text(row[key]):
             raise DataFileError(f"{where}: no {key!r} text (has {', '.join(map(str, row))})")
-    if isinstance(row.get("id"), bool) or not isinstance(row.get("id"), (str, int)):
+    if isinstance(row.get("id"), bool) or not isinstance(row.get("id"), (str, int)) or (
+            isinstance(row["id"], str) and not files.has_text(row["id"])):
         raise DataFileError(f"{where}: the question's \"id\" is {json.dumps(row.get('id'))[:60]}; an id is a string "
-                            "or an integer")
+                            "or an integer (a string with something visible in it)")
     qid, context = str(row["id"]), row["context"]
     answers = row.get("answers")
     if isinstance(answers, dict):  # datasets' layout: {"text": [...], "answer_start": [...]}

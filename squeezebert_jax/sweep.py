@@ -44,6 +44,7 @@ NOT_SWEPT = {"task": "--tasks picks the tasks", "init_from": "--init_from", "dat
 _POSITIVE = {"learning_rate", "batch_size", "num_epochs"}
 _FRACTION = {"dropout", "attention_dropout", "warmup_fraction", "weight_decay", "distill.teacher_weight"}
 RECORD = "sweep.jsonl"
+RUN_KIND = "GLUE sweep"  # what a sweep's run lock (files.RunLock) and run-directory check call it
 _PER_RUN = {"seed", "init_from", "progress", "distill.teacher", "distill.cache_dir"}  # not compared on a restart
 
 
@@ -168,23 +169,53 @@ def run_key(task: str, settings: dict[str, Any], seed: int) -> str:
 
 
 def read_rows(path: str) -> list[dict[str, Any]]:
-    """The rows of a sweep record (none when it does not exist). A line that is not a JSON row is an InputError
-    naming ``path:line`` (the file is only ever rewritten whole, so it is not a crash's leftover)."""
+    """The rows of a sweep record (none when it does not exist), read through ``files.text_lines`` (a bad byte
+    named by line). A line that is not a JSON row with each field a run writes, of its type (``row_problem``), is an
+    InputError naming ``path:line`` (the file is only ever rewritten whole, so it is not a crash's leftover)."""
     if not os.path.exists(path):
         return []
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                row["task"], row["settings"], row["seed"]  # the key's fields must be there
-            except (ValueError, KeyError, TypeError) as e:
-                raise InputError(f"{path}:{lineno}: not a sweep row ({e}); move the file away to start afresh, or "
-                                 f"delete that line to re-run its run") from None
-            rows.append(row)
+    for lineno, line in files.text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            problem = f"not JSON: {e}"
+        else:
+            problem = row_problem(row)
+        if problem:
+            raise InputError(f"{path}:{lineno}: not a sweep row ({problem}); move the file away to start afresh, or "
+                             f"delete that line to re-run its run")
+        rows.append(row)
     return rows
+
+
+# the fields a finished run's row holds (``_run_sweep``), each with its test and what it should be
+_ROW_FIELDS = {
+    "task": (lambda v: isinstance(v, str), "a task name"),
+    "settings": (lambda v: isinstance(v, dict), "an object of settings"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "score": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "dev": (lambda v: isinstance(v, dict) and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                  for x in v.values()), "an object of numbers"),
+    "epoch": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "run_dir": (lambda v: isinstance(v, str), "a path"),
+}
+
+
+def row_problem(row) -> str | None:
+    """What is wrong with a sweep record's row, in a phrase (None: nothing)."""
+    if not isinstance(row, dict):
+        return f"{files.json_type(row)}, not a JSON object"
+    for name, (ok, want) in _ROW_FIELDS.items():
+        if name not in row:
+            return f"no {name!r}"
+        if not ok(row[name]):
+            return f"{name!r} is {files.json_value(row[name])}, not {want}"
+    if row.get("config") is not None and not isinstance(row["config"], dict):  # the run's config, when recorded
+        return f"'config' is {files.json_value(row['config'])}, not an object"
+    return None
 
 
 def append_row(path: str, row: dict[str, Any]) -> None:
@@ -297,7 +328,7 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     WORKDIR/predictions (AX from MNLI's). ``echo`` gets one line per finished run (task, settings, score, elapsed /
     ETA). One sweep per workdir at a time (``files.RunLock``)."""
     check_points(make_config, grid, tasks or glue.RECIPE_ORDER)
-    with files.RunLock(workdir, "GLUE sweep"):
+    with files.RunLock(workdir, RUN_KIND):
         return _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo)
 
 

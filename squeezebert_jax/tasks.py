@@ -165,20 +165,24 @@ def read_rows(path: str):
     line is no row; any other line is a row of the header's fields, or refused by line (a line of a tab or of spaces
     too, and the header line again, as two files joined would have it)."""
     if sources.is_dataset(path):
-        yield from sources.rows(path)
+        for at, row in sources.rows(path):
+            yield at, Row.of(row, f"{path}:{at}")
         return
     fmt = file_format(path)
     lines = files.text_lines(path)
     if fmt == "jsonl":
-        yield from files.json_lines(path, lines)
+        for at, row in files.json_lines(path, lines):
+            yield at, Row.of(row, f"{path}:{at}")
         return
     records = _tsv_records(lines) if fmt == "tsv" else _csv_records(path, lines)
     header = None
     for start, record in records:
         if header is None:
-            header = [c.strip() for c in record]
+            header = [unicodedata.normalize("NFC", c.strip()) for c in record]
             if len(set(header)) != len(header):
-                raise DataFileError(f"{path}:{start}: the header names a column twice: {header}")
+                twice = next(c for c in header if header.count(c) > 1)
+                forms = "" if [c.strip() for c in record].count(twice) > 1 else " (in two Unicode forms)"
+                raise DataFileError(f"{path}:{start}: the header names the column {twice!r} twice{forms}: {header}")
             if not all(header):
                 raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
                                     f"{header.index('') + 1}): {header}")
@@ -189,9 +193,37 @@ def read_rows(path: str):
             if [c.strip() for c in record] == header:
                 raise DataFileError(f"{path}:{start}: the header line again ({', '.join(header)}), read as a row: "
                                     "files joined together? Remove it")
-            yield start, dict(zip(header, record))
+            yield start, Row(zip(header, record))
     if header is None:
         raise DataFileError(f"{path}: empty (no header line)")
+
+
+class Row(dict):
+    """A record of a user's file, its column names in Unicode's composed form (NFC), looked up in that form too: a
+    column named ``réview`` in the file and in a setting is one column whichever way each writes the accent."""
+
+    @classmethod
+    def of(cls, row: dict, where: str) -> "Row":
+        out = cls()
+        for k, v in row.items():
+            key = unicodedata.normalize("NFC", k) if isinstance(k, str) else k
+            if key in out:
+                raise DataFileError(f"{where}: the column {key!r} is named twice (in two Unicode forms)")
+            out[key] = v
+        return out
+
+    @staticmethod
+    def _key(k):
+        return unicodedata.normalize("NFC", k) if isinstance(k, str) else k
+
+    def __getitem__(self, k):
+        return super().__getitem__(self._key(k))
+
+    def __contains__(self, k) -> bool:
+        return super().__contains__(self._key(k))
+
+    def get(self, k, default=None):
+        return super().get(self._key(k), default)
 
 
 def file_format(path: str) -> str:
@@ -231,6 +263,12 @@ def _csv_records(path: str, lines):
                 why = str(e)
             raise DataFileError(f"{path}:{start}: {why} (a CSV field holding a quote is quoted whole, its quotes "
                                 f"written twice: \"say \"\"hi\"\"\")") from None
+        for col, field in enumerate(record, 1):
+            if field[:1].isspace() and field.lstrip().startswith('"'):  # `a, "b"`: CSV reads ` "b"`, quotes and all
+                raise DataFileError(f"{path}:{start}: field {col} ({field.strip()[:30]!r}) opens its quote after a "
+                                    "space, so CSV reads the quotes as text (and any comma inside them as a new "
+                                    "field); "
+                                    "remove the space after the comma before it")
         yield start, record
         start = reader.line_num + 1
 
@@ -436,13 +474,21 @@ def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -
     names = {}
     for start, _, tags in read_conll(path, columns):
         for t in tags or ():
-            if t not in names and re.fullmatch(r"[BIESLU]-", t):
+            if t in names:
+                continue
+            if re.fullmatch(r"[BIESLU]-", t, re.I):
                 raise DataFileError(f"{path}:{start}: the sentence's tag {t!r} names no entity type (B-PER, I-LOC, "
                                     "...): seqeval would score it as an entity of an empty type")
-            names.setdefault(t, (f"{path}:{start}: the sentence's tags", start))
+            if _NUMBER.fullmatch(t):
+                raise DataFileError(f"{path}:{start}: the sentence's tag {t!r} is a number, not a tag name (O, B-PER, "
+                                    "...)" + ("; the letter O?" if t.strip("0") == "" else ""))
+            names[t] = (f"{path}:{start}: the sentence's tags", start)
     check_one_form(names)
     if not names:
         raise DataFileError(f"{path}: no tags (a word and its tag per line)")
+    if lower := next((t for t in names if re.match(r"[biesl]-.", t)), None):  # (twins of B-PER: named above)
+        raise DataFileError(f"{names[lower][0]}: the tag {lower!r} has a lowercase prefix, which seqeval reads as "
+                            f"no entity's; write {lower[0].upper() + lower[1:]!r}")
     if not any(t == "O" or re.match(r"[BIESLU]-.", t) for t in names):  # entity F1 reads IOB tags: none here
         shown = sorted(names, key=lambda t: names[t][1])[:4]
         raise DataFileError(f"{path}: no tag is O or an entity's (B-PER, I-LOC, ...): the tags read are "
@@ -695,7 +741,7 @@ def label_key(raw, where: str) -> str:
     ``"false"`` (JSON ``true`` and a CSV's ``True`` alike), any other text stripped and in Unicode's composed form
     (NFC: ``café`` typed with a combining accent is the same class). Refused, naming ``where``: an empty cell, JSON
     null, NaN or infinity (in any spelling or format), and a list or object (one label per row: a row of several
-    labels is ``data.kind=multilabel``)."""
+    labels is ``data.kind=multilabel``), a label of nothing visible, and a lone surrogate."""
     if isinstance(raw, bool):
         return "true" if raw else "false"
     if isinstance(raw, int):
@@ -704,8 +750,13 @@ def label_key(raw, where: str) -> str:
         value = decimal.Decimal(repr(raw)) if math.isfinite(raw) else None
     elif isinstance(raw, str):
         text = unicodedata.normalize("NFC", raw.strip())
-        if not text:
-            raise DataFileError(f"{where}: the label is empty; every training and validation row needs its label")
+        if not files.has_text(text):
+            held = " (only white space or invisible marks)" if text else ""
+            raise DataFileError(f"{where}: the label is empty{held}; every training and validation row needs its "
+                                "label")
+        if any("\ud800" <= ch <= "\udfff" for ch in text):  # JSON's "\udc80": no character, not valid Unicode
+            raise DataFileError(f"{where}: the label {raw!r} holds a lone surrogate, which is not a character; "
+                                "write the label in valid Unicode")
         if text.lower() in ("true", "false"):
             return text.lower()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's
@@ -729,15 +780,15 @@ def label_key(raw, where: str) -> str:
     return shortest if decimal.Decimal(shortest) == value else f"{value.normalize():e}"
 
 
-# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables, the lowercase ones after casefold): a label
-# typed with one of them is the Latin label's twin, not a class of its own
-_LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ", "aceijopsxydhlqwop")
+# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables, the lowercase ones after casefold), and the
+# digit 0 beside the letter O: a label typed with one of them is the Latin label's twin, not a class of its own
+_LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ0", "aceijopsxydhlqwopo")
 
 
 def check_one_form(names) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
-    seen) that differ only in case, in a Unicode compatibility form, in invisible format characters or in letters drawn
-    alike (``Pos`` and ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a
+    seen) that differ only in case, in a Unicode compatibility form, in invisible format characters, in the white space
+    between their words or in letters drawn alike (the digit 0 and the letter O too) (``Pos`` and ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a
     byte-order mark or a soft hyphen in it; ``pos`` with a Cyrillic ``р``) are refused: one class written two ways
     would train as two. Naming both in config.data.labels keeps them apart."""
     booleans = [n for n in names if n in ("true", "false")]
@@ -749,6 +800,7 @@ def check_one_form(names) -> None:
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
         key = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
+        key = " ".join(key.split())  # "very  good" is "very good": white space inside a name, in any run or kind
         first, at = folded.setdefault(key.casefold().translate(_LOOKALIKES), (name, line))
         if first != name:
             raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case, "
@@ -783,6 +835,9 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
 def declared_labels(text: str, setting: str) -> tuple[str, ...]:
     """Label names a setting gives in id order (``"neg,pos"``), each read by ``label_key``; an empty name or a name
     given twice (``pos,neg,pos``; ``1,1.0``) is refused, naming the setting."""
+    if any(not files.has_text(x) for x in text.split(",")):
+        raise InputError(f"{setting}={text!r} has an empty name; give each class a name, in id order, separated by "
+                         "commas")
     names = tuple(label_key(x, f"{setting}={text!r}") for x in text.split(","))
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise InputError(f"{setting}={text!r} names the label {twice[0]!r} twice; each class is named once, in id order")
@@ -801,7 +856,7 @@ def check_columns(path_or_setting: str, **groups) -> None:
     also a text column gives the model its own answer). ``groups``: role -> column names."""
     seen: dict[str, str] = {}
     for role, cols in groups.items():
-        for col in cols:
+        for col in map(Row._key, cols):  # as a row looks it up: one name in either Unicode form
             if col in seen:
                 both = f"both a {seen[col]} and a {role} column" if seen[col] != role else f"a {role} column twice"
                 raise InputError(f"{path_or_setting}: column {col!r} is named as {both}; each column has one role")
@@ -852,6 +907,11 @@ def resolve(config) -> Task:
                          "token_classification)")
     if d.kind not in KINDS:
         raise InputError(f"config.data.kind={d.kind!r}: one of {', '.join(KINDS)}")
+    if d.labels and d.kind in ("regression", "question_answering", "multiple_choice"):
+        raise InputError(f"config.data.labels={d.labels!r} names classes, which data.kind={d.kind} has none of (its "
+                         "targets are " + {"regression": "scores", "question_answering": "answer spans",
+                                           "multiple_choice": "the right ending's index"}[d.kind]
+                         + "); leave it empty")
     name = d.name or re.sub(r"[^\w.-]+", "_", os.path.splitext(os.path.basename(files["train"].rstrip("/")))[0])
     if d.kind != "question_answering":  # (QA's settings are checked first: they need no file)
         _check_data_files(files, d.kind)

@@ -112,7 +112,12 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text (byte {e.start}): {e.reason}") from None
+        line_start, lineno = data.rfind(b"\n", 0, e.start) + 1, data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}: line {lineno}, column {len(data[line_start:e.start].decode('utf-8', 'replace')) + 1}"
+                         f": not UTF-8 text (byte 0x{data[e.start]:02x}); save the file as UTF-8") from None
+    if text.startswith("\ufeff"):  # BertTokenizerFast keeps it: its first token would be "\ufeff[PAD]"
+        raise InputError(f"{path}: line 1 starts with a byte-order mark, which BertTokenizerFast reads as part of its "
+                         "first token; save the file without it (UTF-8 without BOM)")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -242,7 +242,7 @@ def source_identity(source: str) -> dict:
             out["sha256"] = hashlib.sha256(json.dumps(
                 [[m, file_sha256(os.path.join(name, m))] for m in meta]).encode()).hexdigest()
         return out
-    path = os.path.abspath(source)
+    path = os.path.realpath(source)  # one file, however the path to it is spelt (a link, a relative path)
     out["path"] = path
     if os.path.isfile(path):
         out["sha256"], out["bytes"] = file_sha256(path), os.path.getsize(path)

@@ -237,6 +237,14 @@ def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     ("id2label", {"0": "neg", "2": "pos"}, "id2label has the ids [0, 2]; expected 0 to 1, one name per output"),
     ("id2label", {"1": "pos"}, "id2label has the ids [1]; expected 0 to 0"),
     ("id2label", {"0": "pos", "1": "neg", "2": "pos"}, "id2label names 'pos' twice (ids 0 and 2)"),
+    ("id2label", {"0": "pos", "1": " pos"}, "id2label names ' pos' twice (ids 0 and 1)"),
+    # label names are strings (transformers writes "1"): null, true and 1 were made "None", "True" and "1"
+    ("id2label", {"0": None, "1": True}, 'id2label["0"] is null; each label is a name, a string'),
+    ("id2label", {"0": "neg", "1": 1}, 'id2label["1"] is an integer 1; each label is a name'),
+    ("id2label", {"0": "neg", "1": "\u200b"}, 'id2label["1"] is a string "\\u200b"; each label is a name'),
+    # transformers' switches that make another function of an encoder's weights
+    ("is_decoder", True, "is_decoder is true: a decoder's causal attention"),
+    ("add_cross_attention", True, "add_cross_attention is true: cross-attention to an encoder's outputs"),
 ])
 def test_config_from_dict_checks_each_field_type(field, value, message):
     with pytest.raises(InputError) as e:
@@ -497,6 +505,9 @@ def test_links_inside_the_directory_and_a_hub_cache_snapshot_are_followed(tmp_pa
                                             "embedding"),
     (VOCAB[:6] + [""] + VOCAB[6:], r"13 tokens, but the model's vocab_size is 12: .*\(line 7 is blank, a token of "
                                    r"its own: a line added by mistake\?\)"),
+    # BertTokenizerFast keeps a byte-order mark: its first token would be "\ufeff[PAD]", not [PAD]
+    (["\ufeff" + VOCAB[0]] + VOCAB[1:], r"line 1 starts with a byte-order mark, which BertTokenizerFast reads as "
+                                         r"part of its first token"),
 ])
 def test_from_pytorch_refuses_a_vocab_the_model_cannot_use(tmp_path, run_cli, digest, lines, message):
     """The vocabulary is read by its one reader (tokenizer.read_vocab) before a conversion copies it on; a refused one

@@ -322,6 +322,17 @@ def test_label_names_name_a_converted_classifier(tmp_path):
     assert sj.load_pretrained(tmp_path / "m").config.id2label == {0: "contradiction", 1: "entailment", 2: "neutral"}
     with pytest.raises(ValueError, match="2 label names"):
         sj.pretrained.import_torch(src, str(tmp_path / "m2"), label_names=["a", "b"])
+    # each name read as config.data.labels reads them (tasks.declared_labels): none empty, each value once
+    for names, msg in (("a,,b", r"--label-names='a,,b' has an empty name"), ("a, ,b", r"has an empty name"),
+                       ("1,1.0,2", r"--label-names='1,1.0,2' names the label '1' twice")):
+        with pytest.raises(ValueError, match=msg):
+            run_script("from_pytorch.py", "--src", src, "--out", str(tmp_path / "m3"), "--label-names", names)
+    assert not (tmp_path / "m3").exists()
+    mlm = save_hf(randomize(transformers.SqueezeBertForMaskedLM(transformers.SqueezeBertConfig(**TINY))),
+                  str(tmp_path / "mlm"))
+    with pytest.raises(ValueError, match=r"label names \['a', 'b'\] for a SqueezeBertForMaskedLM, which has no "
+                                         r"classifier"):
+        sj.pretrained.import_torch(mlm, str(tmp_path / "m4"), label_names=["a", "b"])
 
 
 def test_atomic_write_text_bytes_and_writer(tmp_path):

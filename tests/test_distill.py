@@ -265,3 +265,14 @@ def test_transfer_text_input_errors(tmp_path):
         distill.read_transfer_text([str(tmp_path / "single.txt")], "rte")
     with pytest.raises(FileNotFoundError, match="no such file"):
         distill.read_transfer_text(str(tmp_path / "missing.txt"), "rte")
+    # each line's sentences are texts (files.has_text), each file is read once, and a CSV is no plain text
+    for body in ("good movie\tbad movie\nfine\t \n", "good movie\tbad movie\n\u200b\tx\n"):
+        (tmp_path / "empty.txt").write_text(body)
+        with pytest.raises(InputError, match=r"empty.txt:2: an empty sentence"):
+            distill.read_transfer_text(str(tmp_path / "empty.txt"), "rte")
+    os.symlink(text, tmp_path / "again.txt")
+    with pytest.raises(InputError, match=r"again.txt is given twice \(also as .*t.txt\)"):
+        distill.read_transfer_text(f"{text},{tmp_path / 'again.txt'}", "rte")
+    (tmp_path / "t.csv").write_text("premise,hypothesis\ngood,bad\n")
+    with pytest.raises(InputError, match=r"t.csv: a .csv file, whose header and quoting would be read as sentences"):
+        distill.read_transfer_text(str(tmp_path / "t.csv"), "rte")

@@ -135,6 +135,27 @@ def test_an_atomic_write_through_a_symlink_replaces_its_target_and_keeps_the_lin
                                                             "real"]
 
 
+def test_a_pipe_a_device_or_a_link_into_no_directory_is_never_an_output_file(tmp_path):
+    """files.check_output_file (every --out) and files.atomic_write (every writer): a FIFO or /dev/null (or
+    /dev/stdout on a terminal or a pipe) is refused before any work, --overwrite or not (replaced by a file, it would
+    be gone: as root, /dev/null itself);
+    a symlink whose target's directory does not exist is named before the work, not after it."""
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    for out, kind in ((fifo, "a named pipe"), ("/dev/null", "a character device")):
+        with pytest.raises(errors.InputError, match=rf"^--out {out} is {kind}.*, not a regular file"):
+            files.check_output_file(out, overwrite=True)
+        with pytest.raises(errors.InputError, match=rf"{out} is {kind}.*it is never replaced"):
+            files.atomic_write(out, "x\n")
+    assert fifo.exists() and not fifo.is_file() and not os.path.isfile("/dev/null")
+    link = tmp_path / "d.jsonl"
+    link.symlink_to(tmp_path / "missing" / "x.jsonl")
+    with pytest.raises(errors.InputError, match=rf"--out {link} is a link to .*missing/x.jsonl, whose directory does "
+                                                r"not exist"):
+        files.check_output_file(link, overwrite=True)
+    assert files.has_text("a\ufffd") and not files.has_text("\ufffd \u200b")  # U+FFFD alone: BERT drops it
+
+
 def test_an_output_file_path_ending_in_a_slash_is_named_as_such(tmp_path):
     for out in (tmp_path / "new", tmp_path):  # a directory yet to make, or one there: never "new/.lock" in a message
         with pytest.raises(errors.InputError, match=rf"^--out {out}/ ends in '/', a directory's path; give the path"):

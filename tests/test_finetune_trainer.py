@@ -4,6 +4,7 @@ a finished run rerun, settings and workdirs refused before anything is compiled 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import re
 import signal
@@ -125,7 +126,7 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path
     assert [h["start_step"] for h in history] == [0, 3]
 
 
-def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monkeypatch):
+def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monkeypatch, digest):
     """SIGTERM during step 4 (mid-epoch): the run finishes the step, checkpoints, returns ``preempted``; the rerun
     resumes at step 4, stops at stop_at_step 5 the same way, and the next ends as an uninterrupted run. A rerun of the
     finished run trains nothing."""
@@ -142,6 +143,19 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
         first = ft.finetune(_config(task, async_checkpoints=False), str(wd))
     assert first["preempted"] and first["history"] == []
     assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [4]
+    # the checkpoint's JSON item (the epochs' results so far) read and checked with its state (ft.check_meta): cut
+    # short, or a field of another type, it is a damaged checkpoint -- the only one here, so the rerun is refused
+    # before anything is written (it used to record its start, then fail with a traceback at the epoch's end)
+    meta = wd / "checkpoints" / "4" / "meta" / "metadata"
+    for damage in (lambda m: m[:100], lambda m: json.dumps(json.loads(m) | {"epoch_losses": "x"})):
+        bad = tmp_path / "bad"
+        shutil.copytree(wd, bad)
+        (bad / meta.relative_to(wd)).write_text(damage(meta.read_text()))
+        before = digest(bad)
+        with pytest.raises(checkpointing.UnreadableCheckpointsError, match=r"checkpoints at steps \[4\] but none can "):
+            ft.finetune(_config(task), str(bad))
+        assert digest(bad) == before
+        shutil.rmtree(bad)
     stopped = ft.finetune(_config(task, stop_at_step=5), str(wd))  # resumed, and stopped again by the config
     assert stopped["preempted"] and stopped["checkpoint_step"] == 5
     resumed = ft.finetune(_config(task), str(wd))
@@ -164,6 +178,9 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     ("attention", "flash", r"config.attention='flash': fused or reference"),
     ("attention_dropout", 0.1, r"config.attention_dropout=0.1: 0 or unset with attention 'fused'"),
     ("rng_impl", "RBG", r"config.rng_impl='RBG': threefry2x32 or rbg"),
+    # jax's keys hold 32 bits of the seed: 2**32 + 5 drew seed 5's dropout, 2**64 was an OverflowError traceback
+    ("seed", 2 ** 32 + 5, r"config.seed=4294967301: an integer in \[0, 2\*\*32\)"),
+    ("seed", 2 ** 64, r"config.seed=18446744073709551616: an integer in \[0, 2\*\*32\)"),
 ])
 def test_bad_settings_are_refused_before_anything_is_loaded_or_written(task, tmp_path, setting, value, msg):
     with pytest.raises(sj.errors.InputError, match=msg):
@@ -228,6 +245,11 @@ def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_chan
     _resume_check(wd, config)  # the same data and settings: resumed
     _resume_check(wd, glue_config("sst2", task[0], data, log_every=7, checkpoint_every=5, eval_batch_size=8,
                                   keep_checkpoints=4, learning_rate=1e-4))  # settings a resume may change
+    os.symlink(data, tmp_path / "link")  # the same data by another spelling: a relative path, a link
+    for spelling in (os.path.relpath(data), tmp_path / "link"):
+        same = glue_config("sst2", task[0], spelling)
+        ft._check_workdir(str(wd), same)
+        _resume_check(wd, same)
 
     before = train.read_bytes()
     _swap_labels(train)

@@ -184,6 +184,25 @@ def test_story_tasks_cover_every_task_with_learnable_labels(tmp_path):
         (tmp_path / "again" / "QQP" / "train.tsv").read_text() == (tmp_path / "QQP" / "train.tsv").read_text()
 
 
+@pytest.mark.parametrize("row, why", [
+    ("1\t\tB\tentailment", "an empty text"),
+    ("1\tA\t \u200b \tentailment", r"an empty text \(only white space or invisible marks\)"),
+    ("1\t\ufffd\tB\tentailment", "an empty text"),  # U+FFFD alone: BERT's normalizer drops it
+    ("1\tA\x00B\tB\tentailment", "a NUL byte at column 4"),
+    ("1\tA\rB\tB\tentailment", "a carriage return that ends no line at column 4"),
+    ("\ufeff1\tA\tB\tentailment", "a byte-order mark inside the file"),
+])
+def test_a_glue_row_holds_what_any_text_file_may(tmp_path, row, why):
+    """GLUE_DIR's TSV reader checks texts and lines as the user's files are checked (files.has_text, text_lines'
+    rules): such a row is malformed, named by file and line, or dropped and counted with skip_malformed."""
+    path = write(tmp_path / "RTE" / "dev.tsv", ["index\tsentence1\tsentence2\tlabel", "0\tA\tB\tentailment", row,
+                                                "2\tC\tD\tnot_entailment"])
+    with pytest.raises(glue.GlueFormatError, match=rf"{path}:3: malformed rte row: {why}"):
+        glue.load_examples("rte", "validation", data_dir=str(tmp_path))
+    ex, skipped = glue.read_glue_tsv(str(path), "rte", "validation", skip_malformed=True)
+    assert [e.idx for e in ex] == [0, 2] and skipped == 1
+
+
 def test_non_utf8_row_names_file_and_line_or_is_counted(tmp_path):
     path = tmp_path / "RTE" / "dev.tsv"
     path.parent.mkdir(parents=True)

@@ -141,7 +141,8 @@ def test_settings_refuse_each_training_setting_with_one_line():
                              ("rng_impl", "philox", "threefry2x32 or rbg"), ("log_every", 0, ">= 1"),
                              ("checkpoint_every", 2.0, ">= 1"), ("keep_checkpoints", 0, "0 would delete"),
                              ("stop_at_step", -1, ">= 0"), ("preemption_sync_every", None, ">= 1"),
-                             ("seed", -1, "an integer >= 0"), ("seed", 1.5, "an integer >= 0")):
+                             ("seed", -1, r"an integer in \[0, 2\*\*32\)"),
+                             ("seed", 1.5, r"an integer in \[0, 2\*\*32\)"), ("seed", 2 ** 32, r"an integer in \[0, 2")):
         with pytest.raises(errors.InputError, match=rf"^config\.{name}={bad!r}: .*{valid}"):
             loop.Settings(ml_collections.ConfigDict(good | {name: bad})).check_training()
     settings = loop.Settings(ml_collections.ConfigDict(good | {"phases": [{"seq_len": 3}]}))

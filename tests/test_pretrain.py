@@ -651,6 +651,17 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
             resume(tiny_config(**change))
         assert str(e.value).startswith(message) and "start a new --workdir" in str(e.value), str(e.value)
     trainer.check_stream(str(wd), pretrain.run_stream(tiny_config(global_batch_size=8)), False)
+    # RTD's generator width and loss weight are the run's (an MLM + SOP run has neither: its rtd block may change)
+    resume(tiny_config(**{"rtd.weight": 5.0, "rtd.generator_fraction": 0.5}))
+    rtd = tmp_path / "rtd"
+    (rtd / "checkpoints" / "2").mkdir(parents=True)
+    trainer.record_config(str(rtd), tiny_config(objective="rtd"), 0, pretrain.run_stream(tiny_config(objective="rtd")))
+    for change, message in (({"rtd.weight": 5.0}, "config.rtd.weight changed since the run began (50.0 -> 5.0)"),
+                            ({"rtd.generator_fraction": 0.5},
+                             "config.rtd.generator_fraction changed since the run began (0.25 -> 0.5)")):
+        with pytest.raises(errors.InputError) as e:
+            trainer.check_stream(str(rtd), pretrain.run_stream(tiny_config(objective="rtd", **change)), True)
+        assert str(e.value).startswith(message), str(e.value)
     # the stream each checkpoint holds (Checkpointer.newest_stream) is checked when the history is gone
     (wd / "config_history.jsonl").unlink()
     with pytest.raises(errors.InputError, match=r"^config.seed changed since the run began \(0 -> 3\)"):

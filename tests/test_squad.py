@@ -296,6 +296,9 @@ def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_p
                      # no "data": named, not read as JSON Lines ("no 'question' text (has id, version)")
                      (json.dumps({"version": "v2.0"}, indent=1),
                       r'sq.json: a JSON object with no "data" list of articles \(it has version\)'),
+                     # the official layout on one line, then another object: not JSON Lines ("no 'question' text")
+                     (json.dumps(good) + "\n" + json.dumps(good) + "\n",
+                      r"sq.json:2: more text after the SQuAD JSON object of the line before"),
                      # an id twice: each place by its own line
                      (json.dumps(good | {"data": [{"title": "t", "paragraphs": [{"context": "John went home", "qas": [
                          good["data"][0]["paragraphs"][0]["qas"][0]] * 2}]}]}, indent=1),
@@ -305,7 +308,7 @@ def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_p
             squad.read_squad(str(tmp_path / "sq.json"))
 
 
-@pytest.mark.parametrize("qid", [{"a": 1}, ["q"], None, True, 1.5])
+@pytest.mark.parametrize("qid", [{"a": 1}, ["q"], None, True, 1.5, "", " \u200b"])
 def test_a_question_id_is_a_string_or_an_integer(tmp_path, qid):
     row = {"id": qid, "question": "Who?", "context": "John shot it.", "answers": [{"text": "John", "answer_start": 0}]}
     (tmp_path / "sq.jsonl").write_text(json.dumps(row) + "\n")

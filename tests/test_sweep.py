@@ -253,6 +253,8 @@ def test_a_point_the_validator_refuses_stops_the_sweep_before_anything_is_writte
     (["--sweep", "lr=abc"], "--sweep: 'lr=abc': 'abc' is not a float (learning_rate)"),
     (["--sweep", "lr=1e-5;dropout="], "--sweep: 'dropout=': an empty value"),
     (["--sweep", "colour=red"], "the glue config has no field 'colour'"),
+    # a setting fine-tuning refuses: named before the log file is written (it used to leave WORKDIR/log.txt)
+    (["--max_train_examples", "-1"], "max_train_examples"),
 ])
 def test_the_script_prints_one_line_and_writes_nothing(tmp_path, run_cli, argv, msg):
     rc, out, err = run_cli("train/glue_recipe.py", "--init_from", tmp_path, "--workdir", tmp_path / "runs", *argv)
@@ -261,18 +263,47 @@ def test_the_script_prints_one_line_and_writes_nothing(tmp_path, run_cli, argv, 
     assert out == "" and not (tmp_path / "runs").exists()
 
 
+def test_the_workdir_is_checked_as_every_run_directory_is(tmp_path, run_cli, digest):
+    """files.check_run_dir before anything is written: a MODEL_DIR (files of no sweep) unless --overwrite, a file."""
+    model = tmp_path / "model"
+    sj.save_pretrained(sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(
+        vocab_size=16, hidden_size=32, embedding_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32), rngs=nnx.Rngs(0)), model)
+    (tmp_path / "file").write_text("x")
+    before = digest(tmp_path)
+    for workdir, msg in ((model, "holds files of no GLUE sweep run (config.json"), (tmp_path / "file",
+                                                                                  "is an existing file")):
+        rc, out, err = run_cli("train/glue_recipe.py", "--init_from", model, "--workdir", workdir, "--tasks", "rte")
+        lines = err.strip().splitlines()
+        assert rc == 1 and len(lines) == 1 and msg in lines[0], err
+    assert digest(tmp_path) == before
+
+
 def test_an_unknown_preset_is_a_usage_error(tmp_path, run_cli):
     rc, _, err = run_cli("train/glue_recipe.py", "--init_from", tmp_path, "--workdir", tmp_path / "runs",
                          "--preset", "tiny")
     assert rc == 2 and "invalid choice: 'tiny'" in err
 
 
-def test_a_record_line_that_is_not_a_row_is_named(tmp_path):
+@pytest.mark.parametrize("line, why", [
+    (b'{"task": "rte"}', r"no 'settings'"),
+    (b'{"task": "rte", "settings": "lr", "seed": 0}', r"'settings' is a string \"lr\", not an object of settings"),
+    (b'{"task": "rte", "settings": {}, "seed": "x"}', r"'seed' is a string \"x\", not an integer"),
+    (b'{"task": "rte", "settings": {}, "seed": 0, "score": 0.5, "dev": {"a": "x"}}', r"'dev' is an object"),
+    (b'[1, 2]', r"a list, not a JSON object"),
+    (b'{"task": "rte", "settings": {}, "seed": 0, "score": 0.5, "dev": {}, "epoch": 1, "run_dir": "r", "config": 3}',
+     r"'config' is an integer 3, not an object"),
+    (b'{"task": "r\xe9te"}', r":12: not UTF-8 text \(byte 0xe9\)"),
+])
+def test_a_record_line_that_is_not_a_row_is_named(tmp_path, line, why):
+    """sweep.jsonl, read through files.text_lines: each row a JSON object holding each field a run writes, of its
+    type (sweep.row_problem); otherwise one line naming the file and line, not a traceback at its first use."""
     path = tmp_path / sweep.RECORD
-    sweep.append_row(str(path), {"task": "rte", "settings": {"lr": 1e-5}, "seed": 0, "score": 0.5})
-    with open(path, "a") as f:
-        f.write('{"task": "rte"}\n')
-    with pytest.raises(InputError, match=f"{path}:2: not a sweep row"):
+    sweep.append_row(str(path), {"task": "rte", "settings": {"lr": 1e-5}, "seed": 0, "score": 0.5, "metric": "m",
+                                 "dev": {"validation/accuracy": 0.5}, "epoch": 1, "run_dir": "r"})
+    with open(path, "ab") as f:
+        f.write(line + b"\n")
+    with pytest.raises(InputError, match=rf"{path}:2.*{why}"):
         sweep.read_rows(str(path))
 
 

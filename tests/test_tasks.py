@@ -218,6 +218,11 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ('{"review": "a", "sentiment": "pos"}\n[1, 2]\n', r"e.jsonl:2: a list \(\[1, 2\]\), not a JSON object"),
     ("review,sentiment\na,pos\nb,NaN\n", r"e.csv:3: column 'sentiment': the label 'NaN' is not a finite number"),
     ("review,sentiment\na,pos\nb,-inf\n", r"e.csv:3: column 'sentiment': the label '-inf' is not a finite number"),
+    ("review,sentiment\na,pos\nb,\u200b\n", r"e.csv:3: .*the label is empty \(only white space or invisible marks\)"),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "neg\\udc80"}\n',
+     r"e.jsonl:2: .*the label 'neg\\udc80' holds a lone surrogate"),
+    # a space before the opening quote: CSV keeps the quotes, which made '"pos"' a class of its own
+    ('review,sentiment\na,pos\nb, "pos"\n', r"e.csv:3: field 2 \('\"pos\"'\) opens its quote after a space"),
 ])
 def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
     name = "e.jsonl" if body.startswith("{") else "e.csv"
@@ -284,6 +289,10 @@ def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
     with pytest.raises(sj.errors.DataFileError, match=r"c.csv:4: column 'sentiment': the label 'Pos' differs from "
                                                       r"'pos' \(line 2\) only in case"):
         _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n")
+    for body, twin in (("a,very good\nb,neg\nc,very  good\n", "'very  good' differs from 'very good'"),
+                       ("a,POS\nb,neg\nc,P0S\n", "'P0S' differs from 'POS'")):  # white space inside; a zero for an O
+        with pytest.raises(sj.errors.DataFileError, match=rf"c.csv:4: column 'sentiment': the label {twin}"):
+            _labels_of(tmp_path, "c.csv", "review,sentiment\n" + body)
     task, rows = _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n",
                             **{"data.labels": "neg,pos,Pos"})  # declared: three classes, as the user says
     assert task.labels == ("neg", "pos", "Pos") and [r.label for r in rows] == [1, 0, 2]
@@ -304,11 +313,19 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
 @pytest.mark.parametrize("labels, msg", [
     ("pos,neg,pos", r"names the label 'pos' twice"),
     ("1,1.0", r"names the label '1' twice"),
-    ("pos,,neg", r"the label is empty"),
+    ("pos,,neg", r"has an empty name"),
+    (" ,neg", r"has an empty name"),
 ])
 def test_declared_labels_name_each_class_once(tmp_path, labels, msg):
     with pytest.raises(sj.errors.InputError, match=rf"config.data.labels={labels!r}.*{msg}"):
         _labels_of(tmp_path, "d.csv", "review,sentiment\na,pos\nb,neg\n", **{"data.labels": labels})
+
+
+@pytest.mark.parametrize("kind", ["regression", "multiple_choice", "question_answering"])
+def test_labels_for_a_kind_without_classes_are_refused(tmp_path, kind):
+    with pytest.raises(sj.errors.InputError, match=rf"config.data.labels='a,b' names classes, which data.kind={kind} "
+                                                   r"has none of .*leave it empty"):
+        _labels_of(tmp_path, "d.csv", "review,sentiment\na,1\nb,2\n", **{"data.kind": kind, "data.labels": "a,b"})
 
 
 @pytest.mark.parametrize("kw, msg", [
@@ -360,6 +377,11 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     ("z.csv", "review,sentiment\nfine,pos\n\u200b\u200d,neg\n", r"z.csv:3: column 'review' is empty \(only white space "
                                                                r"or invisible marks\)"),
     ("m.csv", "review,sentiment\nfine,pos\n\u0301,neg\n", r"m.csv:3: column 'review' is empty"),  # an accent alone
+    # the replacement character alone (a decoder's mark for bad bytes): BERT's normalizer drops it, leaving nothing
+    ("r.csv", "review,sentiment\nfine,pos\n\ufffd \ufffd,neg\n", r"r.csv:3: column 'review' is empty"),
+    # one column in two Unicode forms (é composed, and e + a combining accent): which one is the text?
+    ("f.csv", "r\u00e9view,re\u0301view,sentiment\na,b,pos\n", r"f.csv:1: the header names the column 'r\u00e9view' "
+                                                                r"twice \(in two Unicode forms\)"),
     ("k.jsonl", '{"review": "a", "sentiment": "p"}\n{"review": "b", "sentiment": "n", "sentiment": "p"}\n',
      r"k.jsonl:2: the key 'sentiment' appears twice in one object"),
     ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),
@@ -383,6 +405,15 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
     with pytest.raises(sj.errors.DataFileError, match=msg):
         _labels_of(tmp_path, name, body)
+
+
+def test_a_column_is_one_column_in_either_unicode_form(tmp_path):
+    """A header written with a combining accent (NFD) and a setting typed composed (NFC), or the other way round:
+    the same column (tasks.Row), in training as in predict."""
+    for header, setting in (("re\u0301view", "r\u00e9view"), ("r\u00e9view", "re\u0301view")):
+        task, rows = _labels_of(tmp_path, "c.csv", f"{header},sentiment\ngood,pos\nbad,neg\n",
+                                **{"data.text_columns": setting})
+        assert [r.text_a for r in rows] == ["good", "bad"] and task.labels == ("neg", "pos")
 
 
 def test_windows_line_ends_read_as_line_ends(tmp_path):

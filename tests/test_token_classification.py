@@ -145,6 +145,14 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                        r"t.conll:4: .*'B-PER\\u200b' differs from 'B-PER' .*invisible characters"),
                       ("john B-PER\nshot O\n\nmary B-\nran O\n",
                        r"t.conll:4: the sentence's tag 'B-' names no entity"),
+                      ("john B-PER\nshot O\n\nmary b-\nran O\n", r"t.conll:4: the sentence's tag 'b-' names no entity"),
+                      # a lowercase prefix alone (no B-PER to be its twin): seqeval sees no entity in it
+                      ("john b-per\nshot O\n\nmary i-per\nran O\n",
+                       r"t.conll:1: the sentence's tags: the tag 'b-per' has a lowercase prefix.*'B-per'"),
+                      # a digit 0 beside the letter O, and one value in three spellings: numbers, not tags
+                      ("john B-PER\nshot 0\n", r"t.conll:1: the sentence's tag '0' is a number, not a tag name "
+                                               r"\(O, B-PER, ...\); the letter O\?"),
+                      ("john B-PER\nshot 1.0\n", r"t.conll:1: the sentence's tag '1.0' is a number"),
                       ("B-PER john\nO shot\n\nB-PER mary\nO ran\n",  # the columns the other way round
                        r"t.conll: no tag is O or an entity's \(B-PER, I-LOC, ...\): the tags read are 'john', "
                        r"'shot', 'mary', 'ran'; a line is a word, then its tag last")):

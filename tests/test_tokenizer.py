@@ -279,7 +279,7 @@ def test_errors(tmp_path, hand_vocab):
         Tokenizer.from_file(dup)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"[PAD]\n\xff\n")
-    with pytest.raises(ValueError, match="bad.txt: not UTF-8"):
+    with pytest.raises(ValueError, match=r"bad.txt: line 2, column 1: not UTF-8 text \(byte 0xff\)"):
         Tokenizer.from_file(bad)
     tok = Tokenizer.from_file(hand_vocab)
     with pytest.raises(ValueError, match="2 texts but 1 text_pairs"):

@@ -19,7 +19,7 @@ The console shows progress bars, warnings and the table; WORKDIR/log.txt has the
 import os
 import sys
 
-from squeezebert_jax import cli, glue, sweep
+from squeezebert_jax import cli, files, glue, sweep
 from squeezebert_jax.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,14 +43,15 @@ def main(argv=None):
                         'lr, dropout, batch, epochs, seed); the best dev setting per task is chosen')
     p.add_argument("--preset", default="", choices=sorted(sweep.PRESETS),
                    help="a named grid (miniatures: Turc et al.'s); --sweep adds fields to it or replaces them")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write the sweep into a --workdir that holds files of no sweep (a MODEL_DIR, say)")
     args = p.parse_args(argv)
+    files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite)  # before anything is written there
     get_config = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config
     if args.tasks:
         args.tasks = [trainable_task(t) for t in args.tasks]
     sweeping = args.sweep is not None or args.preset
     grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else {}  # {}: one point
-    cli.setup_logging(os.path.join(args.workdir, "log.txt"))
-    cli.enable_compilation_cache()
 
     def make_config(task):
         c = get_config(task)
@@ -61,6 +62,9 @@ def main(argv=None):
             c.num_epochs = args.epochs
         return c
 
+    sweep.check_points(make_config, grid, args.tasks or glue.RECIPE_ORDER)  # a refused setting writes no log.txt
+    cli.setup_logging(os.path.join(args.workdir, "log.txt"))
+    cli.enable_compilation_cache()
     print(sweep.run_sweep(make_config, grid, args.workdir, args.tasks, args.transfer, args.teacher_root, args.predict))
 
 
