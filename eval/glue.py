@@ -35,11 +35,12 @@ def _submission_files(plan: list[tuple[str, str]]) -> list[str]:
     return names
 
 
-def _test_files(plan: list[tuple[str, str]], data_dir: str | None) -> list[str]:
-    """The GLUE_DIR test files the planned tasks read (an output never replaces one of them)."""
-    paths = []
+def _inputs(plan: list[tuple[str, str]], data_dir: str | None) -> list[str]:
+    """What the planned tasks read: each MODEL_DIR and each of the tasks' GLUE_DIR files, every split (an output is
+    never one of them, nor inside a MODEL_DIR: not through a link either)."""
+    paths = [model_dir for _, model_dir in plan]
     for task in [t for t, _ in plan] + (["ax"] if any(t == "mnli" for t, _ in plan) else []):
-        for split in glue.get_task(task).test_splits if data_dir else ():
+        for split in glue.get_task(task).layouts if data_dir else ():
             try:
                 paths.append(glue.glue_tsv_path(task, data_dir, split))
             except FileNotFoundError:
@@ -76,7 +77,7 @@ def main(argv=None):
     with contextlib.ExitStack() as stack:
         if args.predict:  # before any work: the files this command writes, each claimed (another task's are no bother)
             stack.enter_context(files.claim_output_files(args.out, _submission_files(plan), args.overwrite,
-                                                         inputs=_test_files(plan, args.data_dir)))
+                                                         inputs=_inputs(plan, args.data_dir)))
         per_task = {}
         for task, model_dir in plan:
             try:

@@ -62,11 +62,14 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
 
 
 def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = None, overwrite: bool = False,
-                     what: str = "--out", ignore: tuple[str, ...] = ()) -> str:
+                     what: str = "--out", ignore: tuple[str, ...] = (), entries: bool = True) -> str:
     """Refuse, before any work, an output directory that would lose something: ``src`` itself or a directory inside
     it (always: a conversion never writes into its source), an existing file, or a directory that already holds
-    files other than ``ignore`` (unless ``overwrite``: then the files written replace those of the same name).
-    Returns ``out``."""
+    files other than ``ignore`` (unless ``overwrite``: then the files written replace those of the same name). An
+    entry of an existing ``out`` that a write would go through to something else is refused, ``overwrite`` or not:
+    a link that leads out of ``out`` (into ``src``, say: a conversion would replace its source's files), a pipe, a
+    device or a socket (not with ``entries`` False: a command that names the files it writes checks those alone,
+    ``claim_output_files``). Returns ``out``."""
     out = os.fspath(out)
     if src is not None:
         s, o = os.path.realpath(os.fspath(src)), os.path.realpath(out)
@@ -76,6 +79,8 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
                              f"into its source: choose another {what} directory")
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError(f"{what} {out} is an existing file, not a directory; choose a directory to write into")
+    if os.path.isdir(out) and entries:
+        _check_entries(out, what)
     if os.path.isdir(out) and not overwrite:
         present = sorted(set(os.listdir(out)) - set(ignore))
         if present:
@@ -84,6 +89,23 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
                              "written there, or choose a new directory")
     _check_parent(out, what)
     return out
+
+
+def _check_entries(out: str, what: str) -> None:
+    """No entry of the directory ``out`` (at any depth, links not followed) is one that a write would go through to
+    something that is not ``out``'s own file: a link leading out of ``out``, a pipe, a device or a socket."""
+    root = os.path.realpath(out)
+    for d, dirs, names in os.walk(out):
+        for name in dirs + names:
+            path = os.path.join(d, name)
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
+                    raise InputError(f"{what} {out} holds {path}, a link to {target} outside it: a file written there "
+                                     "would replace the link's target; remove the link, or choose another directory")
+            elif not os.path.isdir(path) and not os.path.isfile(path):
+                raise InputError(f"{what} {out} holds {path}, {_special_kind(path)}, which a file written there "
+                                 "would replace; remove it, or choose another directory")
 
 
 def _check_parent(out: str, what: str) -> None:
@@ -200,7 +222,7 @@ def claim_output_files(out_dir: str | os.PathLike, names: Iterable[str], overwri
     those are refused when they exist (unless ``overwrite``), other files there are left alone and are no reason to
     refuse (GLUE's server wants every task's file in one folder). ``out_dir`` is created before the work if missing
     (its files' locks live there), and removed again at the end if nothing was written into it. Yields the paths."""
-    out_dir = check_output_dir(out_dir, overwrite=True, what=what)
+    out_dir = check_output_dir(out_dir, overwrite=True, what=what, entries=False)  # its files: each claimed below
     missing, d = [], os.path.abspath(out_dir)
     while not os.path.exists(d):
         missing.append(d)
@@ -414,12 +436,22 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
         yield lineno, row
 
 
+# letters and symbols that draw nothing (Unicode's default-ignorable Hangul fillers, Khmer's inherent vowels, the
+# Braille blank) and U+FFFD, the mark a decoder leaves for bad bytes, which BERT's normalizer drops
+BLANK_CHARS = frozenset("\u115f\u1160\u3164\uffa0\u17b4\u17b5\u2800\ufffd")
+
+
+def invisible(ch: str) -> bool:
+    """A character that shows nothing: white space, a control or format character (a zero-width space), a combining
+    mark on its own, or one of ``BLANK_CHARS``."""
+    return unicodedata.category(ch)[0] in "ZCM" or ch in BLANK_CHARS
+
+
 def has_text(value: str) -> bool:
-    """Whether a text holds something to read: a character that is not white space, a control, an invisible mark, a
-    combining mark or U+FFFD (a zero-width space alone is no text, nor an accent on nothing, which an uncased
-    tokenizer strips, nor the replacement character a decoder leaves for bad bytes, which BERT's normalizer drops).
-    The one test of an empty text: the task loaders, GLUE's files, transfer text, SQuAD and predict."""
-    return any(unicodedata.category(ch)[0] not in "ZCM" and ch != "\ufffd" for ch in value)
+    """Whether a text holds something to read: a character that is not ``invisible`` (a zero-width space alone is no
+    text, nor an accent on nothing, which an uncased tokenizer strips, nor a Hangul filler, nor the replacement
+    character). The one test of an empty text: the task loaders, GLUE's files, transfer text, SQuAD and predict."""
+    return not all(map(invisible, value))
 
 
 def read_text(path: str | os.PathLike, what: str = "") -> str:

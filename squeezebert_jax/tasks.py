@@ -178,10 +178,11 @@ def read_rows(path: str):
     header = None
     for start, record in records:
         if header is None:
-            header = [unicodedata.normalize("NFC", c.strip()) for c in record]
+            header = [Row._key(c) for c in record]
             if len(set(header)) != len(header):
                 twice = next(c for c in header if header.count(c) > 1)
-                forms = "" if [c.strip() for c in record].count(twice) > 1 else " (in two Unicode forms)"
+                forms = "" if [c.strip() for c in record].count(twice) > 1 else (
+                    " (written two ways: in two Unicode forms, or with an invisible character)")
                 raise DataFileError(f"{path}:{start}: the header names the column {twice!r} twice{forms}: {header}")
             if not all(header):
                 raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
@@ -199,22 +200,27 @@ def read_rows(path: str):
 
 
 class Row(dict):
-    """A record of a user's file, its column names in Unicode's composed form (NFC), looked up in that form too: a
-    column named ``réview`` in the file and in a setting is one column whichever way each writes the accent."""
+    """A record of a user's file, its column names as they read (``_key``: Unicode's composed form, NFC, without
+    invisible characters or white space around them), looked up so too: a column named ``réview`` in the file and in
+    a setting is one column whichever way each writes the accent, or if one holds a zero-width space."""
 
     @classmethod
     def of(cls, row: dict, where: str) -> "Row":
         out = cls()
         for k, v in row.items():
-            key = unicodedata.normalize("NFC", k) if isinstance(k, str) else k
+            key = cls._key(k)
             if key in out:
-                raise DataFileError(f"{where}: the column {key!r} is named twice (in two Unicode forms)")
+                raise DataFileError(f"{where}: the column {key!r} is named twice (written two ways: in two Unicode "
+                                    "forms, or with an invisible character)")
             out[key] = v
         return out
 
     @staticmethod
     def _key(k):
-        return unicodedata.normalize("NFC", k) if isinstance(k, str) else k
+        if not isinstance(k, str):
+            return k
+        return "".join(ch for ch in unicodedata.normalize("NFC", k) if unicodedata.category(ch) != "Cf"
+                       and ch not in files.BLANK_CHARS).strip()
 
     def __getitem__(self, k):
         return super().__getitem__(self._key(k))
@@ -780,17 +786,20 @@ def label_key(raw, where: str) -> str:
     return shortest if decimal.Decimal(shortest) == value else f"{value.normalize():e}"
 
 
-# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables, the lowercase ones after casefold), and the
-# digit 0 beside the letter O: a label typed with one of them is the Latin label's twin, not a class of its own
+# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables), and the digit 0 beside the letter O: a
+# label typed with one of them is the Latin label's twin, not a class of its own. Capitals are folded before case is
+# (Greek Α is A, though its lowercase α is no a: α-helix and a-helix are two names), the small letters after.
+_CAPITAL_LOOKALIKES = str.maketrans("АВЕКМНОРСТУХІЈЅΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEKMHOPCTYXIJSABEZHIKMNOPTYX")
 _LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ0", "aceijopsxydhlqwopo")
 
 
 def check_one_form(names) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
-    seen) that differ only in case, in a Unicode compatibility form, in invisible format characters, in the white space
-    between their words or in letters drawn alike (the digit 0 and the letter O too) (``Pos`` and ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a
-    byte-order mark or a soft hyphen in it; ``pos`` with a Cyrillic ``р``) are refused: one class written two ways
-    would train as two. Naming both in config.data.labels keeps them apart."""
+    seen) that differ only in case, in a Unicode compatibility form, in invisible characters, in the white space
+    between their words or in letters drawn alike, the digit 0 and the letter O too (``Pos`` and ``pos``; ``B-PER``
+    and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark, a soft hyphen or a
+    Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``) are refused: one class written
+    two ways would train as two. Naming both in config.data.labels keeps them apart."""
     booleans = [n for n in names if n in ("true", "false")]
     numbers = [n for n in names if _NUMBER.fullmatch(n)]
     if booleans and numbers:  # is true the class 1?
@@ -799,9 +808,11 @@ def check_one_form(names) -> None:
                             "write each class one way, all numbers or all names")
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
-        key = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
+        key = "".join(ch for ch in unicodedata.normalize("NFKC", name)
+                      if unicodedata.category(ch) != "Cf" and ch not in files.BLANK_CHARS)
         key = " ".join(key.split())  # "very  good" is "very good": white space inside a name, in any run or kind
-        first, at = folded.setdefault(key.casefold().translate(_LOOKALIKES), (name, line))
+        key = key.translate(_CAPITAL_LOOKALIKES).casefold().translate(_LOOKALIKES)
+        first, at = folded.setdefault(key, (name, line))
         if first != name:
             raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case, "
                                 "form, invisible characters or letters drawn alike: write each class one way, or "

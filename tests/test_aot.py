@@ -285,6 +285,15 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     assert (tmp_path / "hlo" / "phase1.hlo.txt").read_text() == "an earlier program\n"
     rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--hlo", str(out))
     assert rc == 1 and len(err) == 1 and "is not a directory; give a directory" in err[0], err
+    # an output is never an input, --overwrite or not: the config file, or a file of the MODEL_DIR it starts from
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}\n")
+    for json_out, extra in ((CONFIGS, ()), (model / "config.json", (f"--config.init_from={model}",))):
+        rc, err = run("--config", f"{CONFIGS}:smoke", *extra, "--topology", "v5e:2x2", "--json", str(json_out),
+                      "--overwrite")
+        assert rc == 1 and len(err) == 1 and "of this command; an output" in err[0], err
+    assert (model / "config.json").read_text() == "{}\n"
 
 
 def test_fit_finds_the_fewest_microbatches(monkeypatch):

@@ -68,15 +68,21 @@ def test_from_pytorch_refuses_a_non_empty_out_unless_overwrite(tmp_path, run_cli
     assert type(sj.load_pretrained(out)).__name__ == "SqueezeBertForMaskedLM"
 
 
-@pytest.mark.parametrize("where", ["same", "inside"])
+@pytest.mark.parametrize("where", ["same", "inside", "linked"])
 def test_from_pytorch_never_writes_into_src(tmp_path, run_cli, digest, where):
+    """Not into the source, nor through a link in --out to one of its files (--overwrite replaced the checkpoint's
+    config.json with ours)."""
     src = hf_dir(tmp_path / "hf")
-    out = src if where == "same" else os.path.join(src, "converted")
+    out = {"same": src, "inside": os.path.join(src, "converted"), "linked": str(tmp_path / "out")}[where]
+    if where == "linked":
+        os.makedirs(out)
+        os.symlink(os.path.join(src, "config.json"), os.path.join(out, "config.json"))
     before = digest(src)
     rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", out, "--overwrite")
     line = one_error_line(err, "from_pytorch.py")
-    verb = "is the source directory" if where == "same" else "is inside the source directory"
-    assert rc == 1 and f"--out {out} {verb} {src}" in line and "never writes into its source" in line
+    verb = {"same": f"is the source directory {src}", "inside": f"is inside the source directory {src}",
+            "linked": f"holds {out}/config.json, a link to {src}/config.json outside it"}[where]
+    assert rc == 1 and f"--out {out} {verb}" in line
     assert digest(src) == before and sorted(os.listdir(src)) == ["config.json", "model.safetensors", "vocab.txt"]
 
 

@@ -291,6 +291,16 @@ def test_predict_test_shares_its_out_dir_with_other_tasks_files(tmp_path, data, 
     assert rc == 1 and "RTE.tsv is being written by another run" in one_error_line(err, "glue.py")
     rc, out, err = run_cli("eval/glue.py", *argv, "--overwrite")
     assert rc == 0 and (sub / "RTE.tsv").read_text() == written and digest(sub / "CoLA.tsv", sub / "notes.txt") == before
+    # the file written is never one the command reads: a link to the dev file it evaluates (it was replaced by the
+    # predictions), or to a file of the MODEL_DIR
+    for target, what in ((os.path.join(data, "RTE", "dev.tsv"), "is .*dev.tsv, an input"),
+                         (os.path.join(model, "config.json"), "is inside .*model, an input directory")):
+        before_inputs = digest(data, model)
+        (sub / "RTE.tsv").unlink()
+        (sub / "RTE.tsv").symlink_to(target)
+        rc, out, err = run_cli("eval/glue.py", *argv, "--overwrite")
+        assert rc == 1 and re.search(rf"--out {sub / 'RTE.tsv'} {what}", one_error_line(err, "glue.py")), err
+        assert digest(data, model) == before_inputs
 
 
 def test_submission_files_are_the_files_predict_test_writes():

@@ -154,6 +154,21 @@ def test_a_pipe_a_device_or_a_link_into_no_directory_is_never_an_output_file(tmp
                                                 r"not exist"):
         files.check_output_file(link, overwrite=True)
     assert files.has_text("a\ufffd") and not files.has_text("\ufffd \u200b")  # U+FFFD alone: BERT drops it
+    assert not files.has_text("\u3164\uffa0\u115f\u1160\u2800")  # Hangul fillers, the Braille blank: nothing drawn
+    # an output directory (a conversion's --out): an entry a write would go through is refused, --overwrite or not
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    for entry, msg in ((lambda p: p.symlink_to(src / "config.json"), r"a link to .*src/config.json outside it"),
+                       (os.mkfifo, r"a named pipe \(FIFO\), which a file written there would replace")):
+        out.mkdir()
+        (out / "sub").mkdir()
+        entry(out / "sub" / "config.json")  # at any depth
+        for overwrite in (False, True):
+            with pytest.raises(errors.InputError, match=rf"^--out {out} holds {out}/sub/config.json, {msg}"):
+                files.check_output_dir(out, src, overwrite)
+        shutil.rmtree(out)
+    assert (src / "config.json").read_text() == "{}"
 
 
 def test_an_output_file_path_ending_in_a_slash_is_named_as_such(tmp_path):

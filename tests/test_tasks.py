@@ -219,6 +219,7 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ("review,sentiment\na,pos\nb,NaN\n", r"e.csv:3: column 'sentiment': the label 'NaN' is not a finite number"),
     ("review,sentiment\na,pos\nb,-inf\n", r"e.csv:3: column 'sentiment': the label '-inf' is not a finite number"),
     ("review,sentiment\na,pos\nb,\u200b\n", r"e.csv:3: .*the label is empty \(only white space or invisible marks\)"),
+    ("review,sentiment\na,pos\nb,\u3164\n", r"e.csv:3: .*the label is empty \(only white space or invisible marks\)"),
     ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "neg\\udc80"}\n',
      r"e.jsonl:2: .*the label 'neg\\udc80' holds a lone surrogate"),
     # a space before the opening quote: CSV keeps the quotes, which made '"pos"' a class of its own
@@ -290,7 +291,10 @@ def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
                                                       r"'pos' \(line 2\) only in case"):
         _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n")
     for body, twin in (("a,very good\nb,neg\nc,very  good\n", "'very  good' differs from 'very good'"),
-                       ("a,POS\nb,neg\nc,P0S\n", "'P0S' differs from 'POS'")):  # white space inside; a zero for an O
+                       ("a,POS\nb,neg\nc,P0S\n", "'P0S' differs from 'POS'"),  # white space inside; a zero for an O
+                       ("a,NEG\nb,pos\nc,N\u0395G\n", "'N\u0395G' differs from 'NEG'"),  # a Greek capital Epsilon
+                       ("a,BAD\nb,pos\nc,\u0412AD\n", "'\u0412AD' differs from 'BAD'"),  # a Cyrillic capital Ve
+                       ("a,pos\nb,neg\nc,pos\u3164\n", "'pos\u3164' differs from 'pos'")):  # a Hangul filler
         with pytest.raises(sj.errors.DataFileError, match=rf"c.csv:4: column 'sentiment': the label {twin}"):
             _labels_of(tmp_path, "c.csv", "review,sentiment\n" + body)
     task, rows = _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n",
@@ -379,9 +383,13 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     ("m.csv", "review,sentiment\nfine,pos\n\u0301,neg\n", r"m.csv:3: column 'review' is empty"),  # an accent alone
     # the replacement character alone (a decoder's mark for bad bytes): BERT's normalizer drops it, leaving nothing
     ("r.csv", "review,sentiment\nfine,pos\n\ufffd \ufffd,neg\n", r"r.csv:3: column 'review' is empty"),
+    ("hf.csv", "review,sentiment\nfine,pos\n\u3164\uffa0,neg\n", r"hf.csv:3: column 'review' is empty"),  # fillers
+    # two columns that read alike, one with a zero-width space in its name
+    ("zw.csv", "review,re\u200bview,sentiment\na,b,pos\n", r"zw.csv:1: the header names the column 'review' twice "
+                                                          r"\(written two ways"),
     # one column in two Unicode forms (é composed, and e + a combining accent): which one is the text?
     ("f.csv", "r\u00e9view,re\u0301view,sentiment\na,b,pos\n", r"f.csv:1: the header names the column 'r\u00e9view' "
-                                                                r"twice \(in two Unicode forms\)"),
+                                                                r"twice \(written two ways: in two Unicode forms"),
     ("k.jsonl", '{"review": "a", "sentiment": "p"}\n{"review": "b", "sentiment": "n", "sentiment": "p"}\n',
      r"k.jsonl:2: the key 'sentiment' appears twice in one object"),
     ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),

@@ -153,6 +153,8 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                       ("john B-PER\nshot 0\n", r"t.conll:1: the sentence's tag '0' is a number, not a tag name "
                                                r"\(O, B-PER, ...\); the letter O\?"),
                       ("john B-PER\nshot 1.0\n", r"t.conll:1: the sentence's tag '1.0' is a number"),
+                      ("john B-PER\nshot O\n\nmary \u0412-PER\nran O\n",  # a Cyrillic capital Ve for the B
+                       r"t.conll:4: .*'\u0412-PER' differs from 'B-PER' .*letters drawn alike"),
                       ("B-PER john\nO shot\n\nB-PER mary\nO ran\n",  # the columns the other way round
                        r"t.conll: no tag is O or an entity's \(B-PER, I-LOC, ...\): the tags read are 'john', "
                        r"'shot', 'mary', 'ran'; a line is a word, then its tag last")):

@@ -161,8 +161,9 @@ def main(argv) -> int:
     config = _CONFIG.value
     log_path = _LOG_PATH
     cli.setup_logging(log_path)
+    inputs = _inputs(config)
     if _JSON.value:  # before minutes of compiling
-        files.check_output_file(_JSON.value, _OVERWRITE.value, "--json")
+        files.check_output_file(_JSON.value, _OVERWRITE.value, "--json", inputs=inputs)
     if "task" in config:  # a fine-tuning config
         pretraining_only = [f"--{f}" for f, v in (("phase", _PHASE.value), ("fit", _FIT.value),
                                                     ("max-batch", _MAX_BATCH.value), ("bytes", _BYTES.value),
@@ -190,7 +191,7 @@ def main(argv) -> int:
         if not os.path.isdir(_HLO.value):
             raise InputError(f"--hlo {_HLO.value} is not a directory; give a directory for the programs")
         for phase in phases:
-            files.check_output_file(_hlo_path(phase.name), _OVERWRITE.value, "--hlo")
+            files.check_output_file(_hlo_path(phase.name), _OVERWRITE.value, "--hlo", inputs=inputs)
     try:
         target = _target(config, log_path)
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
@@ -250,15 +251,29 @@ def main(argv) -> int:
     return 1 if bad else 0
 
 
+def _inputs(config) -> list[str]:
+    """What the command reads, which an output never replaces: the config file and the paths the config names (a
+    MODEL_DIR to start from, a teacher, the data)."""
+    from squeezebert_jax import trainer
+
+    keys = ("init_from", "distill.teacher", "data_dir", "data.path", "data.train_file", "data.validation_file",
+            "data.test_file")
+    named = [trainer.config_value(config, k) for k in keys]
+    spec = config_flags.get_config_filename(flags.FLAGS["config"])  # FILE:VARIANT
+    path = spec if os.path.exists(spec) else spec.rsplit(":", 1)[0]
+    return [path, *(v for v in named if isinstance(v, str) and v and "://" not in v
+                                                  and not v.startswith(("hf:", "tfds:")))]
+
+
 def _write_json(rows, target) -> None:
-    from squeezebert_jax import aot
+    from squeezebert_jax import aot, files
 
     if _JSON.value:
-        with open(_JSON.value, "w") as f:
-            for r in rows:
-                raw = {k: v for k, v in vars(r).items() if k not in ("chip", "hlo")}
-                f.write(json.dumps(dict(zip(aot.REPORT_HEADERS, map(str, aot.report_row(r)))) | raw
-                                   | {"topology": target.topology, "fits": r.fits, "roofline_s": r.roofline_s}) + "\n")
+        files.atomic_write(_JSON.value, "".join(
+            json.dumps(dict(zip(aot.REPORT_HEADERS, map(str, aot.report_row(r))))
+                       | {k: v for k, v in vars(r).items() if k not in ("chip", "hlo")}
+                       | {"topology": target.topology, "fits": r.fits, "roofline_s": r.roofline_s}) + "\n"
+            for r in rows))
 
 
 def _compile_finetune(config, target) -> int:
