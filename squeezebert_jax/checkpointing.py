@@ -187,6 +187,8 @@ class Checkpointer:
                     meta=self._ocp.args.JsonRestore()))["meta"]
                 if not isinstance(meta, dict):
                     raise TypeError(f"its JSON item is {type(meta).__name__}, not an object")
+                if not isinstance(meta.get("stream", {}), dict):
+                    raise TypeError(f"its JSON item's stream is {type(meta['stream']).__name__}, not an object")
                 if self.meta_check is not None:
                     self.meta_check(meta)
                 self._metas[step] = meta
@@ -242,6 +244,11 @@ class Checkpointer:
                 continue
             if isinstance(stream, dict):
                 return stream
+            if stream is not None:  # damaged: read as "no stream", any change of the run would resume unchecked
+                raise UnreadableCheckpointsError(
+                    f"the checkpoint at step {step} in {self.directory} records its training stream as "
+                    f"{type(stream).__name__}, not an object: its JSON item is damaged; move the checkpoint away "
+                    "to resume from an older one")
         return None
 
     def read_meta(self, step: int) -> dict:

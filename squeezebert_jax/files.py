@@ -463,9 +463,13 @@ LOCK_NAME = ".lock"
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host; a lock's pid that is no process id (not an integer >= 1 that
+    fits one, e.g. -1, which ``os.kill`` takes as every process) runs nothing."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2 ** 31:
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:  # another user's live process
         return True

@@ -194,6 +194,13 @@ class Predictor:
         settings = {"version_2": False, "doc_stride": min(128, self.max_length // 4),  # a model without task.json
                     "max_query_length": min(64, self.max_length // 4)}
         task = squad.SquadTask("predict", {}, **(settings | {k: v for k, v in self.card.items() if k != "kind"}))
+        room = self.max_length - 3 - task.max_query_length  # the context's pieces in a window
+        if task.doc_stride >= room:  # the run's windows do not fit this length: named before any input is read
+            source = (f"the model was trained with ({self.model_dir}/task.json)" if "doc_stride" in self.card else
+                      "of its default")
+            raise InputError(f"max_length={self.max_length} leaves {max(room, 0)} pieces of context in a window (after "
+                             f"3 special tokens and max_query_length {task.max_query_length}), not more than the "
+                             f"doc_stride {task.doc_stride} {source}: give a larger --max_length")
         examples = [squad.QAExample(i, str(i), q, c, (), f"input {i + 1}") for i, (q, c) in enumerate(pairs)]
         features = task.encode(examples, self.tokenizer, self.max_length)
         return [{k: a[k] for k in ("answer", "start", "end", "score", "probability")}

@@ -360,8 +360,15 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
         need(not config.init_from, "init_from", "empty with objective=rtd (the generator and discriminator pair "
              "starts from random weights here)")
     need(config.data.source in ("demo", "prepared"), "data.source", "demo or prepared")
-    need(config.data.source != "prepared" or bool(config.data.path), "data.path",
+    need(config.data.source != "prepared" or (isinstance(config.data.path, str) and config.data.path.strip() != ""
+                                               and os.path.isdir(config.data.path)), "data.path",
          "a directory written by train/prepare_data.py (data.source=prepared)")
+    need(settings.integer("data.demo_seed", 0), "data.demo_seed", "an integer >= 0")
+    if "num_processes" in config:  # multi-host without jax.distributed's own discovery
+        need(settings.integer("num_processes", 0), "num_processes", "an integer >= 0 (0: found by jax.distributed)")
+        need(settings.integer("process_id", -1)
+             and (config.num_processes == 0 or config.process_id < config.num_processes), "process_id",
+             f"an integer in [0, num_processes {config.num_processes}), or -1: found by jax.distributed")
     trainer.compute_dtype(config)
     if not config.phases:
         raise InputError("config.phases is empty: at least one phase (name, num_steps, seq_len, "
@@ -388,7 +395,7 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
 # itself is checked against each checkpoint's record of it (``pretrain_data.check_resume_data``: ``data.start_over``
 # may accept shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
 # learning_rate, log_every, checkpoint_every, stop_at_step, num_devices, num_microbatches, ...
-RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking")
+RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking", "model.vocab_from_tokenizer")
 # the model fields a resume may change: the vocabulary's size (the data's, checked with it), dropout, initialisation
 ARCHITECTURE_FREE = ("vocab_size", "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 PHASE_STREAM = ("num_steps", "seq_len", "max_predictions_per_seq")

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from squeezebert_jax import corpus
+from squeezebert_jax import corpus, files
 from squeezebert_jax.errors import InputError, MissingExtraError
 from squeezebert_jax.files import atomic_write, file_sha256, json_type, read_json
 from squeezebert_jax.tokenizer import Tokenizer, truncated_lengths
@@ -427,16 +427,49 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     return meta
 
 
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+# meta.json's fields that the reader uses, each with its test and what it should be (older preparations lack the
+# optional ones: None is taken for them)
+_META_FIELDS = {
+    "num_records": (_count, False, "an integer >= 0"),
+    "num_shards": (_count, False, "an integer >= 0"),
+    "shards": (lambda v: isinstance(v, list) and all(isinstance(n, str) and n and os.path.basename(n) == n
+                                                      for n in v), False, "a list of the shard files' names"),
+    "shard_num_records": (lambda v: isinstance(v, list) and all(map(_count, v)), True, "a list of integers >= 0"),
+    "shard_sha256": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()), True,
+                     "an object of sha256 strings"),
+    "num_tokens": (_count, True, "an integer >= 0"),
+    "token_width": (lambda v: v in (2, 4) and not isinstance(v, bool), True, "2 or 4 (bytes per token id)"),
+    "tokenizer": (lambda v: isinstance(v, dict) and isinstance(v.get("file"), str) and _count(v.get("vocab_size")),
+                  False, "an object with the tokenizer's \"file\" and \"vocab_size\""),
+}
+
+
 def load_meta(data_dir: str | os.PathLike) -> dict:
-    """``meta.json`` of a directory ``prepare`` wrote (its presence marks a complete preparation)."""
+    """``meta.json`` of a directory ``prepare`` wrote (its presence marks a complete preparation), read through
+    ``files.read_json`` (bad bytes and JSON named by line and column) with each field it is read for of its type: a
+    damaged file is one line naming it and the field."""
     path = os.path.join(os.fspath(data_dir), "meta.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: prepare the data first (train/prepare_data.py)")
-    with open(path) as f:
-        meta = json.load(f)
+    meta = files.read_json(path)
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: {files.json_value(meta)}, not the JSON object prepare_data writes; prepare the "
+                         "data again (train/prepare_data.py)")
     if meta.get("format_version") != FORMAT_VERSION:
         raise InputError(f"{path}: format_version {meta.get('format_version')}, this code reads "
                          f"{FORMAT_VERSION}; prepare the data again (train/prepare_data.py)")
+    for name, (ok, optional, want) in _META_FIELDS.items():
+        if not (ok(meta.get(name)) or (optional and meta.get(name) is None)):
+            raise InputError(f"{path}: \"{name}\" is {files.json_value(meta.get(name))}, not {want}: the file is "
+                             "damaged; prepare the data again (train/prepare_data.py)")
+    if meta["num_shards"] != len(meta["shards"]) or (meta.get("shard_num_records") is not None
+                                                    and len(meta["shard_num_records"]) != len(meta["shards"])):
+        raise InputError(f"{path}: {len(meta['shards'])} shards listed, but \"num_shards\" or \"shard_num_records\" "
+                         "counts another number: the file is damaged; prepare the data again")
     return meta
 
 

@@ -224,7 +224,9 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
 # The training stream: what a resume must find unchanged
 # --------------------------------------------------------------------------------------------------
 
-STREAM_VERSION = 2  # the layout of a stream record; records of another version are compared on their common keys
+# the layout of a stream record; records of another version are compared on their common keys (3: pretraining records
+# model.vocab_from_tokenizer and, for RTD, rtd.*, so a run begun before resumes on what both record)
+STREAM_VERSION = 3
 
 
 def source_identity(source: str) -> dict:

@@ -147,12 +147,16 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     # short, or a field of another type, it is a damaged checkpoint -- the only one here, so the rerun is refused
     # before anything is written (it used to record its start, then fail with a traceback at the epoch's end)
     meta = wd / "checkpoints" / "4" / "meta" / "metadata"
-    for damage in (lambda m: m[:100], lambda m: json.dumps(json.loads(m) | {"epoch_losses": "x"})):
+    none = r"checkpoints at steps \[4\] but none can "
+    for damage, msg in ((lambda m: m[:100], none), (lambda m: json.dumps(json.loads(m) | {"epoch_losses": "x"}), none),
+                        # a stream of another type read as none: any change of the run would have resumed unchecked
+                        (lambda m: json.dumps(json.loads(m) | {"stream": [1]}),
+                         r"records its training stream as list")):
         bad = tmp_path / "bad"
         shutil.copytree(wd, bad)
         (bad / meta.relative_to(wd)).write_text(damage(meta.read_text()))
         before = digest(bad)
-        with pytest.raises(checkpointing.UnreadableCheckpointsError, match=r"checkpoints at steps \[4\] but none can "):
+        with pytest.raises(checkpointing.UnreadableCheckpointsError, match=msg):
             ft.finetune(_config(task), str(bad))
         assert digest(bad) == before
         shutil.rmtree(bad)
@@ -457,3 +461,11 @@ def test_a_damaged_lock_file_is_no_owner(tmp_path):
         assert files.check_run_dir(wd, "fine-tuning") == str(wd)
         with files.RunLock(wd, "fine-tuning"):
             assert files.read_lock(wd)["what"] == "fine-tuning"
+    # a pid that is no process id (-1: os.kill takes it as every process; one past a C long: OverflowError) holds
+    # nothing: the lock is taken over with a warning, not refused nor a traceback
+    import socket
+
+    for pid in (-1, 0, 10 ** 20, True):
+        (wd / files.LOCK_NAME).write_text(json.dumps({"what": "fine-tuning", "pid": pid, "host": socket.gethostname()}))
+        with files.RunLock(wd, "fine-tuning"):
+            assert files.read_lock(wd)["pid"] == os.getpid()

@@ -395,6 +395,15 @@ def test_a_qa_model_takes_one_question_context_pair(tmp_path):
     assert isinstance(one, dict) and set(one) == {"answer", "start", "end", "score", "probability"}
     with pytest.raises(InputError, match=r"^the input holds 1 text; this model reads a \(question, context\) pair"):
         p("the movie was good")
+    # the run's windows (task.json) do not fit a shorter --max_length: named as predict's setting, not training's
+    from squeezebert_jax import squad
+
+    card = squad.SquadTask("t", {}, version_2=False, max_query_length=16).card()  # doc_stride 128
+    (tmp_path / "qa" / "task.json").write_text(json.dumps(card))
+    with pytest.raises(InputError, match=r"^max_length=32 leaves 13 pieces of context in a window .*max_query_length "
+                                         r"16\), not more than the doc_stride 128 the model was trained with \(.*qa/"
+                                         r"task.json\): give a larger --max_length"):
+        Predictor(str(tmp_path / "qa"), max_length=32)(("what was good", "the movie was good"))
 
 
 # 6. task.json: one validator, naming the file and the key

@@ -158,6 +158,25 @@ def test_prepare_round_trip_and_meta(demo):
 
 # -- examples -------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("edit, msg", [
+    (lambda t: t[:300], r"meta.json:\d+:\d+: not valid JSON"),  # cut short
+    (lambda t: "[1, 2]", r"meta.json: a list \[1, 2\], not the JSON object prepare_data writes"),
+    (lambda t: json.dumps(json.loads(t) | {"shards": "shard-00000-of-00003.array_record"}),
+     r'meta.json: "shards" is a string "shard-0.*", not a list of the shard files\' names'),
+    (lambda t: json.dumps(json.loads(t) | {"num_shards": "3"}), r'"num_shards" is a string "3", not an integer >= 0'),
+    (lambda t: json.dumps(json.loads(t) | {"token_width": 3}), r'"token_width" is an integer 3, not 2 or 4'),
+    (lambda t: json.dumps(json.loads(t) | {"num_shards": 4}), r"3 shards listed, but \"num_shards\""),
+])
+def test_a_damaged_meta_json_is_one_line_naming_it(tmp_path, demo, edit, msg):
+    """pretrain_data.load_meta, the one reader of a preparation's meta.json (resume, data.source=prepared): its bytes
+    and JSON through files.read_json, each field it is read for of its type."""
+    shutil.copytree(demo[0] / "prepared", tmp_path / "p")
+    meta = tmp_path / "p" / "meta.json"
+    meta.write_text(edit(meta.read_text()))
+    with pytest.raises(errors.InputError, match=msg):
+        pretrain_data.load_meta(tmp_path / "p")
+
+
 def test_batch_layout_and_masking_statistics(demo):
     d, tok, _ = demo
     _, batches = _loader(d / "prepared", n=60)
