@@ -360,17 +360,30 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
             except UnicodeDecodeError as e:
                 raise DataFileError(f"{name}:{lineno}:{len(raw[:e.start].decode('utf-8')) + 1}: not UTF-8 text (byte "
                                     f"0x{raw[e.start]:02x}); save the file as UTF-8") from None
-            if "\0" in line:  # text never holds one: a UTF-16 or binary file read as bytes
-                raise DataFileError(f"{name}:{lineno}:{line.index(chr(0)) + 1}: a NUL byte, which text never holds (a "
-                                    "UTF-16 or binary file?); save the file as UTF-8 text")
-            if lineno > 1 and line.startswith("\ufeff"):  # invisible, it would glue itself to the first field
-                raise DataFileError(f"{name}:{lineno}:1: a byte-order mark inside the file (two files joined?); remove "
-                                    "it")
-            cr = line.find("\r")  # a lone CR (old Mac line ends) glues lines together; a line's own end is no copy
-            if cr != -1 and cr != len(line) - 1 and not (cr == len(line) - 2 and line.endswith("\n")):
-                raise DataFileError(f"{name}:{lineno}:{cr + 1}: a carriage return that ends no line (old Mac line "
-                                    "ends?); save the file with \\n or \\r\\n line ends")
+            if problem := line_problem(line.removesuffix("\n").removesuffix("\r"), lineno):
+                col, what = problem
+                raise DataFileError(f"{name}:{lineno}:{col}: {what}{_LINE_ADVICE[what]}")
             yield lineno, line
+
+
+_LINE_ADVICE = {"a NUL byte": ", which text never holds (a UTF-16 or binary file?); save the file as UTF-8 text",
+                "a byte-order mark inside the file": " (two files joined?); remove it",
+                "a carriage return that ends no line":
+                    " (old Mac line ends?); save the file with \\n or \\r\\n line ends"}
+
+
+def line_problem(line: str, lineno: int) -> tuple[int, str] | None:
+    """What a line of text (its end taken off) may not hold, as (column, what), or None: a NUL byte (text never holds
+    one: a UTF-16 or binary file read as bytes), a byte-order mark after the first line (invisible, it would glue
+    itself to the first field), a carriage return (old Mac line ends glue lines together). ``text_lines`` and
+    GLUE's TSV reader (``glue.read_glue_tsv``) alike."""
+    if "\0" in line:
+        return line.index("\0") + 1, "a NUL byte"
+    if lineno > 1 and line.startswith("\ufeff"):
+        return 1, "a byte-order mark inside the file"
+    if "\r" in line:
+        return line.index("\r") + 1, "a carriage return that ends no line"
+    return None
 
 
 class _DuplicateKey(ValueError):
@@ -447,6 +460,12 @@ def invisible(ch: str) -> bool:
     return unicodedata.category(ch)[0] in "ZCM" or ch in BLANK_CHARS
 
 
+def drop_invisible(text: str) -> str:
+    """``text`` without its format characters (a zero-width space, a soft hyphen, a BOM) and ``BLANK_CHARS``: a
+    name as it reads (``tasks.Row``'s column names, ``tasks.check_one_form``'s labels)."""
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf" and ch not in BLANK_CHARS)
+
+
 def has_text(value: str) -> bool:
     """Whether a text holds something to read: a character that is not ``invisible`` (a zero-width space alone is no
     text, nor an accent on nothing, which an uncased tokenizer strips, nor a Hangul filler, nor the replacement
@@ -465,7 +484,7 @@ LOCK_NAME = ".lock"
 def _pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` runs on this host; a lock's pid that is no process id (not an integer >= 1 that
     fits one, e.g. -1, which ``os.kill`` takes as every process) runs nothing."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2 ** 31:
+    if not is_int(pid) or not 0 < pid < 2 ** 31:
         return False
     try:
         os.kill(pid, 0)
@@ -628,6 +647,16 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
         raise InputError(f"{what_flag} {workdir} already holds files of no {what} run ({listed}); choose a new "
                          "directory, or pass --overwrite to write the run there (files of the same names are replaced)")
     return workdir
+
+
+def is_int(v) -> bool:
+    """An integer value, never a boolean (JSON's ``true`` is no 1)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def is_number(v, finite: bool = True) -> bool:
+    """A real number, never a boolean; finite unless ``finite`` is False."""
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and (not finite or math.isfinite(v))
 
 
 def json_type(v) -> str:

@@ -221,16 +221,14 @@ def check_meta(meta: dict, pruned: bool = False) -> None:
     results (``history``: objects; ``best``: one or null), this epoch's step losses (finite numbers) and layer losses
     (objects of numbers), its token counts (two integers) and, pruning, the pruner's [step, sparsity]. Raises
     ``ValueError`` naming the first field that is not (``Checkpointer`` then reads the checkpoint as damaged)."""
-    def number(x):
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
+    number = files.is_number
     fields = {"history": lambda v: isinstance(v, list) and all(isinstance(h, dict) for h in v),
               "best": lambda v: v is None or isinstance(v, dict),
               "epoch_losses": lambda v: isinstance(v, list) and all(map(number, v)),
               "epoch_parts": lambda v: isinstance(v, list) and all(
                   isinstance(p, dict) and all(map(number, p.values())) for p in v),
               "epoch_tokens": lambda v: isinstance(v, list) and len(v) == 2 and all(
-                  isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v)}
+                  files.is_int(t) and t >= 0 for t in v)}
     if pruned:
         fields["pruner"] = lambda v: isinstance(v, list) and len(v) == 2 and all(map(number, v))
     for name, ok in fields.items():

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError, MissingExtraError
-from squeezebert_jax.files import atomic_write, has_text
+from squeezebert_jax.files import atomic_write, has_text, line_problem
 from squeezebert_jax.tokenizer import warn_truncated
 
 log = logging.getLogger(__name__)
@@ -264,12 +264,8 @@ def _check_texts(line: str, texts: list[str], lineno: int) -> None:
     """A GLUE row's line and texts hold what ``files.text_lines`` and ``files.has_text`` allow in any text file: no
     NUL byte, no carriage return inside the line, no byte-order mark after the first line, and something to read in
     each text."""
-    if "\0" in line:
-        raise InputError(f"a NUL byte at column {line.index(chr(0)) + 1}, which text never holds")
-    if "\r" in line:
-        raise InputError(f"a carriage return that ends no line at column {line.index(chr(13)) + 1}")
-    if lineno > 1 and line.startswith("\ufeff"):
-        raise InputError("a byte-order mark inside the file (two files joined?)")
+    if problem := line_problem(line, lineno):
+        raise InputError(f"{problem[1]} at column {problem[0]}")
     for t in texts:
         if not has_text(t):
             raise InputError("an empty text" + (" (only white space or invisible marks)" if t else ""))

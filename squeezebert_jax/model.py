@@ -16,8 +16,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
-import numbers
 import os
 import re
 import unicodedata
@@ -32,7 +30,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax import models
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import has_text, json_repr as _json_repr, json_type as _json_type
+from squeezebert_jax.files import has_text, is_int, is_number, json_repr as _json_repr, json_type as _json_type
 from squeezebert_jax.files import json_value as _json_value
 from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _ACTIVATIONS,
@@ -77,12 +75,7 @@ _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "prob": "a number 
              "str": "a string", "bool": "true or false", "dict": "an object of label names"}
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+_is_int, _is_number = is_int, is_number  # config.json's field tests (files: one test of a JSON value)
 
 
 def _is_int_key(k) -> bool:

@@ -194,7 +194,7 @@ class Predictor:
         settings = {"version_2": False, "doc_stride": min(128, self.max_length // 4),  # a model without task.json
                     "max_query_length": min(64, self.max_length // 4)}
         task = squad.SquadTask("predict", {}, **(settings | {k: v for k, v in self.card.items() if k != "kind"}))
-        room = self.max_length - 3 - task.max_query_length  # the context's pieces in a window
+        room = task.context_room(self.max_length)
         if task.doc_stride >= room:  # the run's windows do not fit this length: named before any input is read
             source = (f"the model was trained with ({self.model_dir}/task.json)" if "doc_stride" in self.card else
                       "of its default")

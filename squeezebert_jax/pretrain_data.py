@@ -428,7 +428,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
 
 
 def _count(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return files.is_int(v) and v >= 0
 
 
 # meta.json's fields that the reader uses, each with its test and what it should be (older preparations lack the
@@ -442,7 +442,7 @@ _META_FIELDS = {
     "shard_sha256": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()), True,
                      "an object of sha256 strings"),
     "num_tokens": (_count, True, "an integer >= 0"),
-    "token_width": (lambda v: v in (2, 4) and not isinstance(v, bool), True, "2 or 4 (bytes per token id)"),
+    "token_width": (lambda v: files.is_int(v) and v in (2, 4), True, "2 or 4 (bytes per token id)"),
     "tokenizer": (lambda v: isinstance(v, dict) and isinstance(v.get("file"), str) and _count(v.get("vocab_size")),
                   False, "an object with the tokenizer's \"file\" and \"vocab_size\""),
 }

@@ -382,11 +382,16 @@ class SquadTask:
                 raise InputError(f"config.data.{name}={getattr(self, name)!r}: an integer >= 1")
         if self.doc_stride < 0:
             raise InputError(f"config.data.doc_stride={self.doc_stride!r}: an integer >= 0")
-        room = max_length - 3 - self.max_query_length
+        room = self.context_room(max_length)
         if self.doc_stride >= room:
             raise InputError(f"config.data.doc_stride={self.doc_stride} must be below the context's room in a window, "
                              f"{room} pieces (max_seq_length {max_length} - 3 - max_query_length "
                              f"{self.max_query_length}): lower doc_stride or raise max_seq_length")
+
+    def context_room(self, max_length: int) -> int:
+        """The context's pieces in a window of ``max_length`` tokens: after [CLS], [SEP] x2 and the question's
+        ``max_query_length``; ``doc_stride`` must stay below it."""
+        return max_length - 3 - self.max_query_length
 
     def load(self, split: str) -> list[QAExample]:
         examples = read_squad(self.files[split], labelled=split != "test")

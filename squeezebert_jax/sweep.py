@@ -195,11 +195,11 @@ def read_rows(path: str) -> list[dict[str, Any]]:
 _ROW_FIELDS = {
     "task": (lambda v: isinstance(v, str), "a task name"),
     "settings": (lambda v: isinstance(v, dict), "an object of settings"),
-    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "score": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-    "dev": (lambda v: isinstance(v, dict) and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                  for x in v.values()), "an object of numbers"),
-    "epoch": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "seed": (files.is_int, "an integer"),
+    "score": (lambda v: files.is_number(v, finite=False), "a number"),  # NaN: a run that diverged
+    "dev": (lambda v: isinstance(v, dict) and all(files.is_number(x, finite=False) for x in v.values()),
+            "an object of numbers"),
+    "epoch": (files.is_int, "an integer"),
     "run_dir": (lambda v: isinstance(v, str), "a path"),
 }
 

@@ -219,8 +219,7 @@ class Row(dict):
     def _key(k):
         if not isinstance(k, str):
             return k
-        return "".join(ch for ch in unicodedata.normalize("NFC", k) if unicodedata.category(ch) != "Cf"
-                       and ch not in files.BLANK_CHARS).strip()
+        return files.drop_invisible(unicodedata.normalize("NFC", k)).strip()
 
     def __getitem__(self, k):
         return super().__getitem__(self._key(k))
@@ -808,9 +807,8 @@ def check_one_form(names) -> None:
                             "write each class one way, all numbers or all names")
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
-        key = "".join(ch for ch in unicodedata.normalize("NFKC", name)
-                      if unicodedata.category(ch) != "Cf" and ch not in files.BLANK_CHARS)
-        key = " ".join(key.split())  # "very  good" is "very good": white space inside a name, in any run or kind
+        # "very  good" is "very good": white space inside a name, in any run or kind
+        key = " ".join(files.drop_invisible(unicodedata.normalize("NFKC", name)).split())
         key = key.translate(_CAPITAL_LOOKALIKES).casefold().translate(_LOOKALIKES)
         first, at = folded.setdefault(key, (name, line))
         if first != name:
