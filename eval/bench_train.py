@@ -150,7 +150,10 @@ EXECUTIONS = [("default: layers auto (unrolled on CPU and GPU), remat minimal, f
               ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})]
 GPU_EXECUTIONS = [("XLA: cuBLAS for every matmul (no Triton gemm)", {"xla": {"xla_gpu_enable_triton_gemm": False}}),
                   ("XLA: Triton for any matmul", {"xla": {"xla_gpu_triton_gemm_any": True}}),
-                  ("XLA: no command buffers (CUDA graphs)", {"xla": {"xla_gpu_enable_command_buffer": ""}})]
+                  ("XLA: no command buffers (CUDA graphs)", {"xla": {"xla_gpu_enable_command_buffer": ""}}),
+                  ("XLA: cuDNN LayerNorm", {"xla": {"xla_gpu_enable_cudnn_layer_norm": True}}),
+                  ("XLA: block-level fusions", {"xla": {"xla_gpu_experimental_enable_fusion_block_level_rewriter":
+                                                        True}})]
 
 
 def preset(name: str, tiny: bool, **changes) -> SqueezeBertConfig:

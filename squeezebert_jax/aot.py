@@ -205,6 +205,7 @@ class PhaseReport:
     chip: chips.Chip
     num_chips: int
     hlo: str | None = dataclasses.field(default=None, repr=False)  # the compiled program (``keep_hlo``)
+    measured_mfu: float | None = None  # chips.MEASURED_MFU for this chip, model and seq, where this step was timed
 
     @property
     def fits(self) -> bool:
@@ -327,7 +328,16 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
         **_memory(compiled), hbm_gib=target.chip.hbm_gib, xla_flops=flops,
         analytic_flops=seq_flops * config.global_batch_size, bytes_accessed=nbytes,
         compile_s=compile_s, num_steps=phase.num_steps, chip=target.chip, num_chips=n_chips,
-        hlo=compiled.as_text() if keep_hlo else None)
+        hlo=compiled.as_text() if keep_hlo else None, measured_mfu=_measured_mfu(config, phase, target))
+
+
+def _measured_mfu(config, phase, target: Target) -> float | None:
+    """The MFU measured on ``target``'s chip for this step (``chips.MEASURED_MFU``), if the step is the one timed: a
+    preset without overrides, bf16, remat "minimal", fused attention; None otherwise."""
+    m = config.model
+    if m.overrides or config.compute_dtype != "bfloat16" or m.remat != "minimal" or m.get("attention") != "fused":
+        return None
+    return chips.measured_mfu(target.chip, m.preset, phase.seq_len)
 
 
 
@@ -560,11 +570,12 @@ def report_row(r: PhaseReport) -> list:
             ratio, f"{r.bytes_accessed / 1e9:.1f}" if r.bytes_accessed else "-", f"{r.flop_bound_s * 1e3:.1f}",
             "-" if mem is None else f"{mem * 1e3:.1f}", f"{r.roofline_s * 1e3:.1f}",
             f"{r.num_steps * r.flop_bound_s / 3600:.1f}", f"{r.num_steps * r.roofline_s / 3600:.1f}",
-            f"{r.hours_at_mfu(0.5):.1f}", f"{r.hours_at_mfu(0.35):.1f}", f"{r.compile_s:.0f}"]
+            f"{r.hours_at_mfu(0.5):.1f}", f"{r.hours_at_mfu(0.35):.1f}",
+            f"{r.hours_at_mfu(r.measured_mfu):.1f} ({100 * r.measured_mfu:.1f}%)" if r.measured_mfu else "-",
+            f"{r.compile_s:.0f}"]
 
 
 REPORT_HEADERS = ["phase", "seq", "global batch", "per chip", "micro", "args GiB", "temp GiB", "code MiB",
                   "peak / HBM GiB", "fits", "XLA TFLOP/step", "analytic TFLOP/step", "XLA/analytic",
                   "XLA GB accessed/chip", "FLOP-bound ms", "XLA-bytes ms", "roofline ms/step", "h at FLOP bound",
-                  "h at roofline", "h at 50% MFU", "h at 35% MFU",
-                  "compile s"]
+                  "h at roofline", "h at 50% MFU", "h at 35% MFU", "h at measured MFU", "compile s"]

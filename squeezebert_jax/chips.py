@@ -38,5 +38,23 @@ CHIPS = {
 }
 
 
+# MFU measured for the pretraining step as the configs run it by default (LAMB, MLM + SOP, bf16, remat "minimal",
+# fused attention, layers unrolled; batch 256 per device), ``python eval/bench_train.py --peer`` on one device:
+# (CHIPS key, model preset, seq_len) -> MFU (docs/results.md). train/compile.py projects a recipe's hours at it
+# where it is known, beside the assumed 50% and 35%. H200: 2026-11-27, at the MLM loss with its own backward; H100:
+# 2026-11-26, before it (2.6% slower on the H200).
+MEASURED_MFU = {
+    ("h200", "squeezebert-uncased", 128): 0.147, ("h200", "squeezebert-uncased", 512): 0.177,
+    ("h200", "bert-base-uncased", 128): 0.299, ("h200", "bert-base-uncased", 512): 0.325,
+    ("h100", "squeezebert-uncased", 128): 0.127, ("h100", "bert-base-uncased", 128): 0.273,
+}
+
+
+def measured_mfu(chip: Chip, preset: str, seq_len: int) -> float | None:
+    """``MEASURED_MFU`` for ``chip`` (one of ``CHIPS``), or None where not measured."""
+    key = next((k for k, c in CHIPS.items() if c == chip), None)
+    return MEASURED_MFU.get((key, preset, seq_len))
+
+
 # Peak dense bf16 FLOP/s by ``device_kind`` substring, for MFU (the CHIPS table; "TPU v5e" as some runtimes name it).
 PEAK_FLOPS = {c.name: c.peak_bf16 for c in CHIPS.values()} | {"TPU v5e": CHIPS["v5e"].peak_bf16}

@@ -11,12 +11,13 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from squeezebert_jax import aot, chips, parallel, pretrain
+from squeezebert_jax import aot, chips, cli, parallel, pretrain
 from squeezebert_jax.benchmarks import hlo_census, step_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +47,32 @@ def _compile(tmp_path, *args, variant="smoke", timeout=900) -> tuple[int, str, s
     rows = [json.loads(line) for line in open(out)] if os.path.exists(out) else []
     return p.returncode, p.stdout, p.stderr, rows
 
+
+def test_projections_use_the_mfu_measured_on_that_chip_for_the_step_timed():
+    """compile.py's "h at measured MFU": chips.MEASURED_MFU where the step compiled is the one bench_train timed (a
+    preset as it is, bf16, remat minimal, fused attention); None for any other step or an unmeasured chip or seq."""
+    import types
+
+    config = cli.config_module(CONFIGS).get_config("paper")
+    phase = types.SimpleNamespace(seq_len=128)
+    h100, a100 = (types.SimpleNamespace(chip=chips.CHIPS[k]) for k in ("h100", "a100"))
+    assert aot._measured_mfu(config, phase, h100) == chips.MEASURED_MFU["h100", "squeezebert-uncased", 128] > 0.1
+    assert aot._measured_mfu(config, phase, a100) is None
+    assert aot._measured_mfu(config, types.SimpleNamespace(seq_len=512), h100) is None  # not timed on an H100
+    for key, value in (("remat", "none"), ("attention", "reference"), ("overrides", {"num_hidden_layers": 3})):
+        changed = config.copy_and_resolve_references()
+        changed.model[key] = value
+        assert aot._measured_mfu(changed, phase, h100) is None, key
+    changed = config.copy_and_resolve_references()
+    changed.compute_dtype = "float32"
+    assert aot._measured_mfu(changed, phase, h100) is None
+    gib = dict(argument_gib=1.0, output_gib=1.0, alias_gib=1.0, temp_gib=1.0, code_gib=0.0, peak_gib=1.0, hbm_gib=79.1)
+    report = aot.PhaseReport(phase="phase1", seq_len=128, global_batch=8192, per_chip_batch=1024, microbatches=1, **gib,
+                             xla_flops=None, analytic_flops=6.4e15, bytes_accessed=None, compile_s=1.0,
+                             num_steps=56_000, chip=chips.CHIPS["h100"], num_chips=8, measured_mfu=0.127)
+    cells = dict(zip(aot.REPORT_HEADERS, aot.report_row(report)))
+    assert cells["h at measured MFU"] == f"{report.hours_at_mfu(0.127):.1f} (12.7%)"
+    assert float(cells["h at 35% MFU"]) < report.hours_at_mfu(0.127)
 
 def test_parse_topology_and_chip_table():
     assert aot.parse_topology("v5e:2x4") == ("v5e", (2, 4))
@@ -165,7 +192,8 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
     softmax statistics: it used to run the forward again); Q/K/V are one matmul (4 in the forward, 8 in the
     backward); the FFN stays group-major between its convs (2 transposes a pass); GELU's kernel writes the
     activation alone (when the saved expansion held its bias, it wrote the sum too: 2.4 GB more per paper step);
-    the optimizer updates the layers stacked. The counts are today's, as upper bounds: the explicit attention core
+    the MLM loss's backward writes no scatter over the vocabulary (3.1 GB fewer per paper step); the optimizer
+    updates the layers stacked. The counts are today's, as upper bounds: the explicit attention core
     with transposes around every grouped conv compiled to 53 forward and 94 backward kernels per layer under the
     layer scan at full size (6 and 7 of them transposes), against 16 and 31 unrolled now; the step outside the
     layers' scopes to 1,671 kernels at full size, against 822 now (318 at 3 layers)."""
@@ -192,6 +220,10 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
         layers[where, "all"] += 1
         if i.scope == "ffn_act" and not i.backward:
             assert not kernels[name].startswith("("), (name, kernels[name])  # one array written, not a tuple
+        if "scatter" in name and i.scope != "embedding" and kernels[name].startswith("f32"):
+            # the MLM loss's own backward (losses.softmax_nll) scatters no labels into a [B, P, vocab] array: only
+            # the sentence-order loss's [B, 2] does
+            assert re.match(r"f32\[\d+,2\]", kernels[name]), (name, kernels[name])
     per_layer = {k: v / 3 for k, v in layers.items()}
     assert (per_layer["fwd", "attention"], per_layer["bwd", "attention"]) == (1, 1), layers
     assert (per_layer["fwd", "gemm"], per_layer["bwd", "gemm"]) == (4, 8), layers

@@ -230,8 +230,10 @@ def main(argv) -> int:
                                                                       lambda r: r.roofline_s)]
         hours += [sum(r.hours_at_mfu(m) for r in rows) for m in (0.5, 0.35)]
         roofline = f"{hours[1]:.1f} h at the roofline with XLA's bytes, " if _BYTES.value else ""
+        measured = (f", {sum(r.hours_at_mfu(r.measured_mfu) for r in rows):.1f} h at the MFU measured on one "
+                    f"{target.chip.name}" if all(r.measured_mfu for r in rows) else "")
         print(f"whole recipe ({len(rows)} phases compiled) on {n} chips: {hours[0]:.1f} h at the FLOP bound (100% "
-              f"MFU), {roofline}{hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h at 35% MFU"
+              f"MFU), {roofline}{hours[2]:.1f} h at 50% MFU, {hours[3]:.1f} h at 35% MFU{measured}"
               + ("" if _BYTES.value else " (--bytes: XLA's bytes accessed and the roofline)"))
     if _MAX_BATCH.value:
         for phase in phases:
