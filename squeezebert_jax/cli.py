@@ -164,6 +164,9 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
                 value = flags.FLAGS[name].value
                 if type(value).__name__ == "_ErrorConfig":
                     raise flags.Error(f"flag --{name}: cannot load the config file: {_last_line(value._error)}")
+                flag = flags.FLAGS[name]
+                if flag.present and isinstance(value, str) and not value.strip() and flag.default != "":
+                    raise flags.Error(f"flag --{name}: {EMPTY_VALUE}")
             return rest
         except (flags.Error, AttributeError, KeyError, SyntaxError, ValueError, IndexError) as e:
             if debug_requested(argv[1:]):
@@ -221,13 +224,28 @@ def _last_line(msg) -> str:
     return lines[-1] if lines else ""
 
 
+# A flag given with nothing in it (``--json ""``, ``--init_from " "``) where leaving it out means something else:
+# refused by every script's parser, rather than read as the flag left out (an output silently not written) or as ""
+EMPTY_VALUE = "an empty value: give one, or leave the flag out"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with the scripts' shared ``--debug`` flag and the docstring shown as written."""
+    """argparse with the scripts' shared ``--debug`` flag and the docstring shown as written; a string argument given
+    empty or blank where its default is not "" is refused (``EMPTY_VALUE``), by name."""
 
     def __init__(self, description: str | None = None, **kw):
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(description=description, **kw)
         self.add_argument("--debug", action="store_true", help=f"show the traceback of an error (or {DEBUG_ENV}=1)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(ns, action.dest, None)
+            values = value if isinstance(value, list) else [value]
+            if action.default != "" and any(isinstance(v, str) and not v.strip() for v in values):
+                self.error(f"{'/'.join(action.option_strings) or action.metavar or action.dest}: {EMPTY_VALUE}")
+        return ns, rest
 
 
 def config_module(path: str) -> types.ModuleType:

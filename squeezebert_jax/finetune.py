@@ -209,7 +209,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
 RUN_NAMES = ("task", "init_from", "data_dir", "data.kind", "data.train_file", "data.validation_file", "student_layers")
 RUN_SETTINGS = RUN_NAMES + ("skip_malformed", "data.text_columns", "data.label_column", "data.labels",
                             "data.choice_columns", "data.max_query_length", "data.doc_stride", "max_seq_length",
-                            "length_buckets", "batch_size", "num_epochs", "max_train_examples", "seed",
+                            "length_buckets", "batch_size", "num_epochs", "max_train_examples", "seed", "rng_impl",
                             "distill.teacher", "distill.teacher_weight", "distill.transfer_text",
                             "distill.patient_weight", "distill.hidden_weight", "distill.attention_weight",
                             "distill.layer_map", "student_layer_map", "prune.target", "prune.kind", "prune.begin",

@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -419,10 +420,19 @@ def load_tfds(task: str, split: str, *, data_dir: str | None = None, download: b
     spec = get_task(task)
     split = _split(spec, split)
     name = f"glue/{spec.name}"
-    if data_source:
-        rows = tfds.data_source(name, split=split, data_dir=data_dir, download=download)
-    else:
-        rows = tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, download=download))
+    try:
+        if data_source:
+            rows = tfds.data_source(name, split=split, data_dir=data_dir, download=download)
+        else:
+            rows = tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, download=download))
+    except AssertionError as e:  # tfds' answer for data never prepared: "Dataset glue: could not find data in DIR"
+        if "could not find data" not in str(e):
+            raise
+        where = re.search(r"could not find data in (\S+?)\.? Please", str(e))
+        raise InputError(f"no GLUE data_dir given, and TFDS holds no prepared {name}"
+                         + (f" in {where[1]}" if where else "") + ": set data_dir (config.data_dir, --data_dir) to a "
+                         "glue_data directory of GLUE's TSV files, or prepare the TFDS copy once with "
+                         f"`tfds build {name}` (it downloads)") from e
     is_test = split.startswith("test")
     out = []
     for ex in rows:

@@ -395,7 +395,8 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
 # itself is checked against each checkpoint's record of it (``pretrain_data.check_resume_data``: ``data.start_over``
 # may accept shards prepared again). Any other setting may change on resume, logged at WARNING (``trainer.record_config``):
 # learning_rate, log_every, checkpoint_every, stop_at_step, num_devices, num_microbatches, ...
-RUN_SETTINGS = ("seed", "global_batch_size", "objective", "data.whole_word_masking", "model.vocab_from_tokenizer")
+RUN_SETTINGS = ("seed", "rng_impl", "global_batch_size", "objective", "data.whole_word_masking",
+                "model.vocab_from_tokenizer")
 # the model fields a resume may change: the vocabulary's size (the data's, checked with it), dropout, initialisation
 ARCHITECTURE_FREE = ("vocab_size", "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 PHASE_STREAM = ("num_steps", "seq_len", "max_predictions_per_seq")

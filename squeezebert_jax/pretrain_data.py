@@ -475,15 +475,22 @@ def load_meta(data_dir: str | os.PathLike) -> dict:
 
 def data_fingerprint(data_dir: str | os.PathLike) -> dict:
     """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records, bytes and
-    content (its sha256, taken when it was prepared: the same sizes with other sentences are other data)."""
+    content (its sha256: the same sizes with other sentences are other data). Each shard is read once to take it, and
+    one whose bytes are not the ones ``prepare`` wrote (``meta.json``'s ``shard_sha256``) is refused by name: changed
+    in place or damaged, it would train on other or broken records."""
     data_dir = os.fspath(data_dir)
     meta = load_meta(data_dir)
     vocab = file_sha256(os.path.join(data_dir, meta["tokenizer"]["file"]))
     sizes = meta.get("shard_num_records") or [None] * len(meta["shards"])
-    sha = meta.get("shard_sha256") or {}  # data prepared by an older version: records and bytes alone
-    return {"tokenizer_sha256": vocab, "num_tokens": meta.get("num_tokens"),
-            "shards": {n: [r, os.path.getsize(os.path.join(data_dir, n)), *([sha[n]] if n in sha else [])]
-                       for n, r in zip(meta["shards"], sizes)}}
+    recorded = meta.get("shard_sha256") or {}  # data prepared by an older version records none
+    shards = {}
+    for path, n, r in zip(shard_paths(data_dir), meta["shards"], sizes):
+        sha = file_sha256(path)
+        if n in recorded and recorded[n] != sha:
+            raise InputError(f"{path}: its bytes are not the ones prepared (sha256 {sha[:12]}.., meta.json records "
+                             f"{recorded[n][:12]}..): the shard was changed or damaged; prepare the data again")
+        shards[n] = [r, os.path.getsize(path), sha]
+    return {"tokenizer_sha256": vocab, "num_tokens": meta.get("num_tokens"), "shards": shards}
 
 
 def fingerprint_change(saved: dict, now: dict) -> tuple[bool, str]:
@@ -723,7 +730,12 @@ class HostBatches:
         # One record at a time: ArrayRecordDataSource.__getitems__ starts a thread pool per call, which costs
         # 4x the CPU of these reads (6.1 vs 1.6 ms per 256 records); grain's read threads give the overlap.
         source = self.source
-        records = [source[k] for k in permute(ids, self.num_records, self.seed).tolist()]
+        try:
+            records = [source[k] for k in permute(ids, self.num_records, self.seed).tolist()]
+        except Exception as e:  # noqa: BLE001 -- array_record's reader raises bare RuntimeErrors on damaged bytes
+            raise InputError(f"a record of the pretraining shards cannot be read ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120] if str(e) else 'no message'}): a shard was damaged "
+                             "after the run began; prepare the data again") from e
         return self.maker.make_batch(records, ids, self.seed)
 
 
@@ -757,7 +769,7 @@ def make_pretrain_loader(data_dir: str | os.PathLike, seq_len: int, global_batch
                                 "is missing or does not match meta.json")
     maker = example_maker(tokenizer, seq_len, max_predictions_per_seq, whole_word_masking, mask_prob,
                           short_seq_prob)
-    source = grain.sources.ArrayRecordDataSource(shard_paths(data_dir))
+    source = open_shards(shard_paths(data_dir))
     if len(source) != meta["num_records"]:
         raise InputError(f"{data_dir}: the shards hold {len(source)} records, meta.json says {meta['num_records']}")
     per_host = global_batch_size // shard_count
@@ -771,6 +783,23 @@ def make_pretrain_loader(data_dir: str | os.PathLike, seq_len: int, global_batch
             flags.FLAGS.mark_as_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
     return it
+
+
+def open_shards(paths: list[str]):
+    """grain's ``ArrayRecordDataSource`` over ``paths``; a shard that array_record cannot open (cut short, not an
+    ArrayRecord file) is refused by name, not as the reader's bare RuntimeError."""
+    import grain
+
+    try:
+        return grain.sources.ArrayRecordDataSource(paths)
+    except Exception as e:  # noqa: BLE001 -- array_record raises bare RuntimeErrors
+        for path in paths:
+            try:
+                grain.sources.ArrayRecordDataSource([path])
+            except Exception:  # noqa: BLE001
+                raise InputError(f"{path}: not a readable ArrayRecord shard (cut short or damaged): prepare the "
+                                 "data again") from e
+        raise
 
 
 def sequences_per_second(data_dir: str | os.PathLike, seq_len: int = 128, batch_size: int = 256,

@@ -328,8 +328,27 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     WORKDIR/predictions (AX from MNLI's). ``echo`` gets one line per finished run (task, settings, score, elapsed /
     ETA). One sweep per workdir at a time (``files.RunLock``)."""
     check_points(make_config, grid, tasks or glue.RECIPE_ORDER)
+    check_teachers(teacher_root, tasks or glue.RECIPE_ORDER)
     with files.RunLock(workdir, RUN_KIND):
         return _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo)
+
+
+def check_teachers(teacher_root: str, tasks) -> None:
+    """With ``teacher_root``, the tasks' teacher MODEL_DIRs are ``teacher_root/<task>``. A root that is no directory,
+    or holds a teacher for none of ``tasks``, is refused before anything is written (every run would train
+    undistilled under a table marked (D)); the tasks without one are named in a warning (the paper distils CoLA
+    too, but a user may have teachers for some tasks only)."""
+    if not teacher_root:
+        return
+    if not os.path.isdir(teacher_root):
+        raise InputError(f"--teacher_root {teacher_root}: no such directory (one teacher MODEL_DIR per task inside)")
+    missing = [t for t in tasks if not os.path.isdir(os.path.join(teacher_root, t))]
+    if len(missing) == len(list(tasks)):
+        raise InputError(f"--teacher_root {teacher_root} holds a teacher for none of the tasks (a MODEL_DIR "
+                         f"{os.path.join(teacher_root, missing[0])} for {missing[0]}, ...)")
+    if missing:
+        log.warning("--teacher_root %s has no teacher for %s: %s trained without distillation", teacher_root,
+                    ", ".join(missing), "it is" if len(missing) == 1 else "they are")
 
 
 def check_points(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], tasks) -> None:
@@ -381,7 +400,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 if mnli is not None:  # MNLI swept first, here or in an earlier sweep of this workdir
                     c.init_from = os.path.join(mnli.rows[0]["run_dir"], "model")
             teacher = os.path.join(teacher_root, task) if teacher_root else ""
-            c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
+            c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""  # (check_teachers)
             c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
             run_dir = os.path.join(workdir, task) if not grid else os.path.join(workdir, task, run_name(s, seed))
             if os.path.exists(run_dir):  # a run that did not finish (no row): it resumes from its checkpoints

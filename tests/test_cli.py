@@ -64,3 +64,25 @@ def test_a_refused_run_takes_its_new_log_and_workdir_away_and_keeps_an_old_log(t
     assert not (tmp_path / "a").exists()
     assert (tmp_path / "old" / "log.txt").read_text().splitlines()[-1].endswith("x: error: config.x=1: refused")
     assert sorted(os.listdir(tmp_path / "busy")) == ["checkpoints", "log.txt"]
+
+
+@pytest.mark.parametrize("argv", [("--workdir", ""), ("--workdir", "  ")])
+def test_an_empty_flag_is_refused_by_name_in_absl_scripts(tmp_path, argv):
+    """A flag given with nothing in it where leaving it out means something else (no --json written, no workdir) is
+    one line naming it, before any work: it used to be read as the flag left out."""
+    rc, _, err = run_script(PRETRAIN, "--config", SMOKE, *argv)
+    assert rc == 2 and f"flag --workdir: {cli.EMPTY_VALUE}" in one_error_line(err)
+
+
+def test_an_empty_argument_is_refused_by_name_in_argparse_scripts(capsys):
+    p = cli.ArgumentParser()
+    p.add_argument("--init_from", required=True)
+    p.add_argument("--data_dir", default="")  # "" is its default: given empty, it means the default
+    p.add_argument("--out", default=None)
+    p.add_argument("--input", nargs="+", default=None)
+    assert p.parse_args(["--init_from", "m", "--data_dir", ""]).data_dir == ""
+    for argv, name in ((["--init_from", ""], "--init_from"), (["--init_from", "m", "--out", " "], "--out"),
+                       (["--init_from", "m", "--input", "a", ""], "--input")):
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(argv)
+        assert e.value.code == 2 and f"error: {name}: {cli.EMPTY_VALUE}" in capsys.readouterr().err

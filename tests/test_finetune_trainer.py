@@ -271,7 +271,8 @@ def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_chan
     train.write_bytes(before)
 
     for setting, value, old in (("batch_size", 8, 16), ("max_seq_length", 32, 16), ("seed", 1, 0), ("num_epochs", 5, 3),
-                                ("length_buckets", "none", "auto"), ("max_train_examples", 10, 0)):
+                                ("length_buckets", "none", "auto"), ("max_train_examples", 10, 0),
+                                ("rng_impl", "rbg", "threefry2x32")):
         with pytest.raises(sj.errors.InputError, match=rf"^config.{setting} changed since the run began "
                                                        rf"\({json.dumps(old)} -> {json.dumps(value)}\)\. "):
             _resume_check(wd, glue_config("sst2", task[0], data, **{setting: value}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -247,3 +249,12 @@ def test_inputs_cut_to_max_length_are_counted_in_a_warning(tmp_path, caplog):
         glue.encode_examples([glue.GlueExample(0, "the", "the " * 20, 1)], tok, 12)
     assert [r.getMessage().split(" are longer")[0] for r in caplog.records] == ["2 of 4 inputs (50.0%)",
                                                                                 "1 of 1 inputs (100.0%)"]
+
+
+def test_glue_without_data_dir_or_prepared_tfds_data_is_one_line_naming_both(tmp_path):
+    pytest.importorskip("tensorflow_datasets")
+    with pytest.raises(errors.InputError, match=rf"^no GLUE data_dir given, and TFDS holds no prepared glue/rte in "
+                                         rf"{re.escape(str(tmp_path))}: set data_dir \(config.data_dir, --data_dir\) "
+                                         r"to a glue_data directory of GLUE's TSV files, or prepare the TFDS copy once "
+                                         r"with `tfds build glue/rte` \(it downloads\)$"):
+        glue.load_examples("rte", "validation", tfds_data_dir=str(tmp_path))

@@ -387,7 +387,9 @@ def test_divergence_is_never_checkpointed_and_the_error_names_the_first_bad_step
 @pytest.mark.parametrize("change, message", [
     (dict(clip_norm=0.0), r"checkpoint at step 4 .* does not match the current config"),  # another optimizer state
     ({"model.overrides": dict(smoke_config().model.overrides, intermediate_size=32)},  # the architecture: the stream
-     r"config.model.intermediate_size changed since the run began \(64 -> 32\)")])
+     r"config.model.intermediate_size changed since the run began \(64 -> 32\)"),
+    (dict(rng_impl="rbg"),  # other dropout bits from the resumed step on: not the run that began
+     r'config.rng_impl changed since the run began \("threefry2x32" -> "rbg"\)')])
 def test_a_config_change_refuses_to_resume_and_keeps_the_checkpoints(tiny_run, tmp_path, change, message):
     wd = tmp_path / "changed"
     shutil.copytree(tiny_run[0], wd)

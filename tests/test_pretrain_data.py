@@ -6,6 +6,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 
@@ -499,3 +500,37 @@ def test_data_prepared_again_with_other_sentences_of_the_same_sizes_is_another_s
     vocab, change = pretrain_data.fingerprint_change(other, now)
     assert not vocab and change.startswith("its shards are not the ones the checkpoint read") and \
         change.endswith("; the same sizes, other contents)")
+
+
+def test_a_shard_changed_in_place_cut_short_or_unreadable_is_refused_by_name(tmp_path):
+    """Damage after prepare, by class: a shard whose bytes changed in place (the same size: meta.json's sha256 no
+    longer holds) is refused before training by data_fingerprint; one cut short, by the loader when it opens the
+    shards; a record that fails to read mid-run, by the batch maker. Each is one line naming what to do."""
+    tok = Tokenizer.from_file(corpus.write_demo_vocab(tmp_path / "vocab.txt"))
+    text = corpus.write_corpus(tmp_path / "c.txt", num_docs=40, seed=0)
+    pretrain_data.prepare([text], tok, str(tmp_path / "d"), num_shards=2, progress=False)
+    shard = pretrain_data.shard_paths(tmp_path / "d")[1]
+    good = open(shard, "rb").read()
+    flipped = bytearray(good)
+    flipped[len(good) // 3] ^= 0x01  # one bit, the size unchanged
+    open(shard, "wb").write(bytes(flipped))
+    with pytest.raises(errors.InputError, match=rf"^{re.escape(shard)}: its bytes are not the ones prepared \(sha256 "
+                                         r"[0-9a-f]{12}\.\., meta.json records [0-9a-f]{12}\.\.\): the shard was "
+                                         r"changed or damaged; prepare the data again$"):
+        pretrain_data.data_fingerprint(tmp_path / "d")
+    open(shard, "wb").write(good[:len(good) // 2])
+    with pytest.raises(errors.InputError, match=rf"^{re.escape(shard)}: not a readable ArrayRecord shard "
+                                                r"\(cut short or damaged\): prepare the data again$"):
+        _loader(tmp_path / "d")
+    open(shard, "wb").write(good)
+    assert pretrain_data.data_fingerprint(tmp_path / "d")["shards"]  # as prepared: taken again
+
+    class Unreadable:
+        def __getitem__(self, k):
+            raise RuntimeError  # what array_record's reader raises on a damaged chunk: no message
+
+    batches = pretrain_data.HostBatches(Unreadable(), 10, None, 0, 2, 2, 0)
+    with pytest.raises(errors.InputError, match=r"^a record of the pretraining shards cannot be read \(RuntimeError: "
+                                                r"no message\): a shard was damaged after the run began; prepare the "
+                                                r"data again$"):
+        batches(0)

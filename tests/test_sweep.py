@@ -5,7 +5,9 @@ Turc et al.'s miniatures preset."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 
 import pytest
 from conftest import load_script
@@ -183,6 +185,24 @@ def test_transfer_starts_tasks_from_mnlis_chosen_run_and_teachers_come_from_the_
     mnli_model = os.path.join(wd, "mnli", "lr=1e-05,dropout=0.1,seed=0", "model")
     assert fake.sources[("rte", 0.0)] == (mnli_model, str(tmp_path / "teachers" / "rte"))
     assert fake.sources[("cola", 0.0)] == (str(tmp_path / "init"), "")  # as the paper: CoLA not from MNLI; no teacher dir
+
+
+def test_a_teacher_root_that_is_missing_or_holds_no_task_is_refused_before_any_run(tmp_path, get_config, monkeypatch,
+                                                                                 caplog):
+    fake = FakeFinetune({(1e-5, 0.0): (0.6, 0.6)})
+    monkeypatch.setattr(ft, "finetune", fake)
+    grid, configs = sweep.parse_grid("lr=1e-5;dropout=0.0", get_config("rte")), recipe_configs(get_config, tmp_path)
+    root = tmp_path / "teachers"
+    with pytest.raises(InputError, match=rf"^--teacher_root {re.escape(str(root))}: no such directory"):
+        sweep.run_sweep(configs, grid, str(tmp_path / "w"), ["rte"], teacher_root=str(root), echo=lambda s: None)
+    (root / "mnli").mkdir(parents=True)  # a teacher, but not for the task swept
+    with pytest.raises(InputError, match=r"holds a teacher for none of the tasks \(a MODEL_DIR .*rte for "):
+        sweep.run_sweep(configs, grid, str(tmp_path / "w"), ["rte"], teacher_root=str(root), echo=lambda s: None)
+    assert not fake.calls and not (tmp_path / "w").exists()
+    with caplog.at_level(logging.WARNING):
+        sweep.run_sweep(configs, grid, str(tmp_path / "w"), ["rte", "mnli"], teacher_root=str(root),
+                        echo=lambda s: None)
+    assert "has no teacher for rte: it is trained without distillation" in caplog.text
 
 
 def test_a_nan_score_never_wins():
