@@ -613,6 +613,12 @@ class RunLock:
         self.release(failed=exc_type is not None)
 
 
+# The files a run writes at the top of its directory (trainer.record_config, reporting.MetricsWriter, the exports'
+# metrics, a sweep's tables): check_run_dir refuses anything else in their place before the run writes a line
+RUN_FILES = ("config.json", "config_history.jsonl", "metrics.jsonl", "eval_results.json", "final_metrics.json",
+             "log.txt", "sweep.jsonl", "table.md", "results.json", "chosen.json")
+
+
 def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False, ours: tuple[str, ...] = (),
                   what_flag: str = "--workdir") -> str:
     """Refuse, before anything is written, a run directory that cannot be this run's: an empty path, a URL, an
@@ -633,6 +639,11 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if os.path.lexists(ckpt) and not os.path.isdir(ckpt):
         raise InputError(f"{ckpt} is a file, not the run's checkpoint directory; move it away or choose another "
                          f"{what_flag}")
+    for name in RUN_FILES:  # written as files: a directory or a pipe in their place fails only once the run is begun
+        path = os.path.join(workdir, name)
+        if os.path.lexists(path) and not os.path.isfile(path):
+            kind = _special_kind(path) if os.path.exists(path) else "a link to nothing"
+            raise InputError(f"{path} is {kind}, not the run's file; move it away or choose another {what_flag}")
     if not os.path.isdir(workdir):
         return workdir
     owner = read_lock(workdir).get("what")

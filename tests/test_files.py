@@ -286,3 +286,19 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_keeps_the_last_one_and_the_reru
     rc, out, err = run_script(PRETRAIN, *argv)
     assert rc == 0 and "resuming from the checkpoint at step 2" in out and "model saved" in out, err[-3000:]
     assert sorted(losses(wd)) == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "config_history.jsonl"])
+def test_a_run_file_that_is_a_directory_a_pipe_or_a_dangling_link_is_refused_before_the_run(tmp_path, name):
+    """files.RUN_FILES, by class: anything but a file where a run writes one is refused by check_run_dir, before the
+    run records a line (a config.json directory used to fail after config_history.jsonl had its row)."""
+    for make, kind in ((os.mkdir, "a directory"), (os.mkfifo, r"a named pipe \(FIFO\)"),
+                       (lambda p: os.symlink(tmp_path / "nowhere", p), "a link to nothing")):
+        wd = tmp_path / f"run-{uuid.uuid4().hex[:6]}"
+        wd.mkdir()
+        make(wd / name)
+        for what in ("pretraining", "fine-tuning"):
+            with pytest.raises(errors.InputError, match=rf"^{wd / name} is {kind}, not the run's file; move it away or "
+                                                 r"choose another --workdir$"):
+                files.check_run_dir(wd, what, overwrite=True)
+        assert sorted(os.listdir(wd)) == [name]
