@@ -334,10 +334,11 @@ def run_phase(run: Run, phase: Phase, ps: PhaseStep, state, batches, preempt) ->
 # The trainer
 # --------------------------------------------------------------------------------------------------
 
-def check_settings(config: ml_collections.ConfigDict) -> None:
+def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None:
     """Every setting against its range and the others, before anything is written, loaded or compiled: one line naming
     the setting, its value and what is valid (a phase-2 ``seq_len`` past the model's positions is refused here, not
-    56k steps into the run)."""
+    56k steps into the run). Not ``data``: the data's path is not asked for (train/compile.py compiles the step
+    without data)."""
     settings = loop.Settings(config)
     need, finite = settings.need, settings.number
     settings.check_training()
@@ -360,8 +361,9 @@ def check_settings(config: ml_collections.ConfigDict) -> None:
         need(not config.init_from, "init_from", "empty with objective=rtd (the generator and discriminator pair "
              "starts from random weights here)")
     need(config.data.source in ("demo", "prepared"), "data.source", "demo or prepared")
-    need(config.data.source != "prepared" or (isinstance(config.data.path, str) and config.data.path.strip() != ""
-                                               and os.path.isdir(config.data.path)), "data.path",
+    need(not data or config.data.source != "prepared" or (isinstance(config.data.path, str)
+                                                          and config.data.path.strip() != ""
+                                                          and os.path.isdir(config.data.path)), "data.path",
          "a directory written by train/prepare_data.py (data.source=prepared)")
     need(settings.integer("data.demo_seed", 0), "data.demo_seed", "an integer >= 0")
     if "num_processes" in config:  # multi-host without jax.distributed's own discovery

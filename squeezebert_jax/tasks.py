@@ -785,20 +785,20 @@ def label_key(raw, where: str) -> str:
     return shortest if decimal.Decimal(shortest) == value else f"{value.normalize():e}"
 
 
-# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables), and the digit 0 beside the letter O: a
-# label typed with one of them is the Latin label's twin, not a class of its own. Capitals are folded before case is
+# Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables), and the digits 0 and 1 beside the letters O
+# and l: a label typed with one of them is the Latin label's twin, not a class of its own. Capitals are folded before case is
 # (Greek Α is A, though its lowercase α is no a: α-helix and a-helix are two names), the small letters after.
 _CAPITAL_LOOKALIKES = str.maketrans("АВЕКМНОРСТУХІЈЅΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEKMHOPCTYXIJSABEZHIKMNOPTYX")
-_LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ0", "aceijopsxydhlqwopo")
+_LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ01", "aceijopsxydhlqwopol")
 
 
 def check_one_form(names) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
     seen) that differ only in case, in a Unicode compatibility form, in invisible characters, in the white space
-    between their words or in letters drawn alike, the digit 0 and the letter O too (``Pos`` and ``pos``; ``B-PER``
-    and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark, a soft hyphen or a
-    Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``) are refused: one class written
-    two ways would train as two. Naming both in config.data.labels keeps them apart."""
+    between their words or in letters drawn alike, the digits 0 and 1 for the letters O and l too (``Pos`` and
+    ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark, a
+    soft hyphen or a Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``; ``labe1``) are
+    refused: one class written two ways would train as two. Naming both in config.data.labels keeps them apart."""
     booleans = [n for n in names if n in ("true", "false")]
     numbers = [n for n in names if _NUMBER.fullmatch(n)]
     if booleans and numbers:  # is true the class 1?

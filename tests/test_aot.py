@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import one_error_line
 
 from squeezebert_jax import aot, chips, cli, parallel, pretrain
 from squeezebert_jax.benchmarks import hlo_census, step_profile
@@ -416,3 +417,15 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
     b, tried = aot.max_per_chip_batch(config, pretrain.Phase("p", 0, 0, 10, 128, 20, num_microbatches=4), target)
     assert b == 368 and len(tried) <= 6, tried
     assert aot.fewest_microbatches(8192, 4, b) == 8  # 2048 per chip -> 8 x 256
+
+
+@needs_tpu
+def test_compile_refuses_what_the_run_would_refuse_before_compiling(tmp_path):
+    """compile.py runs each training's own settings validator (pretraining's without asking for data): a setting the
+    run would refuse is one line, exit 1, before the minutes of compiling."""
+    rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2", "--config.decay_power=-1", variant="paper")
+    assert rc == 1 and "config.decay_power=-1.0: a finite power > 0" in one_error_line(err) and not rows
+    assert "compiled" not in out
+    rc, out, err, rows = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--config.batch_size=6")
+    assert rc == 1 and "config.batch_size=6: a multiple of the 4 devices of the mesh" in one_error_line(err)
+    assert not rows

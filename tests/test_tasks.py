@@ -292,6 +292,7 @@ def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
         _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,neg\nc,Pos\n")
     for body, twin in (("a,very good\nb,neg\nc,very  good\n", "'very  good' differs from 'very good'"),
                        ("a,POS\nb,neg\nc,P0S\n", "'P0S' differs from 'POS'"),  # white space inside; a zero for an O
+                       ("a,label\nb,neg\nc,labe1\n", "'labe1' differs from 'label'"),  # a one for an l
                        ("a,NEG\nb,pos\nc,N\u0395G\n", "'N\u0395G' differs from 'NEG'"),  # a Greek capital Epsilon
                        ("a,BAD\nb,pos\nc,\u0412AD\n", "'\u0412AD' differs from 'BAD'"),  # a Cyrillic capital Ve
                        ("a,pos\nb,neg\nc,pos\u3164\n", "'pos\u3164' differs from 'pos'")):  # a Hangul filler

@@ -197,6 +197,7 @@ def main(argv) -> int:
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
         cli.report(e)
         return 2
+    pretrain.check_settings(config, data=False)  # the run's own refusals, one line, before minutes of compiling
     # the parameters' shapes only (no random weights drawn: 3.5 s for the full-size model on a 2-core host)
     model = abstract_model(lambda: pretrain.new_model(config, _vocab_size(config), target.platform))
     n = len(target.devices)
@@ -281,11 +282,12 @@ def _write_json(rows, target) -> None:
 def _compile_finetune(config, target) -> int:
     """The fine-tuning step (and a distillation teacher's logits pass) on ``target``: one table, exit 1 when a
     program does not fit."""
-    from squeezebert_jax import aot, glue
+    from squeezebert_jax import aot, finetune, glue
     from squeezebert_jax.benchmarks import timing
     from squeezebert_jax.pretrained import read_model_config
     from squeezebert_jax.model import SqueezeBertConfig
 
+    finetune.check_settings(config, len(target.devices))  # the run's own refusals, before any compile
     model_cfg = read_model_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)
     teacher_cfg = (read_model_config(config.distill.teacher)[0] if config.distill.teacher else
                    SqueezeBertConfig.preset(_TEACHER.value) if _TEACHER.value else None)
