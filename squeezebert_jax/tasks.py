@@ -786,8 +786,9 @@ def label_key(raw, where: str) -> str:
 
 
 # Cyrillic and Greek letters drawn like Latin ones (Unicode's confusables), and the digits 0 and 1 beside the letters O
-# and l: a label typed with one of them is the Latin label's twin, not a class of its own. Capitals are folded before case is
-# (Greek Α is A, though its lowercase α is no a: α-helix and a-helix are two names), the small letters after.
+# and l: a label typed with one of them is the Latin label's twin, not a class of its own. Capitals are folded
+# before case is (Greek Α is A, though its lowercase α is no a: α-helix and a-helix are two names), the small
+# letters after.
 _CAPITAL_LOOKALIKES = str.maketrans("АВЕКМНОРСТУХІЈЅΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEKMHOPCTYXIJSABEZHIKMNOPTYX")
 _LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ01", "aceijopsxydhlqwopol")
 
