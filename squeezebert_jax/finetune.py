@@ -194,6 +194,9 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
          f"0 or unset with attention 'fused' (the fused kernel drops nothing out of the attention probabilities; "
          f"--config.attention=reference keeps attention_dropout={config.attention_dropout})")
     batching.length_buckets(config.length_buckets, config.max_seq_length)  # its own one-line refusal
+    for name in ("batch_size", "eval_batch_size"):  # a batch's int32 ids, types and mask, as the host makes it
+        settings.fits_host(name, settings.value(name), 12 * config.max_seq_length,
+                           f"one batch at max_seq_length {config.max_seq_length}")
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
          f"config.num_devices)")

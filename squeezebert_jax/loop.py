@@ -68,6 +68,14 @@ class Settings:
         v = self.value(name)
         return isinstance(v, int) and not isinstance(v, bool) and v >= lo
 
+    def fits_host(self, name: str, rows: int, row_bytes: int, what: str) -> None:
+        """A batch of ``rows`` rows of ``row_bytes`` each (the setting ``name`` sets ``rows``) fits in half of this
+        host's memory: a size past it is one line naming the setting and both sizes, before anything is written,
+        not a MemoryError after the run began."""
+        total, have = rows * row_bytes, host_memory_bytes()
+        self.need(not have or total <= have // 2, name, f"{what} would take {total / 1e9:,.1f} GB, more than half of "
+                  f"this host's {have / 1e9:,.1f} GB of memory")
+
     def check_training(self) -> None:
         """The settings every training run has: the optimizer's rate, warmup and decay, the dropout bits, the loop's
         intervals and the device count."""
@@ -87,9 +95,18 @@ class Settings:
         parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
 
 
+def host_memory_bytes() -> int | None:
+    """This host's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 # --------------------------------------------------------------------------------------------------
 # Restore
 # --------------------------------------------------------------------------------------------------
+
 
 def check_checkpoints_within(checkpointer: checkpointing.Checkpointer, final_step: int, ends: str) -> None:
     """Refuse checkpoints at steps outside ``1..final_step``: a run of this config never wrote them. ``ends``

@@ -350,6 +350,9 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
                             ("data.prefetch", 0, "an integer >= 0 (0: batches made inline)"),
                             ("data.num_shards", 1, "an integer >= 1"), ("data.demo_num_docs", 1, "an integer >= 1")):
         need(settings.integer(name, lo), name, valid)
+    cap = pretrain_data.max_shards()
+    need(config.data.num_shards <= cap, "data.num_shards", pretrain_data.SHARDS_VALID.format(cap))
+    settings.fits_host("data.demo_num_docs", config.data.demo_num_docs, 2000, "the demo corpus (~2 KB a document)")
     need(finite("peak_flops_per_device", 0), "peak_flops_per_device",
          "a finite FLOP/s >= 0 (0: looked up by device kind)")
     need(config.objective in ("mlm_sop", "rtd"), "objective",
@@ -389,6 +392,10 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         need(isinstance(phase.max_predictions_per_seq, int) and 1 <= phase.max_predictions_per_seq <= phase.seq_len,
              f"{at}.max_predictions_per_seq", f"an integer in [1, seq_len {phase.seq_len}]")
         microbatches(config, phase)
+        # one global batch's arrays (three int32 [B, S] and three [B, P]), as the host assembles it
+        settings.fits_host("global_batch_size", config.global_batch_size,
+                           4 * (3 * phase.seq_len + 3 * phase.max_predictions_per_seq),
+                           f"one batch of phase {phase.name} (seq {phase.seq_len})")
 
 
 # The settings that define a pretraining run's stream: which sequences land at which step (the loader's seed per phase,

@@ -327,6 +327,19 @@ def _clean_documents(docs: Iterable[Sequence[str]], stats: CorpusStats, max_line
             stats.empty_documents += 1
 
 
+SHARDS_VALID = ("an integer in [1, {}]: the shards' writers are open at once, a file each, within this process's "
+                "limit of open files (ulimit -n)")
+
+
+def max_shards() -> int:
+    """The most shards ``prepare`` may write: its writers are open at once, one file each, within this process's limit
+    of open files (``ulimit -n``), less 64 for the rest of the process."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(1, (1 << 20 if soft == resource.RLIM_INFINITY else soft) - 64)
+
+
 def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], tokenizer, out_dir: str | os.PathLike,
             num_shards: int = 8, *, stats: CorpusStats | None = None, max_line_chars: int = MAX_LINE_CHARS,
             max_invalid_utf8: float = MAX_INVALID_UTF8, batch_docs: int = 256, writer_options: str = WRITER_OPTIONS,
@@ -345,8 +358,8 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
-    if num_shards < 1:
-        raise InputError(f"num_shards must be >= 1, got {num_shards}")
+    if not 1 <= num_shards <= max_shards():
+        raise InputError(f"num_shards={num_shards}: {SHARDS_VALID.format(max_shards())}")
     out_dir = os.fspath(out_dir)
     stats = stats if stats is not None else CorpusStats()
     if isinstance(sources, (str, os.PathLike)):

@@ -86,6 +86,7 @@ def test_existing_preparation_needs_overwrite(files, run_cli, digest):
 @pytest.mark.parametrize("args, rc, needle", [
     (["--input", "DIR"], 1, "is a directory"),
     (["--input", "DIR/ok.txt", "--num_shards", "0"], 2, "--num_shards: 0 must be >= 1"),
+    (["--input", "DIR/ok.txt", "--num_shards", "10000000"], 2, "--num_shards: 10000000: an integer in [1, "),
     (["--input", "DIR/ok.txt", "--max_invalid_utf8", "5"], 2, "not a share in [0, 1]"),
     (["--input", "DIR/ok.txt", "--vocab", "DIR/nope.txt"], 1, "nope.txt"),
     (["--input", "DIR/ok.txt", "DIR/ok.txt"], 1, "ok.txt is DIR/ok.txt, given before: each corpus file once"),

@@ -411,6 +411,9 @@ def test_an_unknown_compute_dtype_is_refused(tmp_path):
     ("preemption_sync_every", 0, "config.preemption_sync_every=0: an integer >= 1"),
     ("prune.target", 1.0, "config.prune.target=1.0: a sparsity in [0, 1)"),
     ("data.doc_stride", 0, "config.data.doc_stride=0: an integer >= 1"),
+    ("batch_size", 8 * 10 ** 10, "config.batch_size=80000000000: one batch at max_seq_length 16 would take "
+                                 "15,360.0 GB, more than half of this host's"),
+    ("eval_batch_size", 10 ** 11, "config.eval_batch_size=100000000000: one batch at max_seq_length"),
 ])
 def test_finetuning_settings_are_checked_before_anything_loads(tmp_path, field, value, message):
     from conftest import glue_config

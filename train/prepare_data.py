@@ -22,6 +22,13 @@ LOG_NAME = "prepare_log.txt"
 WHAT = "data preparation"
 
 
+def _shards(s: str) -> int:
+    n = cli.positive_int(s)
+    if n > pretrain_data.max_shards():
+        raise argparse.ArgumentTypeError(f"{n}: {pretrain_data.SHARDS_VALID.format(pretrain_data.max_shards())}")
+    return n
+
+
 def _share(s: str) -> float:
     try:
         v = float(s)
@@ -43,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", required=True, help="vocab.txt (WordPiece) or a SentencePiece .model")
     p.add_argument("--out", required=True)
     p.add_argument("--overwrite", action="store_true", help="replace the preparation (files) already in --out")
-    p.add_argument("--num_shards", type=cli.positive_int, default=8)
+    p.add_argument("--num_shards", type=_shards, default=8)
     p.add_argument("--max_line_chars", type=cli.positive_int, default=pretrain_data.MAX_LINE_CHARS)
     p.add_argument("--max_invalid_utf8", type=_share, default=pretrain_data.MAX_INVALID_UTF8,
                    help="refuse a text file with more than this share of its bytes not UTF-8 text (default %(default)s)")
