@@ -216,16 +216,18 @@ def test_time_interleaved_counts_and_settles():
 
 
 @pytest.mark.slow
-def test_bench_train_executions_table(monkeypatch, capsys):
+def test_bench_train_executions_table(capsys):
     """--executions: one row per execution choice, each a valid config, its speed relative to the default's (the
-    first). Two of them run here (each is a compile); every one's config is built."""
+    first). Two of them run here (each is a compile: --executions NAME picks by name, the default always timed);
+    every one's config is built; a name no choice holds is one line listing them."""
     mod = load_script("eval/bench_train.py")
     for _, changes in mod.EXECUTIONS + mod.GPU_EXECUTIONS:
         mod.preset("squeezebert-uncased", False, **{k: v for k, v in changes.items() if k not in ("rng_impl", "xla")})
     assert mod.preset("bert-base-uncased", True).scan_layers is False  # as the trainer runs it here (CPU: unrolled)
-    rbg = [e for e in mod.EXECUTIONS if "rng_impl" in e[1]]
-    monkeypatch.setattr(mod, "EXECUTIONS", mod.EXECUTIONS[:1] + rbg)
-    assert mod.main(["--tiny", "--executions", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype",
+    with pytest.raises(sj.errors.InputError, match=r"^--executions 'flash': no execution choice here is named so; "
+                                                   r"they are: default: .*; rbg dropout bits; dropout off$"):
+        mod.main(["--tiny", "--executions", "flash"])
+    assert mod.main(["--tiny", "--executions", "RBG", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype",
                      "float32"]) == 0
     out = capsys.readouterr().out
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "execution" not in line]
