@@ -333,9 +333,11 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
 
 def _measured_mfu(config, phase, target: Target) -> float | None:
     """The MFU measured on ``target``'s chip for this step (``chips.MEASURED_MFU``), if the step is the one timed: a
-    preset without overrides, bf16, remat "minimal", fused attention; None otherwise."""
+    preset without overrides, bf16, remat "minimal", fused attention, the layers as the platform runs them by default
+    (``layers`` auto); None otherwise."""
     m = config.model
-    if m.overrides or config.compute_dtype != "bfloat16" or m.remat != "minimal" or m.get("attention") != "fused":
+    if (m.overrides or config.compute_dtype != "bfloat16" or m.remat != "minimal" or m.get("attention") != "fused"
+            or m.get("layers", "auto") != "auto"):
         return None
     return chips.measured_mfu(target.chip, m.preset, phase.seq_len)
 

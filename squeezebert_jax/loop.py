@@ -107,7 +107,6 @@ def host_memory_bytes() -> int | None:
 # Restore
 # --------------------------------------------------------------------------------------------------
 
-
 def check_checkpoints_within(checkpointer: checkpointing.Checkpointer, final_step: int, ends: str) -> None:
     """Refuse checkpoints at steps outside ``1..final_step``: a run of this config never wrote them. ``ends``
     says where the run ends (e.g. "whose phases end at step 600")."""
