@@ -617,6 +617,8 @@ class RunLock:
 # metrics, a sweep's tables): check_run_dir refuses anything else in their place before the run writes a line
 RUN_FILES = ("config.json", "config_history.jsonl", "metrics.jsonl", "eval_results.json", "final_metrics.json",
              "log.txt", "sweep.jsonl", "table.md", "results.json", "chosen.json")
+# ... and the directories it writes into (the export, TensorBoard's events, the demo data, a distillation's caches)
+RUN_DIRS = ("checkpoints", "model", "generator", "tb", "data", "demo", "predictions", "teacher_cache", "student_init")
 
 
 def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False, ours: tuple[str, ...] = (),
@@ -635,15 +637,15 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
     _check_parent(workdir, what_flag)
-    ckpt = os.path.join(workdir, "checkpoints")
-    if os.path.lexists(ckpt) and not os.path.isdir(ckpt):
-        raise InputError(f"{ckpt} is a file, not the run's checkpoint directory; move it away or choose another "
-                         f"{what_flag}")
-    for name in RUN_FILES:  # written as files: a directory or a pipe in their place fails only once the run is begun
-        path = os.path.join(workdir, name)
-        if os.path.lexists(path) and not os.path.isfile(path):
-            kind = _special_kind(path) if os.path.exists(path) else "a link to nothing"
-            raise InputError(f"{path} is {kind}, not the run's file; move it away or choose another {what_flag}")
+    # what the run writes as files, and as directories: anything else in their place fails only once it has begun
+    for names, ok, want in ((RUN_FILES, os.path.isfile, "file"), (RUN_DIRS, os.path.isdir, "directory")):
+        for name in names:
+            path = os.path.join(workdir, name)
+            if os.path.lexists(path) and not ok(path):
+                kind = ("a link to nothing" if not os.path.exists(path) else "a file" if os.path.isfile(path)
+                        else _special_kind(path))
+                raise InputError(f"{path} is {kind}, not the run's {want}; move it away or choose another "
+                                 f"{what_flag}")
     if not os.path.isdir(workdir):
         return workdir
     owner = read_lock(workdir).get("what")

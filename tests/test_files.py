@@ -110,7 +110,7 @@ def test_odd_workdirs_are_named_before_anything_is_written(tmp_path, monkeypatch
     (tmp_path / "ck" / "checkpoints").write_text("not a directory")
     cases = [("", "--workdir is empty"), (str(a_file), "is an existing file, not a directory"),
              (str(a_file / "run"), "notes.txt is a file, not a directory"),
-             (str(tmp_path / "ck"), "checkpoints is a file, not the run's checkpoint directory"),
+             (str(tmp_path / "ck"), "checkpoints is a file, not the run's directory; move it away"),
              ("gs://bucket/run", "URL workdirs")]
     for wd, msg in cases:
         with pytest.raises(errors.InputError, match=msg):
@@ -288,17 +288,22 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_keeps_the_last_one_and_the_reru
     assert sorted(losses(wd)) == [2, 4, 6, 8]
 
 
-@pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "config_history.jsonl"])
-def test_a_run_file_that_is_a_directory_a_pipe_or_a_dangling_link_is_refused_before_the_run(tmp_path, name):
-    """files.RUN_FILES, by class: anything but a file where a run writes one is refused by check_run_dir, before the
-    run records a line (a config.json directory used to fail after config_history.jsonl had its row)."""
-    for make, kind in ((os.mkdir, "a directory"), (os.mkfifo, r"a named pipe \(FIFO\)"),
-                       (lambda p: os.symlink(tmp_path / "nowhere", p), "a link to nothing")):
+@pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "config_history.jsonl", "model", "tb"])
+def test_a_run_entry_of_the_wrong_kind_is_refused_before_the_run(tmp_path, name):
+    """files.RUN_FILES and RUN_DIRS, by class: anything but a file where a run writes one (a directory, a pipe, a
+    dangling link), or anything but a directory where it writes into one (a file: the export at the very end), is
+    refused by check_run_dir before the run records a line (a config.json directory used to fail after
+    config_history.jsonl had its row)."""
+    want = "directory" if name in files.RUN_DIRS else "file"
+    makers = [(os.mkfifo, r"a named pipe \(FIFO\)"),
+              (lambda p: os.symlink(tmp_path / "nowhere", p), "a link to nothing")]
+    makers.append((lambda p: p.write_text("x"), "a file") if want == "directory" else (os.mkdir, "a directory"))
+    for make, kind in makers:
         wd = tmp_path / f"run-{uuid.uuid4().hex[:6]}"
         wd.mkdir()
         make(wd / name)
         for what in ("pretraining", "fine-tuning"):
-            with pytest.raises(errors.InputError, match=rf"^{wd / name} is {kind}, not the run's file; move it away or "
-                                                 r"choose another --workdir$"):
+            with pytest.raises(errors.InputError, match=rf"^{wd / name} is {kind}, not the run's {want}; move it "
+                                                        r"away or choose another --workdir$"):
                 files.check_run_dir(wd, what, overwrite=True)
         assert sorted(os.listdir(wd)) == [name]
