@@ -41,8 +41,8 @@ CHIPS = {
 # MFU measured for the pretraining step as the configs run it by default (LAMB, MLM + SOP, bf16, remat "minimal",
 # fused attention, layers unrolled; batch 256 per device), ``python eval/bench_train.py --peer`` on one device:
 # (CHIPS key, model preset, seq_len) -> MFU (docs/results.md). train/compile.py projects a recipe's hours at it
-# where it is known, beside the assumed 50% and 35%. H200: 2026-11-27, at the MLM loss with its own backward; H100:
-# 2026-11-26, before it (2.6% slower on the H200).
+# where it is known, beside the assumed 50% and 35%. H200: 2026-11-27, the MLM loss without its vocabulary-wide
+# scatter; H100: 2026-11-26, with it (2.6% slower on the H200).
 MEASURED_MFU = {
     ("h200", "squeezebert-uncased", 128): 0.147, ("h200", "squeezebert-uncased", 512): 0.177,
     ("h200", "bert-base-uncased", 128): 0.299, ("h200", "bert-base-uncased", 512): 0.325,

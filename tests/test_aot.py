@@ -223,7 +223,7 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
         if i.scope == "ffn_act" and not i.backward:
             assert not kernels[name].startswith("("), (name, kernels[name])  # one array written, not a tuple
         if "scatter" in name and i.scope != "embedding" and kernels[name].startswith("f32"):
-            # the MLM loss's own backward (losses.softmax_nll) scatters no labels into a [B, P, vocab] array: only
+            # the MLM loss's backward (losses.softmax_nll) scatters no labels into a [B, P, vocab] array: only
             # the sentence-order loss's [B, 2] does
             assert re.match(r"f32\[\d+,2\]", kernels[name]), (name, kernels[name])
     per_layer = {k: v / 3 for k, v in layers.items()}
