@@ -339,7 +339,7 @@ def _measured_mfu(config, phase, target: Target) -> float | None:
     if (m.overrides or config.compute_dtype != "bfloat16" or m.remat != "minimal" or m.get("attention") != "fused"
             or m.get("layers", "auto") != "auto"):
         return None
-    return chips.measured_mfu(target.chip, m.preset, phase.seq_len)
+    return chips.MEASURED_MFU.get((target.key, m.preset, phase.seq_len))
 
 
 

@@ -50,11 +50,5 @@ MEASURED_MFU = {
 }
 
 
-def measured_mfu(chip: Chip, preset: str, seq_len: int) -> float | None:
-    """``MEASURED_MFU`` for ``chip`` (one of ``CHIPS``), or None where not measured."""
-    key = next((k for k, c in CHIPS.items() if c == chip), None)
-    return MEASURED_MFU.get((key, preset, seq_len))
-
-
 # Peak dense bf16 FLOP/s by ``device_kind`` substring, for MFU (the CHIPS table; "TPU v5e" as some runtimes name it).
 PEAK_FLOPS = {c.name: c.peak_bf16 for c in CHIPS.values()} | {"TPU v5e": CHIPS["v5e"].peak_bf16}

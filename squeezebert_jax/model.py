@@ -75,7 +75,6 @@ _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "prob": "a number 
              "str": "a string", "bool": "true or false", "dict": "an object of label names"}
 
 
-_is_int, _is_number = is_int, is_number  # config.json's field tests (files: one test of a JSON value)
 
 
 def _is_int_key(k) -> bool:
@@ -230,7 +229,7 @@ class SqueezeBertConfig:
                     "eps": lambda x: 0 < x < 1}
         for name, kind in _FIELD_KINDS.items():
             v = getattr(self, name)
-            ok = {"int": _is_int, "count": _is_int, "prob": _is_number, "std": _is_number, "eps": _is_number,
+            ok = {"int": is_int, "count": is_int, "prob": is_number, "std": is_number, "eps": is_number,
                   "str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, (bool, np.bool_)),
                   "dict": lambda x: x is None or isinstance(x, dict)}[kind](v)
             if not ok:

@@ -400,7 +400,8 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 if mnli is not None:  # MNLI swept first, here or in an earlier sweep of this workdir
                     c.init_from = os.path.join(mnli.rows[0]["run_dir"], "model")
             teacher = os.path.join(teacher_root, task) if teacher_root else ""
-            c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""  # (check_teachers)
+            # a task without a teacher under teacher_root trains undistilled (check_teachers warned of it)
+            c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
             c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
             run_dir = os.path.join(workdir, task) if not grid else os.path.join(workdir, task, run_name(s, seed))
             if os.path.exists(run_dir):  # a run that did not finish (no row): it resumes from its checkpoints
