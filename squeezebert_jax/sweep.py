@@ -342,8 +342,9 @@ def check_teachers(teacher_root: str, tasks) -> None:
         return
     if not os.path.isdir(teacher_root):
         raise InputError(f"--teacher_root {teacher_root}: no such directory (one teacher MODEL_DIR per task inside)")
+    tasks = list(tasks)
     missing = [t for t in tasks if not os.path.isdir(os.path.join(teacher_root, t))]
-    if len(missing) == len(list(tasks)):
+    if len(missing) == len(tasks):
         raise InputError(f"--teacher_root {teacher_root} holds a teacher for none of the tasks (a MODEL_DIR "
                          f"{os.path.join(teacher_root, missing[0])} for {missing[0]}, ...)")
     if missing:
