@@ -41,7 +41,7 @@ def state_mismatch(saved_metadata, abstract_state, limit: int = 4) -> str:
     return "; ".join(parts)
 
 
-def _quiet_closed_loop_callbacks() -> None:
+def _quiet_closed_asyncio_callbacks() -> None:
     """When a save fails (a full disk), tensorstore's pending writes keep completing into the asyncio loop that orbax
     has already closed: each raises ``RuntimeError('Event loop is closed')`` in a callback, which Python prints as an
     unraisable exception (hundreds of tracebacks for one full disk, before the error itself arrives). Those, and only
@@ -100,7 +100,7 @@ class Checkpointer:
                  with_meta: bool = False, meta_check: Callable[[Any], None] | None = None):
         import orbax.checkpoint as ocp
 
-        _quiet_closed_loop_callbacks()
+        _quiet_closed_asyncio_callbacks()
         self._ocp, self.with_data, self.directory = ocp, with_data, os.path.abspath(directory)
         self.with_meta = with_meta  # a JSON item beside the state (fine-tuning: the epochs' results so far)
         # raises (ValueError, TypeError, KeyError) for a JSON item the run cannot use: such a checkpoint is damaged
@@ -237,16 +237,16 @@ class Checkpointer:
     def newest_stream(self) -> dict | None:
         """The training stream (``trainer.run_stream``) saved in the JSON item of the newest checkpoint that has one
         readable, or None: what a resume is checked against even when the config history is gone."""
-        for step in sorted(self.steps_on_disk(), reverse=True):
+        for saved in sorted(self.steps_on_disk(), reverse=True):
             try:
-                stream = self.read_meta(step).get("stream")
+                stream = self.read_meta(saved).get("stream")
             except Exception:  # noqa: BLE001 -- a damaged or older checkpoint: the one before it may have it
                 continue
             if isinstance(stream, dict):
                 return stream
             if stream is not None:  # damaged: read as "no stream", any change of the run would resume unchecked
                 raise UnreadableCheckpointsError(
-                    f"the checkpoint at step {step} in {self.directory} records its training stream as "
+                    f"the checkpoint at step {saved} in {self.directory} records its training stream as "
                     f"{type(stream).__name__}, not an object: its JSON item is damaged; move the checkpoint away "
                     "to resume from an older one")
         return None

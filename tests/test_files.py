@@ -14,7 +14,7 @@ import subprocess
 import uuid
 
 import pytest
-from conftest import ROOT, VOCAB, losses, one_error_line, run_script, tiny_config, tiny_init, write_sst2
+from conftest import ROOT, VOCAB, fill, one_error_line, run_script, tiny_config, tiny_init, write_sst2
 
 from squeezebert_jax import corpus, errors, files, pretrain, pretrain_data
 
@@ -223,32 +223,6 @@ def test_damaged_run_and_model_files_are_named(tmp_path):
 
 # -- A full disk --------------------------------------------------------------------------------------------------
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of 4 MB at ``tmp_path/disk`` (root only; skipped where mounting is not permitted)."""
-    d = tmp_path / "disk"
-    d.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    yield d
-    subprocess.run(["umount", str(d)], check=True)
-
-
-def fill(disk, leave: int = 0):
-    """Fill ``disk`` up to ``leave`` bytes free (a filler file; delete it to free the space)."""
-    path = disk / f"filler-{uuid.uuid4().hex}"
-    with open(path, "wb") as f:
-        free = shutil.disk_usage(disk).free - leave
-        while free > 0:
-            try:
-                f.write(b"\0" * min(free, 1 << 16))
-                f.flush()
-            except OSError:
-                break
-            free = shutil.disk_usage(disk).free - leave
-    return path
-
-
 def test_prepare_data_on_a_full_disk_is_one_line_leaves_no_temp_files_and_the_rerun_works(tmp_path, small_disk,
                                                                                            run_cli):
     text = tmp_path / "corpus.txt"
@@ -266,26 +240,6 @@ def test_prepare_data_on_a_full_disk_is_one_line_leaves_no_temp_files_and_the_re
                                 "--num_shards", 2)  # the same command, no --overwrite needed
     assert rc == 0, err
     assert json.loads(out_text[out_text.index("{"):])["num_docs"] == pretrain_data.load_meta(out)["num_docs"] > 0
-
-
-def test_a_full_disk_at_a_checkpoint_is_one_line_keeps_the_last_one_and_the_rerun_finishes(small_disk):
-    """Through train/pretrain.py: the smoke run checkpoints step 2, the disk fills, the rerun fails saving step 4 (one
-    line, exit 1, no screen of orbax / asyncio tracebacks; step 2 intact); with the space freed the same command
-    resumes at step 2 and finishes, each step's metrics once."""
-    wd = small_disk / "run"
-    argv = ("--config", SMOKE, "--workdir", wd, "--config.num_devices=1")
-    rc, out, err = run_script(PRETRAIN, *argv, "--config.stop_at_step=2")
-    assert rc == 0 and "checkpoint of step 2 saved" in out, err[-3000:]
-    filler = fill(small_disk, leave=120_000)  # room for the logs and metrics, not for a checkpoint (~420 KB)
-    rc, out, err = run_script(PRETRAIN, *argv)
-    line = one_error_line(err)
-    assert rc == 1 and "no space left on the device writing" in line and str(wd) in line, line
-    assert "Traceback" not in err and "Event loop is closed" not in err and len(err.splitlines()) < 15, err
-    assert sorted(n for n in os.listdir(wd / "checkpoints") if n.isdigit()) == ["2"]
-    os.remove(filler)
-    rc, out, err = run_script(PRETRAIN, *argv)
-    assert rc == 0 and "resuming from the checkpoint at step 2" in out and "model saved" in out, err[-3000:]
-    assert sorted(losses(wd)) == [2, 4, 6, 8]
 
 
 @pytest.mark.parametrize("name", ["config.json", "metrics.jsonl", "config_history.jsonl", "model", "tb"])

@@ -68,8 +68,8 @@ def test_eight_devices_and_fsdp_take_the_one_device_steps(task, tmp_path, monkey
         {s.spec for s in jax.tree.leaves(shardings)}) or jit(step, shardings, mesh, **kw))
     kw = {"dropout": 0.0, "attention_dropout": 0.0, "num_epochs": 1}
     one = ft.finetune(_config(task, num_devices=1, **kw), str(tmp_path / "one"))
-    eight = ft.finetune(_config(task, **kw), str(tmp_path / "eight"))
-    fsdp = ft.finetune(_config(task, fsdp=True, **kw), str(tmp_path / "fsdp"))
+    eight = ft.finetune(_config(task, num_devices=0, **kw), str(tmp_path / "eight"))
+    fsdp = ft.finetune(_config(task, num_devices=0, fsdp=True, **kw), str(tmp_path / "fsdp"))
     assert specs[0] == specs[1] == {jax.sharding.PartitionSpec()}
     assert jax.sharding.PartitionSpec("data") in specs[2] or any("data" in s for s in specs[2])  # FSDP shards
     for run in (eight, fsdp):
@@ -105,7 +105,8 @@ ft.finetune(glue_config("sst2", {init!r}, {data!r}, **{kw!r}), {wd!r})
 def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path):
     """A SIGKILL right after the step-3 checkpoint (mid-way through epoch 1 of 2, dropout on): the rerun on the
     workdir resumes there and ends with the uninterrupted run's losses, dev scores and parameters."""
-    kw = {"learning_rate": 3e-3, "num_epochs": 2, "log_every": 2, "checkpoint_every": 3, "async_checkpoints": False}
+    kw = {"learning_rate": 3e-3, "num_epochs": 2, "log_every": 2, "checkpoint_every": 3, "async_checkpoints": False,
+          "num_devices": 0}  # on all 8 devices: the sharded state resumes exactly
     wd = tmp_path / "killed"
     script = _KILL.format(tests=os.path.join(ROOT, "tests"), kill_at=3, init=str(task[0]), data=str(task[1]), kw=kw,
                           wd=str(wd))
@@ -187,8 +188,8 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     ("seed", 2 ** 64, r"config.seed=18446744073709551616: an integer in \[0, 2\*\*32\)"),
 ])
 def test_bad_settings_are_refused_before_anything_is_loaded_or_written(task, tmp_path, setting, value, msg):
-    with pytest.raises(sj.errors.InputError, match=msg):
-        ft.finetune(_config(task, **{setting: value}), str(tmp_path / "run"))
+    with pytest.raises(sj.errors.InputError, match=msg):  # on all 8 devices: the batch is checked against them
+        ft.finetune(_config(task, num_devices=0, **{setting: value}), str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run")
 
 
