@@ -237,6 +237,45 @@ def test_compile_smoke_step_for_h100_target(tmp_path, family):
     assert layers["outside", "all"] <= 320, layers
 
 
+@needs_gpu_plugin
+def test_the_inference_forward_for_an_h100_writes_q_k_v_without_a_transpose():
+    """The bf16 forward in eval mode (what mobile.make_flax_forward and evaluation run), SqueezeBERT's width at 2
+    layers, batch 256 x 128, compiled for one H100: per layer Q/K/V are three grouped matmuls, each written
+    channels-last by the matmul itself, with no transpose or copy kernel in the qkv scope (before: one matmul of the
+    concatenated kernels, then a transpose of its [G, N, 3H/G] output to heads, 151 MB read and written a layer).
+    The training step keeps the one matmul (test_compile_smoke_step_for_h100_target)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    import squeezebert_jax as sj
+    from squeezebert_jax.model import set_execution
+    from squeezebert_jax.pretrained import cast_compute_dtype
+
+    target = aot.get_target("h100:1x1")
+    replicated = NamedSharding(Mesh(np.array(target.devices), ("data",)), PartitionSpec())
+    cfg = sj.SqueezeBertConfig.preset("squeezebert-uncased", num_hidden_layers=2)
+    model = nnx.eval_shape(lambda: sj.SqueezeBertForSequenceClassification(cfg, num_labels=2, rngs=nnx.Rngs(0)))
+    model.eval()
+    set_execution(model, scan_layers=False, remat="none")
+    cast_compute_dtype(model, jnp.bfloat16)
+    graphdef, state = nnx.split(model)
+    state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+        x.shape, jnp.bfloat16 if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype, sharding=replicated), state)
+    ids = jax.ShapeDtypeStruct((256, 128), jnp.int32, sharding=replicated)
+    forward = jax.jit(lambda s, i, m, t: nnx.merge(graphdef, s)(i, m, t).logits)
+    with jax.default_matmul_precision("default"):  # as users compile it (the tests' processes run "highest")
+        hlo = forward.lower(state, ids, ids, ids).compile().as_text()
+    scopes, kernels = step_profile.instructions(hlo), hlo_census.entry_kernels(hlo)
+    qkv = collections.Counter(scopes[name].kind for name in kernels if scopes[name].scope == "qkv")
+    assert qkv == {"gemm": 3 * 2}, qkv
+    for name in kernels:
+        if scopes[name].scope == "qkv":
+            assert re.match(r"bf16\[32768,4,192\]", kernels[name]), (name, kernels[name])  # channels-last: [N, G, H/G]
+
+
 def _compile_finetune(tmp_path, *args):
     import squeezebert_jax as sj
     from flax import nnx
