@@ -354,7 +354,8 @@ def run_script(path, *argv):
 def mount_small_disk(d) -> bool:
     """A tmpfs of 4 MB at ``d`` (a new directory); False where mounting is not permitted (root only)."""
     d.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True).returncode == 0
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True)
+    return mount.returncode == 0
 
 
 @pytest.fixture
