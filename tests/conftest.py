@@ -351,21 +351,25 @@ def run_script(path, *argv):
     return r.returncode, r.stdout, r.stderr
 
 
-def mount_small_disk(d) -> bool:
-    """A tmpfs of 4 MB at ``d`` (a new directory); False where mounting is not permitted (root only)."""
+@pytest.fixture
+def disk(tmp_path):
+    """``(tmp_path/disk, mounted)``: a tmpfs of 4 MB where mounting is permitted (root), else a plain directory."""
+    d = tmp_path / "disk"
     d.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True)
-    return mount.returncode == 0
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)],
+                             capture_output=True).returncode == 0
+    yield d, mounted
+    if mounted:
+        subprocess.run(["umount", str(d)], check=True)
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(disk):
     """A tmpfs of 4 MB at ``tmp_path/disk`` (root only; skipped where mounting is not permitted)."""
-    d = tmp_path / "disk"
-    if not mount_small_disk(d):
+    d, mounted = disk
+    if not mounted:
         pytest.skip("mounting a tmpfs is not permitted here")
-    yield d
-    subprocess.run(["umount", str(d)], check=True)
+    return d
 
 
 def fill(disk, leave: int = 0):

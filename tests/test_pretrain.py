@@ -16,8 +16,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import COMPILE_FLAGS, ROOT, RUN_FLAGS, fill, losses, mount_small_disk, one_error_line, smoke_config
-from conftest import tiny_config
+from conftest import COMPILE_FLAGS, ROOT, RUN_FLAGS, fill, losses, one_error_line, smoke_config, tiny_config
 
 from squeezebert_jax import checkpointing, errors, parallel, pretrain, reporting, trainer
 from squeezebert_jax.tokenizer import Tokenizer
@@ -524,15 +523,14 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_cli_console_preemption_refused_restart_full_disk_and_changed_resume(tmp_path, digest):
+def test_the_cli_console_preemption_refused_restart_full_disk_and_changed_resume(disk, digest):
     """Through train/pretrain.py as a user runs it, on a 4 MB disk (a tmpfs where mounting is permitted): (1) stopped
     early: no model announced, the console is the progress lines (orbax's INFO records go to WORKDIR/log.txt); (2) a
     restart whose optimizer state cannot match the checkpoints: one error line, exit 1, nothing in the workdir changed;
     (3) a resume with another learning rate on a full disk: it resumes at step 2, warns old -> new, and fails saving
     step 4 in one line, exit 1, no screen of orbax / asyncio tracebacks, step 2 intact; (4) with the space freed the
     same command resumes at step 2 and finishes, each step's metrics once, and the history keeps every start."""
-    disk = tmp_path / "disk"
-    mounted = mount_small_disk(disk)
+    disk, mounted = disk
     wd = disk / "cli"
 
     def pretrain_cli(*overrides):
@@ -541,54 +539,50 @@ def test_the_cli_console_preemption_refused_restart_full_disk_and_changed_resume
                                "--workdir", str(wd), "--config.num_devices=1", *overrides],
                               capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
 
-    try:
-        r = pretrain_cli("--config.stop_at_step=2")
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert "stopped early" in r.stdout and "model saved" not in r.stdout
-        assert "checkpoint of step 2 saved" in r.stdout and not os.path.exists(wd / "model")
-        assert "step 2/" in r.stdout  # the line of the log interval that ended at the stop
-        # (the CUDA plugin of the gpu-aot extra prints its own C++ lines at import; absl's Python INFO lines are ours)
-        assert not re.search(r"^I\d{4} [\d:.]+ +\d+ \w+\.py:\d+\]", r.stderr, re.M), r.stderr[-2000:]
-        assert "orbax" not in r.stderr.lower() and "Traceback" not in r.stderr
-        assert "Saving checkpoint at step 2" in (wd / "log.txt").read_text()
+    r = pretrain_cli("--config.stop_at_step=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stopped early" in r.stdout and "model saved" not in r.stdout
+    assert "checkpoint of step 2 saved" in r.stdout and not os.path.exists(wd / "model")
+    assert "step 2/" in r.stdout  # the line of the log interval that ended at the stop
+    # (the CUDA plugin of the gpu-aot extra prints its own C++ lines at import; absl's Python INFO lines are ours)
+    assert not re.search(r"^I\d{4} [\d:.]+ +\d+ \w+\.py:\d+\]", r.stderr, re.M), r.stderr[-2000:]
+    assert "orbax" not in r.stderr.lower() and "Traceback" not in r.stderr
+    assert "Saving checkpoint at step 2" in (wd / "log.txt").read_text()
 
-        before = digest(wd)
-        r = pretrain_cli("--config.stop_at_step=3", "--config.clip_norm=0.0")  # no clipping: another optimizer state
-        assert r.returncode == 1
-        err = [line for line in r.stderr.splitlines() if "error" in line]
-        assert len(err) == 1 and "does not match the current config" in err[0] and "Traceback" not in r.stderr
-        after = digest(wd)
-        log_txt = str(wd / "log.txt")
-        assert after.pop(log_txt) != before.pop(log_txt) and after == before  # the log only grew; nothing else changed
-        assert "does not match the current config" in (wd / "log.txt").read_text().splitlines()[-1]
+    before = digest(wd)
+    r = pretrain_cli("--config.stop_at_step=3", "--config.clip_norm=0.0")  # no clipping: another optimizer state
+    assert r.returncode == 1
+    err = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(err) == 1 and "does not match the current config" in err[0] and "Traceback" not in r.stderr
+    after = digest(wd)
+    log_txt = str(wd / "log.txt")
+    assert after.pop(log_txt) != before.pop(log_txt) and after == before  # the log only grew; nothing else changed
+    assert "does not match the current config" in (wd / "log.txt").read_text().splitlines()[-1]
 
-        changed = ("--config.learning_rate=0.001",)
-        starts = [0, 2]
-        if mounted:  # room for the logs and metrics, not for a checkpoint (~420 KB)
-            filler = fill(disk, leave=120_000)
-            r = pretrain_cli(*changed)
-            line = one_error_line(r.stderr)
-            assert r.returncode == 1 and "no space left on the device writing" in line and str(wd) in line, line
-            assert "resuming from the checkpoint at step 2" in r.stdout
-            assert "config.learning_rate changed" in r.stderr and "0.002 -> 0.001" in r.stderr
-            assert "Traceback" not in r.stderr and "Event loop is closed" not in r.stderr, r.stderr
-            assert len(r.stderr.splitlines()) < 15, r.stderr
-            assert sorted(n for n in os.listdir(wd / "checkpoints") if n.isdigit()) == ["2"]
-            os.remove(filler)
-            starts.append(2)
+    changed = ("--config.learning_rate=0.001",)
+    starts = [0, 2]
+    if mounted:  # room for the logs and metrics, not for a checkpoint (~420 KB)
+        filler = fill(disk, leave=120_000)
         r = pretrain_cli(*changed)
-        assert r.returncode == 0 and "model saved" in r.stdout, r.stderr[-3000:]
+        line = one_error_line(r.stderr)
+        assert r.returncode == 1 and "no space left on the device writing" in line and str(wd) in line, line
         assert "resuming from the checkpoint at step 2" in r.stdout
-        if not mounted:
-            assert "config.learning_rate changed" in r.stderr and "0.002 -> 0.001" in r.stderr
-        assert sorted(losses(wd)) == [2, 4, 6, 8]
-        history = trainer.read_config_history(str(wd))
-        assert [h["start_step"] for h in history] == starts
-        assert history[0]["config"]["learning_rate"] == 0.002 and history[-1]["config"]["learning_rate"] == 0.001
-        assert history[1]["changed"]["learning_rate"] == [0.002, 0.001]
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(disk)], check=True)
+        assert "config.learning_rate changed" in r.stderr and "0.002 -> 0.001" in r.stderr
+        assert "Traceback" not in r.stderr and "Event loop is closed" not in r.stderr, r.stderr
+        assert len(r.stderr.splitlines()) < 15, r.stderr
+        assert sorted(n for n in os.listdir(wd / "checkpoints") if n.isdigit()) == ["2"]
+        os.remove(filler)
+        starts.append(2)
+    r = pretrain_cli(*changed)
+    assert r.returncode == 0 and "model saved" in r.stdout, r.stderr[-3000:]
+    assert "resuming from the checkpoint at step 2" in r.stdout
+    if not mounted:
+        assert "config.learning_rate changed" in r.stderr and "0.002 -> 0.001" in r.stderr
+    assert sorted(losses(wd)) == [2, 4, 6, 8]
+    history = trainer.read_config_history(str(wd))
+    assert [h["start_step"] for h in history] == starts
+    assert history[0]["config"]["learning_rate"] == 0.002 and history[-1]["config"]["learning_rate"] == 0.001
+    assert history[1]["changed"]["learning_rate"] == [0.002, 0.001]
 
 
 TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_seq=5),
