@@ -187,7 +187,8 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     for name in ("max_query_length", "doc_stride", "max_answer_length", "n_best"):
         need(integer(f"data.{name}", 1), f"data.{name}", "an integer >= 1")
     need(number("data.null_threshold"), "data.null_threshold", "a finite score margin")
-    need(integer("max_seq_length", 2), "max_seq_length", "an integer >= 2 ([CLS] and [SEP])")
+    need(integer("max_seq_length", tasks.MIN_SEQ_LENGTH), "max_seq_length",
+         f"an integer >= {tasks.MIN_SEQ_LENGTH} (the special tokens and a word of each text)")
     need(config.layers in LAYERS, "layers", "auto, scan or unrolled")
     need(config.attention in ATTENTION, "attention", " or ".join(ATTENTION))
     need(config.attention == "reference" or not config.attention_dropout, "attention_dropout",

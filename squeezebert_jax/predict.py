@@ -65,7 +65,7 @@ class Predictor:
     def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = 64):
         """``max_length``: tokens per input, at most the model's ``max_position_embeddings``; None: 128, or the
         model's maximum where that is less."""
-        for name, value, low in (("max_length", max_length, 4), ("batch_size", batch_size, 1)):
+        for name, value, low in (("max_length", max_length, tasks.MIN_SEQ_LENGTH), ("batch_size", batch_size, 1)):
             if name == "max_length" and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:

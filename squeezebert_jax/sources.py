@@ -62,6 +62,10 @@ def _hf_rows(spec: str, name: str, split: str):
                 if split not in ds:
                     raise DataFileError(f"{spec}: no split {split!r} in {name} (has {', '.join(ds)})")
                 ds = ds[split]
+            elif spec.rpartition(":")[2] == split:  # one Dataset: its rows are every split a name could ask for
+                raise DataFileError(f"{spec}: {name} is one dataset without splits, so ':{split}' would read the same "
+                                    f"rows as any other split; give hf:{name} for these rows, and save the "
+                                    "splits apart (a DatasetDict) to name one")
         else:  # a prepared dataset of the cache; never a loading script (datasets < 3 runs one unless told not to)
             refuse = {"trust_remote_code": False} if "trust_remote_code" in inspect.signature(
                 datasets.load_dataset).parameters else {}  # datasets >= 4 runs no script at all

@@ -178,6 +178,9 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     if row.get("is_impossible") and answers:
         raise DataFileError(f"{where}: question {qid!r} is marked is_impossible but has answers (SQuAD v2.0 keeps "
                             f"those as \"plausible_answers\")")
+    if labelled and row.get("is_impossible") is False and not answers:  # which of the two does the file mean?
+        raise DataFileError(f"{where}: question {qid!r} is marked \"is_impossible\": false but has no answers (an "
+                            f"unanswerable question is \"is_impossible\": true; an answerable one needs its answers)")
     spans = []
     for a in answers:
         text, start = (a.get("text"), a.get("answer_start")) if isinstance(a, dict) else (None, None)

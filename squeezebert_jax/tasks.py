@@ -47,6 +47,9 @@ from squeezebert_jax.tokenizer import warn_truncated
 
 KINDS = ("classification", "regression", "multilabel", "token_classification", "question_answering",
          "multiple_choice")
+# the fewest tokens an input may be cut to (config.max_seq_length, predict's max_length): [CLS], [SEP] and a piece of
+# each text; at 2 or 3 a model would train or predict on the special tokens alone
+MIN_SEQ_LENGTH = 4
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
@@ -499,7 +502,27 @@ def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -
         raise DataFileError(f"{path}: no tag is O or an entity's (B-PER, I-LOC, ...): the tags read are "
                             f"{', '.join(map(repr, shown))}{', ...' if len(names) > 4 else ''}; a line is a word, "
                             "then its tag last (\"john B-PER\"): are the columns the other way round?")
+    tag_scheme({t: where for t, (where, _) in names.items()})
     return tuple(sorted(names, key=lambda t: (t != "O", t)))
+
+
+def tag_scheme(names) -> str | None:
+    """How entity F1 reads the tags ``names`` (a tag -> where it is first seen, for the message): ``None`` for B-/I-
+    tags (IOB1 or IOB2: seqeval's default, conlleval's chunk rules), ``"IOBES"`` with S-/E- tags, ``"BILOU"`` with
+    U-/L- tags (seqeval's strict mode of that scheme: by the default rules ``U-X U-X`` is one entity, not two). A tag
+    that is neither O nor a prefix and a type (``MISC``: seqeval would read an entity of type ``ISC``; ``OTHER``: an O)
+    and S-/E- tags beside U-/L- ones are refused."""
+    for tag, where in names.items():
+        if tag != "O" and not re.fullmatch(r"[BIESLU]-.+", tag):
+            raise DataFileError(f"{where}: the tag {tag!r} is neither O nor an entity's tag (B-PER, I-LOC, ...: a "
+                                f"prefix B, I, E, S, L or U, a '-' and the type), which entity F1 cannot read; write "
+                                f"it as B-{tag} and I-{tag}, or O")
+    ends = {kind: next((t for t in names if t[0] in prefixes and t != "O"), None)
+            for kind, prefixes in (("IOBES", "ES"), ("BILOU", "LU"))}
+    if ends["IOBES"] and ends["BILOU"]:
+        raise DataFileError(f"{names[ends['BILOU']]}: the tag {ends['BILOU']!r} is BILOU's, beside {ends['IOBES']!r} "
+                            "of IOBES: write the tags in one scheme")
+    return next((kind for kind, tag in ends.items() if tag), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -597,7 +620,7 @@ class ConllTask:
     def metrics(self, predictions, labels, cut_labels=None) -> dict[str, float]:
         """Entity precision, recall and F1 (seqeval's micro average, conlleval's chunking) and tag accuracy."""
         pred, gold = self.tag_sequences(predictions, labels, cut_labels)
-        return entity_scores(gold, pred) | {
+        return entity_scores(gold, pred, tag_scheme(dict.fromkeys(self.labels, self.name))) | {
             "accuracy": float(np.mean([a == b for ps, gs in zip(pred, gold) for a, b in zip(ps, gs)] or [0.0]))}
 
     def card(self) -> None:
@@ -694,17 +717,18 @@ class ChoiceTask:
                 "choice_columns": list(self.choice_columns)}
 
 
-def entity_scores(gold: list[list[str]], pred: list[list[str]]) -> dict[str, float]:
-    """Micro precision, recall and F1 over the entities of every sentence: seqeval's (conlleval's chunk rules; 0 where
-    undefined)."""
+def entity_scores(gold: list[list[str]], pred: list[list[str]], scheme: str | None = None) -> dict[str, float]:
+    """Micro precision, recall and F1 over the entities of every sentence: seqeval's (0 where undefined); by
+    conlleval's chunk rules, or with ``scheme`` (``tag_scheme``: "IOBES", "BILOU") in seqeval's strict mode of it."""
     try:
         from seqeval import metrics as seqeval
+        from seqeval import scheme as schemes
     except ImportError as e:
         raise MissingExtraError("entity scores need seqeval: pip install -e \".[tagging]\" (see the README for the "
                                 "one setting its source package needs)") from e
-    return {"precision": float(seqeval.precision_score(gold, pred, zero_division=0)),
-            "recall": float(seqeval.recall_score(gold, pred, zero_division=0)),
-            "f1": float(seqeval.f1_score(gold, pred, zero_division=0))}
+    how = {"mode": "strict", "scheme": getattr(schemes, scheme)} if scheme else {}
+    return {name: float(score(gold, pred, zero_division=0, **how)) for name, score in (
+        ("precision", seqeval.precision_score), ("recall", seqeval.recall_score), ("f1", seqeval.f1_score))}
 
 
 def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
@@ -799,13 +823,19 @@ def check_one_form(names) -> None:
     between their words or in letters drawn alike, the digits 0 and 1 for the letters O and l too (``Pos`` and
     ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark, a
     soft hyphen or a Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``; ``labe1``) are
-    refused: one class written two ways would train as two. Naming both in config.data.labels keeps them apart."""
-    booleans = [n for n in names if n in ("true", "false")]
+    refused: one class written two ways would train as two. So are numbers beside names (``0``, ``1`` and ``pos``;
+    ``1000`` and ``1,000``; JSON ``true`` beside ``0``). Naming them in config.data.labels keeps them apart."""
     numbers = [n for n in names if _NUMBER.fullmatch(n)]
-    if booleans and numbers:  # is true the class 1?
-        b, n = (min(group, key=lambda x: names[x][1]) for group in (booleans, numbers))
-        raise DataFileError(f"{names[b][0]}: the label {b!r} in a column of numbers ({n!r} at line {names[n][1]}): "
-                            "write each class one way, all numbers or all names")
+    others = [n for n in names if n not in numbers]
+    if numbers and others:  # is true the class 1? "1,000" the class 1000? "pos" beside 0 and 1 a third class?
+        first = {kind: min(group, key=lambda x: names[x][1]) for kind, group in (("numbers", numbers),
+                                                                                   ("names", others))}
+        kind, odd = max(first.items(), key=lambda kv: names[kv[1]][1])  # the later form is the odd one
+        usual = first["names" if kind == "numbers" else "numbers"]
+        raise DataFileError(f"{names[odd][0]}: the label {odd!r} in a column of "
+                            f"{'names' if kind == 'numbers' else 'numbers'} ({usual!r} at line {names[usual][1]}): "
+                            "write each class one way, all numbers or all names, or name every class in "
+                            "config.data.labels")
     folded: dict[str, tuple[str, int]] = {}
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
         # "very  good" is "very good": white space inside a name, in any run or kind
@@ -821,7 +851,8 @@ def check_one_form(names) -> None:
 def label_keys(raw, where: str) -> tuple[str, ...]:
     """A multilabel row's labels, each read by ``label_key``: a JSON list, a cell holding a JSON list
     (``["comedy", "drama"]``), or a cell of names split on ``LABEL_SEPARATOR`` (``comedy|drama``); an empty cell or
-    an empty list is a row with no label on. A label named twice in a row counts once."""
+    an empty list is a row with no label on. A label named twice in a row counts once; a label holding a comma
+    (``comedy,drama``: the separator mistaken) is refused."""
     if isinstance(raw, str) and raw.strip().startswith("["):
         try:
             raw = json.loads(raw)
@@ -839,7 +870,12 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
     if bad := [x for x in items if isinstance(x, (list, dict)) or x is None]:
         raise DataFileError(f"{where}: {files.json_value(bad[0])} in the row's labels is not "
                             f"a label")
-    return tuple(dict.fromkeys(label_key(x, where) for x in items))
+    keys = tuple(dict.fromkeys(label_key(x, where) for x in items))
+    if comma := next((k for k in keys if "," in k), None):  # "comedy,drama": two labels, or a class of its own?
+        raise DataFileError(f"{where}: the label {comma!r} holds a comma; a row's labels are separated by "
+                            f"{LABEL_SEPARATOR!r} ({comma.replace(',', LABEL_SEPARATOR)}), and no label name holds a "
+                            "comma (config.data.labels could not name it)")
+    return keys
 
 
 def declared_labels(text: str, setting: str) -> tuple[str, ...]:
@@ -929,7 +965,11 @@ def resolve(config) -> Task:
         columns = (d.text_columns if d.text_columns != "sentence" else "tokens",
                    d.label_column if d.label_column != "label" else "ner_tags")
         check_columns("config.data", words=columns[:1], tags=columns[1:])
-        tags = declared_labels(d.labels, "config.data.labels") if d.labels else tag_names_of(files["train"], columns)
+        if d.labels:
+            tags = declared_labels(d.labels, "config.data.labels")
+            tag_scheme(dict.fromkeys(tags, "config.data.labels"))
+        else:
+            tags = tag_names_of(files["train"], columns)
         return ConllTask(name, files, tags, columns)
     columns = tuple(c.strip() for c in d.text_columns.split(","))
     if d.kind == "question_answering":

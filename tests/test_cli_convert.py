@@ -561,6 +561,32 @@ def test_a_tokenizer_json_that_is_not_the_vocab_txt_is_refused_both_ways(tmp_pat
     assert rc == 0 and (tmp_path / "m" / "tokenizer.json").exists(), err
 
 
+@pytest.mark.parametrize("name, text, message", [
+    # what Tokenizer.from_dir would refuse in the converted MODEL_DIR: refused before it is written
+    ("tokenizer_config.json", '{"do_lower_case": "false"}', r"do_lower_case is a string \"false\"; expected true or "
+                                                           r"false"),
+    ("tokenizer_config.json", '{"do_lower_case": false}', r"do_lower_case is false \(a cased model\)"),
+    ("tokenizer_config.json", '{"do_lower_case": }', r"not valid JSON \(Expecting value\)"),
+    # tokens vocab.txt lacks: transformers would add them, ids past the model's embeddings
+    ("special_tokens_map.json", '{"unk_token": "[UNKNOWN]"}', r"unk_token '\[UNKNOWN\]' is not a token of .*vocab.txt"),
+    ("special_tokens_map.json", '{"additional_special_tokens": ["[CLS]", {"content": "<x>"}]}',
+     r"additional_special_tokens '<x>' is not a token of"),
+    ("special_tokens_map.json", '{"mask_token": 4}', r"mask_token is an integer 4, not a token"),
+])
+def test_tokenizer_side_files_the_model_dir_could_not_use_are_refused(tmp_path, run_cli, digest, name, text, message):
+    src = hf_dir(tmp_path / "hf")
+    (tmp_path / "hf" / name).write_text(text)
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and re.search(f"{re.escape(os.path.join(src, name))}(:1:19)?: {message}", line), line
+    assert stdout == "" and digest(src) == before and not (tmp_path / "m").exists()
+    (tmp_path / "hf" / name).write_text('{"do_lower_case": true}' if name.startswith("tokenizer") else
+                                        '{"unk_token": "[UNK]", "mask_token": {"content": "[MASK]"}}')
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    assert rc == 0 and (tmp_path / "m" / name).exists(), err
+
+
 def test_from_pytorch_without_a_tokenizer_file_is_refused_unless_asked(tmp_path, run_cli, digest):
     src = hf_dir(tmp_path / "hf")
     os.remove(os.path.join(src, "vocab.txt"))

@@ -139,8 +139,9 @@ def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
     count too, and never eagerly: its shapes come from an abstract construction (nnx.eval_shape) and the values the
     checkpoint lacks (a new head, the dropout streams' keys) from one jitted one, in which XLA drops the initialisers
     of the parameters the checkpoint fills: no random weight is drawn to be replaced. The values it draws are an
-    eager construction's. Every head class holds one SqueezeBertModel, so its constructor counts the constructions
-    (traced ones hold tracers)."""
+    eager construction's; a second load of the same architecture in the process copies them (the shapes traced once).
+    Every head class holds one SqueezeBertModel, so its constructor counts the constructions (traced ones hold
+    tracers)."""
     tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY,
                                                                                                     num_labels=3)))
     src = save_hf(tm, str(tmp_path / "hf"))
@@ -159,16 +160,24 @@ def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
                  lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForSequenceClassification", num_labels=2),
                  lambda: sj.load_pretrained(tmp_path / "m", "SqueezeBertForQuestionAnswering")):
         traced.clear()
+        sj.pretrained._INITIAL.clear()
         load()
         assert traced == [True, True]  # the shapes, then the values the checkpoint lacks: both traced
+        traced.clear()
+        load()
+        assert traced == [True]  # again: the shapes only
     monkeypatch.undo()
     # what the checkpoint lacks is what an eager construction draws: the new 2-label classifier, the dropout keys
-    loaded = sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2, seed=3)
-    eager = dict(nnx.to_flat_state(nnx.state(sj.SqueezeBertForSequenceClassification(loaded.config, num_labels=2,
+    # (the first load's values, and the second's: copies of them, each in a buffer of its own for a step to donate)
+    first, again = (sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2, seed=3)
+                    for _ in range(2))
+    eager = dict(nnx.to_flat_state(nnx.state(sj.SqueezeBertForSequenceClassification(first.config, num_labels=2,
                                                                                       rngs=nnx.Rngs(3)))))
-    fresh = [(p, v.get_value()) for p, v in nnx.to_flat_state(nnx.state(loaded))
+    fresh = [(p, v.get_value()) for loaded in (first, again) for p, v in nnx.to_flat_state(nnx.state(loaded))
              if p[0] == "classifier" or not isinstance(v, nnx.Param)]
     assert {p[0] for p, _ in fresh} == {"classifier", "dropout", "transformer"}
+    kernels = [v for p, v in fresh if p == ("classifier", "kernel")]
+    assert len(kernels) == 2 and kernels[0].unsafe_buffer_pointer() != kernels[1].unsafe_buffer_pointer()
     for path, value in fresh:
         want = eager[path].get_value()
         if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):  # the same keys, bit for bit

@@ -180,6 +180,8 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     ("learning_rate", -1e-3, r"config.learning_rate=-0.001: a finite rate > 0"),
     ("batch_size", 12, r"config.batch_size=12: a multiple of the 8 devices of the mesh"),
     ("keep_checkpoints", 0, r"config.keep_checkpoints=0: an integer >= 1"),
+    # 2 trained on [CLS] [SEP] alone (a warning that every input was cut); predict refuses the same lengths
+    ("max_seq_length", 3, r"config.max_seq_length=3: an integer >= 4 \(the special tokens and a word of each text\)"),
     ("attention", "flash", r"config.attention='flash': fused or reference"),
     ("attention_dropout", 0.1, r"config.attention_dropout=0.1: 0 or unset with attention 'fused'"),
     ("rng_impl", "RBG", r"config.rng_impl='RBG': threefry2x32 or rbg"),

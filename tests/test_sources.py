@@ -92,6 +92,11 @@ def test_tagged_sentences_and_squad_rows_from_datasets(tmp_path):
     qa.save_to_disk(str(tmp_path / "qa"))
     got = squad.read_squad(f"hf:{tmp_path / 'qa'}")
     assert [(e.id, e.answers) for e in got] == [("a", (("John Smith", 0),)), ("b", ())]
+    # one Dataset has no splits: a split named for it (the same rows whatever the name) is refused, any name
+    for split in ("validation", "train", "tset"):
+        with pytest.raises(sj.errors.DataFileError, match=rf"qa:{split}: .*qa is one dataset without splits, so "
+                                                          rf"':{split}' would read the same rows as any other"):
+            squad.read_squad(f"hf:{tmp_path / 'qa'}:{split}")
 
 
 def test_errors_name_the_dataset_and_the_row(saved, tmp_path):

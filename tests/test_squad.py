@@ -293,6 +293,9 @@ def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_p
                       r"sq.json:\d+: question 'q1' has no answer, but the file says \"version\": \"1.1\""),
                      (text.replace('"is_impossible": false', '"is_impossible": false, "answers": []'),
                       r"sq.json: the key 'answers' appears twice in one object"),
+                     # answerable by its mark, unanswerable by its answers: neither is taken (it made the task v2.0)
+                     (json.dumps(good).replace('"answers": [{"text": "John", "answer_start": 0}]', '"answers": []'),
+                      r"sq.json:\d+: question 'q1' is marked \"is_impossible\": false but has no answers"),
                      # no "data": named, not read as JSON Lines ("no 'question' text (has id, version)")
                      (json.dumps({"version": "v2.0"}, indent=1),
                       r'sq.json: a JSON object with no "data" list of articles \(it has version\)'),

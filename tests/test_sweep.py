@@ -256,7 +256,7 @@ def test_malformed_grids_name_the_bad_part(get_config, text, msg):
 
 @pytest.mark.parametrize("text,point,msg", [
     ("attention_dropout=0.0,0.1", "attention_dropout=0.1,seed=0", "config.attention_dropout=0.1: 0 or unset"),
-    ("max_seq_length=128,1", "max_seq_length=1,seed=0", "config.max_seq_length=1: an integer >= 2"),
+    ("max_seq_length=128,1", "max_seq_length=1,seed=0", "config.max_seq_length=1: an integer >= 4"),
 ])
 def test_a_point_the_validator_refuses_stops_the_sweep_before_anything_is_written(get_config, tmp_path, text, point,
                                                                                  msg):

@@ -279,6 +279,18 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
                                                       r"of numbers \('0' at line 1\)"):
         _labels_of(tmp_path, "b.jsonl", '{"review": "a", "sentiment": 0}\n{"review": "b", "sentiment": 1}\n'
                                         '{"review": "c", "sentiment": true}\n')
+    # numbers beside names, either first: a name for a number ("1,000" is no number), or a third class?
+    mixed = '{"review": "a", "sentiment": "neg"}\n{"review": "b", "sentiment": 1}\n'
+    for name, body, msg in (("m.jsonl", mixed, r"m.jsonl:2: column 'sentiment': the label '1' in a column of names "
+                                               r"\('neg' at line 1\)"),
+                            ("m.csv", 'review,sentiment\na,1000\nb,"1,000"\n',
+                             r"m.csv:3: column 'sentiment': the label '1,000' in a column of numbers \('1000' at line "
+                             r"2\): write each class one way, all numbers or all names, or name every class in "
+                             r"config.data.labels")):
+        with pytest.raises(sj.errors.DataFileError, match=msg):
+            _labels_of(tmp_path, name, body)
+    task, rows = _labels_of(tmp_path, "m.jsonl", mixed, **{"data.labels": "neg,1"})  # named: two classes, as meant
+    assert task.labels == ("neg", "1") and [r.label for r in rows] == [0, 1]
     for mark in ("\u200b", "\u200d", "\ufeff", "\u00ad"):  # zero-width space and joiner, a BOM, a soft hyphen
         with pytest.raises(sj.errors.DataFileError, match=r"i.csv:3: column 'sentiment': the label 'p?o?s?\\(u|x)"
                                                           r".*' differs from 'pos' \(line 2\) only in case, form"):
@@ -304,15 +316,21 @@ def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
 
 
 def test_multilabel_cells_are_lists_of_values(tmp_path):
-    body = 'review,genres\na,"[""comedy"", ""drama""]"\nb,comedy|drama|comedy\nc,[]\nd,\ne,"[1, 1.0]"\n'
-    task, rows = _labels_of(tmp_path, "m.csv", body, **{"data.kind": "multilabel", "data.label_column": "genres"})
-    assert task.labels == ("1", "comedy", "drama")
-    assert [e.label for e in rows] == [(1, 2), (1, 2), (), (), (0,)]
+    multilabel = {"data.kind": "multilabel", "data.label_column": "genres"}
+    body = 'review,genres\na,"[""comedy"", ""drama""]"\nb,comedy|drama|comedy\nc,[]\nd,\n'
+    task, rows = _labels_of(tmp_path, "m.csv", body, **multilabel)
+    assert task.labels == ("comedy", "drama")
+    assert [e.label for e in rows] == [(0, 1), (0, 1), (), ()]
+    task, rows = _labels_of(tmp_path, "k.csv", 'review,genres\na,"[1, 1.0]"\nb,2|1\n', **multilabel)
+    assert task.labels == ("1", "2") and [e.label for e in rows] == [(0,), (0, 1)]
     for bad, msg in (('a,"[""comedy"", [""x""]]"', r'a list \["x"\] in the row\'s labels is not a label'),
-                     ("a,[comedy", r"starts like a JSON list but is not one")):
+                     ("a,[comedy", r"starts like a JSON list but is not one"),
+                     # the separator mistaken: "comedy,drama" and "drama,comedy" became two classes of their own
+                     ('a,"comedy,drama"', r"the label 'comedy,drama' holds a comma; a row's labels are separated by "
+                                          r"'\|' \(comedy\|drama\)"),
+                     ('a,"[""comedy"", 7]"', r"the label '7' in a column of names \('comedy' at line 2\)")):
         with pytest.raises(sj.errors.DataFileError, match=rf"n.csv:2: column 'genres': .*{msg}"):
-            _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n",
-                       **{"data.kind": "multilabel", "data.label_column": "genres"})
+            _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n", **multilabel)
 
 
 @pytest.mark.parametrize("labels, msg", [

@@ -84,6 +84,28 @@ def test_entity_scores_by_hand(gold, pred, want):
     assert (got["precision"], got["recall"], got["f1"]) == pytest.approx(want)
 
 
+@pytest.mark.parametrize("tags, gold, pred, want", [
+    # BILOU: two single-word entities side by side, one found (the default rules read U-X U-X as one entity: F1 0)
+    (("O", "U-MISC"), ["O", "U-MISC", "U-MISC", "O"], ["O", "U-MISC", "O", "O"], (1.0, 0.5)),
+    (("O", "B-PER", "I-PER", "L-PER", "U-LOC"), ["B-PER", "L-PER", "U-LOC"], ["B-PER", "I-PER", "U-LOC"], (1.0, 0.5)),
+    # IOBES: an entity without its E- is no entity
+    (("O", "B-PER", "E-PER", "S-LOC"), ["B-PER", "E-PER", "S-LOC"], ["B-PER", "O", "S-LOC"], (1.0, 0.5)),
+    (("O", "B-PER", "I-PER"), ["B-PER", "I-PER", "O"], ["I-PER", "I-PER", "O"], (1.0, 1.0)),  # IOB1: conlleval's
+])
+def test_a_taggers_scores_read_its_tags_in_their_scheme(tags, gold, pred, want):
+    """ConllTask.metrics takes the scheme from the task's tags (tasks.tag_scheme), as seqeval's strict mode
+    (mode="strict" with that scheme) scores it."""
+    seqeval = pytest.importorskip("seqeval.metrics")
+    from seqeval import scheme
+
+    task = tasks.ConllTask("t", {}, tags)
+    ids = lambda seq: np.asarray([[tags.index(t) for t in seq]])  # noqa: E731
+    got = task.metrics(ids(pred), ids(gold))
+    assert (got["precision"], got["recall"]) == pytest.approx(want)
+    how = {"mode": "strict", "scheme": getattr(scheme, s)} if (s := tasks.tag_scheme(dict.fromkeys(tags))) else {}
+    assert got["f1"] == pytest.approx(seqeval.f1_score([gold], [pred], **how))
+
+
 def test_words_cut_by_the_length_count_their_entities_as_missed(init, tmp_path):
     """A sentence longer than max_seq_length: its cut words' entities are gold entities the model missed (seqeval on
     the whole sentence, the cut words predicted "O"), and a perfect tagger of what it sees scores recall < 1."""
@@ -155,6 +177,11 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                       ("john B-PER\nshot 1.0\n", r"t.conll:1: the sentence's tag '1.0' is a number"),
                       ("john B-PER\nshot O\n\nmary \u0412-PER\nran O\n",  # a Cyrillic capital Ve for the B
                        r"t.conll:4: .*'\u0412-PER' differs from 'B-PER' .*letters drawn alike"),
+                      # a type without a prefix (seqeval: MISC an entity of type ISC, OTHER an O), two schemes
+                      ("john B-PER\nshot O\n\nmary MISC\nran O\n", r"t.conll:4: the sentence's tags: the tag 'MISC' "
+                                                                    r"is neither O nor an entity's tag"),
+                      ("john U-PER\nshot O\n\nmary S-PER\nran O\n", r"t.conll:1: .*'U-PER' is BILOU's, beside "
+                                                                     r"'S-PER' of IOBES"),
                       ("B-PER john\nO shot\n\nB-PER mary\nO ran\n",  # the columns the other way round
                        r"t.conll: no tag is O or an entity's \(B-PER, I-LOC, ...\): the tags read are 'john', "
                        r"'shot', 'mary', 'ran'; a line is a word, then its tag last")):
