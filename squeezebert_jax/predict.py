@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+from collections import UserString
 from collections.abc import Sequence
 
 import numpy as np
@@ -128,6 +129,8 @@ class Predictor:
         than the model's ``arity``."""
         if isinstance(inputs, np.ndarray):
             inputs = inputs.tolist()
+        if isinstance(inputs, UserString):  # a text, not a sequence of one-character texts
+            inputs = str(inputs)
         if isinstance(inputs, str) or (isinstance(inputs, tuple) and inputs and all(isinstance(t, str) for t in inputs)):
             batch, one = [inputs], True
         elif isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
@@ -138,6 +141,7 @@ class Predictor:
         arity, out, first = self.arity, [], None
         for i, x in enumerate(batch):
             name = "the input" if one else f"input {i + 1}"
+            x = str(x) if isinstance(x, UserString) else x
             if isinstance(x, (tuple, list)) and x and all(isinstance(t, str) for t in x):
                 x = tuple(x)
             elif not isinstance(x, str):
@@ -172,11 +176,13 @@ class Predictor:
         return self._logits({k: np.asarray(enc[k], np.int32) for k in ("input_ids", "attention_mask",
                                                                         "token_type_ids")})
 
-    def tag(self, texts: Sequence[str]) -> list[dict]:
-        """A tagger's tag per word (words split on whitespace; a word past ``max_length`` gets None)."""
+    def tag(self, texts: Sequence[str], where: Sequence[tuple[str, int]] | None = None) -> list[dict]:
+        """A tagger's tag per word (words split on whitespace; a word past ``max_length`` gets None). ``where``: each
+        text's file and line, for the errors to name (else "input N")."""
         if any(not isinstance(t, str) for t in texts):
             raise InputError("a tagger labels single texts (its words split on whitespace), not pairs")
-        examples = [tasks.TokenExample(i, tuple(t.split()), None) for i, t in enumerate(texts)]
+        examples = [tasks.TokenExample(i, tuple(t.split()), None, (*where[i], False) if where else None)
+                    for i, t in enumerate(texts)]
         arrays = tasks.ConllTask("predict", {}, tuple(self.labels)).encode(examples, self.tokenizer, self.max_length)
         ids = self._logits(arrays).argmax(-1)
         out = []
@@ -232,9 +238,11 @@ class Predictor:
         results = self._predict(texts) if texts else []
         return results[0] if one else results
 
-    def _predict(self, texts: list) -> list[dict]:
+    def _predict(self, texts: list, where: list[tuple[str, int]] | None = None) -> list[dict]:
+        if self.kind == "tagger":
+            return self.tag(texts, where)
         if self.kind != "classifier":
-            return {"tagger": self.tag, "qa": self.answer, "choice": self.choose}[self.kind](texts)
+            return {"qa": self.answer, "choice": self.choose}[self.kind](texts)
         logits = self.logits(texts)
         if self.labels is None:
             return [{"score": float(x[0])} for x in logits]
@@ -266,8 +274,8 @@ def _softmax(logits) -> np.ndarray:
 # the keys each kind may have beside "kind", with their checks (a check returns what is wrong, or "").
 def _columns(low: int, high: int | None):
     def check(v) -> str:
-        if (not isinstance(v, list) or not v or not all(isinstance(c, str) and c.strip() for c in v)
-                or len(set(v)) != len(v)):
+        if (not isinstance(v, list) or not v or not all(isinstance(c, str) and tasks.Row._key(c) for c in v)
+                or len({tasks.Row._key(c) for c in v}) != len(v)):  # as a file's reader keys its columns
             return "a non-empty list of distinct non-empty column names"
         if len(v) < low or (high is not None and len(v) > high):
             return f"{low}{'' if high == low else ' or more' if high is None else f' to {high}'} column names"
@@ -324,7 +332,8 @@ def _read_card(model_dir: str, kind: str | None = None, num_labels: int | None =
                              f"{', '.join(allowed)}); remove it")
         if why := allowed[key](value):
             raise InputError(f"{path}: {key!r} is {json.dumps(value)[:60]}; it must be {why}")
-    if overlap := set(card.get("text_columns", ())) & set(card.get("choice_columns", ())):
+    if overlap := ({tasks.Row._key(c) for c in card.get("text_columns", ())}
+                   & {tasks.Row._key(c) for c in card.get("choice_columns", ())}):
         raise InputError(f"{path}: 'choice_columns' repeats the text column {sorted(overlap)[0]!r}; a column is a "
                          "text or an ending, not both")
     if kind is not None and CARD_HEADS[card["kind"]] != kind:
@@ -417,7 +426,8 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
     with claim_output_file(out_path, overwrite, inputs=(input_path, model_dir)):  # never inside the model either
         predictor = Predictor(model_dir, max_length)
         numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity)
-        results = predictor([x for _, x in numbered])
+        texts = predictor.inputs([x for _, x in numbered])[0]
+        results = predictor._predict(texts, [(input_path, n) for n, _ in numbered]) if texts else []
         atomic_write(out_path, "".join(json.dumps({"line": n} | r) + "\n" for (n, _), r in zip(numbered, results)))
     return len(results)
 

@@ -32,6 +32,7 @@ import json
 import os
 import re
 import string
+import unicodedata
 
 import numpy as np
 
@@ -189,8 +190,12 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
                                 f"\"answer_start\", got {files.json_value(a, 80)}")
         if not 0 <= start <= len(context) - len(text) or context[start:start + len(text)] != text:
+            nfc, composed = unicodedata.normalize("NFC", text), unicodedata.normalize("NFC", context)
+            form = ("; the answer and the context write a character in two Unicode forms (one composed, é, the other "
+                    "a letter and a combining accent): write both in one form (NFC)"
+                    if (nfc != text or composed != context) and nfc in composed else "")
             raise DataFileError(f"{where}: question {qid!r}: answer {text!r} is not at answer_start {start} of its "
-                                f"context (there: {context[max(start, 0):max(start, 0) + len(text)]!r})")
+                                f"context (there: {context[max(start, 0):max(start, 0) + len(text)]!r}){form}")
         spans.append((text, start))
     return QAExample(idx, qid, row["question"], context, tuple(spans), where)
 

@@ -119,6 +119,13 @@ def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path):
         assert row["tags"] == [("O", "B-X", "I-X")[i] for i in np.asarray(logits[0]).argmax(-1)[first]]
     short = Predictor(str(tmp_path / "tagger"), max_length=4)(["the movie was good"])[0]
     assert short["tags"][2:] == [None, None] and None not in short["tags"][:2]  # [CLS] the movie [SEP]
+    # a word the tokenizer reads as nothing: named by the file's line (a blank line before it), not "input 2"
+    (tmp_path / "in.txt").write_text("the movie was good\n\nthe \x07 movie\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"in.txt:3: word 2 of the sentence \('\\x07'\) holds nothing"):
+        predict.predict_file(str(tmp_path / "tagger"), str(tmp_path / "in.txt"), str(tmp_path / "o.jsonl"))
+    with pytest.raises(sj.errors.DataFileError, match=r"^input 2: word 2 of the sentence"):  # in Python: the input
+        Predictor(str(tmp_path / "tagger"))(["the movie", "the \x07 movie"])
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 # -- predict loses or mangles no result ----------------------------------------------------------------------------
@@ -324,6 +331,9 @@ def test_a_str_is_one_input_and_a_list_a_list(model_dir):
                                                                                               "great"]])[0]
     assert len(p(["good", "bad", "great"])) == 3 and p([]) == [] and p(("good", "bad")) != p("good")
     assert p(np.array(["good", "bad"])) == p(["good", "bad"])
+    from collections import UserString  # a str-like text is one text, not a sequence of characters
+
+    assert p(UserString("the movie was good")) == one and p([UserString("good"), "bad"]) == p(["good", "bad"])
 
 
 @pytest.mark.parametrize("bad, msg", [
@@ -437,6 +447,11 @@ def test_the_cards_fine_tuning_writes_are_read(tmp_path):
     ({"kind": "classification", "text_columns": "text"}, r"'text_columns' is \"text\"; it must be a non-empty list"),
     ({"kind": "classification", "text_columns": ["a", "a"]}, r"'text_columns' is .*distinct non-empty"),
     ({"kind": "classification", "text_columns": ["a", ""]}, r"'text_columns' is .*distinct non-empty"),
+    # names a file's reader keys alike (white space and invisible marks dropped, NFC): one column twice
+    ({"kind": "classification", "text_columns": ["text", "text "]}, r"'text_columns' is .*distinct non-empty"),
+    ({"kind": "classification", "text_columns": ["text", "\u200b"]}, r"'text_columns' is .*distinct non-empty"),
+    ({"kind": "multiple_choice", "text_columns": ["ctx"], "choice_columns": ["a", "ctx\u200b"]},
+     r"'choice_columns' repeats the text column 'ctx'"),
     ({"kind": "classification", "text_columns": ["a", 1]}, r"'text_columns' is .*distinct non-empty"),
     ({"kind": "classification", "text_columns": ["a", "b", "c"]}, r"'text_columns' is .*; it must be 1 to 2 column"),
     ({"kind": "multiple_choice", "text_columns": ["ctx"], "choice_columns": ["e0"]},

@@ -252,6 +252,11 @@ BAD = [
      '{"id": "a", "question": "Who?", "context": "John shot it.", "answers": []}',
      r"bad.jsonl:2: question id 'a' appears twice \(also at .*bad.jsonl:1\)"),
     ('{"id": "a", "context": "John shot it.", "answers": []}', r"bad.jsonl:1: no 'question' text"),
+    # the same letters in two Unicode forms (a composed é in the answer, e and a combining accent in the context)
+    ('{"id": "a", "question": "Where?", "context": "the cafe\u0301 bar", "answers": [{"text": "caf\u00e9", '
+     '"answer_start": 4}]}',
+     r"bad.jsonl:1: question 'a': answer 'caf\u00e9' is not at answer_start 4 .*; the answer and the context write a "
+     r"character in two Unicode forms .*write both in one form \(NFC\)"),
     ('{"id": "a", "question": "Who?", "context": "John shot it.", "answers": [{"text": null, "answer_start": 5}]}',
      r'bad.jsonl:1: question \'a\': an answer needs a "text" and an integer "answer_start", got an object '
      r'\{"text": null, "answer_start": 5\}'),
