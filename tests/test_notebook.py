@@ -9,15 +9,21 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from conftest import COMPILE_FLAGS
+
 NOTEBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "quickstart.ipynb")
 
 
 @pytest.mark.slow
 def test_quickstart_notebook_executes(tmp_path, monkeypatch):
-    # The kernel inherits this environment: tiny configs, CPU, outputs under tmp_path; and the tests' XLA flags and
-    # matmul precision (tests/conftest.py): 8 CPU devices, as the 8 cores of a Colab TPU, on which the notebook's smoke
-    # pretraining is the tests' reference run, compiled once for both (jax's compilation-cache key holds the process's
-    # devices: a 1-device kernel would share no program with the tests)
+    # The kernel inherits this environment: tiny configs, CPU, outputs under tmp_path; the tests' matmul precision and
+    # compile flags (tests/conftest.py), on one CPU device, as a Colab CPU runtime has. With the tests' 8 simulated
+    # devices its fine-tuning cell hung three times in ~10 suite runs (clean clones, 2 cores busy), each time in an
+    # XLA:CPU all-reduce that some device threads never joined (rendezvous.cc: 6, 7 and 2 of 8 arrived; 600 s): not
+    # seen outside the kernel (the same fine-tuning ran 22 times alone on 8 devices), cause unknown
+    # (tests/README.md). The 8-device fine-tuning and pretraining paths are tested elsewhere (test_finetune_trainer.py,
+    # test_pretrain.py).
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count=1 {COMPILE_FLAGS}")
     monkeypatch.setenv("SQB_QUICK", "1")
     monkeypatch.setenv("SQB_WORKDIR", str(tmp_path))
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
