@@ -164,9 +164,10 @@ def read_rows(path: str):
     Every file is read through ``files.text_lines`` (UTF-8; a byte-order mark dropped; a bad byte named by line and
     column). CSV is RFC 4180 (a quoted field may hold commas, quotes written twice, and line breaks). TSV is a record
     per line, fields split on tabs (IANA's TSV: no quoting, so a text that starts with a quote stays one field of its
-    own line); a field quoted whole, as pandas writes one, is unquoted (its doubled quotes read as one). An empty
-    line is no row; any other line is a row of the header's fields, or refused by line (a line of a tab or of spaces
-    too, and the header line again, as two files joined would have it)."""
+    own line); a field quoted whole, as pandas writes one, is unquoted (its doubled quotes read as one). Blank lines
+    before the header are skipped; after it, an empty line is no row; any other line is a row of the header's fields,
+    or refused by line (a line of a tab or of spaces too, and the header line again, as two files joined would have
+    it)."""
     if sources.is_dataset(path):
         for at, row in sources.rows(path):
             yield at, Row.of(row, f"{path}:{at}")
@@ -180,6 +181,8 @@ def read_rows(path: str):
     records = _tsv_records(lines) if fmt == "tsv" else _csv_records(path, lines)
     header = None
     for start, record in records:
+        if header is None and not any(files.has_text(c) for c in record):
+            continue  # blank lines before the header (pandas skips them too); the header is the first line of text
         if header is None:
             header = [Row._key(c) for c in record]
             if len(set(header)) != len(header):
@@ -685,7 +688,12 @@ class ChoiceTask:
     def _label(self, raw, path: str, lineno: int) -> int:
         name = label_key(raw, f"{path}:{lineno}: column {self.label_column!r}")
         if name in self.choice_columns:
-            return self.choice_columns.index(name)
+            at = self.choice_columns.index(name)
+            if name.isdecimal() and int(name) < len(self.choice_columns) and int(name) != at:  # which one is meant?
+                raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} names the ending column "
+                                    f"{name!r} (choice {at}) and is the index of choice {int(name)}: rename the "
+                                    "ending columns (e.g. ending0,ending1,...) so that a label means one choice")
+            return at
         if name.isdecimal() and int(name) < len(self.choice_columns):  # (not isdigit: '²' is a digit int() refuses)
             return int(name)
         raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} is not a choice: an index "
@@ -870,6 +878,11 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
     if bad := [x for x in items if isinstance(x, (list, dict)) or x is None]:
         raise DataFileError(f"{where}: {files.json_value(bad[0])} in the row's labels is not "
                             f"a label")
+    if len(items) > 1 and any(isinstance(x, str) and not files.has_text(x) for x in items):
+        shown = repr(raw.strip()) if isinstance(raw, str) else files.json_value(raw)
+        raise DataFileError(f"{where}: {shown} holds an empty label beside the others (a separator {LABEL_SEPARATOR!r} "
+                            "or a list item with no name); a row's labels are names, as comedy|drama or "
+                            "[\"comedy\", \"drama\"]")
     keys = tuple(dict.fromkeys(label_key(x, where) for x in items))
     if comma := next((k for k in keys if "," in k), None):  # "comedy,drama": two labels, or a class of its own?
         raise DataFileError(f"{where}: the label {comma!r} holds a comma; a row's labels are separated by "

@@ -131,6 +131,22 @@ def test_the_label_may_name_the_right_column(init, tmp_path):
     assert [ex.label for ex in task.load("train")] == [int(r[-1]) for r in rows]
 
 
+def test_a_label_that_is_both_a_column_name_and_another_index_is_refused(tmp_path):
+    """Endings in columns named 1..4: is the label 2 the column "2" (choice 1) or choice 2? Named by row; a label
+    whose column and index agree (columns 0..3) is read."""
+    rows = _rows(4, 0)
+    path = _write(tmp_path / "d.csv", rows)
+    header = ["sent1", "sent2", "1", "2", "3", "4", "label"]
+    path.write_text(",".join(header) + "\n" + "\n".join(",".join(r[:-1] + ["2"]) for r in rows) + "\n")
+    task = tasks.ChoiceTask("d", {"train": str(path)}, ("sent1", "sent2"), ("1", "2", "3", "4"), "label")
+    with pytest.raises(sj.errors.DataFileError, match=r"d.csv:2: column 'label': '2' names the ending column '2' "
+                                                      r"\(choice 1\) and is the index of choice 2"):
+        task.load("train")
+    path.write_text(path.read_text().replace(",1,2,3,4,", ",0,1,2,3,"))
+    task = tasks.ChoiceTask("d", {"train": str(path)}, ("sent1", "sent2"), ("0", "1", "2", "3"), "label")
+    assert {ex.label for ex in task.load("train")} == {2}
+
+
 @pytest.mark.parametrize("columns", ["ending0,,ending1", "ending0,ending1,", "ending0"])
 def test_choice_columns_with_an_empty_name_or_one_ending_are_refused(tmp_path, columns):
     train = _write(tmp_path / "train.csv", _rows(4, 0))

@@ -328,7 +328,10 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
                      # the separator mistaken: "comedy,drama" and "drama,comedy" became two classes of their own
                      ('a,"comedy,drama"', r"the label 'comedy,drama' holds a comma; a row's labels are separated by "
                                           r"'\|' \(comedy\|drama\)"),
-                     ('a,"[""comedy"", 7]"', r"the label '7' in a column of names \('comedy' at line 2\)")):
+                     ('a,"[""comedy"", 7]"', r"the label '7' in a column of names \('comedy' at line 2\)"),
+                     # a stray separator, or an empty item: not "the label is empty" (the row has one)
+                     ("a,comedy|", r"'comedy\|' holds an empty label beside the others"),
+                     ('a,"[""comedy"", "" ""]"', r'\["comedy", " "\] holds an empty label beside the others')):
         with pytest.raises(sj.errors.DataFileError, match=rf"n.csv:2: column 'genres': .*{msg}"):
             _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n", **multilabel)
 
@@ -417,6 +420,9 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     # TSV alike: an empty line is skipped, a line of a tab (empty fields) or of spaces is a row, refused
     ("q.tsv", "review\tsentiment\nfine\tpos\n\n\t\nbad\tneg\n", r"q.tsv:4: column 'sentiment': the label is empty"),
     ("s.tsv", "review\tsentiment\nfine\tpos\n   \nbad\tneg\n", r"s.tsv:3: 1 fields, the header has 2"),
+    # blank lines before the header are skipped (as pandas does): the header is line 3, a row's line numbers kept
+    ("lb.csv", "\n\nreview,sentiment\nfine,pos\n\"\",neg\n", r"lb.csv:5: column 'review' is empty"),
+    ("lb.tsv", "\n\t\nreview\tsentiment\nfine\tpos\n\tneg\n", r"lb.tsv:5: column 'review' is empty"),
     # the header again mid-file (two files joined): no class named "sentiment"
     ("h.csv", "review,sentiment\nfine,pos\nreview , sentiment\nbad,neg\n", r"h.csv:3: the header line again \("
                                                                            r"review, sentiment\), read as a row"),
