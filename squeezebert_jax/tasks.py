@@ -938,14 +938,22 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
     """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
     naming both keeps them apart."""
-    names = {}
+    names, spellings = {}, {}
     for lineno, row in read_rows(path):
         if column not in row:
             raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
         where = f"{path}:{lineno}: column {column!r}"
         for name in label_keys(row[column], where) if multilabel else [label_key(row[column], where)]:
             names.setdefault(name, (where, lineno))
+            if not multilabel and _NUMBER.fullmatch(name):  # the number as the file writes it
+                spellings.setdefault(name, {}).setdefault(str(row[column]).strip(), lineno)
     check_one_form(names)
+    for name, forms in spellings.items():
+        if len(forms) > 1:  # 007 and 7, 1.1 and 1.10: one value, so one class; codes would be two
+            (a, at), (b, bt) = sorted(forms.items(), key=lambda kv: kv[1])[:2]
+            log.warning("%s: the labels %r (line %d) and %r (line %d) are one class, %s: labels are read as values; "
+                        "class codes that only look like numbers (007, 1.10) are names: write them so (c007)",
+                        path, a, at, b, bt, name)
     if not names:
         raise DataFileError(f"{path}: no rows (the train split is empty)")
     return sorted_labels(names)

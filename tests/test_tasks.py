@@ -291,6 +291,18 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
             _labels_of(tmp_path, name, body)
     task, rows = _labels_of(tmp_path, "m.jsonl", mixed, **{"data.labels": "neg,1"})  # named: two classes, as meant
     assert task.labels == ("neg", "1") and [r.label for r in rows] == [0, 1]
+
+
+def test_two_spellings_of_one_number_are_one_class_and_said(tmp_path, caplog):
+    """Labels are values (1 and 1.0 one class), so codes that only look like numbers (007 and 7, 1.1 and 1.10) merge:
+    trained as one class, and the log says which spellings and lines."""
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        task, rows = _labels_of(tmp_path, "c.csv", "review,code\na,007\nb,7\nc,1.1\nd,1.10\ne,2\n",
+                                **{"data.label_column": "code"})
+    assert task.labels == ("1.1", "2", "7") and [r.label for r in rows] == [2, 2, 0, 0, 1]
+    said = [r.getMessage() for r in caplog.records if "are one class" in r.getMessage()]
+    assert len(said) == 2 and "'007' (line 2) and '7' (line 3) are one class, 7" in said[0], said
+    assert "'1.1' (line 4) and '1.10' (line 5) are one class, 1.1" in said[1], said
     for mark in ("\u200b", "\u200d", "\ufeff", "\u00ad"):  # zero-width space and joiner, a BOM, a soft hyphen
         with pytest.raises(sj.errors.DataFileError, match=r"i.csv:3: column 'sentiment': the label 'p?o?s?\\(u|x)"
                                                           r".*' differs from 'pos' \(line 2\) only in case, form"):
