@@ -29,7 +29,7 @@ from squeezebert_jax.convert import flat_params
 from squeezebert_jax.files import atomic_write, json_type, json_value, read_json
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
-from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, Tokenizer, checkpoint_file
+from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, check_tokenizer_config, checkpoint_file
 from squeezebert_jax.tokenizer import load as load_tokenizer
 from squeezebert_jax.tokenizer import read_vocab
 
@@ -67,22 +67,23 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
                                          f"{vocab_size - 1} would have no embedding ({why})")
                 found.append((name, path))
     paths = dict(found)
-    if "tokenizer.json" in paths and "vocab.txt" in paths:
-        _check_tokenizer_json(paths["tokenizer.json"], paths["vocab.txt"])
-    if "special_tokens_map.json" in paths and "vocab.txt" in paths:
-        _check_special_tokens(paths["special_tokens_map.json"], paths["vocab.txt"])
-    if found:
-        Tokenizer.from_dir(src_dir)  # what a MODEL_DIR of these files is read by (tokenizer_config.json's casing too)
+    if "vocab.txt" in paths:  # the checks Tokenizer.from_dir makes of a MODEL_DIR of these files, and transformers'
+        lines = read_vocab(paths["vocab.txt"])
+        check_tokenizer_config(src_dir)
+        if "tokenizer.json" in paths:
+            _check_tokenizer_json(paths["tokenizer.json"], paths["vocab.txt"], lines)
+        if "special_tokens_map.json" in paths:
+            _check_special_tokens(paths["special_tokens_map.json"], paths["vocab.txt"], lines)
     return found
 
 
-def _check_special_tokens(path: str, vocab_path: str) -> None:
+def _check_special_tokens(path: str, vocab_path: str, lines: list[str]) -> None:
     """Every token ``path`` (transformers' ``special_tokens_map.json``) names is a line of ``vocab_path``:
     transformers would otherwise add it as a new token, of an id the model has no embedding for."""
     doc = read_json(path)
     if not isinstance(doc, dict):
         raise InputError(f"{path}: {json_type(doc)}, not a JSON object of special tokens")
-    vocab = set(read_vocab(vocab_path))
+    vocab = set(lines)  # vocab_path's tokens
     for key, value in doc.items():
         for item in value if isinstance(value, list) else [value]:
             token = item.get("content") if isinstance(item, dict) else item
@@ -93,19 +94,20 @@ def _check_special_tokens(path: str, vocab_path: str) -> None:
                                  "as a new token the model has no embedding for")
 
 
-def _check_tokenizer_json(path: str, vocab_path: str) -> None:
-    """``path`` (a tokenizers ``tokenizer.json``) is a WordPiece whose token -> id map is ``vocab_path``'s lines."""
+def _check_tokenizer_json(path: str, vocab_path: str, lines: list[str]) -> None:
+    """``path`` (a tokenizers ``tokenizer.json``) is a WordPiece whose token -> id map is ``vocab_path``'s
+    ``lines``."""
     doc = read_json(path)
     model = doc.get("model") if isinstance(doc, dict) else None
     kind = model.get("type") if isinstance(model, dict) else None
     if kind != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise InputError(f"{path}: a {kind or 'tokenizer'} model beside {vocab_path} (WordPiece): the two tokenizers "
                          "differ; keep the one the model was trained with")
-    lines = {tok: i for i, tok in enumerate(read_vocab(vocab_path))}  # the one vocab.txt reader
+    ids = {tok: i for i, tok in enumerate(lines)}
     ours = model["vocab"]
-    if ours != lines:
-        diff = next(((t, ours.get(t), lines.get(t)) for t in sorted(set(ours) | set(lines), key=str)
-                     if ours.get(t) != lines.get(t)), None)
+    if ours != ids:
+        diff = next(((t, ours.get(t), ids.get(t)) for t in sorted(set(ours) | set(ids), key=str)
+                     if ours.get(t) != ids.get(t)), None)
         tok, a, b = (*diff[:1], *("absent" if i is None else f"id {i}" for i in diff[1:]))
         raise InputError(f"{path}: its vocabulary differs from {vocab_path} (token {tok!r}: {a} there, {b} in "
                          "vocab.txt); transformers reads tokenizer.json and this library vocab.txt, so they would "

@@ -214,6 +214,25 @@ def truncated_lengths(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]
 # Tokenizer
 # --------------------------------------------------------------------------------------------------
 
+
+def check_tokenizer_config(directory: str) -> None:
+    """A ``tokenizer_config.json`` in ``directory`` beside a WordPiece vocabulary: refused unless it is a JSON object
+    whose ``do_lower_case`` (if set) is true. A cased BERT (``false``) is refused: the WordPiece here is uncased, and
+    lowercasing a cased model's input would be silently wrong; so is a value of another type (which is meant?)."""
+    cfg_path = checkpoint_file(directory, "tokenizer_config.json")
+    if cfg_path is None:
+        return
+    settings = read_json(cfg_path)
+    if not isinstance(settings, dict):
+        raise InputError(f"{cfg_path}: {json_type(settings)}, not a JSON object")
+    lower = settings.get("do_lower_case", True)
+    if not isinstance(lower, bool):  # "false", 0, null: which casing is meant?
+        raise InputError(f"{cfg_path}: do_lower_case is {json_value(lower)}; expected true or false "
+                         "(this library's WordPiece is uncased BERT's: true)")
+    if lower is False:
+        raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
+                         "WordPiece is uncased BERT's and would lowercase its input")
+
 class Tokenizer(abc.ABC):
     """What both tokenizers share: BERT specials, tokens <-> ids, ``[CLS] a [SEP] (b [SEP])`` encoding, decoding and
     word starts. The two kinds, ``WordPieceTokenizer`` and ``SentencePieceTokenizer``, supply the vocabulary and the
@@ -283,18 +302,8 @@ class Tokenizer(abc.ABC):
             path = checkpoint_file(directory, name)
             if path is not None:
                 tok = load(path)
-                cfg_path = checkpoint_file(directory, "tokenizer_config.json")
-                if isinstance(tok, WordPieceTokenizer) and cfg_path is not None:
-                    settings = read_json(cfg_path)
-                    if not isinstance(settings, dict):
-                        raise InputError(f"{cfg_path}: {json_type(settings)}, not a JSON object")
-                    lower = settings.get("do_lower_case", True)
-                    if not isinstance(lower, bool):  # "false", 0, null: which casing is meant?
-                        raise InputError(f"{cfg_path}: do_lower_case is {json_value(lower)}; expected true or false "
-                                         "(this library's WordPiece is uncased BERT's: true)")
-                    if lower is False:
-                        raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
-                                         "WordPiece is uncased BERT's and would lowercase its input")
+                if isinstance(tok, WordPieceTokenizer):
+                    check_tokenizer_config(directory)
                 return tok
         return None
 
