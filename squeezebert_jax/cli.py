@@ -160,6 +160,8 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
     def parse_flags(argv):  # absl's own parser prints "FATAL Flags parsing error" and a config file's traceback
         try:
             rest = flags.FLAGS(argv)
+            if rest[1:]:  # none of the scripts takes a positional argument: a stray value is a flag misspelt
+                raise flags.Error(stray_argument_line(rest[1], argv))
             for name in flags.FLAGS:  # a config file that failed to load raises only when first read: read it now
                 value = flags.FLAGS[name].value
                 if type(value).__name__ == "_ErrorConfig":
@@ -177,6 +179,17 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
             sys.exit(2)
 
     app.run(main_with_exit, flags_parser=parse_flags)
+
+
+def stray_argument_line(value: str, argv: list[str]) -> str:
+    """The error for a word an absl script was given outside any flag: most often a boolean flag's value written
+    apart from it (``--overwrite false`` sets --overwrite and leaves ``false`` over), which would be silently lost."""
+    i = argv.index(value) if value in argv else -1
+    before = argv[i - 1] if i > 0 else ""
+    if before.startswith("-") and "=" not in before:
+        return (f"unexpected argument {value!r} after {before}: a flag takes its value after '=' "
+                f"(write {before}={value})")
+    return f"unexpected argument {value!r}: this script takes flags only (--name=value)"
 
 
 def flag_error_line(e: BaseException, argv: list[str] = ()) -> str:

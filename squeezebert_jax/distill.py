@@ -42,7 +42,7 @@ from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import has_text
 from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.glue import GlueExample
-from squeezebert_jax.pretrained import atomic_write, build_model, load_pretrained, save_pretrained
+from squeezebert_jax.pretrained import atomic_write, build_model, load_pretrained, not_a_model_dir, save_pretrained
 from squeezebert_jax.tokenizer import Tokenizer
 
 _LAYER = re.compile(r"^encoder/layers/(\d+)/")
@@ -267,7 +267,7 @@ class LayerTeacher:
 def _tokens(model_dir: str, role: str) -> list[str]:
     tok = Tokenizer.from_dir(model_dir)
     if tok is None:
-        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
+        raise not_a_model_dir(model_dir, "tokenizer file (vocab.txt or SentencePiece model)", role)
     return [tok.id_to_token(i) for i in range(tok.vocab_size)]
 
 

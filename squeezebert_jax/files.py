@@ -446,6 +446,12 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
         if not isinstance(row, dict):
             raise DataFileError(f"{path}:{lineno}: {json_type(row)} ({json_repr(row)}), not a JSON object")
+        if row and all(isinstance(v, dict) for v in row.values()) or len(row) > 1 and all(
+                isinstance(v, list) for v in row.values()):  # {"text": {"0": ...}, "label": {"0": ...}}: one table
+            raise DataFileError(f"{path}:{lineno}: one object of columns ({', '.join(map(repr, list(row)[:3]))}"
+                                f"{', ...' if len(row) > 3 else ''} each holding every row: pandas' to_json default), "
+                                "but a row per line is read (JSON Lines: df.to_json(path, orient='records', "
+                                "lines=True))")
         yield lineno, row
 
 

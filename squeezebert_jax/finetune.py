@@ -198,6 +198,16 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     for name in ("batch_size", "eval_batch_size"):  # a batch's int32 ids, types and mask, as the host makes it
         settings.fits_host(name, settings.value(name), 12 * config.max_seq_length,
                            f"one batch at max_seq_length {config.max_seq_length}")
+    # the settings of your own data's files, given beside a GLUE task (or a kind) that never reads them: refused, not
+    # silently ignored (a run on GLUE's SST-2 while you meant your file)
+    if config.task != "files":
+        for name in ("train_file", "validation_file", "test_file", "labels", "name", "choice_columns"):
+            need(not value(f"data.{name}"), f"data.{name}",
+                 f"left empty with task {config.task!r}, which reads its own files (config.data_dir); "
+                 "your own files: train/configs/glue.py:files")
+    elif value("data.choice_columns"):
+        need(config.data.kind == "multiple_choice", "data.choice_columns",
+             f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
          f"config.num_devices)")
@@ -388,8 +398,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     # a resume finds the data and settings the run began with (its checkpoints are positions in that stream)
     stream = run_stream(config, spec)
     ckpt_dir = os.path.join(workdir, "checkpoints")
-    trainer.check_stream(workdir, stream, bool(checkpointing.steps_on_disk(ckpt_dir)),
-                         checkpointing.newest_stream(ckpt_dir))
+    resuming = bool(checkpointing.steps_on_disk(ckpt_dir))
+    trainer.check_stream(workdir, stream, resuming, checkpointing.newest_stream(ckpt_dir))
     data = load_task_data(config, tok, workdir, mesh)
 
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
@@ -400,7 +410,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
         distill.init_student_from_teacher(config.init_from, config.student_layers, config.student_layer_map,
                                           out_dir=init_from)
     model = load_pretrained(init_from, spec.head, num_labels=num_labels,
-                            dtype=dtype, seed=config.seed, config_overrides=overrides)
+                            dtype=dtype, seed=config.seed, config_overrides=overrides, resuming=resuming)
     model = align_to_task(model, spec, config.init_from)
     set_execution(model, *layer_execution(config.layers, jax.default_backend()), attention=config.attention)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)

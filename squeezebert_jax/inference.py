@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax import batching, parallel
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.pretrained import read_model_config
+from squeezebert_jax.pretrained import not_a_model_dir, read_model_config
 from squeezebert_jax.model import Structure
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -36,7 +36,7 @@ def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "
                                 f"tokenizer)")
     tok = Tokenizer.from_dir(model_dir)
     if tok is None:
-        raise FileNotFoundError(f"{role}{model_dir}: no tokenizer file (vocab.txt or SentencePiece model)")
+        raise not_a_model_dir(model_dir, "tokenizer file (vocab.txt or SentencePiece model)", role)
     if vocab_size is None:
         vocab_size = read_model_config(model_dir)[0].vocab_size
     if tok.vocab_size > vocab_size:

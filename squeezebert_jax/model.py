@@ -334,7 +334,11 @@ class SqueezeBertConfig:
         try:
             return cls(**kw)
         except (TypeError, ValueError) as e:
-            raise InputError(f"{source}: {e}") from e
+            # a field the file leaves out took its default (e.g. embedding_size 768): say so, not as if it were written
+            absent = [n for n in re.findall(r"\b([a-z]+(?:_[a-z]+)+) \(", str(e)) if n in fields and n not in d]
+            note = "".join(f" ({source} has no {n}: {getattr(cls, n)} is the default)" for n in absent
+                           if hasattr(cls, n))
+            raise InputError(f"{source}: {e}{note}") from e
 
     def to_dict(self, model_type: str = "squeezebert") -> dict[str, Any]:
         """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or the

@@ -364,6 +364,12 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         raise InputError(f"{path} is a directory, not a file of inputs (.txt, .csv, .tsv or .jsonl)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
+    ext = os.path.splitext(path)[1].lower()
+    if not txt and ext not in tasks.FORMATS:  # the training files' own formats, and .txt
+        conll = "; predict reads no CoNLL file: write each sentence's words on a line of a .txt" \
+            if ext in (".conll", ".conllu", ".iob", ".bio") else ""
+        raise DataFileError(f"{path}: unknown file type {os.path.splitext(path)[1]!r}; give a .txt (a text per line; a "
+                            f"tagger: a sentence per line), .csv, .tsv or .jsonl file{conll}")
     out, first = [], None
 
     def add(texts: list[str], lineno: int, what: str, hint: str = ""):

@@ -144,6 +144,15 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     return model_dir
 
 
+def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundError:
+    """The error for a directory given as a MODEL_DIR that lacks ``lacks`` (its config.json, its tokenizer), naming the
+    MODEL_DIR inside when it is a training run's workdir (WORKDIR/model: what --config.init_from and --model take)."""
+    inner = os.path.join(model_dir, "model")
+    hint = (f"; {model_dir} is a training run's workdir: its model is {inner}"
+            if os.path.isfile(os.path.join(inner, "config.json")) else "")
+    return FileNotFoundError(f"{role}{model_dir}: no {lacks}{hint}")
+
+
 def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, dict]:
     """The one reader of a checkpoint directory's ``config.json`` (a MODEL_DIR or a transformers directory, found
     through ``checkpoint_file``): our config and the file's own dict. Invalid JSON, a field of the wrong type or range
@@ -151,7 +160,7 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     model_dir = os.fspath(model_dir)
     path = checkpoint_file(model_dir, "config.json")
     if path is None:
-        raise FileNotFoundError(f"{model_dir}: no config.json")
+        raise not_a_model_dir(model_dir, "config.json")
     raw = read_json(path)
     config = SqueezeBertConfig.from_dict(raw, source=path)
     arch = raw.get("architectures")
@@ -173,7 +182,8 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
 
 
 def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None, *, num_labels: int | None = None,
-                    dtype=jnp.float32, seed: int = 0, config_overrides: dict | None = None) -> nnx.Module:
+                    dtype=jnp.float32, seed: int = 0, config_overrides: dict | None = None,
+                    resuming: bool = False) -> nnx.Module:
     """Load a MODEL_DIR (or a transformers checkpoint directory) as our model.
 
     ``head``: a class or class name from ``squeezebert_jax.HEADS``; by default the class that was saved.
@@ -181,6 +191,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     loaded, the saved head is dropped and the new head's parameters keep their random initialisation;
     both are reported in the log and ``model.newly_initialized`` lists the new ones. So is a classifier whose
     ``num_labels`` differs from the saved one (e.g. MNLI's 3 -> RTE's 2). The model is built once.
+    ``resuming``: a run's checkpoint replaces every value next, so a new head is not news (logged at INFO).
     """
     model_dir = os.fspath(model_dir)
     head = convert.check_head(head)
@@ -210,7 +221,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
                                        architectures=raw.get("architectures"), source=path)
         allow_new = True
     model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
-                        source=path)
+                        source=path, resuming=resuming)
     if dtype != jnp.float32:
         model = cast_compute_dtype(model, dtype)
     return model
@@ -232,6 +243,9 @@ def from_torch_state_dict(state_dict, config: SqueezeBertConfig, head: str | Non
                        source=source)
 
 
+TASK_HEAD_SCOPES = ("classifier", "qa_outputs")  # a fine-tuning task's output layer: its meaning is its head class's
+
+
 def _is_head_param(path: str) -> bool:
     """A task head's parameter or the pooler's: the only ones a checkpoint may lack (``allow_new_heads``)."""
     return path.split("/")[0] in ("cls", "classifier", "qa_outputs", "pooler", "rtd")
@@ -239,7 +253,7 @@ def _is_head_param(path: str) -> bool:
 
 def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | None = None, *,
                 num_labels: int | None = None, seed: int = 0, allow_new_heads: bool = False,
-                source: str = "") -> nnx.Module:
+                source: str = "", resuming: bool = False) -> nnx.Module:
     """The one place a model is built from weights: ``head`` (default: the saved one) from ``mapped``'s tensors.
 
     Every parameter must be in the checkpoint, every tensor used, every shape right, every tensor taken floating-point
@@ -261,6 +275,12 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
         log.info("%s: a new %d-label classifier replaces the saved %d-label one", source, num_labels, saved_labels)
         src = {k: v for k, v in src.items() if not k.startswith("classifier/")}
         names = {k: v for k, v in names.items() if not k.startswith("classifier/")}
+    # A task's head means its own class's outputs: a tagger's per-token classifier has the shape of a 2-label sentence
+    # classifier (and a choice scorer that of a regression), so it is never taken for another head; it is dropped
+    # (logged below) and the new head starts fresh, reported. The pretraining heads (cls/) carry over (ForPreTraining
+    # -> ForMaskedLM), as the pooler does.
+    foreign = sorted(k for k in src if head != saved and k.split("/")[0] in TASK_HEAD_SCOPES)
+    src = {k: v for k, v in src.items() if k not in foreign}
 
     def construct():
         return HEADS[head](config, rngs=nnx.Rngs(seed), **kwargs)
@@ -295,7 +315,7 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     order = {k: i for i, k in enumerate(names)}  # the checkpoint's order where it names them (weight, then bias)
     missing.sort(key=lambda k: order.get(k, len(order)))
     unused = sorted(set(src) - used)
-    dropped = [k for k in unused if head != saved and _is_head_param(k)]
+    dropped = foreign + [k for k in unused if head != saved and _is_head_param(k)]
     unexpected = [k for k in unused if k not in dropped]
     refused = [k for k in missing if not (allow_new_heads and _is_head_param(k))]
     if unexpected or refused:
@@ -305,7 +325,10 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     if dropped:
         log.info("%s: %s drops the saved %s tensors: %s", source, head, saved, ", ".join(names.get(k, k) for k in dropped))
     model.newly_initialized = tuple(names.get(k, k) for k in missing)
-    if missing:
+    if missing and resuming:  # the run's checkpoint holds them: the random values are never used
+        log.info("%s: %s parameters not in the checkpoint, taken from the run's checkpoint: %s", source, head,
+                 ", ".join(model.newly_initialized))
+    elif missing:
         log.warning("%s: %s parameters not in the checkpoint, randomly initialised: %s", source, head,
                     ", ".join(model.newly_initialized))
     _set_initial_values(construct, fresh, (head, repr(config), tuple(sorted(kwargs.items())), seed))

@@ -335,6 +335,13 @@ class FileTask:
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        if self.is_regression and split != "test" and len({e.label for e in examples}) == 1:
+            what = (f"all {len(examples)} scores are {examples[0].label:g}" if len(examples) > 1
+                    else f"one row (score {examples[0].label:g})")
+            if split != "train":  # Pearson and Spearman divide by the scores' spread: no epoch could be scored
+                raise DataFileError(f"{path}: {what}: Pearson and Spearman correlation are undefined on scores that "
+                                    "do not vary; a validation file needs different scores")
+            log.warning("%s: %s: the model can only learn that one value", path, what)
         if split == "train" and not self.is_regression:
             seen = {i for e in examples for i in (e.label if isinstance(e.label, tuple) else (e.label,))}
             if unseen := [name for i, name in enumerate(self.labels) if i not in seen]:
@@ -376,6 +383,9 @@ class FileTask:
                 shown = raw if len(str(raw)) < 40 else f"{str(raw)[:20]}... ({len(str(raw))} characters)"
                 raise DataFileError(f"{where}: {shown!r} is not a finite number a float32 holds (|x| < 3.4e38; the "
                                     "model trains in float32)")
+            if abs(value) > _SQUARE_MAX:  # the squared error of the very first step would be inf
+                raise DataFileError(f"{where}: {raw!r} is too large a score to train on: its squared error overflows "
+                                    "float32 (|x| < 1.8e19); rescale the column")
             return value
         if self.kind == "multilabel":
             names = label_keys(raw, where)
@@ -514,7 +524,10 @@ def tag_scheme(names) -> str | None:
     tags (IOB1 or IOB2: seqeval's default, conlleval's chunk rules), ``"IOBES"`` with S-/E- tags, ``"BILOU"`` with
     U-/L- tags (seqeval's strict mode of that scheme: by the default rules ``U-X U-X`` is one entity, not two). A tag
     that is neither O nor a prefix and a type (``MISC``: seqeval would read an entity of type ``ISC``; ``OTHER``: an O)
-    and S-/E- tags beside U-/L- ones are refused."""
+    and S-/E- tags beside U-/L- ones are refused, as is O alone (nothing to learn or score)."""
+    if set(names) == {"O"}:
+        raise DataFileError(f"{names['O']}: O, and no entity's tag (B-PER, I-LOC, ...) anywhere: a tagger would learn "
+                            "nothing and entity F1 would have nothing to score")
     for tag, where in names.items():
         if tag != "O" and not re.fullmatch(r"[BIESLU]-.+", tag):
             raise DataFileError(f"{where}: the tag {tag!r} is neither O nor an entity's tag (B-PER, I-LOC, ...: a "
@@ -768,6 +781,7 @@ def text_value(value, path: str, lineno: int, col: str) -> str:
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_SQUARE_MAX = math.sqrt(_FLOAT32_MAX)  # a regression score above it: MSE overflows float32
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -963,6 +977,14 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
 # From a config
 # --------------------------------------------------------------------------------------------------
 
+def _same_file(a: str, b: str) -> bool:
+    """Two names of one local file (a dataset split, ``hf:``/``tfds:``, compares by name)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a == b
+
+
 def resolve(config) -> Task:
     """The ``Task`` a fine-tuning config describes: ``task`` a GLUE name, or ``files`` (the ``data`` block)."""
     if config.task != "files":
@@ -980,6 +1002,9 @@ def resolve(config) -> Task:
                                            "multiple_choice": "the right ending's index"}[d.kind]
                          + "); leave it empty")
     name = d.name or re.sub(r"[^\w.-]+", "_", os.path.splitext(os.path.basename(files["train"].rstrip("/")))[0])
+    if "validation" in files and _same_file(files["train"], files["validation"]):
+        log.warning("config.data.validation_file is the training file (%s): each epoch is scored, and the best one "
+                    "picked, on the rows it trained on", files["train"])
     if d.kind != "question_answering":  # (QA's settings are checked first: they need no file)
         _check_data_files(files, d.kind)
     if d.kind == "token_classification":

@@ -66,12 +66,21 @@ def test_a_refused_run_takes_its_new_log_and_workdir_away_and_keeps_an_old_log(t
     assert sorted(os.listdir(tmp_path / "busy")) == ["checkpoints", "log.txt"]
 
 
-@pytest.mark.parametrize("argv", [("--workdir", ""), ("--workdir", "  ")])
-def test_an_empty_flag_is_refused_by_name_in_absl_scripts(tmp_path, argv):
+@pytest.mark.parametrize("argv, message", [
+    (("--workdir", ""), f"flag --workdir: {cli.EMPTY_VALUE}"),
+    (("--workdir", "  "), f"flag --workdir: {cli.EMPTY_VALUE}"),
+    # a boolean flag's value apart from it: absl sets the flag and leaves the word over (it used to be dropped)
+    (("--workdir", "W", "--overwrite", "false"), "unexpected argument 'false' after --overwrite: a flag takes its "
+                                                 "value after '=' (write --overwrite=false)"),
+    (("--workdir", "W", "--config.progress", "False", "--overwrite"), "unexpected argument 'False' after "
+                                                                     "--config.progress"),
+    (("--workdir", "W", "extra"), "unexpected argument 'extra': this script takes flags only")])
+def test_an_empty_flag_or_a_stray_word_is_refused_by_name_in_absl_scripts(tmp_path, argv, message):
     """A flag given with nothing in it where leaving it out means something else (no --json written, no workdir) is
-    one line naming it, before any work: it used to be read as the flag left out."""
-    rc, _, err = run_script(PRETRAIN, "--config", SMOKE, *argv)
-    assert rc == 2 and f"flag --workdir: {cli.EMPTY_VALUE}" in one_error_line(err)
+    one line naming it, before any work: it used to be read as the flag left out. So is a word no flag takes."""
+    rc, _, err = run_script(PRETRAIN, "--config", SMOKE, *[str(tmp_path / a) if a == "W" else a for a in argv])
+    assert rc == 2 and message in one_error_line(err)
+    assert not os.listdir(tmp_path)
 
 
 def test_an_empty_argument_is_refused_by_name_in_argparse_scripts(capsys):

@@ -283,6 +283,19 @@ def test_config_float_settings_are_range_checked(field, value, message):
     assert str(e.value).startswith("M/config.json: " + message), str(e.value)
 
 
+def test_a_config_error_over_a_field_the_file_leaves_out_says_it_is_the_default():
+    """A BERT config labelled squeezebert: transformers' SqueezeBertConfig defaults embedding_size to 768, so the
+    error named a 768 the file does not hold."""
+    with pytest.raises(InputError) as e:
+        SqueezeBertConfig.from_dict({"model_type": "squeezebert", "hidden_size": 32, "num_attention_heads": 4},
+                                    source="M/config.json")
+    assert str(e.value).startswith("M/config.json: embedding_size (768) must equal hidden_size (32)")
+    assert str(e.value).endswith("(M/config.json has no embedding_size: 768 is the default)"), str(e.value)
+    with pytest.raises(InputError) as e:  # both written: no note
+        SqueezeBertConfig.from_dict({"hidden_size": 32, "embedding_size": 64}, source="M/config.json")
+    assert "is the default" not in str(e.value)
+
+
 @pytest.mark.parametrize("field,value", [("layer_norm_eps", 1e-5), ("layer_norm_eps", 0.5), ("initializer_range", 0),
                                          ("hidden_dropout_prob", 0), ("attention_probs_dropout_prob", 0.999)])
 def test_config_float_settings_in_range_are_taken(field, value):

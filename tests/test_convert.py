@@ -299,6 +299,33 @@ def test_num_labels_applies_to_a_transformers_dir(tmp_path):
     assert sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=3).newly_initialized == ()
 
 
+def test_a_task_head_of_another_class_is_never_taken_for_the_new_one(tmp_path):
+    """A 2-label sentence classifier's [hidden, 2] output has a 2-tag tagger's shape, a 1-label (regression) one a
+    choice scorer's: asked for another head class, the saved task head is dropped and the new one starts fresh,
+    reported (it used to be loaded as the new head, silently), from our MODEL_DIR and from a transformers
+    directory. The pooler and the pretraining heads still carry over."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(
+        transformers.SqueezeBertConfig(**TINY, num_labels=2)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    ours = tmp_path / "ours"
+    sj.save_pretrained(sj.load_pretrained(src), ours)
+    for d in (src, ours):
+        for head in ("SqueezeBertForTokenClassification", "SqueezeBertForMultipleChoice"):
+            m = sj.load_pretrained(d, head, **({"num_labels": 2} if "Token" in head else {}))
+            new = {"classifier.weight", "classifier.bias"} if d == src else {"classifier/kernel", "classifier/bias"}
+            assert set(m.newly_initialized) == new, (d, head)  # in the checkpoint's own names
+        tagger = tmp_path / f"tagger_{os.path.basename(d)}"
+        sj.save_pretrained(sj.load_pretrained(d, "SqueezeBertForTokenClassification", num_labels=2, seed=1), tagger)
+        back = sj.load_pretrained(tagger, "SqueezeBertForSequenceClassification", num_labels=2)
+        assert set(back.newly_initialized) == {"classifier/kernel", "classifier/bias"}
+        assert not np.array_equal(np.asarray(back.classifier.kernel[...]),
+                                  np.asarray(sj.load_pretrained(tagger).classifier.kernel[...]))
+    pre = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    sj.save_pretrained(pre, tmp_path / "pre")
+    mlm = sj.load_pretrained(tmp_path / "pre", "SqueezeBertForMaskedLM")
+    assert mlm.newly_initialized == ()
+
+
 @pytest.mark.parametrize("head", ["SqueezeBertForTokenClassification", "SqueezeBertForQuestionAnswering"])
 def test_bert_heads_without_pooler_export_exactly(tmp_path, head):
     """transformers builds these BERT heads without a pooler: the export has no pooler tensors to be unexpected."""

@@ -102,9 +102,10 @@ ft.finetune(glue_config("sst2", {init!r}, {data!r}, **{kw!r}), {wd!r})
 
 
 @pytest.mark.slow
-def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path):
+def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path, caplog):
     """A SIGKILL right after the step-3 checkpoint (mid-way through epoch 1 of 2, dropout on): the rerun on the
-    workdir resumes there and ends with the uninterrupted run's losses, dev scores and parameters."""
+    workdir resumes there and ends with the uninterrupted run's losses, dev scores and parameters. The resume does not
+    warn that the classifier init_from lacks is random: the checkpoint's replaces it."""
     kw = {"learning_rate": 3e-3, "num_epochs": 2, "log_every": 2, "checkpoint_every": 3, "async_checkpoints": False,
           "num_devices": 0}  # on all 8 devices: the sharded state resumes exactly
     wd = tmp_path / "killed"
@@ -114,7 +115,9 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(task, tmp_path
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [3]
     assert not os.path.exists(wd / "eval_results.json")
-    resumed = ft.finetune(_config(task, **kw), str(wd))
+    with caplog.at_level("INFO"):
+        resumed = ft.finetune(_config(task, **kw), str(wd))
+    assert "randomly initialised" not in caplog.text and "taken from the run's checkpoint" in caplog.text
     ref = ft.finetune(_config(task, **kw), str(tmp_path / "uninterrupted"))
     assert [h["step"] for h in resumed["history"]] == [h["step"] for h in ref["history"]] == [6, 12]
     np.testing.assert_allclose(_losses(resumed["history"]), _losses(ref["history"]), rtol=1e-6)
@@ -170,6 +173,39 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     monkeypatch.setattr(inference, "predict_batches", lambda *a, **k: pytest.fail("a finished run evaluated again"))
     again = ft.finetune(_config(task), str(wd))
     assert again["history"] == resumed["history"] and not again["preempted"]
+
+
+@pytest.mark.parametrize("task_name, kind, field, value, msg", [
+    # a GLUE task reads its own files: your file beside it trained on GLUE's SST-2 without a word
+    ("sst2", "classification", "train_file", "mine.csv", r"config.data.train_file='mine.csv': left empty with task "
+                                                         r"'sst2', which reads its own files \(config.data_dir\)"),
+    ("mnli", "classification", "labels", "a,b,c", r"config.data.labels='a,b,c': left empty with task 'mnli'"),
+    ("rte", "classification", "test_file", "t.csv", r"config.data.test_file='t.csv': left empty with task 'rte'"),
+    # ending columns with a kind that reads none
+    ("files", "classification", "choice_columns", "a,b", r"config.data.choice_columns='a,b': left empty with "
+                                                         r"data.kind 'classification' \(only multiple_choice"),
+    ("files", "regression", "choice_columns", "a,b", r"config.data.choice_columns='a,b': left empty with data.kind "
+                                                     r"'regression'"),
+])
+def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, field, value, msg):
+    c = glue_config(task_name, "init", "data")
+    c.task, c.data.kind, c.data[field] = task_name, kind, value
+    with pytest.raises(sj.errors.InputError, match="^" + msg):
+        ft.check_settings(c, 1)
+    c.data[field] = ""
+    ft.check_settings(c, 1)
+
+
+def test_a_runs_workdir_given_as_init_from_names_its_model(task, tmp_path):
+    """WORKDIR for WORKDIR/model (what a fine-tuning run exports): "no tokenizer file" used to be all it said."""
+    shutil.copytree(task[0], tmp_path / "run" / "model")
+    hint = f"; {tmp_path / 'run'} is a training run's workdir: its model is {tmp_path / 'run' / 'model'}"
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'run'}: no tokenizer file (vocab.txt or "
+                                                          f"SentencePiece model){hint}")):
+        ft.finetune(_config((tmp_path / "run", task[1])), str(tmp_path / "out"))
+    with pytest.raises(FileNotFoundError, match=re.escape(f"no config.json{hint}")):
+        sj.load_pretrained(tmp_path / "run")
+    assert not os.path.exists(tmp_path / "out")
 
 
 @pytest.mark.parametrize("setting, value, msg", [

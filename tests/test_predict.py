@@ -318,6 +318,12 @@ def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_n
         numbered_inputs(str(tmp_path / "p.txt"))
     with pytest.raises(sj.errors.InputError, match=r"is a directory, not a file of inputs"):
         numbered_inputs(str(tmp_path))
+    # a tagger's CoNLL file: the list names .txt (it used to give the training files' list alone)
+    (tmp_path / "dev.conll").write_text("john B-PER\n")
+    with pytest.raises(sj.errors.DataFileError, match=r"dev.conll: unknown file type '.conll'; give a .txt \(a "
+                                                      r"text per line; a tagger: a sentence per line\), .csv, .tsv "
+                                                      r"or .jsonl file; predict reads no CoNLL file"):
+        numbered_inputs(str(tmp_path / "dev.conll"))
 
 
 # 5. the call contract: a str is one input; a text count that is not the model's is refused

@@ -166,6 +166,9 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score4.csv:3: column 'sentiment': '1e39' is not a finite number a float32 holds"),
     ("score5.jsonl", '{"review": "a", "sentiment": 1' + "0" * 400 + '}\n', {"data.kind": "regression"},
      r"score5.jsonl:1: column 'sentiment': '10000000000000000000... \(401 characters\)' is not a finite number a"),
+    # a score float32 holds whose squared error it does not: the first step's loss would be inf
+    ("score6.csv", "review,sentiment\nfoo,1\nbar,-1e30\n", {"data.kind": "regression"},
+     r"score6.csv:3: column 'sentiment': '-1e30' is too large a score to train on: its squared error overflows"),
     ("data.txt", "foo\n", {}, r"data.txt: unknown file type '.txt'"),
 ])
 def test_loader_errors_name_file_line_and_column(tmp_path, name, text, kw, msg):
@@ -174,6 +177,26 @@ def test_loader_errors_name_file_line_and_column(tmp_path, name, text, kw, msg):
     good = _write_csv(tmp_path / "good.csv", _rows(8, 0))
     with pytest.raises(sj.errors.InputError, match=msg):
         _load_all(_files_config("unused", path, good, **kw))
+
+
+def test_regression_scores_that_do_not_vary(tmp_path, caplog):
+    """A validation file whose scores are all one value (or one row) has no Pearson or Spearman correlation: every
+    epoch scored NaN and the first one exported as the best; refused by file. Training on one value: a warning."""
+    train = tmp_path / "train.csv"
+    train.write_text("review,sentiment\na,1\nb,2.5\nc,4\n")
+    for body, what in (("review,sentiment\nx,3\ny,3.0\nz,3e0\n", "all 3 scores are 3"),
+                       ("review,sentiment\nx,2\n", r"one row \(score 2\)")):
+        (tmp_path / "dev.csv").write_text(body)
+        with pytest.raises(sj.errors.DataFileError, match=rf"dev.csv: {what}: Pearson and Spearman correlation are "
+                                                          "undefined on scores that do not vary"):
+            _load_all(_files_config("unused", train, tmp_path / "dev.csv", **{"data.kind": "regression"}))
+    with caplog.at_level("WARNING"):
+        rows = _load_all(_files_config("unused", tmp_path / "dev.csv", train, **{"data.kind": "regression"}))
+    assert len(rows["train"]) == 1
+    assert "dev.csv: one row (score 2): the model can only learn that one value" in caplog.text
+    # the training file as the validation file, by another name: the best epoch picked on trained rows (a warning)
+    tasks.resolve(_files_config("unused", train, tmp_path / "." / "train.csv", **{"data.kind": "regression"}))
+    assert f"config.data.validation_file is the training file ({train})" in caplog.text
 
 
 def _load_all(config):
@@ -238,7 +261,7 @@ def test_a_declared_label_no_training_row_has_is_named_in_a_warning(tmp_path, ca
         task, _ = _labels_of(tmp_path, "d.csv", "review,sentiment\na,pos\nb,neg\n", **{"data.labels": "neg,pos,meh"})
         _labels_of(tmp_path, "e.csv", "review,sentiment\na,pos\nb,neg\n")
     assert task.labels == ("neg", "pos", "meh")
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if "is the training file" not in r.getMessage()] == [
         f"{tmp_path / 'd.csv'}: no training row has the label(s) 'meh' of config.data.labels: the classifier's output "
         "for them is never trained towards"]
 
@@ -446,6 +469,11 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     ("bom2.csv", "review,sentiment\nfine,pos\n\ufeffbad,neg\n", r"bom2.csv:3:1: a byte-order mark inside the file"),
     ("whole.jsonl", '[\n {"review": "a", "sentiment": "p"},\n {"review": "b", "sentiment": "n"}\n]\n',
      r"whole.jsonl:1: not a JSON object \(.*; the file is one JSON array or object across lines: JSON Lines holds one"),
+    # pandas' df.to_json() (orient "columns") and orient "list" on one line: one object of whole columns
+    ("cols.json", '{"review": {"0": "a", "1": "b"}, "sentiment": {"0": "p", "1": "n"}}\n',
+     r"cols.json:1: one object of columns \('review', 'sentiment' each holding every row: pandas' to_json default\), "
+     r"but a row per line is read \(JSON Lines: df.to_json\(path, orient='records', lines=True\)\)"),
+    ("lists.jsonl", '{"review": ["a", "b"], "sentiment": ["p", "n"]}\n', r"lists.jsonl:1: one object of columns"),
 ])
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
     with pytest.raises(sj.errors.DataFileError, match=msg):

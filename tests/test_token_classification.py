@@ -182,6 +182,9 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                                                                     r"is neither O nor an entity's tag"),
                       ("john U-PER\nshot O\n\nmary S-PER\nran O\n", r"t.conll:1: .*'U-PER' is BILOU's, beside "
                                                                      r"'S-PER' of IOBES"),
+                      # O alone (a tagger of one class, entity F1 0 whatever it predicts)
+                      ("the O\nmovie O\n\ngood O\n", r"t.conll:1: the sentence's tags: O, and no entity's tag "
+                                                         r"\(B-PER, I-LOC, ...\) anywhere"),
                       ("B-PER john\nO shot\n\nB-PER mary\nO ran\n",  # the columns the other way round
                        r"t.conll: no tag is O or an entity's \(B-PER, I-LOC, ...\): the tags read are 'john', "
                        r"'shot', 'mary', 'ran'; a line is a word, then its tag last")):
