@@ -5,6 +5,7 @@ the GLUE server's files (``eval/glue.py``)."""
 from __future__ import annotations
 
 import logging
+import re
 
 from squeezebert_jax import glue, inference, tasks
 from squeezebert_jax.errors import InputError
@@ -49,6 +50,14 @@ def align_to_task(model, task, source: str):
         raise TaskMismatchError(f"{source}: a classifier with {n} outputs cannot be used for {task} "
                                 f"({spec.num_labels} {'output' if spec.is_regression else 'labels'})")
     perm = glue.label_permutation(model.config.id2label, spec.labels)
+    named = [str(model.config.id2label[i]) for i in range(n)] if model.config.id2label and not spec.is_regression \
+        else []
+    if perm is None and named and not all(re.fullmatch(r"LABEL_\d+", x) for x in named) and \
+            [x.lower() for x in named] != [x.lower() for x in spec.labels]:
+        # another task's classifier (a/b for neg/pos): its outputs are read as the task's, in order -- say which
+        log.warning("%s: the classifier's outputs are named %s, not %s's labels %s: kept in order, read as %s",
+                    source, named, task, list(spec.labels),
+                    ", ".join(f"{a} -> {b}" for a, b in zip(named, spec.labels)))
     if perm is not None:
         log.info("%s: classifier outputs %s reordered to %s's order %s", source,
                  [model.config.id2label[i] for i in range(n)], task, list(spec.labels))

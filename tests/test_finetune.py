@@ -338,6 +338,20 @@ def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp
     assert np.abs(t_ours[:, 0] - t_ours[:, 1]).max() > 1.0  # the columns differ: a permutation would show
 
 
+def test_a_classifier_of_other_label_names_is_named_in_a_warning(tmp_path, caplog):
+    """Three outputs named for another task (a, b, c) read as MNLI's labels: kept in order, and the log says which
+    is which (it used to be silent); transformers' LABEL_0.. names and the task's own say nothing."""
+    for id2label, warned in (({0: "a", 1: "b", 2: "c"}, True), ({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, False),
+                             ({0: "Entailment", 1: "neutral", 2: "contradiction"}, False)):
+        model = _mnli_classifier_dir(tmp_path / "m", id2label)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            evaluation.align_to_task(model, "mnli", "M")
+        assert ("M: the classifier's outputs are named ['a', 'b', 'c'], not mnli's labels ['entailment', 'neutral', "
+                "'contradiction']: kept in order, read as a -> entailment, b -> neutral, c -> contradiction"
+                in caplog.text) == warned, caplog.text
+
+
 def test_a_classifier_for_another_label_count_is_refused(tmp_path):
     _write_pair_task(tmp_path / "glue", "RTE", ["entailment", "not_entailment"], 8, 0)
     _mnli_classifier_dir(tmp_path / "mnli", None)
