@@ -390,6 +390,19 @@ class _DuplicateKey(ValueError):
     pass
 
 
+class _HugeNumber(ValueError):
+    pass
+
+
+def _json_float(text: str) -> float:
+    """A JSON number as Python reads it, except one beyond a float's range (``1e400``: json makes it inf, and the
+    message would then name an inf the file does not hold)."""
+    value = float(text)
+    if math.isinf(value):
+        raise _HugeNumber(text)
+    return value
+
+
 def _json_object(pairs: list[tuple[str, object]]) -> dict:
     out = {}
     for k, v in pairs:
@@ -436,10 +449,13 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
         if not line.strip():
             continue
         try:
-            row = json.loads(line, object_pairs_hook=_json_object)
+            row = json.loads(line, object_pairs_hook=_json_object, parse_float=_json_float)
         except _DuplicateKey as e:
             raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
                                 f"meant?)") from None
+        except _HugeNumber as e:
+            raise DataFileError(f"{path}:{lineno}: the number {e.args[0][:40]} is beyond a float's range "
+                                "(|x| < 1.8e308)") from None
         except ValueError as e:
             whole = "; the file is one JSON array or object across lines: JSON Lines holds one object per line" \
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""

@@ -474,6 +474,9 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
      r"cols.json:1: one object of columns \('review', 'sentiment' each holding every row: pandas' to_json default\), "
      r"but a row per line is read \(JSON Lines: df.to_json\(path, orient='records', lines=True\)\)"),
     ("lists.jsonl", '{"review": ["a", "b"], "sentiment": ["p", "n"]}\n', r"lists.jsonl:1: one object of columns"),
+    # a number no float holds (json reads it as inf: the message named an inf the file does not hold)
+    ("big.jsonl", '{"review": "a", "sentiment": 1}\n{"review": "b", "sentiment": -1e400}\n',
+     r"big.jsonl:2: the number -1e400 is beyond a float's range"),
 ])
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
     with pytest.raises(sj.errors.DataFileError, match=msg):
