@@ -12,7 +12,7 @@ import os
 import secrets
 import stat
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -337,6 +337,34 @@ def _unclaim(fd: int, lock: str) -> None:
 
 
 BOM = b"\xef\xbb\xbf"
+
+
+def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """The corpus files, each checked to be an existing file before anything is written, and each given once (the
+    same file twice, by another path or a link too, would double its documents without a word); a shell pattern that
+    matched nothing arrives here as itself and is named as such."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out, seen = [], {}
+    for p in map(os.fspath, paths):
+        if os.path.isdir(p):
+            raise InputError(f"{p} is a directory; give the text files in it (e.g. {os.path.join(p, '*.txt')})")
+        if not os.path.exists(p):
+            hint = ": a pattern that matched no file" if any(c in p for c in "*?[") else ""
+            raise FileNotFoundError(2, f"no such corpus file{hint}", p)
+        st = os.stat(p)
+        mode = st.st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise InputError(f"{p} is not a regular file or a pipe; give the corpus as text files (a pipe such as "
+                             "<(zcat corpus.txt.gz) is read once, as a stream)")
+        if (st.st_dev, st.st_ino) in seen:
+            raise InputError(f"{p} is {seen[st.st_dev, st.st_ino]}, given before: each corpus file once (twice, its "
+                             "documents would count twice)")
+        seen[st.st_dev, st.st_ino] = p
+        out.append(p)
+    if not out:
+        raise InputError("no corpus files given")
+    return out
 
 
 def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, str]]:

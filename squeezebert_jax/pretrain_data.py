@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import re
-import stat
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -90,34 +89,6 @@ def _decode(raw: bytes, stats: CorpusStats) -> str:
     stats.invalid_utf8_lines += 1
     stats.invalid_utf8_bytes += bad
     return text.replace("\0", "")
-
-
-def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """The corpus files, each checked to be an existing file before anything is written, and each given once (the
-    same file twice, by another path or a link too, would double its documents without a word); a shell pattern that
-    matched nothing arrives here as itself and is named as such."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out, seen = [], {}
-    for p in map(os.fspath, paths):
-        if os.path.isdir(p):
-            raise InputError(f"{p} is a directory; give the text files in it (e.g. {os.path.join(p, '*.txt')})")
-        if not os.path.exists(p):
-            hint = ": a pattern that matched no file" if any(c in p for c in "*?[") else ""
-            raise FileNotFoundError(2, f"no such corpus file{hint}", p)
-        st = os.stat(p)
-        mode = st.st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-            raise InputError(f"{p} is not a regular file or a pipe; give the corpus as text files (a pipe such as "
-                             "<(zcat corpus.txt.gz) is read once, as a stream)")
-        if (st.st_dev, st.st_ino) in seen:
-            raise InputError(f"{p} is {seen[st.st_dev, st.st_ino]}, given before: each corpus file once (twice, its "
-                             "documents would count twice)")
-        seen[st.st_dev, st.st_ino] = p
-        out.append(p)
-    if not out:
-        raise InputError("no corpus files given")
-    return out
 
 
 def _check_invalid_share(path: str, bad: int, size: int, limit: float, at_end: bool) -> None:
@@ -192,6 +163,9 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
                 rest = len(raw) == cap and not raw.endswith(b"\n")
                 cr_only = cr_only or b"\r" in raw.rstrip(b"\r\n")
                 if size == len(raw) and raw.rstrip(b"\r\n").count(b"\r") >= 2:  # the first line: CR line ends
+                    # (or a binary file's bytes: named as such first)
+                    bad = len(raw) - len(raw.decode("utf-8", "ignore").encode("utf-8"))
+                    _check_invalid_share(path, bad, len(raw), max_invalid_utf8, False)
                     col = raw.index(b"\r") + 1
                     raise InputError(f"{path}:1:{col}: lines end in a carriage return alone (old "
                                      "Mac line ends): read so, the file is one line and its documents would be "
@@ -365,7 +339,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     is_files = isinstance(sources, (list, tuple)) and all(isinstance(s, (str, os.PathLike)) for s in sources)
-    docs = (read_text_documents(check_text_files(sources), stats, max_line_chars, max_invalid_utf8) if is_files
+    docs = (read_text_documents(files.check_text_files(sources), stats, max_line_chars, max_invalid_utf8) if is_files
             else _clean_documents(sources, stats, max_line_chars))
     width = 2 if tokenizer.vocab_size <= 2 ** 16 else 4
     names = [f"shard-{i:05d}-of-{num_shards:05d}.array_record" for i in range(num_shards)]
@@ -412,7 +386,11 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
                     os.rmdir(out_dir)
     num_docs = sum(sizes)
     if num_docs == 0:
-        raise InputError(f"no document with at least two non-empty sentences in the sources ({stats})")
+        shown = f"{', '.join(map(os.fspath, sources))}: " if is_files else ""
+        raise InputError(f"{shown}no document with at least two non-empty sentences (sentence-order prediction pairs "
+                         f"two of a document): read {stats.documents} documents, {stats.one_sentence_documents} of "
+                         "them of one sentence; a document is a run of lines, a sentence per line, documents "
+                         "separated by a blank line")
     meta_path = os.path.join(out_dir, "meta.json")
     shard_sha256 = {n: file_sha256(p) for p, n in zip(tmp, names)}  # what a resume compares (data_fingerprint)
     try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write, json_type, json_value, read_json
+from squeezebert_jax.files import atomic_write, check_text_files, json_type, json_value, read_json, text_lines
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -610,6 +611,11 @@ def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbos
             num_threads=os.cpu_count() or 1, minloglevel=0 if verbose else 1)  # 1: warnings and errors only
     except RuntimeError as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if m := re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e)):  # (its hint names a flag of its own)
+            need = int(m.group(1))  # the characters and the specials: the smallest vocab_size that trains
+            raise InputError(f"the characters of {', '.join(files)} alone take {need} SentencePiece entries with the "
+                             f"specials, more than the vocab_size {vocab_size} asked: ask for at least {need} "
+                             "(nothing written)") from None
         raise InputError(f"SentencePiece training on {', '.join(files)} failed: {e}") from None
     for name in ("spiece.vocab", "spiece.model"):
         os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
@@ -638,12 +644,9 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     existing ``vocab.txt`` / ``spiece.model`` in ``out_dir`` is refused unless ``overwrite`` (a MODEL_DIR's tokenizer
     replaced would silently change what its ids mean).
     """
-    files = [os.fspath(f) for f in ([files] if isinstance(files, (str, os.PathLike)) else files)]
-    if not files:
-        raise InputError("train_tokenizer needs at least one input file")
-    for f in files:
-        if not os.path.isfile(f):
-            raise FileNotFoundError(f"training text not found: {f}")
+    # the corpus files as prepare_data checks them: each an existing file, given once (a directory, a pattern that
+    # matched nothing, the same file twice named as such)
+    files = check_text_files([files] if isinstance(files, (str, os.PathLike)) else list(files))
     if kind not in ("wordpiece", "sentencepiece"):
         raise InputError(f"kind={kind!r}; expected 'wordpiece' or 'sentencepiece'")
     if vocab_size <= len(BERT_SPECIALS):
@@ -651,20 +654,36 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     if not any(_has_text(f) for f in files):  # both trainers alike (SentencePiece would fail, WordPiece not)
         raise InputError(f"no text to train on in {', '.join(files)}: "
                          f"{'the file is' if len(files) == 1 else 'every file is'} empty or holds only blank lines")
+    for f in files:  # UTF-8 text by line, as every reader of a user's text: the trainers crash or learn bytes
+        if os.path.isfile(f):  # (a pipe is read once: by the trainer)
+            for _ in text_lines(f):
+                pass
     out_dir = os.fspath(out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"--out {out_dir} is a file; give the directory to write the tokenizer into")
     target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")
     present = [os.path.join(out_dir, n) for n in TOKENIZER_FILE_NAMES if os.path.exists(os.path.join(out_dir, n))]
     if present and not overwrite:  # another kind's file too: Tokenizer.from_dir would go on reading that one
         raise InputError(f"{present[0]} already exists (a model's tokenizer?); pass --overwrite to replace it, or "
                          f"choose another --out")
+    made, d = [], os.path.abspath(out_dir)  # the directories this call creates, the deepest first
+    while not os.path.exists(d):
+        made.append(d)
+        d = os.path.dirname(d)
     os.makedirs(out_dir, exist_ok=True)
+    try:
+        if kind == "wordpiece":
+            path = _train_wordpiece(files, out_dir, vocab_size)
+        else:
+            path = _train_sentencepiece(files, out_dir, vocab_size, verbose)
+    except BaseException:
+        for d in made:  # a refused training leaves no empty --out behind
+            if not os.listdir(d):
+                os.rmdir(d)
+        raise
     for other in present:  # --overwrite: the directory ends with this tokenizer alone
         if other != target:
             os.remove(other)
-    if kind == "wordpiece":
-        path = _train_wordpiece(files, out_dir, vocab_size)
-    else:
-        path = _train_sentencepiece(files, out_dir, vocab_size, verbose)
     tok = load(path)
     if tok.vocab_size < vocab_size:
         logging.warning("%s: the corpus supports only %d of the %d vocabulary entries asked for",

@@ -34,10 +34,12 @@ def test_pattern_that_matched_nothing_writes_nothing(files, run_cli):
     assert not out.exists()  # checked before any writer opened: no .tmp*-shard-* files, no directory
 
 
-@pytest.mark.parametrize("kind", ["binary", "utf16", "latin1"])
+@pytest.mark.parametrize("kind", ["binary", "binary_cr", "utf16", "latin1"])
 def test_file_that_is_not_utf8_text_is_refused_naming_it_and_the_share(files, run_cli, digest, kind):
     d, vocab = files
     data = {"binary": np.random.default_rng(0).bytes(50_000),
+            # carriage returns in its first "line": named as a binary file, not as old Mac line ends
+            "binary_cr": b"\xd3\x9f\r\x00\xfe\r\x81\x90" * 300,
             "utf16": (GOOD * 20).encode("utf-16"),
             "latin1": ("Le caf\u00e9 \u00e9tait ferm\u00e9 .\nIl pleuvait d\u00e9j\u00e0 .\n\n" * 40).encode("latin-1")}[kind]
     bad = d / f"{kind}.dat"
@@ -53,6 +55,19 @@ def test_file_that_is_not_utf8_text_is_refused_naming_it_and_the_share(files, ru
     assert {k: v for k, v in after.items() if k != log} == {k: v for k, v in before.items() if k != log}
     assert not [f for f in os.listdir(out) if f.startswith(".tmp")]
     assert "are not UTF-8 text" in open(log).read()
+
+
+@pytest.mark.parametrize("body, msg", [("", "read 0 documents"), ("One sentence .\n\nAnother one .\n",
+                                                                   "read 2 documents, 2 of them of one sentence")])
+def test_a_corpus_without_a_sentence_pair_names_its_files_and_leaves_no_directory(files, run_cli, body, msg):
+    """An empty corpus, or documents of one sentence: refused by file with what was read (it printed a CorpusStats
+    repr), and the new --out (and its parent) taken away again (an empty directory used to stay)."""
+    d, vocab = files
+    (d / "c.txt").write_text(body)
+    rc, _, err = run_cli(SCRIPT, "--input", d / "c.txt", "--vocab", vocab, "--out", d / "new" / "out")
+    line = _one_line(err)
+    assert rc == 1 and f"{d / 'c.txt'}: no document with at least two non-empty sentences" in line and msg in line
+    assert not (d / "new").exists()
 
 
 def test_stray_bytes_below_the_threshold_are_counted_and_reported(files, run_cli):

@@ -13,6 +13,7 @@ import pytest
 from conftest import VOCAB, one_error_line
 
 from squeezebert_jax import corpus
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.tokenizer import (BERT_SPECIALS, Tokenizer, read_vocab, train_tokenizer,
                                        truncated_lengths)
 
@@ -294,6 +295,31 @@ def test_errors(tmp_path, hand_vocab):
         train_tokenizer([tmp_path / "missing.txt"], tmp_path / "t", 100)
 
 
+def test_a_tokenizers_corpus_is_checked_as_prepare_datas_and_nothing_is_written(corpus_file, tmp_path):
+    """files.check_text_files and text_lines, as for pretraining's corpus: the same file twice (it counted twice), a
+    directory, bytes that are not UTF-8 (WordPiece's trainer died in a traceback, SentencePiece trained on them); an
+    --out that is a file; too small a SentencePiece vocabulary (its message named a flag we do not have). A refused
+    training leaves no directory behind."""
+    (tmp_path / "latin1.txt").write_bytes(b"a caf\xe9 here.\n")
+    (tmp_path / "bin.txt").write_bytes(b"text\n\x00\x01\x02\n")
+    (tmp_path / "a_file").write_text("x")
+    os.link(corpus_file, tmp_path / "linked.txt")  # one file by two names
+    out = tmp_path / "new" / "out"
+    for inputs, kw, msg in (
+            ([corpus_file, corpus_file], {}, r"corpus.txt, given before: each corpus file once"),
+            ([corpus_file, tmp_path / "linked.txt"], {}, r"linked.txt is .*corpus.txt, given before"),
+            ([tmp_path], {}, rf"{tmp_path} is a directory; give the text files in it"),
+            ([tmp_path / "latin1.txt"], {}, r"latin1.txt:1:6: not UTF-8 text \(byte 0xe9\)"),
+            ([tmp_path / "bin.txt"], {"kind": "sentencepiece"}, r"bin.txt:2:1: a NUL byte"),
+            ([corpus_file], {"kind": "sentencepiece", "vocab_size": 8},
+             r"take \d+ SentencePiece entries with the specials, more than the vocab_size 8 asked: ask for at least")):
+        with pytest.raises(InputError, match=msg):
+            train_tokenizer(inputs, out, kw.pop("vocab_size", 100), **kw)
+        assert not (tmp_path / "new").exists()
+    with pytest.raises(InputError, match=rf"--out {tmp_path / 'a_file'} is a file; give the directory"):
+        train_tokenizer([corpus_file], tmp_path / "a_file", 100)
+
+
 def test_crlf_vocab_matches_hf(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_bytes("\r\n".join(HAND_VOCAB).encode())  # CRLF lines, no final newline
@@ -308,7 +334,9 @@ def test_cli_trains_both_kinds(corpus_file, tmp_path):
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
     cli.main(["--input", corpus_file, "--out", str(tmp_path / "wp"), "--vocab_size", "200", "--kind", "wordpiece"])
-    cli.main(["--input", corpus_file, corpus_file, "--out", str(tmp_path / "sp"), "--vocab_size", "100",
+    second = tmp_path / "more.txt"
+    second.write_text("\n".join(_corpus_lines(50, 1)) + "\n", encoding="utf-8")
+    cli.main(["--input", corpus_file, str(second), "--out", str(tmp_path / "sp"), "--vocab_size", "100",
               "--kind", "sentencepiece"])
     wp, sp = Tokenizer.from_dir(tmp_path / "wp"), Tokenizer.from_dir(tmp_path / "sp")
     assert (wp.kind, wp.vocab_size, sp.kind, sp.vocab_size) == ("wordpiece", 200, "sentencepiece", 100)

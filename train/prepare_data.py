@@ -56,12 +56,13 @@ def main(argv=None) -> int:
                    help="refuse a text file with more than this share of its bytes not UTF-8 text (default %(default)s)")
     args = p.parse_args(argv)
     # Everything that can be checked is checked before anything is written.
-    inputs = pretrain_data.check_text_files(args.input) if args.input else None
+    inputs = files.check_text_files(args.input) if args.input else None
     tokenizer = Tokenizer.from_file(args.vocab)
     check_out(args.out, args.overwrite)
+    # the log first: it records the directories it makes, which a refused preparation takes away again (cli.run)
+    cli.setup_logging(os.path.join(args.out, LOG_NAME))
     with files.RunLock(args.out, WHAT, logs=(LOG_NAME,)):  # one preparation at a time into --out
         check_out(args.out, args.overwrite)  # again, now that no other run can write there: one may have just ended
-        cli.setup_logging(os.path.join(args.out, LOG_NAME))
         stats = pretrain_data.CorpusStats()
         sources = inputs or pretrain_data.iter_tfds_documents(
             args.tfds, args.tfds_split, args.tfds_text_feature, args.tfds_data_dir, stats)
