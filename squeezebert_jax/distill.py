@@ -268,7 +268,7 @@ def _tokens(model_dir: str, role: str) -> list[str]:
     tok = Tokenizer.from_dir(model_dir)
     if tok is None:
         raise not_a_model_dir(model_dir, "tokenizer file (vocab.txt or SentencePiece model)", role)
-    return [tok.id_to_token(i) for i in range(tok.vocab_size)]
+    return tok.tokens
 
 
 def layer_teacher(teacher_dir: str, student_dir: str, student_config, loss: LayerLoss, max_length: int,

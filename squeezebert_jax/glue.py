@@ -323,6 +323,9 @@ def glue_tsv_path(task: str, data_dir: str, split: str) -> str:
     """``data_dir/<GLUE dir>/<file>`` (``data_dir`` is the glue_data root or the task's own directory)."""
     spec = get_task(task)
     name = spec.layouts[_split(spec, split)].filename
+    if not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"{data_dir}: no such directory (the GLUE data: glue_data/ as the download script "
+                                "writes it, or a task's own directory)")
     for d in (os.path.join(data_dir, spec.glue_dir), data_dir):
         if os.path.isfile(os.path.join(d, name)):
             return os.path.join(d, name)

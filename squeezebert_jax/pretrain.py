@@ -368,6 +368,9 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
                                                           and config.data.path.strip() != ""
                                                           and os.path.isdir(config.data.path)), "data.path",
          "a directory written by train/prepare_data.py (data.source=prepared)")
+    need(not data or config.data.source != "prepared" or os.path.isfile(os.path.join(config.data.path, "meta.json")),
+         "data.path", "a finished train/prepare_data.py output: this directory has no meta.json (an empty or "
+         "unfinished preparation?)")
     need(settings.integer("data.demo_seed", 0), "data.demo_seed", "an integer >= 0")
     if "num_processes" in config:  # multi-host without jax.distributed's own discovery
         need(settings.integer("num_processes", 0), "num_processes", "an integer >= 0 (0: found by jax.distributed)")
@@ -382,10 +385,15 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         positions, source = read_model_config(config.init_from)[0].max_position_embeddings, config.init_from
     else:
         # any platform: only the architecture is read, and no backend may start before jax.distributed
-        positions, source = (model_config(config, platform="cpu").max_position_embeddings,
-                             f"model.preset {config.model.preset!r}")
-    for phase in get_phases(config):
+        positions = model_config(config, platform="cpu").max_position_embeddings
+        source = ("model.overrides" if "max_position_embeddings" in (config.model.overrides or {})
+                  else f"model.preset {config.model.preset!r}")
+    phases, names = get_phases(config), {}
+    for phase in phases:
         at = f"phases[{phase.index}]"
+        need(phase.name not in names, f"{at}.name", f"a name no other phase has (phases[{names.get(phase.name)}] is "
+             f"{phase.name!r}: each names its own checkpoints, --phase and compile.py's files)")
+        names[phase.name] = phase.index
         need(isinstance(phase.num_steps, int) and phase.num_steps >= 1, f"{at}.num_steps", "an integer >= 1")
         need(isinstance(phase.seq_len, int) and 5 <= phase.seq_len <= positions, f"{at}.seq_len",
              f"an integer in [5, {positions}] (the max_position_embeddings of {source}; 5: [CLS] a [SEP] b [SEP])")
@@ -396,6 +404,8 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         settings.fits_host("global_batch_size", config.global_batch_size,
                            4 * (3 * phase.seq_len + 3 * phase.max_predictions_per_seq),
                            f"one batch of phase {phase.name} (seq {phase.seq_len})")
+    need(config.stop_at_step <= phases[-1].end, "stop_at_step",
+         f"an integer in [0, {phases[-1].end}]: the run's steps end at {phases[-1].end} (0: off)")
 
 
 # The settings that define a pretraining run's stream: which sequences land at which step (the loader's seed per phase,
@@ -464,9 +474,25 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
     tokenizer = Tokenizer.from_dir(data_dir)
     if tokenizer is None:
         raise FileNotFoundError(f"{data_dir}: no tokenizer file recorded by prepare_data")
+    # an example is one document's sentence pair: a corpus smaller than a batch repeats documents within each batch
+    num_records = pretrain_data.load_meta(data_dir)["num_records"]
+    if jax.process_index() == 0 and num_records < config.global_batch_size:
+        log.warning("%s holds %d documents, fewer than one global batch of %d sequences (each a document's): every "
+                    "batch repeats documents, and the %d steps read each about %.0f times", data_dir, num_records,
+                    config.global_batch_size, get_phases(config)[-1].end,
+                    get_phases(config)[-1].end * config.global_batch_size / max(num_records, 1))
 
     # -- Model -------------------------------------------------------------------------------------
     if config.init_from:
+        # the data's ids must mean the words the model's embeddings were trained for (its own tokenizer's)
+        own = Tokenizer.from_dir(config.init_from)
+        if own is not None and own.tokens != tokenizer.tokens:
+            differ = next((i for i, (a, b) in enumerate(zip(own.tokens, tokenizer.tokens)) if a != b),
+                          min(own.vocab_size, tokenizer.vocab_size))
+            raise InputError(f"config.init_from={config.init_from!r}: its vocabulary ({own.vocab_size} entries) is "
+                             f"not the one {data_dir} was prepared with ({tokenizer.vocab_size}; they differ from id "
+                             f"{differ}): its embeddings would read other words; prepare the data with "
+                             f"{own.path}")
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=trainer.compute_dtype(config),
                                 seed=config.seed)
         execution = model_config(config)  # the config's scan/remat/attention (model.overrides may set them)

@@ -409,8 +409,13 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     config, raw = read_model_config(hf_dir)
     tokenizer_files(hf_dir, config.vocab_size)  # a bad vocabulary is refused before the conversion's work
     path = convert.torch_checkpoint_file(hf_dir)
-    model = from_torch_state_dict(convert.read_torch_checkpoint(path), config, head,
-                                  architectures=raw.get("architectures"), source=path, allow_new_heads=True)
+    state = convert.read_torch_checkpoint(path)
+    # a new classifier (the checkpoint holds none) has as many outputs as --label-names names; a saved one its own
+    new_classifier = head is not None and "Classification" in head and not any(
+        "classifier" in k.split(".") for k in state)
+    model = from_torch_state_dict(state, config, head, architectures=raw.get("architectures"), source=path,
+                                  allow_new_heads=True,
+                                  num_labels=len(label_names) if label_names and new_classifier else None)
     if label_names:
         n = getattr(model, "num_labels", None)
         if n is None:
@@ -420,8 +425,5 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
             raise InputError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
         model.config.id2label = dict(enumerate(label_names))
-    if model.newly_initialized:
-        log.warning("%s lacks %d tensors of %s (randomly initialised): %s", hf_dir, len(model.newly_initialized),
-                    convert.head_name(model), ", ".join(model.newly_initialized))
-    save_pretrained(model, model_dir, tokenizer_dir=hf_dir)
+    save_pretrained(model, model_dir, tokenizer_dir=hf_dir)  # (build_model logged the new tensors, once)
     return model

@@ -324,6 +324,11 @@ class Tokenizer(abc.ABC):
         """The vocabulary entry (WordPiece token or SentencePiece piece) of id ``i``."""
         return self._tokens[i]
 
+    @property
+    def tokens(self) -> list[str]:
+        """Every vocabulary entry in id order: two tokenizers with equal ``tokens`` give ids the same meaning."""
+        return [self.id_to_token(i) for i in range(self.vocab_size)]
+
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``: no special tokens added, no truncation."""
         if not isinstance(text, str):

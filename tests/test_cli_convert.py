@@ -347,6 +347,13 @@ def test_from_pytorch_reports_new_heads_without_info_chatter(tmp_path, run_cli):
     assert rc == 0, err
     assert "randomly initialised (absent from source): classifier.weight, classifier.bias" in stdout
     assert "INFO" not in err and "Traceback" not in err
+    # --label-names sizes the new classifier (it was refused: "3 label names ... with 2 outputs"), warned once
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m3",
+                              "--head", "SqueezeBertForSequenceClassification", "--label-names", "a,b,c")
+    assert rc == 0, err
+    m3 = sj.load_pretrained(tmp_path / "m3")
+    assert m3.num_labels == 3 and m3.config.id2label == {0: "a", 1: "b", 2: "c"}
+    assert err.count("randomly initialised") == 1, err
 
 
 # -- 6. an empty training corpus ---------------------------------------------------------------------------------------

@@ -116,6 +116,9 @@ def test_cli_refuses_an_existing_out_and_an_unknown_row(run_cli, tmp_path, diges
     assert digest(out_file) == before
     rc, out, err = run_cli("eval/compare.py", "--no-latency", "--only", "RoBERTa")
     assert rc == 1 and "--only RoBERTa: no row's name contains it" in err and out == ""
+    # FLOPs at a length the models cannot read (it printed BERT-base at 385,626 GFLOPs for seq 100000)
+    rc, out, err = run_cli("eval/compare.py", "--no-latency", "--seq-len", "100000", "--only", "squeeze")
+    assert rc == 1 and "--seq-len 100000 > the max_position_embeddings of BERT-base (512)" in err and out == ""
 
 
 def test_tinybert_4_312_is_transformers_bert_of_that_shape_and_near_the_papers_figures():

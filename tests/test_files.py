@@ -95,7 +95,8 @@ def test_the_scripts_refuse_a_directory_in_use_in_one_line_and_change_nothing(tm
                              "--out", tmp_path / "prep")
         assert rc == 1 and f"in use by a running data preparation (pid {os.getpid()}" in one_error_line(err)
         after = digest(tmp_path / "pre", tmp_path / "ft", tmp_path / "prep")
-        for log in (tmp_path / "pre" / "log.txt", tmp_path / "ft" / "log.txt"):  # the refusal is logged there too
+        for log in (tmp_path / "pre" / "log.txt", tmp_path / "ft" / "log.txt", tmp_path / "prep" / "prepare_log.txt"):
+            # the refusal is logged there too
             assert after.pop(str(log)) != before.pop(str(log)) and "in use by" in log.read_text()
         assert after == before
 
@@ -234,7 +235,7 @@ def test_prepare_data_on_a_full_disk_is_one_line_leaves_no_temp_files_and_the_re
     line = one_error_line(err)
     assert rc == 1 and "no space left on the device writing" in line and str(out) in line, line
     assert "run the same command again" in line
-    assert not [f for f in os.listdir(out) if f.startswith(".tmp") or f.startswith("shard-")]
+    assert not out.exists()  # the refused preparation's new --out (its log alone) taken away again, as it was
     os.remove(filler)
     rc, out_text, err = run_cli("train/prepare_data.py", "--input", text, "--vocab", vocab, "--out", out,
                                 "--num_shards", 2)  # the same command, no --overwrite needed

@@ -258,3 +258,12 @@ def test_glue_without_data_dir_or_prepared_tfds_data_is_one_line_naming_both(tmp
                                          r"to a glue_data directory of GLUE's TSV files, or prepare the TFDS copy once "
                                          r"with `tfds build glue/rte` \(it downloads\)$"):
         glue.load_examples("rte", "validation", tfds_data_dir=str(tmp_path))
+
+
+def test_a_data_dir_that_is_not_there_is_named_as_such(tmp_path):
+    """It read "no dev.tsv for rte validation under DIR (looked in DIR/RTE and DIR)": the directory itself is absent."""
+    with pytest.raises(FileNotFoundError, match=rf"^{re.escape(str(tmp_path / 'nope'))}: no such directory \(the GLUE "
+                                                r"data: glue_data/"):
+        glue.load_examples("rte", "validation", data_dir=str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match=r"no dev.tsv for rte validation under .* \(looked in"):
+        glue.load_examples("rte", "validation", data_dir=str(tmp_path))

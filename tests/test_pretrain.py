@@ -408,6 +408,15 @@ def test_a_refused_restart_leaves_config_and_history_as_they_were(tiny_run, tmp_
     assert digest(wd) == before  # config.json, config_history.jsonl, metrics, checkpoints: all as they were
 
 
+def test_a_corpus_smaller_than_a_batch_is_named_in_a_warning(tmp_path, caplog):
+    """Each example is one document's pair: 8 documents under batches of 16 repeat within every batch (it trained
+    without a word). One step, on the tests' shared compiled step."""
+    with caplog.at_level("WARNING"):
+        pretrain.train_and_evaluate(tiny_config(stop_at_step=1, **{"data.demo_num_docs": 8}), str(tmp_path / "w"))
+    assert re.search(rf"{re.escape(str(tmp_path / 'w' / 'data'))} holds \d documents, fewer than one global batch of "
+                     r"16 sequences .* the 4 steps read each about \d+ times", caplog.text), caplog.text
+
+
 @pytest.mark.slow
 def test_a_changed_hyperparameter_resumes_with_a_warning_and_the_history_keeps_every_start(tmp_path, caplog):
     wd = tmp_path / "lr"
@@ -597,8 +606,12 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"log_every": 0}, "config.log_every=0: an integer >= 1"),
     ({"checkpoint_every": 0}, "config.checkpoint_every=0: an integer >= 1"),
     ({"warmup_fraction": 1.5}, "config.warmup_fraction=1.5: a fraction in [0, 1]"),
+    # the 128 positions are model.overrides' (squeezebert-uncased has 512): the message used to credit the preset
     ({"phases": TWO_PHASES}, "config.phases[1].seq_len=256: an integer in [5, 128] (the max_position_embeddings of "
-                             "model.preset 'squeezebert-uncased'"),
+                             "model.overrides"),
+    ({"phases": [TWO_PHASES[0], dict(TWO_PHASES[0], num_steps=1)]}, "config.phases[1].name='phase1': a name no other "
+                                                                    "phase has (phases[0] is 'phase1'"),
+    ({"stop_at_step": 100}, "config.stop_at_step=100: an integer in [0, 4]: the run's steps end at 4 (0: off)"),
     ({"phases": [dict(TWO_PHASES[0], max_predictions_per_seq=40)]},
      "config.phases[0].max_predictions_per_seq=40: an integer in [1, seq_len 32]"),
     ({"phases": [dict(TWO_PHASES[0], num_steps=0)]}, "config.phases[0].num_steps=0: an integer >= 1"),
@@ -606,6 +619,8 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"data.source": "wiki"}, "config.data.source='wiki': demo or prepared"),
     ({"data.source": "prepared"}, "config.data.path='': a directory written by train/prepare_data.py"),
     ({"data.source": "prepared", "data.path": "no_such_dir"}, "config.data.path='no_such_dir': a directory written by"),
+    ({"data.source": "prepared", "data.path": "."}, "config.data.path='.': a finished train/prepare_data.py output: "
+                                                     "this directory has no meta.json"),
     ({"data.demo_seed": -1}, "config.data.demo_seed=-1: an integer >= 0"),
     ({"global_batch_size": 8 * 10 ** 10}, "config.global_batch_size=80000000000: one batch of phase phase1 (seq 32) "
                                           "would take 35,520.0 GB, more than half of this host's"),

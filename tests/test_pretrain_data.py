@@ -462,6 +462,16 @@ def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_dat
     (other / "data" / "vocab.txt").write_text("\n".join(vocab) + "\n")
     with pytest.raises(errors.InputError, match=r"another vocabulary \(token ids now mean other words\)"):
         pretrain.train_and_evaluate(tiny_config(**{"data.start_over": True}), str(other))
+    # a new run from a model whose vocabulary is not the data's: its embeddings would read other words (it trained)
+    third = tmp_path / "third"
+    n = len(vocab)
+    with pytest.raises(errors.InputError, match=rf"^config.init_from='{re.escape(str(wd / 'model'))}': its vocabulary "
+                                                rf"\({n} entries\) is not the one {re.escape(str(other))}/data was "
+                                                rf"prepared with \({n}; they differ from id {n - 2}\): its embeddings "
+                                                r"would read other words"):
+        pretrain.train_and_evaluate(tiny_config(init_from=str(wd / "model"), **{
+            "data.source": "prepared", "data.path": str(other / "data")}), str(third))
+    assert not third.exists()
 
 
 def test_lines_cut_at_max_line_chars_are_a_warning_and_a_file_with_no_line_breaks_is_refused(tmp_path, caplog):

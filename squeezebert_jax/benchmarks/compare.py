@@ -316,7 +316,11 @@ def select(patterns: Sequence[str] | None) -> tuple[Entry, ...]:
 def compare_table(entries: Sequence[Entry] = ENTRIES, tiny: bool = False, seq_len: int = 128,
                   latency: bool = True, runs: int = 10, warmup: int = 2, runtime: str = "flax") -> str:
     """The comparison table (Markdown) under its title, the sources and footnotes below it. ``entries[0]`` is
-    BERT-base; latency in ``runtime`` (``RUNTIMES``)."""
+    BERT-base; latency in ``runtime`` (``RUNTIMES``). A ``seq_len`` past a model's positions is refused (its FLOPs
+    would count a model that cannot read that length)."""
+    for e in entries:
+        if e.preset is not None and seq_len > (n := e.config(tiny).max_position_embeddings):
+            raise InputError(f"--seq-len {seq_len} > the max_position_embeddings of {e.name} ({n})")
     lat, note = latencies(entries, tiny, seq_len, runs, warmup, runtime=runtime) if latency else ({}, "")
     rows = [_row(e, tiny, seq_len, lat) for e in entries]
     headers = ["model", "MParams ours", "MParams pub.", "GFLOPs ours", "GFLOPs ours, 003 count", "GFLOPs pub.",

@@ -41,9 +41,10 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     c.decay_power = 1.0
     c.weight_decay = 0.01
     c.clip_norm = 1.0
-    # A phase may set its own num_microbatches (seq 512 needs more than seq 128); otherwise the config's applies.
-    c.phases = [dict(name="phase1", num_steps=56_000, seq_len=128, max_predictions_per_seq=20),
-                dict(name="phase2", num_steps=6_000, seq_len=512, max_predictions_per_seq=77)]
+    # A phase may set its own num_microbatches (seq 512 needs more than seq 128: --config.phases[1].num_microbatches=4);
+    # 0: the config's applies.
+    c.phases = [dict(name="phase1", num_steps=56_000, seq_len=128, max_predictions_per_seq=20, num_microbatches=0),
+                dict(name="phase2", num_steps=6_000, seq_len=512, max_predictions_per_seq=77, num_microbatches=0)]
     # objective: "mlm_sop" (the paper's masked LM + sentence-order prediction) or "rtd" (ELECTRA's replaced-token
     # detection: a generator of rtd.generator_fraction of the model's width samples the masked tokens, the model --
     # the discriminator, exported as WORKDIR/model; the generator as WORKDIR/generator -- tells every token replaced
@@ -88,16 +89,16 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
         c.global_batch_size = 32
         c.learning_rate = 2e-3
         c.warmup_fraction = 0.1
-        c.phases = [dict(name="phase1", num_steps=600, seq_len=64, max_predictions_per_seq=10),
-                    dict(name="phase2", num_steps=60, seq_len=128, max_predictions_per_seq=20)]
+        c.phases = [dict(name="phase1", num_steps=600, seq_len=64, max_predictions_per_seq=10, num_microbatches=0),
+                    dict(name="phase2", num_steps=60, seq_len=128, max_predictions_per_seq=20, num_microbatches=0)]
         c.log_every = 20
         c.checkpoint_every = 200
         if variant == "smoke":  # for tests: seconds
             c.model.overrides = dict(c.model.overrides, hidden_size=32, embedding_size=32, intermediate_size=64)
             c.data.demo_num_docs = 200
             c.global_batch_size = 16
-            c.phases = [dict(name="phase1", num_steps=6, seq_len=32, max_predictions_per_seq=5),
-                        dict(name="phase2", num_steps=2, seq_len=64, max_predictions_per_seq=8)]
+            c.phases = [dict(name="phase1", num_steps=6, seq_len=32, max_predictions_per_seq=5, num_microbatches=0),
+                        dict(name="phase2", num_steps=2, seq_len=64, max_predictions_per_seq=8, num_microbatches=0)]
             c.log_every = 2
             c.checkpoint_every = 2
             c.async_checkpoints = False
