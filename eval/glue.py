@@ -56,7 +56,8 @@ def main(argv=None):
     p.add_argument("--predict", choices=["test"], default=None, help="also write GLUE-server test files")
     p.add_argument("--out", default="glue_predictions", help="where --predict writes")
     p.add_argument("--overwrite", action="store_true", help="replace the prediction files already in --out")
-    p.add_argument("--max_length", type=cli.positive_int, default=128)
+    p.add_argument("--max_length", type=cli.positive_int, default=None,
+                   help="tokens per input, at most the model's max_position_embeddings (default: 128, or those)")
     args = p.parse_args(argv)
     cli.setup_logging(None)
     if args.task != "all":

@@ -55,8 +55,8 @@ _LAYER = re.compile(r"^encoder/layers/(\d+)/")
 def student_layer_choice(mapping, num_layers: int, teacher_layers: int) -> list[int]:
     """The teacher layers (1-based) a ``num_layers`` student is built from: "skip", "first", or a list / "1,3,5"."""
     if not 1 <= num_layers <= teacher_layers:
-        raise InputError(f"a student of {num_layers} layers cannot be built from a {teacher_layers}-layer teacher "
-                         f"(1 <= student layers <= {teacher_layers})")
+        raise InputError(f"config.student_layers={num_layers}: a student of 1 to {teacher_layers} layers, built from "
+                         f"the layers of init_from's {teacher_layers}-layer model")
     if mapping == "skip":
         return [1 + i * teacher_layers // num_layers for i in range(num_layers)]
     if mapping == "first":
@@ -68,7 +68,24 @@ def student_layer_choice(mapping, num_layers: int, teacher_layers: int) -> list[
                          f"such as '1,3,5'") from None
     if len(chosen) != num_layers or not all(1 <= t <= teacher_layers for t in chosen):
         raise InputError(f"student layer map {mapping!r}: expected {num_layers} teacher layers in 1..{teacher_layers}")
+    if len(set(chosen)) != len(chosen):  # two student layers of one teacher layer: the weights' map breaks
+        twice = next(t for t in chosen if chosen.count(t) > 1)
+        raise InputError(f"student layer map {mapping!r}: teacher layer {twice} named twice (each student layer is "
+                         "another teacher layer)")
     return chosen
+
+
+def check_map_forms(layer_map, student_layer_map) -> None:
+    """The two layer maps' forms, checked with the other settings (their layers against the models when those load),
+    whether or not a teacher or a shallower student uses them: a typo is named, not left to the run that uses it."""
+    if layer_map not in LAYER_MAPS:
+        layer_pairs(layer_map, _ANY_DEPTH, _ANY_DEPTH)
+    if student_layer_map not in ("skip", "first"):
+        items = student_layer_map.split(",") if isinstance(student_layer_map, str) else student_layer_map
+        student_layer_choice(student_layer_map, len(items) if isinstance(items, (list, tuple)) else 1, _ANY_DEPTH)
+
+
+_ANY_DEPTH = 10_000  # no model has more layers: the forms are checked, not the layers
 
 
 def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir: str | None = None) -> nnx.Module:
@@ -145,6 +162,9 @@ def config_layer_loss(d, student_layers: int, teacher_layers: int) -> LayerLoss 
     return LayerLoss(layer_pairs(d.layer_map, student_layers, teacher_layers), **weights)
 
 
+LAYER_MAPS = ("skip", "last", "uniform")  # the named layer maps (layer_pairs); else "student:teacher,..." pairs
+
+
 def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[int, int], ...]:
     """(student layer, teacher layer) pairs of a layer map (see the module docstring); 0 is the embeddings."""
     s, t = student_layers, teacher_layers
@@ -163,6 +183,8 @@ def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[i
         except (TypeError, ValueError):
             raise InputError(f"layer map {spec!r}: expected 'skip', 'last', 'uniform' or pairs "
                              f"'student:teacher,...' such as '1:2,2:4'") from None
+        if twice := next((p for i, p in enumerate(pairs) if p in pairs[:i]), None):  # its loss would count twice
+            raise InputError(f"layer map {spec!r}: pair {twice[0]}:{twice[1]} given twice")
         for a, b in pairs:
             if not (0 <= a <= s and 0 <= b <= t):
                 raise InputError(f"layer map {spec!r}: pair {a}:{b} names a layer the student ({s} layers) or the "

@@ -69,12 +69,11 @@ def _better(score: float, best: float) -> bool:
 
 def _layer_distillation(config, student_cfg, dtype):
     """(LayerLoss, LayerTeacher, projection params) for the config's intermediate-layer losses, or (None, None, {})
-    when their weights are all 0. ``student_cfg``: the student's architecture."""
+    when their weights are all 0 (``check_settings`` refused them without a teacher). ``student_cfg``: the student's
+    architecture."""
     d = config.distill
     if not any(float(d[f"{k}_weight"]) for k in ("patient", "hidden", "attention")):
         return None, None, {}
-    if not d.teacher:
-        raise InputError("distill.patient_weight / hidden_weight / attention_weight need a distill.teacher MODEL_DIR")
     teacher_cfg = read_model_config(d.teacher)[0]
     loss = distill.config_layer_loss(d, student_cfg.num_hidden_layers, teacher_cfg.num_hidden_layers)
     teacher = distill.layer_teacher(d.teacher, config.init_from, student_cfg, loss, config.max_seq_length, dtype)
@@ -198,6 +197,12 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     for name in ("batch_size", "eval_batch_size"):  # a batch's int32 ids, types and mask, as the host makes it
         settings.fits_host(name, settings.value(name), 12 * config.max_seq_length,
                            f"one batch at max_seq_length {config.max_seq_length}")
+    need(config.prune.kind in prune.KINDS, "prune.kind", f"one of {', '.join(prune.KINDS)}")
+    distill.check_map_forms(config.distill.layer_map, config.student_layer_map)
+    if not config.distill.teacher:  # the layer losses compare with a teacher's layers: without one they did nothing
+        for name in ("patient_weight", "hidden_weight", "attention_weight"):
+            need(not config.distill[name], f"distill.{name}", "0 without a distill.teacher (the layer losses compare "
+                 "the student's layers with the teacher's)")
     # the settings of your own data's files, given beside a GLUE task (or a kind) that never reads them: refused, not
     # silently ignored (a run on GLUE's SST-2 while you meant your file)
     if config.task != "files":

@@ -35,6 +35,7 @@ from squeezebert_jax import convert, models
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import set_execution, SqueezeBertConfig
 from squeezebert_jax.pretrained import cast_compute_dtype, export_torch
+from squeezebert_jax.tasks import MIN_SEQ_LENGTH
 
 log = logging.getLogger(__name__)
 
@@ -288,9 +289,15 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     (the file is still written, so it can be inspected). ``flax_forward``: a ``make_flax_forward(model)``
     to reuse (saves a compile).
     """
-    for name, v in (("batch", batch), ("seq_len", seq_len), ("num_choices", num_choices)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise InputError(f"export_lite: {name}={v!r}; expected an integer >= 1")
+    # seq_len: [CLS], a word of each text and [SEP] at least (tasks.MIN_SEQ_LENGTH, as training and predict);
+    # num_choices: a choice of one scores 1 whatever it reads
+    for name, v, low in (("batch", batch, 1), ("seq_len", seq_len, MIN_SEQ_LENGTH), ("num_choices", num_choices, 2)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
+            raise InputError(f"export_lite: {name}={v!r}; expected an integer >= {low}")
+    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 <= tol < float("inf")):
+        raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
+    if os.path.isdir(path):
+        raise InputError(f"export_lite: {os.fspath(path)} is a directory; give the .ptl file to write")
     head = convert.head_name(model)
     cfg = model.config
     if seq_len > cfg.max_position_embeddings:
@@ -320,5 +327,6 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     bad = {k: v for k, v in diffs.items() if not v <= tol}
     if bad:
         raise ParityError(f"{path}: lite-interpreter outputs differ from the Flax model by more than {tol}: "
-                          + ", ".join(f"{k} {v:.3e}" for k, v in bad.items()))
+                          + ", ".join(f"{k} {v:.3e}" for k, v in bad.items())
+                          + "; the file is kept for inspection (delete it, or --overwrite, to export again)")
     return result

@@ -160,10 +160,18 @@ class Predictor:
         return out, one
 
     def _logits(self, arrays) -> np.ndarray:
-        return check_finite(predict_logits(self.model, arrays, self.batch_size), self.model_dir)
+        n = len(next(iter(arrays.values())))  # batches of at most the inputs there are (a huge batch_size allocated it)
+        return check_finite(predict_logits(self.model, arrays, max(1, min(self.batch_size, n))), self.model_dir)
+
+    def _need(self, kind: str, method: str) -> None:
+        """The public methods read one kind of model's outputs: another kind is one line, not an IndexError."""
+        if self.kind != kind:
+            raise InputError(f"{method}() is for {_KIND_WORDS[kind]}; {self.model_dir} is {_KIND_WORDS[self.kind]} "
+                             f"(call the Predictor itself: it picks the method of its kind)")
 
     def logits(self, texts: Sequence[str | tuple[str, str]]) -> np.ndarray:
         """A classifier's logits [N, labels] for a list of texts or pairs (a str: one text, [1, labels])."""
+        self._need("classifier", "logits")
         texts = self.inputs(texts)[0]
         pairs = [isinstance(t, (tuple, list)) for t in texts]
         if any(pairs) and not all(pairs):
@@ -179,6 +187,7 @@ class Predictor:
     def tag(self, texts: Sequence[str], where: Sequence[tuple[str, int]] | None = None) -> list[dict]:
         """A tagger's tag per word (words split on whitespace; a word past ``max_length`` gets None). ``where``: each
         text's file and line, for the errors to name (else "input N")."""
+        self._need("tagger", "tag")
         if any(not isinstance(t, str) for t in texts):
             raise InputError("a tagger labels single texts (its words split on whitespace), not pairs")
         examples = [tasks.TokenExample(i, tuple(t.split()), None, (*where[i], False) if where else None)
@@ -195,6 +204,7 @@ class Predictor:
         """Extractive QA: for each ``(question, context)``, the answer's text, its characters in the context
         (``start``, ``end``), ``score`` and ``probability`` (decoded as the model's run evaluated, by its
         ``task.json``)."""
+        self._need("qa", "answer")
         if any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
             raise InputError("a question-answering model takes (question, context) pairs")
         settings = {"version_2": False, "doc_stride": min(128, self.max_length // 4),  # a model without task.json
@@ -215,6 +225,7 @@ class Predictor:
     def choose(self, rows: Sequence[tuple[str, ...]]) -> list[dict]:
         """Multiple choice: for each ``(context[, start], ending, ending, ...)`` (the run's text and choice columns),
         the chosen ending's index and text and every choice's probability."""
+        self._need("choice", "choose")
         n_text = len(self.card.get("text_columns", ["context"]))
         if any(not isinstance(r, (tuple, list)) or len(r) < n_text + 2 for r in rows):
             raise InputError(f"a multiple-choice model takes rows of {n_text} text(s) and 2 or more endings")
@@ -262,6 +273,8 @@ def _kind_of(x) -> str:
 
 KINDS = {"classifier": "SqueezeBertForSequenceClassification", "tagger": "SqueezeBertForTokenClassification",
          "qa": "SqueezeBertForQuestionAnswering", "choice": "SqueezeBertForMultipleChoice"}
+_KIND_WORDS = {"classifier": "a sequence classifier", "tagger": "a tagger (token classification)",
+               "qa": "a question-answering model", "choice": "a multiple-choice model"}
 
 
 def _softmax(logits) -> np.ndarray:

@@ -194,7 +194,9 @@ def compute_masks(params, kind: str, sparsity: float, num_heads: int):
                 raise InputError(f"{q.shape[0] * q.shape[2]} attention channels do not split into {num_heads} heads")
             d = q.shape[0] * q.shape[2] // num_heads
             score = sum((_channels_out(x) ** 2).sum(1) for x in (q, kk, v)) + (_channels_in(post) ** 2).sum(1)
-            keep_heads = _smallest(score.reshape(num_heads, d).sum(1), int(round(sparsity * num_heads)))
+            # a layer keeps one head at least: a target rounded up to all of them (0.99 of 4) left no attention
+            keep_heads = _smallest(score.reshape(num_heads, d).sum(1), min(int(round(sparsity * num_heads)),
+                                                                           num_heads - 1))
             keep = np.repeat(keep_heads, d)
             for x in ("query", "key", "value"):
                 masks[name(layer, f"attention/{x}")] = _out_mask(q.shape, keep)
@@ -203,7 +205,7 @@ def compute_masks(params, kind: str, sparsity: float, num_heads: int):
         else:  # ffn: the same number of channels in every group (and layer), so that shrink_ffn can cut them out
             up, down = flat[name(layer, "intermediate/conv1d")], flat[name(layer, "output/conv1d")]
             score = ((_channels_out(up) ** 2).sum(1) + (_channels_in(down) ** 2).sum(1)).reshape(up.shape[0], -1)
-            k = int(round(sparsity * score.shape[1]))
+            k = min(int(round(sparsity * score.shape[1])), score.shape[1] - 1)  # one channel a group at least
             keep = np.concatenate([_smallest(row, k) for row in score])
             masks[name(layer, "intermediate/conv1d")] = _out_mask(up.shape, keep)
             masks[name(layer, "intermediate/conv1d", "bias")] = keep.astype(np.float32)

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 ALIASES = {"lr": "learning_rate", "dropout": "dropout", "batch": "batch_size", "epochs": "num_epochs", "seed": "seed"}
 SHORT = {field: alias for alias, field in ALIASES.items()}
 PRESETS = {"miniatures": "batch=8,16,32,64,128;lr=3e-4,1e-4,5e-5,3e-5;epochs=4"}  # Turc et al.'s miniatures grid
-NOT_SWEPT = {"task": "--tasks picks the tasks", "init_from": "--init_from", "data_dir": "--data_dir"}
+NOT_SWEPT = {"task": "--tasks picks the tasks", "init_from": "--init_from", "data_dir": "--data_dir",
+             "distill.teacher": "--teacher_root: a teacher MODEL_DIR per task"}
 _POSITIVE = {"learning_rate", "batch_size", "num_epochs"}
 _FRACTION = {"dropout", "attention_dropout", "warmup_fraction", "weight_decay", "distill.teacher_weight"}
 RECORD = "sweep.jsonl"
@@ -369,8 +370,12 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
     if transfer and "mnli" in tasks:
         tasks.insert(0, tasks.pop(tasks.index("mnli")))
     settings_list = expand(grid)
-    os.makedirs(workdir, exist_ok=True)
     record = os.path.join(workdir, RECORD)
+    if transfer and "mnli" not in tasks and any(t not in ("mnli", "cola") for t in tasks) and not any(
+            r["task"] == "mnli" for r in read_rows(record)):  # it trained from --init_from, labelled "(S)"
+        raise InputError(f"--transfer starts each task from the MNLI run, and {workdir} has none: add mnli to "
+                         "--tasks, or run it into this --workdir first")
+    os.makedirs(workdir, exist_ok=True)
     done = {run_key(r["task"], r["settings"], r["seed"]): r for r in read_rows(record)}
     plan, drift = [], {}
     for task in tasks:
@@ -382,6 +387,13 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 drift.update(dict.fromkeys(f"{name}: {show(was)} -> {show(now)}" for name, (was, now)
                                            in config_changes(row["config"], c.to_dict()).items()
                                            if name not in _PER_RUN))
+            # the model it starts from and its teacher, per run (with --transfer, MNLI's model: its own record)
+            teacher = os.path.join(teacher_root, task) if teacher_root else ""
+            now = {"init_from": None if transfer and task not in ("mnli", "cola") else c.init_from,
+                   "teacher": teacher if teacher and os.path.isdir(teacher) else ""}
+            for name, value in now.items():
+                if row and value is not None and row.get(name) is not None and row[name] != value:
+                    drift[f"{name}: {show(row[name])} -> {show(value)}"] = None
     if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
         log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
                     "skipped: use another --workdir to run them again", record, "; ".join(drift))

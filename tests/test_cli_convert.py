@@ -196,10 +196,20 @@ def test_to_torchscript_refuses_an_existing_out_unless_overwrite(tmp_path, run_c
     assert digest(src, out) == before
 
 
-def test_export_lite_checks_its_sizes():
+def test_export_lite_checks_its_sizes(tmp_path):
+    """Before any trace: a length that cannot hold [CLS] a word [SEP] (1 and 2 exported), one choice (its softmax is
+    1 whatever it reads), a tolerance that is no number >= 0 (the whole export ran first), a directory as the file."""
     model = sj.SqueezeBertModel(SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
-    with pytest.raises(InputError, match=r"seq_len=0; expected an integer >= 1"):
-        mobile.export_lite(model, "unused.ptl", seq_len=0)
+    for kw, msg in (({"seq_len": 0}, r"seq_len=0; expected an integer >= 4"),
+                    ({"seq_len": 2}, r"seq_len=2; expected an integer >= 4"),
+                    ({"num_choices": 1}, r"num_choices=1; expected an integer >= 2"),
+                    ({"tol": -1}, r"tol=-1; expected a finite number >= 0"),
+                    ({"tol": float("nan")}, r"tol=nan; expected a finite number >= 0")):
+        with pytest.raises(InputError, match=msg):
+            mobile.export_lite(model, tmp_path / "unused.ptl", **kw)
+    with pytest.raises(InputError, match=rf"export_lite: {re.escape(str(tmp_path))} is a directory; give the .ptl"):
+        mobile.export_lite(model, tmp_path)
+    assert os.listdir(tmp_path) == []
 
 
 # -- 4. config.json with the wrong shape or types ----------------------------------------------------------------------

@@ -207,10 +207,14 @@ def test_eval_names_the_valid_tasks_for_a_typo(tmp_path, run_cli):
 
 
 @pytest.mark.parametrize("task,msg", [("rtee", "unknown GLUE task 'rtee'; known: cola, mnli"),
-                                      ("ax", "'ax' has no training data")])
+                                      ("ax", "'ax' has no training data"),
+                                      # one task twice, by either name: it ran (and was recorded) twice
+                                      ("SST-2 sst2", "sst2 given twice (each task runs once)"),
+                                      ("", "give the tasks (e.g. --tasks rte mrpc), or leave the flag out")])
 def test_recipe_names_the_valid_tasks_for_a_typo(tmp_path, run_cli, task, msg):
+    tasks = ["rte", *task.split()] if task else []  # "": a bare --tasks (it planned all nine)
     rc, out, err = run_cli("train/glue_recipe.py", "--init_from", str(tmp_path), "--workdir", str(tmp_path / "runs"),
-                           "--tasks", "rte", task)
+                           "--tasks", *tasks)
     line = one_error_line(err, "glue_recipe.py")
     assert rc == 1 and f"--tasks: {msg}" in line and not (tmp_path / "runs").exists()
 

@@ -53,8 +53,11 @@ def test_student_copies_the_chosen_layers_exactly(tmp_path, mapping, chosen):
 
 def test_student_layer_map_errors():
     assert distill.student_layer_choice("skip", 6, 12) == [1, 3, 5, 7, 9, 11]
-    with pytest.raises(InputError, match="7 layers cannot be built from a 6-layer"):
+    with pytest.raises(InputError, match=r"config.student_layers=7: a student of 1 to 6 layers, built from the "
+                                         r"layers of init_from's 6-layer model"):
         distill.student_layer_choice("skip", 7, 6)
+    with pytest.raises(InputError, match=r"student layer map '1,1': teacher layer 1 named twice"):
+        distill.student_layer_choice("1,1", 2, 6)
     with pytest.raises(InputError, match=r"expected 3 teacher layers in 1\.\.6"):
         distill.student_layer_choice("1,3,7", 3, 6)
     with pytest.raises(InputError, match="'skip', 'first'"):
@@ -86,6 +89,17 @@ def test_layer_maps():
         distill.layer_pairs("1-3", 2, 6)
     with pytest.raises(InputError, match="pairs no layers"):
         distill.layer_pairs("skip", 1, 6)
+    with pytest.raises(InputError, match=r"layer map '1:2,1:2': pair 1:2 given twice"):  # its loss counted twice
+        distill.layer_pairs("1:2,1:2", 2, 6)
+    # the forms, checked with the settings whether or not a teacher uses them
+    distill.check_map_forms("uniform", "skip")
+    distill.check_map_forms("1:2,2:4", "1,3")
+    for layer_map, student_map, msg in (("a:b", "skip", r"layer map 'a:b': expected 'skip', 'last', 'uniform'"),
+                                        ("1:2,,3:4", "skip", r"layer map '1:2,,3:4': expected"),
+                                        ("skip", "zzz", r"student layer map 'zzz': expected 'skip', 'first'"),
+                                        ("skip", "2,2", r"teacher layer 2 named twice")):
+        with pytest.raises(InputError, match=msg):
+            distill.check_map_forms(layer_map, student_map)
 
 
 def _np_normalise(x):
@@ -195,7 +209,7 @@ def test_layer_distillation_input_errors(tmp_path):
     with pytest.raises(InputError, match="vocabularies of .* differ"):
         ft.finetune(c, str(tmp_path / "run"))
     c.distill.teacher = ""
-    with pytest.raises(InputError, match="need a distill.teacher"):
+    with pytest.raises(InputError, match=r"config.distill.hidden_weight=1.0: 0 without a distill.teacher"):
         ft.finetune(c, str(tmp_path / "run"))
     c.distill.update(teacher=str(_model_dir(tmp_path / "heads8", layers=4, heads=8)), hidden_weight=0.0,
                      attention_weight=1.0)

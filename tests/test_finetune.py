@@ -352,6 +352,19 @@ def test_a_classifier_of_other_label_names_is_named_in_a_warning(tmp_path, caplo
                 in caplog.text) == warned, caplog.text
 
 
+def test_an_evaluation_length_past_the_models_positions_is_refused(tmp_path):
+    """eval/glue.py --max_length 1000 on a 64-position model was cut to 64 without a word; left out, it is 128 or
+    the model's positions."""
+    _write_pair_task(tmp_path / "glue", "MNLI", ["entailment", "neutral", "contradiction"], 8, 0, mnli=True)
+    _mnli_classifier_dir(tmp_path / "m", None)
+    for length in (1000, 2):
+        with pytest.raises(sj.errors.InputError, match=rf"^--max_length {length}: an integer in \[4, 64\] \(the "
+                                                       r"model's max_position_embeddings\)"):
+            evaluation.evaluate(str(tmp_path / "m"), "mnli", str(tmp_path / "glue"), max_length=length)
+    assert evaluation.evaluate(str(tmp_path / "m"), "mnli", str(tmp_path / "glue")).keys() == {
+        "validation_matched", "validation_mismatched"}
+
+
 def test_a_classifier_for_another_label_count_is_refused(tmp_path):
     _write_pair_task(tmp_path / "glue", "RTE", ["entailment", "not_entailment"], 8, 0)
     _mnli_classifier_dir(tmp_path / "mnli", None)

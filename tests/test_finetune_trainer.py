@@ -196,6 +196,22 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
     ft.check_settings(c, 1)
 
 
+@pytest.mark.parametrize("path, value, msg", [
+    # checked whether or not a run uses them (a typo in prune.kind trained unpruned until a target was set)
+    ("prune.kind", "foo", r"config.prune.kind='foo': one of unstructured, heads, ffn"),
+    ("distill.layer_map", "a:b", r"layer map 'a:b': expected 'skip', 'last', 'uniform' or pairs"),
+    ("student_layer_map", "zzz", r"student layer map 'zzz': expected 'skip', 'first'"),
+    # a layer loss without a teacher compared with nothing: the weight did nothing
+    ("distill.hidden_weight", 1.0, r"config.distill.hidden_weight=1.0: 0 without a distill.teacher"),
+])
+def test_settings_read_only_by_some_runs_are_checked_in_every_run(path, value, msg):
+    c = glue_config("sst2", "init", "data")
+    node, *rest = path.split(".")
+    (c[node] if rest else c).__setitem__(rest[0] if rest else node, value)
+    with pytest.raises(sj.errors.InputError, match="^" + msg):
+        ft.check_settings(c, 1)
+
+
 def test_a_runs_workdir_given_as_init_from_names_its_model(task, tmp_path):
     """WORKDIR for WORKDIR/model (what a fine-tuning run exports): "no tokenizer file" used to be all it said."""
     shutil.copytree(task[0], tmp_path / "run" / "model")
@@ -205,6 +221,10 @@ def test_a_runs_workdir_given_as_init_from_names_its_model(task, tmp_path):
         ft.finetune(_config((tmp_path / "run", task[1])), str(tmp_path / "out"))
     with pytest.raises(FileNotFoundError, match=re.escape(f"no config.json{hint}")):
         sj.load_pretrained(tmp_path / "run")
+    (tmp_path / "run" / "config.json").write_text("{}")  # a run's own config.json (predict --model WORKDIR)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"no params.safetensors, model.safetensors or "
+                                                          f"pytorch_model.bin{hint}")):
+        sj.load_pretrained(str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "out")
 
 

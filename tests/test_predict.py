@@ -340,6 +340,15 @@ def test_a_str_is_one_input_and_a_list_a_list(model_dir):
     from collections import UserString  # a str-like text is one text, not a sequence of characters
 
     assert p(UserString("the movie was good")) == one and p([UserString("good"), "bad"]) == p(["good", "bad"])
+    # a batch_size far past the inputs: batches of the inputs there are (it allocated 10**9 rows: a MemoryError)
+    assert Predictor(str(model_dir), batch_size=10 ** 9)(["good", "bad"]) == p(["good", "bad"])
+    # another kind's method: one line naming both kinds (an IndexError deep inside)
+    for call, msg in ((lambda: p.tag(["good"]), r"tag\(\) is for a tagger \(token classification\); .* is a sequence "
+                                                r"classifier \(call the Predictor itself"),
+                      (lambda: p.answer([("q", "c")]), r"answer\(\) is for a question-answering model"),
+                      (lambda: p.choose([("a", "b", "c")]), r"choose\(\) is for a multiple-choice model")):
+        with pytest.raises(sj.errors.InputError, match=msg):
+            call()
 
 
 @pytest.mark.parametrize("bad, msg", [

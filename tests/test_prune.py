@@ -59,6 +59,21 @@ def test_masks_reach_the_sparsity(kind, sparsity):
         assert np.abs(w[m == 0]).max() <= np.abs(w[m == 1]).min()
 
 
+def test_structured_pruning_keeps_a_head_and_a_channel_in_every_layer():
+    """A target rounded up to every unit (0.99 of 4 heads is 4) left a layer without attention, a model that gave one
+    output for every input: each layer keeps its best head, and each FFN group its best channel."""
+    _, params = _params()
+    for kind in ("heads", "ffn"):
+        masks = prune.compute_masks(params, kind, 0.99, num_heads=4)
+        layer = masks["transformer"]["encoder"]["layers"][0]
+        kept = np.asarray(layer["attention"]["query"]["bias"] if kind == "heads" else
+                          layer["intermediate"]["conv1d"]["bias"])
+        if kind == "heads":
+            assert kept.sum() == kept.size // 4, kept  # one head of four
+        else:
+            assert kept.sum() == 4, kept  # a channel in each of the 4 groups of 16
+
+
 def test_pruner_follows_the_schedule_and_rejects_bad_settings():
     _, params = _params()
     p = prune.Pruner("unstructured", 0.6, 4, total_steps=40, begin=0.0, end=0.5, every=5)

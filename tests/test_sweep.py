@@ -156,6 +156,20 @@ def test_a_restart_skips_recorded_runs_and_resumes_an_unfinished_one(tmp_path, g
         sweep.run_sweep(five_epochs, grid, wd, ["rte"], echo=lambda s: None)
     assert fake.calls == [] and "other values outside the grid (num_epochs: 3 -> 5)" in caplog.text
 
+    def other_model(task):  # another --init_from: the recorded runs are another model's (it said nothing)
+        c = make_config(task)
+        c.init_from = str(tmp_path / "init_1l")
+        return c
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+        sweep.run_sweep(other_model, grid, wd, ["rte"], echo=lambda s: None)
+    assert fake.calls == [] and f"(init_from: {tmp_path / 'init'} -> {tmp_path / 'init_1l'})" in caplog.text
+    # --transfer with no MNLI run here or in --tasks: it trained from init_from under the "(S)" label
+    with pytest.raises(InputError, match=r"--transfer starts each task from the MNLI run, and .* has none: add mnli"):
+        sweep.run_sweep(make_config, grid, str(tmp_path / "t"), ["rte"], transfer=True, echo=lambda s: None)
+    assert not (tmp_path / "t").exists()
+
 
 def test_mnli_is_chosen_by_matched_accuracy_and_seeds_are_averaged(tmp_path, get_config, monkeypatch):
     scores = {(1e-5, 0.0): (0.6, 0.9), (1e-5, 0.1): (0.7, 0.5)}  # by (m + mm) / 2 the first would win
@@ -246,6 +260,7 @@ def test_grid_parsing(get_config):
     ("dropout=1.5", "dropout must lie in [0, 1]"),
     ("lr=nan", "not a finite number"),
     ("task=rte", "task is not swept (--tasks picks the tasks)"),
+    ("distill.teacher=/m", "distill.teacher is not swept (--teacher_root: a teacher MODEL_DIR per task)"),
     ("progress=maybe", "'maybe' is not a bool"),
 ])
 def test_malformed_grids_name_the_bad_part(get_config, text, msg):

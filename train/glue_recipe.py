@@ -48,8 +48,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite)  # before anything is written there
     get_config = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config
-    if args.tasks:
+    if args.tasks is not None:
+        if not args.tasks:  # a bare --tasks planned every task
+            raise InputError("--tasks: give the tasks (e.g. --tasks rte mrpc), or leave the flag out for all of them")
         args.tasks = [trainable_task(t) for t in args.tasks]
+        if twice := next((t for i, t in enumerate(args.tasks) if t in args.tasks[:i]), None):
+            raise InputError(f"--tasks: {twice} given twice (each task runs once)")
     sweeping = args.sweep is not None or args.preset
     grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else {}  # {}: one point
 
