@@ -119,7 +119,7 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
 def read_transfer_text(paths, task) -> list[GlueExample]:
     """Unlabeled examples for ``task`` (a GLUE name or a ``tasks`` Task) from text files (``paths``: a list or
     "a.txt,b.txt"): one sentence per line, or for a sentence-pair task two tab-separated sentences per line; blank
-    lines are skipped; a line with an empty sentence, a file given twice and a CSV / JSON file are refused."""
+    lines are skipped; a line with an empty sentence, a file given twice and a CSV / TSV / JSON file are refused."""
     task = tasks.task_by_name(task)
     pair = len(task.text_columns) == 2
     paths_given = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
@@ -131,7 +131,7 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
             raise InputError(f"transfer text {path} is given twice (also as {seen[os.path.realpath(path)]}): its "
                              "lines would count twice")
         seen[os.path.realpath(path)] = path
-        if os.path.splitext(path)[1].lower() in (".csv", ".json", ".jsonl"):
+        if os.path.splitext(path)[1].lower() in (".csv", ".tsv", ".json", ".jsonl"):  # (tables with a header)
             raise InputError(f"transfer text {path}: a {os.path.splitext(path)[1]} file, whose header and quoting "
                              "would be read as sentences; give plain text, a sentence (or a tab-separated pair) "
                              "per line")

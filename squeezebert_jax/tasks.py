@@ -609,10 +609,14 @@ class ConllTask:
         for i, c in enumerate(cut):
             out["cut_labels"][i, :len(c)] = c
         out["idx"] = np.array([ex.idx for ex in examples], np.int32)
-        if lost := sum(map(len, cut)):
+        if (lost := sum(map(len, cut))) and self.files:  # a training's splits: scored, so their entities are missed
             log.warning("%s: %d words of %d sentences lie past max_seq_length=%d and are not seen by the model (their "
                         "entities count as missed); raise max_seq_length to see them", self.name, lost,
                         sum(1 for c in cut if c), max_length)
+        elif lost:  # predict's sentences (no files): those words get no tag
+            log.warning("%d words of %d sentences lie past --max_length=%d and get no tag (null); a larger "
+                        "--max_length, up to the model's positions, tags them", lost, sum(1 for c in cut if c),
+                        max_length)
         return out
 
     def tag_sequences(self, predictions, labels, cut_labels=None) -> tuple[list[list[str]], list[list[str]]]:

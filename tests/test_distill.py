@@ -290,3 +290,6 @@ def test_transfer_text_input_errors(tmp_path):
     (tmp_path / "t.csv").write_text("premise,hypothesis\ngood,bad\n")
     with pytest.raises(InputError, match=r"t.csv: a .csv file, whose header and quoting would be read as sentences"):
         distill.read_transfer_text(str(tmp_path / "t.csv"), "rte")
+    (tmp_path / "t.tsv").write_text("sentence\ngood movie\n")  # its header was read as a sentence
+    with pytest.raises(InputError, match=r"t.tsv: a .tsv file, whose header and quoting would be read as sentences"):
+        distill.read_transfer_text(str(tmp_path / "t.tsv"), "sst2")

@@ -95,8 +95,9 @@ def test_a_model_without_a_classifier_is_one_line(tmp_path, run_cli):
     assert rc == 1 and "has no classifier, tagger, question-answering or multiple-choice head" in err and not (tmp_path / "o.jsonl").exists()
 
 
-def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path):
-    """Tags per word: the argmax at each word's first piece, as the model scores it; words past max_length get None."""
+def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path, caplog):
+    """Tags per word: the argmax at each word's first piece, as the model scores it; words past max_length get None,
+    with a warning naming predict's --max_length (it named training's max_seq_length and entities "missed")."""
     from squeezebert_jax import tasks
 
     vocab = VOCAB + ["##s"]
@@ -117,8 +118,11 @@ def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path):
         first = arrays["labels"][0] != tasks.IGNORE
         assert row["words"] == text.split() and sum(first) == len(text.split())
         assert row["tags"] == [("O", "B-X", "I-X")[i] for i in np.asarray(logits[0]).argmax(-1)[first]]
-    short = Predictor(str(tmp_path / "tagger"), max_length=4)(["the movie was good"])[0]
+    with caplog.at_level("WARNING"):
+        short = Predictor(str(tmp_path / "tagger"), max_length=4)(["the movie was good"])[0]
     assert short["tags"][2:] == [None, None] and None not in short["tags"][:2]  # [CLS] the movie [SEP]
+    assert "2 words of 1 sentences lie past --max_length=4 and get no tag (null)" in caplog.text
+    assert "max_seq_length" not in caplog.text
     # a word the tokenizer reads as nothing: named by the file's line (a blank line before it), not "input 2"
     (tmp_path / "in.txt").write_text("the movie was good\n\nthe \x07 movie\n")
     with pytest.raises(sj.errors.DataFileError, match=r"in.txt:3: word 2 of the sentence \('\\x07'\) holds nothing"):
