@@ -59,11 +59,14 @@ class Arity:
 TEXT_OR_PAIR = Arity(1, 2, "a text, or a pair of texts", "a classifier without task.json")
 
 
+BATCH_SIZE = 64  # Predictor's default batch
+
+
 class Predictor:
     """A fine-tuned MODEL_DIR (sequence or token classifier, extractive QA, multiple choice) and its tokenizer, ready
     to label text."""
 
-    def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = 64):
+    def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = BATCH_SIZE):
         """``max_length``: tokens per input, at most the model's ``max_position_embeddings``; None: 128, or the
         model's maximum where that is less."""
         for name, value, low in (("max_length", max_length, tasks.MIN_SEQ_LENGTH), ("batch_size", batch_size, 1)):
@@ -160,8 +163,11 @@ class Predictor:
         return out, one
 
     def _logits(self, arrays) -> np.ndarray:
-        n = len(next(iter(arrays.values())))  # batches of at most the inputs there are (a huge batch_size allocated it)
-        return check_finite(predict_logits(self.model, arrays, max(1, min(self.batch_size, n))), self.model_dir)
+        # a batch_size far past the inputs (10**9 allocated that many rows) is cut to the inputs, but never below the
+        # default's 64: the batch is a compiled shape, and a shape per input count would compile each call anew
+        n = len(next(iter(arrays.values())))
+        return check_finite(predict_logits(self.model, arrays, min(self.batch_size, max(n, BATCH_SIZE))),
+                            self.model_dir)
 
     def _need(self, kind: str, method: str) -> None:
         """The public methods read one kind of model's outputs: another kind is one line, not an IndexError."""
