@@ -20,6 +20,7 @@ import sys
 import types
 from typing import Callable
 
+from squeezebert_jax import files
 from squeezebert_jax.errors import InputError, MissingExtraError
 
 # Expected: the user can fix these. OSError subclasses about paths; FloatingPointError is a diverged run, whose
@@ -333,11 +334,7 @@ def setup_logging(log_file: str | None = None, console_level: int = logging.WARN
     console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     root.addHandler(console)
     if log_file:
-        made, d = [], os.path.dirname(os.path.abspath(log_file))
-        while not os.path.exists(d):
-            made.append(d)
-            d = os.path.dirname(d)
-        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        made = files.make_dirs(os.path.dirname(os.path.abspath(log_file)))
         _RUN_LOG.update(path=os.path.abspath(log_file), existed=os.path.exists(log_file), made=made)
         fh = _FileHandler(log_file, mode="a", encoding="utf-8")
         fh.setLevel(logging.INFO)

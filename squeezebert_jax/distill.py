@@ -80,9 +80,8 @@ def check_map_forms(layer_map, student_layer_map) -> None:
     whether or not a teacher or a shallower student uses them: a typo is named, not left to the run that uses it."""
     if layer_map not in LAYER_MAPS:
         layer_pairs(layer_map, _ANY_DEPTH, _ANY_DEPTH)
-    if student_layer_map not in ("skip", "first"):
-        items = student_layer_map.split(",") if isinstance(student_layer_map, str) else student_layer_map
-        student_layer_choice(student_layer_map, len(items) if isinstance(items, (list, tuple)) else 1, _ANY_DEPTH)
+    if student_layer_map not in ("skip", "first"):  # as many student layers as it names
+        student_layer_choice(student_layer_map, len(str(student_layer_map).split(",")), _ANY_DEPTH)
 
 
 _ANY_DEPTH = 10_000  # no model has more layers: the forms are checked, not the layers

@@ -73,26 +73,14 @@ def align_to_task(model, task, source: str):
 # Evaluation and test predictions
 # --------------------------------------------------------------------------------------------------
 
-def _max_length(max_length: int | None, model) -> int:
-    """Tokens per input: ``max_length`` (None: 128, or the model's positions if fewer), at most the model's positions
-    (a longer one was cut to them without a word)."""
-    positions = model.config.max_position_embeddings
-    if max_length is None:
-        return min(128, positions)
-    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length > positions \
-            or max_length < tasks.MIN_SEQ_LENGTH:
-        raise InputError(f"--max_length {max_length}: an integer in [{tasks.MIN_SEQ_LENGTH}, {positions}] (the "
-                         "model's max_position_embeddings)")
-    return max_length
-
-
 def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None = None,
              max_length: int | None = None) -> dict[str, dict[str, float]]:
     """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
     spec = glue.get_task(task)
     model = align_to_task(load_pretrained(model_dir), task, model_dir)
     tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
-    max_length = _max_length(max_length, model)
+    max_length = tasks.input_length(max_length, model.config.max_position_embeddings, "--max_length",
+                                    f"the model at {model_dir}")
     out = {}
     for s in ([split] if split else spec.eval_splits):
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)
@@ -108,7 +96,8 @@ def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str,
     spec = glue.get_task(task)
     model = align_to_task(load_pretrained(model_dir), task, model_dir)
     tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
-    max_length = _max_length(max_length, model)
+    max_length = tasks.input_length(max_length, model.config.max_position_embeddings, "--max_length",
+                                    f"the model at {model_dir}")
     paths = []
     for s in spec.test_splits:
         arr = glue.encode_examples(glue.load_examples(task, s, data_dir=data_dir), tok, max_length, task=task)

@@ -339,6 +339,17 @@ def _unclaim(fd: int, lock: str) -> None:
 BOM = b"\xef\xbb\xbf"
 
 
+def make_dirs(path: str | os.PathLike) -> list[str]:
+    """``os.makedirs(path, exist_ok=True)``, returning the directories it created, the deepest first: what a refused
+    command takes away again (``os.rmdir`` each while empty) to leave the disk as it was."""
+    made, d = [], os.path.abspath(path)
+    while not os.path.exists(d):
+        made.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(path, exist_ok=True)
+    return made
+
+
 def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
     """The corpus files, each checked to be an existing file before anything is written, and each given once (the
     same file twice, by another path or a link too, would double its documents without a word); a shell pattern that

@@ -69,12 +69,9 @@ class Predictor:
     def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = BATCH_SIZE):
         """``max_length``: tokens per input, at most the model's ``max_position_embeddings``; None: 128, or the
         model's maximum where that is less."""
-        for name, value, low in (("max_length", max_length, tasks.MIN_SEQ_LENGTH), ("batch_size", batch_size, 1)):
-            if name == "max_length" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise InputError(f"{name}={value!r}: an integer >= {low}"
-                                 + (" (the special tokens and a word of each text)" if low > 1 else ""))
+        tasks.input_length(max_length)  # its form, before the model loads
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r}: an integer >= 1")
         self.model, self.model_dir = load_pretrained(model_dir), model_dir
         self.kind = next((k for k, head in KINDS.items() if isinstance(self.model, HEADS[head])), None)
         if self.kind is None:
@@ -90,11 +87,8 @@ class Predictor:
                              "another model's")
         self.multilabel = kind == "multilabel" or said == "multi_label_classification"
         self.tokenizer = model_tokenizer(model_dir, self.model.config.vocab_size)
-        most = self.model.config.max_position_embeddings
-        if max_length is not None and max_length > most:
-            raise InputError(f"max_length={max_length}: the model at {model_dir} reads at most {most} tokens "
-                             f"(its config.json max_position_embeddings); give {most} or less")
-        self.max_length = min(128, most) if max_length is None else int(max_length)
+        self.max_length = tasks.input_length(max_length, self.model.config.max_position_embeddings,
+                                             model=f"the model at {model_dir}")
         self.batch_size = batch_size
         n = getattr(self.model, "num_labels", 1)
         id2label = self.model.config.id2label or {}

@@ -475,20 +475,18 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
     if tokenizer is None:
         raise FileNotFoundError(f"{data_dir}: no tokenizer file recorded by prepare_data")
     # an example is one document's sentence pair: a corpus smaller than a batch repeats documents within each batch
-    num_records = pretrain_data.load_meta(data_dir)["num_records"]
+    num_records, steps = pretrain_data.load_meta(data_dir)["num_records"], get_phases(config)[-1].end
     if jax.process_index() == 0 and num_records < config.global_batch_size:
         log.warning("%s holds %d documents, fewer than one global batch of %d sequences (each a document's): every "
                     "batch repeats documents, and the %d steps read each about %.0f times", data_dir, num_records,
-                    config.global_batch_size, get_phases(config)[-1].end,
-                    get_phases(config)[-1].end * config.global_batch_size / max(num_records, 1))
+                    config.global_batch_size, steps, steps * config.global_batch_size / max(num_records, 1))
 
     # -- Model -------------------------------------------------------------------------------------
     if config.init_from:
         # the data's ids must mean the words the model's embeddings were trained for (its own tokenizer's)
         own = Tokenizer.from_dir(config.init_from)
-        if own is not None and own.tokens != tokenizer.tokens:
-            differ = next((i for i, (a, b) in enumerate(zip(own.tokens, tokenizer.tokens)) if a != b),
-                          min(own.vocab_size, tokenizer.vocab_size))
+        if own is not None and (mine := own.tokens) != (data := tokenizer.tokens):
+            differ = next((i for i, (a, b) in enumerate(zip(mine, data)) if a != b), min(len(mine), len(data)))
             raise InputError(f"config.init_from={config.init_from!r}: its vocabulary ({own.vocab_size} entries) is "
                              f"not the one {data_dir} was prepared with ({tokenizer.vocab_size}; they differ from id "
                              f"{differ}): its embeddings would read other words; prepare the data with "

@@ -50,6 +50,21 @@ KINDS = ("classification", "regression", "multilabel", "token_classification", "
 # the fewest tokens an input may be cut to (config.max_seq_length, predict's max_length): [CLS], [SEP] and a piece of
 # each text; at 2 or 3 a model would train or predict on the special tokens alone
 MIN_SEQ_LENGTH = 4
+
+
+def input_length(value, positions: int | None = None, name: str = "max_length", model: str = "the model") -> int | None:
+    """Tokens per input for a model that reads at most ``positions`` (its max_position_embeddings): None is 128, or
+    ``positions`` where fewer; else an integer in [MIN_SEQ_LENGTH, positions]. ``positions`` None: the form alone,
+    checked before a model is loaded. Predict and GLUE evaluation alike."""
+    if value is None:
+        return None if positions is None else min(128, positions)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < MIN_SEQ_LENGTH:
+        raise InputError(f"{name}={value!r}: an integer >= {MIN_SEQ_LENGTH} (the special tokens and a word of each "
+                         "text)")
+    if positions is not None and value > positions:
+        raise InputError(f"{name}={value}: {model} reads at most {positions} tokens (its config.json "
+                         f"max_position_embeddings); give {positions} or less")
+    return int(value)
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write, check_text_files, json_type, json_value, read_json, text_lines
+from squeezebert_jax.files import (atomic_write, check_text_files, json_type, json_value, make_dirs, read_json,
+                                   text_lines)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -671,11 +672,7 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     if present and not overwrite:  # another kind's file too: Tokenizer.from_dir would go on reading that one
         raise InputError(f"{present[0]} already exists (a model's tokenizer?); pass --overwrite to replace it, or "
                          f"choose another --out")
-    made, d = [], os.path.abspath(out_dir)  # the directories this call creates, the deepest first
-    while not os.path.exists(d):
-        made.append(d)
-        d = os.path.dirname(d)
-    os.makedirs(out_dir, exist_ok=True)
+    made = make_dirs(out_dir)
     try:
         if kind == "wordpiece":
             path = _train_wordpiece(files, out_dir, vocab_size)
