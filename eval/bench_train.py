@@ -9,6 +9,8 @@ ratios printed.
     python eval/bench_train.py --executions "remat none" XLA   # only those choices (and the default): a GPU
                                                     # compiles the twelve in about 3 minutes
     python eval/bench_train.py --profile DIR        # only: where each step's device time goes, kernel by kernel
+    python eval/bench_train.py --kernels            # only: the fused FFN kernel per tile choice vs XLA's FFN, and
+                                                    # the bf16 inference forward with and without it
     python eval/bench_train.py --tiny               # tiny dims (CI): checks the plumbing, not the speed
     python eval/bench_train.py --pipeline-only      # only the input pipeline (full-size corpora, any CPU)
     python eval/bench_train.py --feeding            # only: pretrain.py's step fed by the real pipeline vs a fixed
@@ -28,9 +30,9 @@ import tempfile
 import jax
 import jax.numpy as jnp
 
-from squeezebert_jax import cli, corpus, pretrain_data
+from squeezebert_jax import cli, corpus, kernels, pretrain_data
 from squeezebert_jax.benchmarks.timing import Report, add_out_args, format_table, set_device_lock
-from squeezebert_jax.benchmarks import step_profile
+from squeezebert_jax.benchmarks import ffn_kernel, step_profile
 from squeezebert_jax.benchmarks.train_step import (compile_all, feeding_benchmark,
                                                    train_step_bench)
 from squeezebert_jax.errors import InputError
@@ -60,10 +62,16 @@ def main(argv=None) -> int:
                    help="only SqueezeBERT's step at the first --seq-lens under each execution choice (EXECUTIONS: remat, "
                         "scan or unrolled layers, fused or reference attention, dropout off), or only those whose "
                         "names hold a CHOICE (case ignored), beside the default")
+    p.add_argument("--repeats", type=cli.positive_int, default=1,
+                   help="--executions: time every choice this many times, in turns (the median is the row's)")
     p.add_argument("--profile", metavar="DIR", default=None,
                    help="only: where each model's step spends its device time (by scope, by kind, largest kernels); "
                         "every kernel to DIR/kernels.tsv, each compiled program to DIR/<model>.hlo.txt")
     p.add_argument("--top", type=cli.positive_int, default=25, help="--profile: how many of the largest kernels")
+    p.add_argument("--kernels", action="store_true",
+                   help="only: the fused grouped FFN kernel (kernels.grouped_ffn) per tile choice against XLA's FFN "
+                        "(ms, GB/s, TFLOP/s, error against float32), and the bf16 inference forward of SqueezeBERT "
+                        "with and without it beside BERT-base's")
     p.add_argument("--pipeline-only", action="store_true", help="skip the train-step benchmark")
     p.add_argument("--step-only", action="store_true", help="skip the input pipeline's rate per core")
     p.add_argument("--lock", metavar="FILE", default=None,
@@ -79,8 +87,8 @@ def main(argv=None) -> int:
     report = Report(args.out, args.overwrite)
     set_device_lock(args.lock)
     report.add(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
-    if args.executions is not None or args.profile:
-        (executions if args.executions is not None else profile)(args, report)
+    if args.executions is not None or args.profile or args.kernels:
+        (executions if args.executions is not None else profile if args.profile else kernel_tables)(args, report)
         report.write()
         return 0
     ours = throughput(args, report) if not args.feeding else {}
@@ -151,13 +159,17 @@ EXECUTIONS = [("default: layers auto (unrolled on CPU and GPU), remat minimal, f
               ("scan, remat minimal", {"scan_layers": True}),
               ("reference attention (probability dropout)", {"attention": "reference"}),
               ("rbg dropout bits", {"rng_impl": "rbg"}),
-              ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})]
+              ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
+              ("fused FFN kernel (Pallas)", {"ffn": "fused"})]
+CUDNN_LN, BLOCK_LEVEL = "xla_gpu_enable_cudnn_layer_norm", "xla_gpu_experimental_enable_fusion_block_level_rewriter"
 GPU_EXECUTIONS = [("XLA: cuBLAS for every matmul (no Triton gemm)", {"xla": {"xla_gpu_enable_triton_gemm": False}}),
                   ("XLA: Triton for any matmul", {"xla": {"xla_gpu_triton_gemm_any": True}}),
                   ("XLA: no command buffers (CUDA graphs)", {"xla": {"xla_gpu_enable_command_buffer": ""}}),
-                  ("XLA: cuDNN LayerNorm", {"xla": {"xla_gpu_enable_cudnn_layer_norm": True}}),
-                  ("XLA: block-level fusions", {"xla": {"xla_gpu_experimental_enable_fusion_block_level_rewriter":
-                                                        True}})]
+                  ("XLA: cuDNN LayerNorm", {"xla": {CUDNN_LN: True}}),
+                  ("XLA: block-level fusions", {"xla": {BLOCK_LEVEL: True}}),
+                  ("XLA: cuDNN LayerNorm + block-level fusions", {"xla": {CUDNN_LN: True, BLOCK_LEVEL: True}}),
+                  ("remat none + XLA: cuDNN LayerNorm + block-level fusions",
+                   {"remat": "none", "xla": {CUDNN_LN: True, BLOCK_LEVEL: True}})]
 
 
 def preset(name: str, tiny: bool, **changes) -> SqueezeBertConfig:
@@ -189,19 +201,51 @@ def executions(args, report: Report) -> None:
         benches.append(train_step_bench(preset("squeezebert-uncased", args.tiny, **changes), seq_len, args.batch,
                                         preds, dtype, rng_impl=impl, compiler_options=xla))
     errors = compile_all(benches)
+    runs: dict[int, list[dict]] = {i: [] for i, e in enumerate(errors) if e is None}
+    for _ in range(args.repeats):  # each pass times every choice once: a drift of the device shows in every row
+        for i in runs:
+            runs[i].append(benches[i].time(args.steps, peak_flops=args.peak_flops))
     rows, base = [], None
-    for (name, _), bench, error in zip(choices, benches, errors):
-        if error is not None:
-            rows.append([name, "-", "-", f"did not compile: {str(error).splitlines()[0][:80]}", "-"])
-            continue
-        r = bench.time(args.steps, peak_flops=args.peak_flops)
+    for i, ((name, _), bench, error) in enumerate(zip(choices, benches, errors)):
         bench.args = bench.compiled = None  # frees its state on the device
+        if error is not None:
+            rows.append([name, "-", "-", "-", f"did not compile: {str(error).splitlines()[0][:80]}", "-"])
+            continue
+        r = sorted(runs[i], key=lambda r: r["step_ms"])[(len(runs[i]) - 1) // 2]  # the median run (lower middle)
         base = base or r["seq_per_s"]
-        rows.append([name, f"{r['step_ms']:.1f}", f"{r['seq_per_s']:.1f}", f"{r['seq_per_s'] / base:.2f}x",
+        rows.append([name, f"{r['step_ms']:.1f}", ", ".join(f"{x['step_ms']:.1f}" for x in runs[i]),
+                     f"{r['seq_per_s']:.1f}", f"{r['seq_per_s'] / base:.2f}x",
                      "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"])
-    report.add(format_table(["execution", "step ms", "seq/s", "vs default", "MFU"], rows,
+    report.add(format_table(["execution", "step ms", "runs (ms)", "seq/s", "vs default", "MFU"], rows,
                             title=f"SqueezeBERT train step (LAMB, {args.dtype}) by execution choice, seq {seq_len}, "
                                   f"batch {args.batch}, {jax.devices()[0].device_kind}"))
+
+
+def kernel_tables(args, report: Report) -> None:
+    """The fused FFN kernel per tile choice against XLA's FFN at the first --seq-lens x --batch tokens (on a CPU, in
+    Pallas' interpreter: plumbing, not speed), then the bf16 inference forward of SqueezeBERT with either FFN and of
+    BERT-base."""
+    seq_len = args.seq_lens[0]
+    cfg = preset("squeezebert-uncased", args.tiny)
+    cpu = jax.default_backend() == "cpu"
+    choices = [kernels.Tiles(64, 128, 4, 3), kernels.TILES] if cpu else None  # the interpreter: two, not 24
+    hidden, inner = (256, 1024) if args.tiny else (cfg.hidden_size, cfg.intermediate_size)  # tiny: the tiles' least
+    rows = ffn_kernel.kernel_rows(args.batch * seq_len, hidden, inner, cfg.intermediate_groups,
+                                  steps=2 if cpu else 50, choices=choices, interpret=cpu)
+    report.add(format_table(["FFN", "ms", "GB/s moved", "TFLOP/s", "error vs float32"], rows,
+                            title=f"SqueezeBERT's grouped FFN, {args.batch * seq_len} tokens, bf16, "
+                                  f"{jax.devices()[0].device_kind}" + (" (interpreted)" if cpu else "")))
+    configs = {n: preset(n, args.tiny) for n in ("squeezebert-uncased", "bert-base-uncased")}
+    rows = ffn_kernel.inference_rows(configs, seq_len, args.batch, args.steps)
+    report.add(format_table(["model", "FFN", "seq/s", "logits max |fused - xla|", "s"], rows,
+                            title=f"bf16 inference forward, seq {seq_len}, batch {args.batch}, "
+                                  f"{jax.devices()[0].device_kind}"))
+    speed = {(r[0], r[1]): float(r[2]) for r in rows}
+    bert = next(v for (n, _), v in speed.items() if n == "bert-base-uncased")
+    for ffn in ("xla", "fused"):
+        if ("squeezebert-uncased", ffn) in speed:
+            report.add(f"inference, FFN {ffn}: SqueezeBERT / BERT-base = "
+                       f"{speed[('squeezebert-uncased', ffn)] / bert:.2f}x (target >= 2.2x)")
 
 
 def profile(args, report: Report) -> None:

@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from squeezebert_jax import chips, distill, finetune, glue, inference, losses, parallel, pretrain, trainer
+from squeezebert_jax import chips, distill, finetune, glue, inference, kernels, losses, parallel, pretrain, trainer
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import layer_execution
 from squeezebert_jax.flops import flops as analytic
@@ -262,7 +262,8 @@ def _lower(config, phase, model, mesh, rng):
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp)
     batch = abstract_batch(config.global_batch_size, phase.seq_len, phase.max_predictions_per_seq,
                            parallel.batch_sharding(mesh))
-    return ps.step_fn.lower(ps.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32))
+    with kernels.lowering_for(mesh.devices.flat[0].platform):  # a GPU target's kernels, traced on this host
+        return ps.step_fn.lower(ps.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32))
 
 
 def _cost(lowered_or_compiled) -> dict:
@@ -405,7 +406,8 @@ def _finetune_lowered(config, model, mesh, rng, teacher_config=None):
         replicated = NamedSharding(mesh, P())
         consts = (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
                                layer_teacher.state),)
-    return fs.step_fn.lower(fs.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32), *consts)
+    with kernels.lowering_for(mesh.devices.flat[0].platform):
+        return fs.step_fn.lower(fs.abstract, batch, rng, jax.ShapeDtypeStruct((), np.float32), *consts)
 
 
 def compile_finetune(config, target: Target, model, teacher_config=None, num_steps: int = 0,
@@ -463,7 +465,8 @@ def compile_teacher_logits(config, target: Target, teacher_config, num_examples:
     batch = {k: jax.ShapeDtypeStruct((b, s), np.int32, sharding=parallel.batch_sharding(mesh))
              for k in inference.INPUT_KEYS}
     t0 = time.perf_counter()
-    compiled = inference.eval_logits.lower(Structure(graphdef), state, batch).compile()
+    with kernels.lowering_for(mesh.devices.flat[0].platform):
+        compiled = inference.eval_logits.lower(Structure(graphdef), state, batch).compile()
     n_chips = len(target.devices)
     return PhaseReport(
         phase="teacher logits", seq_len=s, global_batch=b, per_chip_batch=b // n_chips, microbatches=1,

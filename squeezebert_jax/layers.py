@@ -180,6 +180,7 @@ class LayerNorm(nnx.Module):
 
 
 ATTENTION = ("fused", "reference")  # SqueezeBertConfig.attention
+FFN = ("fused", "xla")  # SqueezeBertConfig.ffn
 
 
 def cudnn_version() -> int | None:

@@ -225,14 +225,33 @@ def test_bench_train_executions_table(capsys):
         mod.preset("squeezebert-uncased", False, **{k: v for k, v in changes.items() if k not in ("rng_impl", "xla")})
     assert mod.preset("bert-base-uncased", True).scan_layers is False  # as the trainer runs it here (CPU: unrolled)
     with pytest.raises(sj.errors.InputError, match=r"^--executions 'flash': no execution choice here is named so; "
-                                                   r"they are: default: .*; rbg dropout bits; dropout off$"):
+                                                   r"they are: default: .*; rbg dropout bits; dropout off; fused FFN "
+                                                   r"kernel \(Pallas\)$"):
         mod.main(["--tiny", "--executions", "flash"])
     assert mod.main(["--tiny", "--executions", "RBG", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype",
-                     "float32"]) == 0
+                     "float32", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "execution" not in line]
     assert [r[0].strip() for r in rows] == [mod.EXECUTIONS[0][0], "rbg dropout bits"]
-    assert rows[0][3].strip() == "1.00x" and re.fullmatch(r"\d+\.\d\dx", rows[1][3].strip())
+    assert rows[0][4].strip() == "1.00x" and re.fullmatch(r"\d+\.\d\dx", rows[1][4].strip())
+    assert all(re.fullmatch(r"\d+\.\d, \d+\.\d", r[2].strip()) for r in rows)  # --repeats 2: both runs, in turns
+
+
+def test_bench_train_kernels_tables(capsys):
+    """--kernels on a CPU: XLA's FFN and two tile choices of the kernel (Pallas' interpreter), each within bf16's
+    error of float32, then the inference forward with either FFN and BERT-base's, with the ratios."""
+    mod = load_script("eval/bench_train.py")
+    assert mod.main(["--tiny", "--kernels", "--batch", "4", "--steps", "1", "--seq-lens", "32"]) == 0
+    out = capsys.readouterr().out
+    ffn = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| XLA", "| kernel"))]
+    assert [r[0].split()[0] for r in ffn] == ["XLA", "kernel", "kernel"], out
+    assert all(float(r[4]) < 1e-2 for r in ffn), out
+    assert "(default)" in ffn[-1][0]
+    forward = [line.split("|")[1:3] for line in out.splitlines() if line.startswith(("| squeezebert", "| bert"))]
+    assert [(m.strip(), f.strip()) for m, f in forward] == [("squeezebert-uncased", "xla"),
+                                                          ("squeezebert-uncased", "fused"),
+                                                          ("bert-base-uncased", "(no grouped FFN)")]
+    assert re.search(r"inference, FFN fused: SqueezeBERT / BERT-base = \d+\.\d\dx", out)
 
 
 @pytest.mark.slow
