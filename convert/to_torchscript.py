@@ -59,7 +59,7 @@ def main(argv=None) -> int:
               "the SOP head is not exported")
     try:
         result = export_lite(model, args.out, batch=args.batch, seq_len=args.seq_len, num_choices=args.num_choices or 2,
-                             tol=args.tol, optimize=not args.no_optimize)
+                             tol=args.tol, optimize=not args.no_optimize, overwrite=args.overwrite)
     except ParityError as e:
         print(f"FAILED: {e}", file=sys.stderr)
         return 1

@@ -79,6 +79,10 @@ def main(argv=None):
         if args.predict:  # before any work: the files this command writes, each claimed (another task's are no bother)
             stack.enter_context(files.claim_output_files(args.out, _submission_files(plan), args.overwrite,
                                                          inputs=_inputs(plan, args.data_dir)))
+            for task, _ in plan:  # the test files read before the evaluations: a bad row named now, not after them
+                for t in (task, "ax") if task == "mnli" else (task,):
+                    for split in glue.get_task(t).test_splits:
+                        glue.load_examples(t, split, data_dir=args.data_dir)
         per_task = {}
         for task, model_dir in plan:
             try:

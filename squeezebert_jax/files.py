@@ -753,6 +753,24 @@ def json_type(v) -> str:
     return type(v).__name__
 
 
+def _finite(v):
+    """``v`` with every float that is not finite (NaN, inf) as None, in nested dicts, lists and tuples."""
+    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and not math.isfinite(float(v)):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def json_text(v, **kwargs) -> str:
+    """``json.dumps(v, **kwargs)`` as standard JSON, which has no NaN or Infinity: a score or loss that is not a
+    number is written null (Python's json would write the bare word NaN, which jq, JavaScript and strict readers
+    refuse). For the result files a run or a prediction writes."""
+    return json.dumps(_finite(v), allow_nan=False, **kwargs)
+
+
 def json_repr(v, limit: int = 40) -> str:
     """``v`` as JSON writes it ("32", true, [1, 2]), cut to ``limit`` characters."""
     try:

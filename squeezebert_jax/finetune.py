@@ -557,7 +557,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
             n = predict.write_predictions(os.path.join(workdir, "model"), examples, out, config.max_seq_length)
             results.setdefault("predictions", {})[split] = out
             log.info("%s: %d predictions of the best model on %s", out, n, split)
-        atomic_write(os.path.join(workdir, "eval_results.json"), json.dumps(results, indent=2))
+        atomic_write(os.path.join(workdir, "eval_results.json"), files.json_text(results, indent=2))
     return results
 
 

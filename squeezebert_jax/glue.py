@@ -205,11 +205,16 @@ def read_glue_tsv(path: str, task: str, split: str, *,
     file has one; otherwise ``GlueFormatError`` names ``path:line``, or with ``skip_malformed`` the row is
     dropped and counted. Empty lines carry nothing and are ignored. The header row must name the columns read
     (index, texts, label) as GLUE's file does (other columns may differ), so that a file without one is refused
-    rather than losing its first example to it.
+    rather than losing its first example to it. A test file's rows (no label) are never skipped: the GLUE server
+    wants a prediction for each index.
     """
     spec = get_task(task)
     split = _split(spec, split)
     lay = spec.layouts[split]
+    every_row = lay.label is None  # a test file
+    skip_malformed = skip_malformed and not every_row
+    hint = (" (a test file's rows are never skipped: the GLUE server wants a prediction for each)" if every_row else
+            " (skip_malformed=True drops and counts such rows)")
     examples: list[GlueExample] = []
     skipped, ncols, row_no, seen_index = 0, lay.ncols, 0, {}
     with open(path, "rb") as f:  # bytes, so that a line that is not UTF-8 is named like any other bad row
@@ -222,8 +227,7 @@ def read_glue_tsv(path: str, task: str, split: str, *,
             except UnicodeDecodeError as e:
                 if (lay.header and ncols is None) or not skip_malformed:
                     raise GlueFormatError(f"{path}:{lineno}: not UTF-8 text ({e})"
-                                          + ("" if lay.header and ncols is None else
-                                             " (skip_malformed=True drops and counts such rows)")) from None
+                                          + ("" if lay.header and ncols is None else hint)) from None
                 skipped += 1
                 row_no += 1
                 continue
@@ -245,8 +249,7 @@ def read_glue_tsv(path: str, task: str, split: str, *,
                                             label))
             except ValueError as e:
                 if not skip_malformed:
-                    raise GlueFormatError(f"{path}:{lineno}: malformed {spec.name} row: {e} "
-                                          f"(skip_malformed=True drops and counts such rows)") from None
+                    raise GlueFormatError(f"{path}:{lineno}: malformed {spec.name} row: {e}{hint}") from None
                 skipped += 1
                 log.debug("%s:%d: skipped: %s", path, lineno, e)
             else:

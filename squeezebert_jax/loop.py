@@ -15,7 +15,6 @@ batches and its boundary (a phase's end; an epoch's evaluation) as ``Hooks``; th
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -29,6 +28,7 @@ from tqdm.auto import tqdm
 
 from squeezebert_jax import checkpointing, parallel, reporting, trainer
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
+from squeezebert_jax.files import json_text
 from squeezebert_jax.pretrained import atomic_write, save_pretrained
 
 # Checked on the host for every step before anything is logged or saved: the loss (of the params before the step's
@@ -268,4 +268,4 @@ def export(model: nnx.Module, params, tokenizer_dir: str, out_dirs: dict[str, nn
         save_pretrained(module, out_dir, tokenizer_dir=tokenizer_dir)
     first = next(iter(out_dirs))
     for name, obj in (extra_files or {}).items():
-        atomic_write(os.path.join(first, name), json.dumps(obj, indent=2))
+        atomic_write(os.path.join(first, name), json_text(obj, indent=2))

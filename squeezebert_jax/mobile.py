@@ -280,14 +280,15 @@ class ParityError(RuntimeError):
 
 def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_len: int = 128,
                 num_choices: int = 2, tol: float = DEFAULT_TOL, optimize: bool = True, seed: int = 0,
-                flax_forward=None) -> ExportResult:
+                flax_forward=None, overwrite: bool = False) -> ExportResult:
     """Export ``model`` to a lite-interpreter ``.ptl`` and verify it against the Flax model.
 
     The trace uses inputs of ``[batch, seq_len]`` (``[batch, num_choices, seq_len]`` for multiple choice)
     with padding; the check reloads the file with ``_load_for_lite_interpreter`` and runs fresh padded
     inputs of the same shape (another seed). Raises ``ParityError`` when any output differs by > ``tol``
     (the file is still written, so it can be inspected). ``flax_forward``: a ``make_flax_forward(model)``
-    to reuse (saves a compile).
+    to reuse (saves a compile). A file already at ``path`` is refused unless ``overwrite`` (as the CLI's
+    --overwrite).
     """
     # seq_len: [CLS], a word of each text and [SEP] at least (tasks.MIN_SEQ_LENGTH, as training and predict);
     # num_choices: a choice of one scores 1 whatever it reads
@@ -298,6 +299,8 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
         raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
     if os.path.isdir(path):
         raise InputError(f"export_lite: {os.fspath(path)} is a directory; give the .ptl file to write")
+    if os.path.lexists(path) and not overwrite:
+        raise InputError(f"export_lite: {os.fspath(path)} exists; pass overwrite=True to replace it")
     head = convert.head_name(model)
     cfg = model.config
     if seq_len > cfg.max_position_embeddings:

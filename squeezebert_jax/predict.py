@@ -31,7 +31,7 @@ import numpy as np
 
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import (atomic_write, claim_output_file, has_text, json_type, read_json,
+from squeezebert_jax.files import (atomic_write, claim_output_file, has_text, json_text, json_type, read_json,
                                    text_lines)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
@@ -209,7 +209,10 @@ class Predictor:
             raise InputError("a question-answering model takes (question, context) pairs")
         settings = {"version_2": False, "doc_stride": min(128, self.max_length // 4),  # a model without task.json
                     "max_query_length": min(64, self.max_length // 4)}
-        task = squad.SquadTask("predict", {}, **(settings | {k: v for k, v in self.card.items() if k != "kind"}))
+        trained = "the model's task.json" if "max_query_length" in self.card else "this model's default"
+        task = squad.SquadTask("predict", {}, **(settings | {k: v for k, v in self.card.items() if k != "kind"}),
+                               query_setting=f"data.max_query_length when fine-tuning (predict reads questions as "
+                                             f"{trained} says)")
         room = task.context_room(self.max_length)
         if task.doc_stride >= room:  # the run's windows do not fit this length: named before any input is read
             source = (f"the model was trained with ({self.model_dir}/task.json)" if "doc_stride" in self.card else
@@ -447,7 +450,7 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
         numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity)
         texts = predictor.inputs([x for _, x in numbered])[0]
         results = predictor._predict(texts, [(input_path, n) for n, _ in numbered]) if texts else []
-        atomic_write(out_path, "".join(json.dumps({"line": n} | r) + "\n" for (n, _), r in zip(numbered, results)))
+        atomic_write(out_path, "".join(json_text({"line": n} | r) + "\n" for (n, _), r in zip(numbered, results)))
     return len(results)
 
 
@@ -471,5 +474,5 @@ def write_predictions(model_dir: str, examples, out_path: str, max_length: int =
     results = Predictor(model_dir, max_length)([example_input(ex) for ex in examples])
     rows = [{"row": i + 1} | ({"id": ex.id} if isinstance(ex, squad.QAExample) else {}) | r
             for i, (ex, r) in enumerate(zip(examples, results))]
-    atomic_write(out_path, "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write(out_path, "".join(json_text(r) + "\n" for r in rows))
     return len(rows)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 from typing import Any
@@ -124,10 +123,11 @@ def get_phases(config) -> list[Phase]:
 
 def model_config(config: ml_collections.ConfigDict, platform: str | None = None) -> SqueezeBertConfig:
     """The architecture of ``config.model`` (preset + overrides) with its execution choices: ``model.layers`` on
-    ``platform`` (default: this process's backend; a compile target's for ``aot``), remat and attention."""
+    ``platform`` (default: this process's backend; a compile target's for ``aot``), remat, attention and ffn."""
     overrides = dict(config.model.overrides)
-    for field in ("remat", "attention"):
-        overrides.setdefault(field, config.model[field])
+    for field in ("remat", "attention", "ffn"):
+        if field in config.model:
+            overrides.setdefault(field, config.model[field])
     try:
         overrides.setdefault("scan_layers", scan_layers_on(config.model.layers, platform or jax.default_backend()))
         return SqueezeBertConfig.preset(config.model.preset, **overrides)
@@ -494,7 +494,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=trainer.compute_dtype(config),
                                 seed=config.seed)
         execution = model_config(config)  # the config's scan/remat/attention (model.overrides may set them)
-        set_execution(model, execution.scan_layers, execution.remat, execution.attention)
+        set_execution(model, execution.scan_layers, execution.remat, execution.attention, execution.ffn)
     else:
         model = new_model(config, tokenizer.vocab_size)
     cfg = model.config
@@ -578,5 +578,5 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
         out = {os.path.join(workdir, "model"): model.discriminator, os.path.join(workdir, "generator"): model.generator}
     loop.export(model, params, data_dir, out)
     if jax.process_index() == 0:
-        atomic_write(os.path.join(workdir, "final_metrics.json"), json.dumps(last, indent=2))
+        atomic_write(os.path.join(workdir, "final_metrics.json"), files.json_text(last, indent=2))
     return last | {"preempted": False}

@@ -225,13 +225,15 @@ def _piece_span(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[i
     return first, max(first, last)
 
 
-def encode_features(examples, tokenizer, max_length: int, max_query_length: int, doc_stride: int):
+def encode_features(examples, tokenizer, max_length: int, max_query_length: int, doc_stride: int,
+                    query_setting: str = "config.data.max_query_length"):
     """Model inputs of every window of every question (see the module docstring): ``input_ids``, ``attention_mask``,
     ``token_type_ids`` [F, max_length]; ``start_positions``, ``end_positions`` [F] (the first answer's pieces, or 0);
     ``example_index`` [F] (the question of each window) and ``offsets`` [F, max_length, 2] (each context piece's
-    characters, ``NO_CONTEXT`` elsewhere)."""
+    characters, ``NO_CONTEXT`` elsewhere). A question cut to ``max_query_length`` is counted in a warning that names
+    ``query_setting``, what keeps more."""
     pieces = tokenizer.tokenize_batch([ex.question for ex in examples])
-    warn_truncated(sum(len(q) > max_query_length for q in pieces), len(pieces), max_query_length, "max_query_length",
+    warn_truncated(sum(len(q) > max_query_length for q in pieces), len(pieces), max_query_length, query_setting,
                    "questions")
     questions = [q[:max_query_length] for q in pieces]
     contexts = tokenizer.pieces_with_offsets([ex.context for ex in examples])
@@ -375,6 +377,8 @@ class SquadTask:
     max_answer_length: int = 30
     n_best: int = 20
     null_threshold: float = 0.0
+    # what a question longer than max_query_length is told to change: fine-tuning's setting, or (predict) the run's
+    query_setting: str = "config.data.max_query_length"
 
     kind, head, loss = "question_answering", "SqueezeBertForQuestionAnswering", "span_cross_entropy"
     is_regression, labels, num_labels = False, None, 2
@@ -409,7 +413,8 @@ class SquadTask:
         return examples
 
     def encode(self, examples, tokenizer, max_length: int) -> dict:
-        out = encode_features(examples, tokenizer, max_length, self.max_query_length, self.doc_stride)
+        out = encode_features(examples, tokenizer, max_length, self.max_query_length, self.doc_stride,
+                              self.query_setting)
         out["examples"] = list(examples)  # decoding maps the windows back to their question's context
         return out
 

@@ -442,8 +442,8 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
         (" (S)" if transfer else "")
     text = results_table(choices, label)
     atomic_write(os.path.join(workdir, "table.md"), text + "\n")
-    atomic_write(os.path.join(workdir, "results.json"), json.dumps(chosen_metrics(choices), indent=2) + "\n")
-    atomic_write(os.path.join(workdir, "chosen.json"), json.dumps(
+    atomic_write(os.path.join(workdir, "results.json"), files.json_text(chosen_metrics(choices), indent=2) + "\n")
+    atomic_write(os.path.join(workdir, "chosen.json"), files.json_text(
         {t: {"settings": c.settings, "score": c.score, "metric": selection_metric(t),
              "run_dirs": [r["run_dir"] for r in c.rows]} for t, c in choices.items()}, indent=2) + "\n")
     if predict:

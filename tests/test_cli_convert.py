@@ -198,7 +198,8 @@ def test_to_torchscript_refuses_an_existing_out_unless_overwrite(tmp_path, run_c
 
 def test_export_lite_checks_its_sizes(tmp_path):
     """Before any trace: a length that cannot hold [CLS] a word [SEP] (1 and 2 exported), one choice (its softmax is
-    1 whatever it reads), a tolerance that is no number >= 0 (the whole export ran first), a directory as the file."""
+    1 whatever it reads), a tolerance that is no number >= 0 (the whole export ran first), a directory as the file,
+    and a file already there without overwrite=True (the notebook calls this, not the CLI that asks --overwrite)."""
     model = sj.SqueezeBertModel(SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
     for kw, msg in (({"seq_len": 0}, r"seq_len=0; expected an integer >= 4"),
                     ({"seq_len": 2}, r"seq_len=2; expected an integer >= 4"),
@@ -210,6 +211,10 @@ def test_export_lite_checks_its_sizes(tmp_path):
     with pytest.raises(InputError, match=rf"export_lite: {re.escape(str(tmp_path))} is a directory; give the .ptl"):
         mobile.export_lite(model, tmp_path)
     assert os.listdir(tmp_path) == []
+    (tmp_path / "phone.ptl").write_bytes(b"the export on the phone")  # a file the user has, as the CLI's --out
+    with pytest.raises(InputError, match=r"export_lite: .*phone\.ptl exists; pass overwrite=True to replace it$"):
+        mobile.export_lite(model, tmp_path / "phone.ptl")
+    assert (tmp_path / "phone.ptl").read_bytes() == b"the export on the phone"
 
 
 # -- 4. config.json with the wrong shape or types ----------------------------------------------------------------------

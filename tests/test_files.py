@@ -262,3 +262,24 @@ def test_a_run_entry_of_the_wrong_kind_is_refused_before_the_run(tmp_path, name)
                                                         r"away or choose another --workdir$"):
                 files.check_run_dir(wd, what, overwrite=True)
         assert sorted(os.listdir(wd)) == [name]
+
+
+def test_result_files_are_standard_json_without_nan():
+    """A score or loss that is not a number is written null in the result files (eval_results.json,
+    final_metrics.json, a model's extra files, predictions): Python's json would write the bare word NaN, which strict
+    readers (jq, JavaScript) refuse. Nested values too; numbers and booleans otherwise unchanged."""
+    from squeezebert_jax.files import json_text
+
+    nan, inf = float("nan"), float("inf")
+    results = {"dev": {"pearson": nan, "spearman": 0.5, "loss": inf}, "runs": [1, True, -inf], "pair": (2.0, nan)}
+    text = json_text(results, indent=2)
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"dev": {"pearson": None, "spearman": 0.5, "loss": None}, "runs": [1, True, None],
+                                "pair": [2.0, None]}
+
+    def strict(constant):  # what a strict reader does with NaN and Infinity
+        raise ValueError(constant)
+
+    json.loads(text, parse_constant=strict)
+    with pytest.raises(ValueError, match="NaN"):
+        json.loads(json.dumps(results), parse_constant=strict)

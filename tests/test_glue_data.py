@@ -234,6 +234,20 @@ def test_a_duplicated_test_index_is_named_by_file_and_line(tmp_path):
         glue.read_glue_tsv(str(tmp_path / "test.tsv"), "sst2", "test")
 
 
+def test_a_test_files_rows_are_never_skipped(tmp_path):
+    """A test file's malformed row (an index that is no integer, a text that is not UTF-8) is refused even with
+    skip_malformed, which the message does not offer: the GLUE server wants a prediction for every index."""
+    (tmp_path / "test.tsv").write_bytes(b"index\tsentence\n0\ta fine film\n1.5\ta bad film\n2\t\xff\xfe\n")
+    for skip in (False, True):
+        with pytest.raises(errors.InputError, match=r"test.tsv:3: malformed sst2 row: index '1.5' is not an integer "
+                                                    r"\(a test file's rows are never skipped: the GLUE server wants a "
+                                                    r"prediction for each\)$"):
+            glue.read_glue_tsv(str(tmp_path / "test.tsv"), "sst2", "test", skip_malformed=skip)
+    (tmp_path / "test.tsv").write_bytes(b"index\tsentence\n0\ta fine film\n2\t\xff\xfe\n")
+    with pytest.raises(errors.InputError, match=r"test.tsv:3: not UTF-8 text .*\(a test file's rows are never skipped"):
+        glue.read_glue_tsv(str(tmp_path / "test.tsv"), "sst2", "test", skip_malformed=True)
+
+
 def test_inputs_cut_to_max_length_are_counted_in_a_warning(tmp_path, caplog):
     """A row longer than max_seq_length loses its end: never without a word (10 words and the 2 special tokens fit
     12; a pair counts once, whichever text is cut)."""

@@ -124,10 +124,10 @@ def test_model_uses_the_kernel_only_when_traced_for_a_gpu():
 def test_pretraining_loss_and_gradients_equal_the_xla_paths():
     """The whole pretraining model in bf16 (dropout off): the loss and every gradient with the kernel equal XLA's
     FFN within bf16's rounding (the kernel accumulates the contraction in float32 where XLA rounds to bf16)."""
-    model = SqueezeBertForPreTraining(CFG, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    model = SqueezeBertForPreTraining(CFG.replace(num_hidden_layers=1), dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     rng = np.random.default_rng(4)
-    ids = jnp.asarray(rng.integers(5, 128, (2, 64)), jnp.int32)
-    positions = jnp.asarray(np.sort(rng.integers(1, 64, (2, 8)), 1), jnp.int32)
+    ids = jnp.asarray(rng.integers(5, 128, (1, 64)), jnp.int32)
+    positions = jnp.asarray(np.sort(rng.integers(1, 64, (1, 8)), 1), jnp.int32)
 
     def loss(model):
         out = model(ids, masked_positions=positions)
@@ -139,7 +139,7 @@ def test_pretraining_loss_and_gradients_equal_the_xla_paths():
         f = lambda p: loss(nnx.merge(graph, p, rest))  # noqa: E731
         with kernels.lowering_for("gpu", interpret=INTERPRET):
             assert _trace_has_kernel(f, params) == (ffn == "fused")
-            results[ffn] = jax.value_and_grad(f)(params)
+            results[ffn] = jax.jit(jax.value_and_grad(f))(params)
     (l_x, g_x), (l_f, g_f) = results["xla"], results["fused"]
     assert abs(float(l_f) - float(l_x)) < 1e-2 * abs(float(l_x))
     flat_x, flat_f = jax.tree.leaves(g_x), jax.tree.leaves(g_f)

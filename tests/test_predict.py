@@ -7,6 +7,7 @@ is checked key by key."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -414,7 +415,7 @@ def test_a_single_text_model_refuses_a_tab_separated_pair_through_the_script(mod
     assert not (tmp_path / "o.jsonl").exists()
 
 
-def test_a_qa_model_takes_one_question_context_pair(tmp_path):
+def test_a_qa_model_takes_one_question_context_pair(tmp_path, caplog):
     cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=1,
                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
     sj.save_pretrained(sj.SqueezeBertForQuestionAnswering(cfg, rngs=nnx.Rngs(0)), tmp_path / "qa")
@@ -433,6 +434,15 @@ def test_a_qa_model_takes_one_question_context_pair(tmp_path):
                                          r"16\), not more than the doc_stride 128 the model was trained with \(.*qa/"
                                          r"task.json\): give a larger --max_length"):
         Predictor(str(tmp_path / "qa"), max_length=32)(("what was good", "the movie was good"))
+    # a question past the run's max_query_length: the warning names fine-tuning's setting, which predict cannot change
+    card = squad.SquadTask("t", {}, version_2=False, max_query_length=2, doc_stride=4).card()
+    (tmp_path / "qa" / "task.json").write_text(json.dumps(card))
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
+        Predictor(str(tmp_path / "qa"), max_length=32)(("what was good", "the movie was good"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 of 1 questions (100.0%) are longer than 2 tokens and were cut to fit (the model reads none of the rest); a "
+        "larger data.max_query_length when fine-tuning (predict reads questions as the model's task.json says) keeps "
+        "more"]
 
 
 # 6. task.json: one validator, naming the file and the key

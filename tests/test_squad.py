@@ -121,7 +121,7 @@ def test_questions_cut_to_max_query_length_are_counted_in_a_warning(init, caplog
         squad.encode_features(examples, sj.Tokenizer.from_dir(init), 32, 3, 4)
     assert [r.getMessage() for r in caplog.records] == [
         "1 of 2 questions (50.0%) are longer than 3 tokens and were cut to fit (the model reads none of the rest); a "
-        "larger max_query_length keeps more"]
+        "larger config.data.max_query_length keeps more"]
 
 
 def _logits_at(features, spans):

@@ -28,9 +28,11 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     # attention: "fused" runs the attention core as one kernel (cuDNN's flash attention on a GPU) and so drops nothing
     # out of the attention probabilities (the paper's recipe drops 10% of them; the hidden-state dropout stays);
     # "reference" keeps that dropout, computing the probabilities explicitly (docs/results.md: what each costs).
+    # ffn: "xla" (XLA's ops) or "fused" (on an NVIDIA GPU, the grouped FFN as one Pallas kernel: opt-in, it was
+    # slower on an H200; docs/results.md). The same numbers either way.
     c.model = ml_collections.ConfigDict({"preset": "squeezebert-uncased", "overrides": {},
                                          "vocab_from_tokenizer": False, "layers": "auto", "remat": "minimal",
-                                         "attention": "fused"})
+                                         "attention": "fused", "ffn": "xla"})
     c.init_from = ""  # a MODEL_DIR to start from (e.g. a converted checkpoint)
     c.compute_dtype = "bfloat16"
     # The paper (via LAMB, You et al.): global batch 8192, lr 2.5e-3, warmup 28%, then polynomial decay.
