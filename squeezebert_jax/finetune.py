@@ -206,10 +206,12 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     # the settings of your own data's files, given beside a GLUE task (or a kind) that never reads them: refused, not
     # silently ignored (a run on GLUE's SST-2 while you meant your file)
     if config.task != "files":
-        for name in ("train_file", "validation_file", "test_file", "labels", "name", "choice_columns"):
-            need(not value(f"data.{name}"), f"data.{name}",
-                 f"left empty with task {config.task!r}, which reads its own files (config.data_dir); "
-                 "your own files: train/configs/glue.py:files")
+        for name, default in tasks.DATA_SETTINGS.items():
+            if name in config.data:
+                need(config.data[name] == default, f"data.{name}",
+                     f"left {'empty' if default == '' else f'at its default {default!r}'} with task "
+                     f"{config.task!r}, which reads its own files (config.data_dir); your own files: "
+                     "train/configs/glue.py:files")
     elif value("data.choice_columns"):
         need(config.data.kind == "multiple_choice", "data.choice_columns",
              f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")

@@ -47,6 +47,13 @@ from squeezebert_jax.tokenizer import warn_truncated
 
 KINDS = ("classification", "regression", "multilabel", "token_classification", "question_answering",
          "multiple_choice")
+# config.data: the settings of your own files (task "files") and their defaults, from which train/configs/glue.py
+# builds its data section. A GLUE task reads its own files: fine-tuning's validator refuses any of these changed
+# beside one (finetune.check_settings), where they would be ignored.
+DATA_SETTINGS = {"train_file": "", "validation_file": "", "test_file": "", "text_columns": "sentence",
+                 "label_column": "label", "kind": "classification", "labels": "", "name": "", "choice_columns": "",
+                 "max_query_length": 64, "doc_stride": 32, "max_answer_length": 30, "n_best": 20,
+                 "null_threshold": 0.0}
 # the fewest tokens an input may be cut to (config.max_seq_length, predict's max_length): [CLS], [SEP] and a piece of
 # each text; at 2 or 3 a model would train or predict on the special tokens alone
 MIN_SEQ_LENGTH = 4

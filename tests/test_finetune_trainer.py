@@ -181,6 +181,13 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
                                                          r"'sst2', which reads its own files \(config.data_dir\)"),
     ("mnli", "classification", "labels", "a,b,c", r"config.data.labels='a,b,c': left empty with task 'mnli'"),
     ("rte", "classification", "test_file", "t.csv", r"config.data.test_file='t.csv': left empty with task 'rte'"),
+    # and the settings whose defaults are not empty (their files' columns, kind and QA windows)
+    ("sst2", "classification", "text_columns", "review", r"config.data.text_columns='review': left at its default "
+                                                         r"'sentence' with task 'sst2', which reads its own files"),
+    ("stsb", "regression", "kind", "regression", r"config.data.kind='regression': left at its default "
+                                                 r"'classification' with task 'stsb'"),
+    ("qnli", "classification", "doc_stride", 64, r"config.data.doc_stride=64: left at its default 32 with task "
+                                                 r"'qnli'"),
     # ending columns with a kind that reads none
     ("files", "classification", "choice_columns", "a,b", r"config.data.choice_columns='a,b': left empty with "
                                                          r"data.kind 'classification' \(only multiple_choice"),
@@ -192,7 +199,8 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
     c.task, c.data.kind, c.data[field] = task_name, kind, value
     with pytest.raises(sj.errors.InputError, match="^" + msg):
         ft.check_settings(c, 1)
-    c.data[field] = ""
+    c.data.kind = "classification" if task_name != "files" else kind
+    c.data[field] = tasks.DATA_SETTINGS[field] if task_name != "files" else ""
     ft.check_settings(c, 1)
 
 

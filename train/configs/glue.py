@@ -36,6 +36,7 @@ import ml_collections
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import FINETUNE_TASKS as TASKS
+from squeezebert_jax.tasks import DATA_SETTINGS
 # The paper's chosen learning rates with bells and whistles (appendix Table 5), as defaults.
 PAPER_LR = {"mnli": 3e-5, "qqp": 3e-5, "qnli": 4e-5, "sst2": 3e-5, "cola": 3e-5, "stsb": 2e-5, "mrpc": 4e-5,
             "rte": 3e-5, "wnli": 3e-5}
@@ -53,11 +54,9 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     # max_seq_length 384 with doc_stride 128) or multiple_choice (choice_columns: the endings, e.g. SWAG's
     # "ending0,ending1,ending2,ending3" with text_columns "sent1,sent2"). A *_file may name a dataset split instead:
     # hf:DIR_OR_NAME[:SPLIT] (datasets) or tfds:NAME[:SPLIT] (squeezebert_jax.sources).
-    c.data = ml_collections.ConfigDict({"train_file": "", "validation_file": "", "test_file": "",
-                                        "text_columns": "sentence", "label_column": "label",
-                                        "kind": "classification", "labels": "", "name": "", "choice_columns": "",
-                                        "max_query_length": 64, "doc_stride": 32, "max_answer_length": 30,
-                                        "n_best": 20, "null_threshold": 0.0})
+    # The defaults: squeezebert_jax.tasks.DATA_SETTINGS (text_columns "sentence", label_column "label", kind
+    # "classification", max_query_length 64, doc_stride 32, max_answer_length 30, n_best 20, null_threshold 0).
+    c.data = ml_collections.ConfigDict(dict(DATA_SETTINGS))
     c.init_from = ""  # MODEL_DIR (pretrained, or MNLI-finetuned for transfer)
     c.data_dir = ""  # GLUE_DIR written by the original download script; empty: TFDS glue/<task>
     c.skip_malformed = False
