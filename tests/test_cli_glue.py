@@ -219,6 +219,15 @@ def test_recipe_names_the_valid_tasks_for_a_typo(tmp_path, run_cli, task, msg):
     assert rc == 1 and f"--tasks: {msg}" in line and not (tmp_path / "runs").exists()
 
 
+def test_recipe_refuses_a_teacher_weight_without_teachers(tmp_path, run_cli):
+    """--teacher_weight without --teacher_root trained every task undistilled, the flag ignored."""
+    rc, out, err = run_cli("train/glue_recipe.py", "--init_from", str(tmp_path), "--workdir", str(tmp_path / "runs"),
+                           "--teacher_weight", "0.8")
+    line = one_error_line(err, "glue_recipe.py")
+    assert rc == 1 and "--teacher_weight 0.8: the teacher's share of the targets, which only a distilled run reads: " \
+                       "give --teacher_root too" in line and not (tmp_path / "runs").exists()
+
+
 # -- 6. the scripts' console and log file ------------------------------------------------------------------------
 
 def test_recipe_logs_to_its_workdir_and_names_a_refused_model(tmp_path, data, run_cli, digest):

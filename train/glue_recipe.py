@@ -46,6 +46,9 @@ def main(argv=None):
     p.add_argument("--overwrite", action="store_true",
                    help="write the sweep into a --workdir that holds files of no sweep (a MODEL_DIR, say)")
     args = p.parse_args(argv)
+    if args.teacher_weight != p.get_default("teacher_weight") and not args.teacher_root:
+        raise InputError(f"--teacher_weight {args.teacher_weight:g}: the teacher's share of the targets, which only a "
+                         "distilled run reads: give --teacher_root too, or leave the flag out")
     files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite)  # before anything is written there
     get_config = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config
     if args.tasks is not None:
