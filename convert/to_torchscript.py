@@ -11,8 +11,6 @@ The arguments are checked before any work: --seq-len, --batch, --num-choices >= 
 directory) that does not exist yet unless --overwrite.
 """
 
-import argparse
-import math
 import os
 import sys
 
@@ -20,17 +18,6 @@ from squeezebert_jax import cli, load_pretrained
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_file
 from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite
-
-
-def nonnegative_float(s: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"{v} must be a finite number >= 0")
-    return v
 
 
 def main(argv=None) -> int:
@@ -42,7 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=cli.positive_int, default=1)
     p.add_argument("--num-choices", type=cli.positive_int, default=None,
                    help="choices per example (multiple-choice heads only; default 2)")
-    p.add_argument("--tol", type=nonnegative_float, default=DEFAULT_TOL, help="max |lite - Flax| allowed")
+    p.add_argument("--tol", type=cli.nonnegative_float, default=DEFAULT_TOL, help="max |lite - Flax| allowed")
     p.add_argument("--no-optimize", action="store_true", help="skip optimize_for_mobile even with XNNPACK")
     args = p.parse_args(argv)
     cli.setup_logging(None)

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--seq-lens", type=cli.positive_int, nargs="+", default=[128, 512])
     p.add_argument("--steps", type=cli.positive_int, default=10)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
-    p.add_argument("--peak-flops", type=float, default=None,
+    p.add_argument("--peak-flops", type=cli.positive_float, default=None,
                    help="peak FLOP/s per device for MFU (default: chips.PEAK_FLOPS by device kind)")
     p.add_argument("--executions", nargs="*", default=None, metavar="CHOICE",
                    help="only SqueezeBERT's step at the first --seq-lens under each execution choice (EXECUTIONS: remat, "
@@ -228,7 +228,7 @@ def kernel_tables(args, report: Report) -> None:
     seq_len = args.seq_lens[0]
     cfg = preset("squeezebert-uncased", args.tiny)
     cpu = jax.default_backend() == "cpu"
-    choices = [kernels.Tiles(64, 128, 4, 3), kernels.TILES] if cpu else None  # the interpreter: two, not 24
+    choices = [kernels.Tiles(64, 128, 4, 3), kernels.default_tiles()] if cpu else None  # interpreted: two, not 24
     hidden, inner = (256, 1024) if args.tiny else (cfg.hidden_size, cfg.intermediate_size)  # tiny: the tiles' least
     rows = ffn_kernel.kernel_rows(args.batch * seq_len, hidden, inner, cfg.intermediate_groups,
                                   steps=2 if cpu else 50, choices=choices, interpret=cpu)
@@ -240,7 +240,7 @@ def kernel_tables(args, report: Report) -> None:
     report.add(format_table(["model", "FFN", "seq/s", "logits max |fused - xla|", "s"], rows,
                             title=f"bf16 inference forward, seq {seq_len}, batch {args.batch}, "
                                   f"{jax.devices()[0].device_kind}"))
-    speed = {(r[0], r[1]): float(r[2]) for r in rows}
+    speed = {(r[0], r[1]): float(r[2]) for r in rows if r[2] != "-"}
     bert = next(v for (n, _), v in speed.items() if n == "bert-base-uncased")
     for ffn in ("xla", "fused"):
         if ("squeezebert-uncased", ffn) in speed:

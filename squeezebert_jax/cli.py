@@ -14,6 +14,7 @@ import argparse
 import errno
 import importlib.util
 import logging
+import math
 import os
 import re
 import sys
@@ -75,7 +76,8 @@ def disk_error_line(e: BaseException) -> str | None:
 
 
 def debug_requested(argv) -> bool:
-    return "--debug" in (argv or []) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    """--debug, or SQUEEZEBERT_DEBUG on (``files.env_switch``: false, no, off and 0 are off; another word is on)."""
+    return "--debug" in (argv or []) or files.env_switch(DEBUG_ENV) is not False
 
 
 def describe(e: BaseException) -> str:
@@ -283,6 +285,26 @@ def positive_int(s: str) -> int:
     return v
 
 
+def _finite_float(s: str, low: float, low_open: bool) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not (math.isfinite(v) and (v > low if low_open else v >= low)):
+        raise argparse.ArgumentTypeError(f"{v} must be a finite number {'>' if low_open else '>='} {low:g}")
+    return v
+
+
+def nonnegative_float(s: str) -> float:
+    """argparse type: a finite number >= 0."""
+    return _finite_float(s, 0.0, low_open=False)
+
+
+def positive_float(s: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _finite_float(s, 0.0, low_open=True)
+
+
 class _ConsoleHandler(logging.StreamHandler):
     """WARNING and above on stderr, written through tqdm so that a progress bar on the screen is not torn. With a log
     file, another library's record is one line here (its traceback goes to the log file only), and one about a full
@@ -357,15 +379,19 @@ def enable_compilation_cache() -> str | None:
     """XLA's persistent compilation cache for the training scripts (train/pretrain.py, train/finetune.py,
     train/glue_recipe.py): a restart after a preemption, and the runs of a sweep or of the GLUE tasks (the learning
     rate is an input of the step, ``optim.learning_rate_input``), read the compiled step back instead of compiling it
-    again (the paper step: about a minute on a TPU). The directory is ``$SQUEEZEBERT_COMPILATION_CACHE`` if set (``0``
-    turns the cache off), else jax's own ``JAX_COMPILATION_CACHE_DIR`` if set, else
-    ``$XDG_CACHE_HOME/squeezebert_jax/xla`` (``~/.cache/...``). jax keeps programs that took over a second to compile.
+    again (the paper step: about a minute on a TPU). The directory is ``$SQUEEZEBERT_COMPILATION_CACHE`` if set (``0``,
+    ``false``, ``no`` or ``off`` turn the cache off; ``1``, ``true``, ``yes`` or ``on`` take the default), else jax's
+    own ``JAX_COMPILATION_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/squeezebert_jax/xla`` (``~/.cache/...``). jax
+    keeps programs that took over a second to compile.
     Returns the directory (None: off)."""
     import jax
 
-    setting = os.environ.get(CACHE_ENV, "")
-    if setting == "0":
+    setting = os.environ.get(CACHE_ENV, "").strip()
+    switch = files.env_switch(CACHE_ENV)
+    if switch is False and setting:  # 0, false, no, off
         return None
+    if switch:  # 1, true, yes, on: the default directory (not one named "true")
+        setting = ""
     if not setting and jax.config.jax_compilation_cache_dir:
         return jax.config.jax_compilation_cache_dir
     path = setting or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser(os.path.join("~", ".cache")),

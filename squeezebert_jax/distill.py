@@ -161,6 +161,11 @@ def config_layer_loss(d, student_layers: int, teacher_layers: int) -> LayerLoss 
     return LayerLoss(layer_pairs(d.layer_map, student_layers, teacher_layers), **weights)
 
 
+# config.distill and config.student_layer_map with their defaults (train/configs/glue.py builds its sections from
+# these): without a teacher, fine-tuning's validator refuses the others changed (finetune.check_settings)
+SETTINGS = {"teacher": "", "teacher_weight": 0.5, "cache_dir": "", "patient_weight": 0.0, "hidden_weight": 0.0,
+            "attention_weight": 0.0, "layer_map": "skip", "transfer_text": ""}
+STUDENT_LAYER_MAP = "skip"
 LAYER_MAPS = ("skip", "last", "uniform")  # the named layer maps (layer_pairs); else "student:teacher,..." pairs
 
 

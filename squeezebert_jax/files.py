@@ -19,6 +19,24 @@ import numpy as np
 from squeezebert_jax.errors import DataFileError, InputError
 
 
+ENV_ON, ENV_OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def env_switch(name: str) -> bool | None:
+    """An on/off environment variable as people write one: True for 1, true, yes, on; False for unset, empty, 0,
+    false, no, off (any case, spaces around ignored); None for anything else (the caller says what it means)."""
+    value = os.environ.get(name, "").strip().lower()
+    return True if value in ENV_ON else False if value in ENV_OFF else None
+
+
+def env_flag(name: str) -> bool:
+    """``env_switch``, and anything else refused in one line naming the variable."""
+    on = env_switch(name)
+    if on is None:
+        raise InputError(f"{name}={os.environ[name]!r}: 1 or 0 (or true/false, yes/no, on/off)")
+    return on
+
+
 def _umask() -> int:
     """The process's umask (read by setting it and putting it back: os has no getter)."""
     mask = os.umask(0o022)

@@ -199,22 +199,40 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
                            f"one batch at max_seq_length {config.max_seq_length}")
     need(config.prune.kind in prune.KINDS, "prune.kind", f"one of {', '.join(prune.KINDS)}")
     distill.check_map_forms(config.distill.layer_map, config.student_layer_map)
+    # settings no run of this config reads, given anyway: refused, not silently ignored (a run on GLUE's SST-2 while
+    # you meant your file; a teacher's share with no teacher)
+    def unread(section: str, defaults: dict, names, why: str) -> None:
+        for name in names:
+            if name in config[section]:
+                default = defaults[name]
+                need(config[section][name] == default, f"{section}.{name}",
+                     f"left {'empty' if default == '' else f'at its default {default!r}'} {why}")
+
     if not config.distill.teacher:  # the layer losses compare with a teacher's layers: without one they did nothing
         for name in ("patient_weight", "hidden_weight", "attention_weight"):
             need(not config.distill[name], f"distill.{name}", "0 without a distill.teacher (the layer losses compare "
                  "the student's layers with the teacher's)")
-    # the settings of your own data's files, given beside a GLUE task (or a kind) that never reads them: refused, not
-    # silently ignored (a run on GLUE's SST-2 while you meant your file)
+        unread("distill", distill.SETTINGS, ("teacher_weight", "layer_map"),
+               "without a distill.teacher (only distillation reads it)")
+    if not config.student_layers:
+        need(config.student_layer_map == distill.STUDENT_LAYER_MAP, "student_layer_map",
+             f"left at its default {distill.STUDENT_LAYER_MAP!r} with student_layers 0 (init_from's depth: no layer "
+             "is chosen)")
+    if not config.prune.target:
+        unread("prune", prune.SETTINGS, ("kind", "begin", "end", "every"), "with prune.target 0 (pruning off)")
     if config.task != "files":
-        for name, default in tasks.DATA_SETTINGS.items():
-            if name in config.data:
-                need(config.data[name] == default, f"data.{name}",
-                     f"left {'empty' if default == '' else f'at its default {default!r}'} with task "
-                     f"{config.task!r}, which reads its own files (config.data_dir); your own files: "
-                     "train/configs/glue.py:files")
-    elif value("data.choice_columns"):
-        need(config.data.kind == "multiple_choice", "data.choice_columns",
-             f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")
+        unread("data", tasks.DATA_SETTINGS, tasks.DATA_SETTINGS, f"with task {config.task!r}, which reads its own "
+               "files (config.data_dir); your own files: train/configs/glue.py:files")
+    else:  # what the kind reads: the QA windows only question answering, whose SQuAD files name their own fields
+        if value("data.choice_columns"):
+            need(config.data.kind == "multiple_choice", "data.choice_columns",
+                 f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")
+        if config.data.kind != "question_answering":
+            unread("data", tasks.DATA_SETTINGS, tasks.QA_SETTINGS, f"with data.kind {config.data.kind!r} (only "
+                   "question_answering reads it)")
+        else:
+            unread("data", tasks.DATA_SETTINGS, ("text_columns", "label_column"), "with data.kind "
+                   "'question_answering' (SQuAD files name their own fields)")
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
          f"config.num_devices)")

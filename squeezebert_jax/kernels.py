@@ -45,9 +45,10 @@ class Tiles(NamedTuple):
     num_stages: int = 2
 
 
-def _tiles_from_env() -> Tiles:
+def default_tiles() -> Tiles:
     """``Tiles()``, or the choice ``SQUEEZEBERT_FFN_TILES="rows,inner,warps,stages"`` names (a GPU's own best from
-    ``eval/bench_train.py --kernels``)."""
+    ``eval/bench_train.py --kernels``). Read when a kernel is traced, not at import: a bad value is one error line of
+    the run that would use it, never a traceback of every script."""
     text = os.environ.get("SQUEEZEBERT_FFN_TILES", "").strip()
     if not text:
         return Tiles()
@@ -59,13 +60,12 @@ def _tiles_from_env() -> Tiles:
     except ValueError:
         raise InputError(f"SQUEEZEBERT_FFN_TILES={text!r}: four integers, rows,inner,warps,stages (e.g. "
                          "64,64,4,2)") from None
-    if any(v < 1 or v & (v - 1) for v in tiles[:3]) or tiles.rows < 16 or tiles.inner < 16 or tiles.num_stages < 1:
-        raise InputError(f"SQUEEZEBERT_FFN_TILES={text!r}: rows and inner powers of 2 from 16, warps a power of 2, "
-                         "stages >= 1")
+    if (any(v < 1 or v & (v - 1) for v in tiles[:3]) or not 16 <= tiles.rows <= 1024 or not 16 <= tiles.inner <= 1024
+            or tiles.num_warps > 32 or not 1 <= tiles.num_stages <= 8):
+        raise InputError(f"SQUEEZEBERT_FFN_TILES={text!r}: rows and inner powers of 2 from 16 to 1024, warps a power "
+                         "of 2 up to 32, stages 1 to 8")
     return tiles
 
-
-TILES = _tiles_from_env()
 CHUNK = 64  # a group's input and output channels are loaded and accumulated 64 at a time (Triton's power-of-2 tiles)
 MAX_GROUP_OUT = 256  # the most output channels per group the accumulators hold in registers (BERT's 768 do not)
 
@@ -122,13 +122,15 @@ def interpreted() -> bool:
     return bool(_LOWERING_FOR) and _LOWERING_FOR[-1][1]
 
 
-def fits(n: int, cin: int, inner: int, cout: int, groups: int, dtype=jnp.bfloat16, tiles: Tiles = TILES) -> bool:
+def fits(n: int, cin: int, inner: int, cout: int, groups: int, dtype=jnp.bfloat16,
+         tiles: Tiles | None = None) -> bool:
     """Whether ``grouped_ffn`` takes an FFN of these sizes: grouped (G > 1), bf16 or fp16 (float32 would run
     Triton's tf32 matmuls), the tokens a multiple of ``tiles.rows``, each group's channels multiples of the kernel's
     tiles and its outputs few enough to accumulate in registers."""
     if groups < 2 or cin % groups or inner % groups or cout % groups or dtype not in (jnp.bfloat16, jnp.float16):
         return False
     cin_g, inner_g, cout_g = cin // groups, inner // groups, cout // groups
+    tiles = tiles or default_tiles()
     return (n % tiles.rows == 0 and cin_g % CHUNK == 0 and cout_g % CHUNK == 0 and inner_g % tiles.inner == 0
             and cout_g <= MAX_GROUP_OUT)
 
@@ -156,8 +158,9 @@ def _ffn_kernel(x_ref, w1_ref, b1_ref, w2_ref, o_ref, *, cin_g: int, inner_g: in
 _COMPILER_PARAMS = getattr(plgpu, "CompilerParams", None) or getattr(plgpu, "TritonCompilerParams")
 
 
-def pallas_ffn(x, w1, b1, w2, interpret: bool = False, tiles: Tiles = TILES):
-    """``grouped_ffn``'s forward alone (no gradient): the Pallas kernel."""
+def pallas_ffn(x, w1, b1, w2, interpret: bool = False, tiles: Tiles | None = None):
+    """``grouped_ffn``'s forward alone (no gradient): the Pallas kernel (``tiles``: ``default_tiles()``)."""
+    tiles = tiles or default_tiles()
     (n, cin), (groups, _, inner_g), cout_g = x.shape, w1.shape, w2.shape[-1]
     kernel = functools.partial(_ffn_kernel, cin_g=cin // groups, inner_g=inner_g, cout_g=cout_g, tiles=tiles)
     return pl.pallas_call(
@@ -174,7 +177,7 @@ def reference_ffn(x, w1, b1, w2):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def grouped_ffn(x, w1, b1, w2, interpret: bool = False, tiles: Tiles = TILES):
+def grouped_ffn(x, w1, b1, w2, interpret: bool = False, tiles: Tiles | None = None):
     """``gelu(x_g @ w1_g + b1_g) @ w2_g`` per group, channels-last in and out, as one Pallas kernel (``interpret``:
     Pallas' interpreter, any platform). Its gradient is ``reference_ffn``'s, through XLA. Sizes: ``fits``."""
     return pallas_ffn(x, w1, b1, w2, interpret, tiles)

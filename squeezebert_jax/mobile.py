@@ -288,7 +288,8 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     inputs of the same shape (another seed). Raises ``ParityError`` when any output differs by > ``tol``
     (the file is still written, so it can be inspected). ``flax_forward``: a ``make_flax_forward(model)``
     to reuse (saves a compile). A file already at ``path`` is refused unless ``overwrite`` (as the CLI's
-    --overwrite).
+    --overwrite); its folder must exist. The file is written whole, then put in place (a link at ``path`` is
+    replaced, never written through).
     """
     # seq_len: [CLS], a word of each text and [SEP] at least (tasks.MIN_SEQ_LENGTH, as training and predict);
     # num_choices: a choice of one scores 1 whatever it reads
@@ -299,6 +300,12 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
         raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
     if os.path.isdir(path):
         raise InputError(f"export_lite: {os.fspath(path)} is a directory; give the .ptl file to write")
+    if not isinstance(overwrite, bool):
+        raise InputError(f"export_lite: overwrite={overwrite!r}; expected True or False")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"export_lite: {folder} " + ("is not a directory" if os.path.exists(folder) else
+                                                      "does not exist: create it first") + f" (the folder of {path})")
     if os.path.lexists(path) and not overwrite:
         raise InputError(f"export_lite: {os.fspath(path)} exists; pass overwrite=True to replace it")
     head = convert.head_name(model)
@@ -310,10 +317,15 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     tm = to_transformers(model)
     frozen, optimized, note = trace_frozen(tm, example_inputs(cfg, batch, seq_len, seed, nc), len(names), optimize)
     path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with warnings.catch_warnings():  # deprecated in favour of ExecuTorch, but it is the paper's runtime
-        warnings.filterwarnings("ignore", message="Lite Interpreter is deprecated", category=DeprecationWarning)
-        frozen._save_for_lite_interpreter(path)
+    partial = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.partial")
+    try:
+        with warnings.catch_warnings():  # deprecated in favour of ExecuTorch, but it is the paper's runtime
+            warnings.filterwarnings("ignore", message="Lite Interpreter is deprecated", category=DeprecationWarning)
+            frozen._save_for_lite_interpreter(partial)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
     lite = load_lite(path)
     ids, mask, tt = example_inputs(cfg, batch, seq_len, seed + 1, nc)
     got = run_torch(lite, ids, mask, tt)

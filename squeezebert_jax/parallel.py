@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 
 import jax
 import numpy as np
@@ -15,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.files import env_flag
 
 
 def maybe_initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -29,7 +29,7 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
         # the backend starts, so no jax.devices() call here).
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address, num_processes, process_id)
-    elif os.environ.get("SQUEEZEBERT_AUTO_DISTRIBUTED") == "1":
+    elif env_flag("SQUEEZEBERT_AUTO_DISTRIBUTED"):  # 1, true, yes, on; another word is refused
         jax.distributed.initialize()
 
 

@@ -424,8 +424,7 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         texts = []
         for col in columns:
             if col not in row:
-                raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))}); "
-                                    f"name the text column(s) with --text_columns")
+                raise tasks.missing_column(path, lineno, row, col, setting="--text_columns")
             texts.append(tasks.text_value(row[col], path, lineno, col))
         add(texts, lineno, f"text column{'s' * (len(texts) != 1)} ({', '.join(columns)}; name others with "
                            "--text_columns)")

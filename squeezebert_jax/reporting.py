@@ -15,7 +15,7 @@ import numpy as np
 
 from squeezebert_jax.chips import PEAK_FLOPS
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, json_type, json_value, text_lines
+from squeezebert_jax.files import atomic_write, json_text, json_type, json_value, text_lines
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class MetricsWriter:
         self._tensorboard()
         row = {"step": int(step)}
         row.update({k: (None if v is None else float(v)) for k, v in metrics.items()})
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        with open(self.path, "a") as f:  # standard JSON: an undefined metric (a constant prediction's Pearson) is null
+            f.write(json_text(row) + "\n")
         if self._tb:
             for k, v in metrics.items():
                 if v is not None:
@@ -96,7 +96,7 @@ class MetricsWriter:
                 raise InputError(f"{self.path}:{lineno}: a metrics row without an integer step ({held}); "
                                  f"{METRICS_ADVICE}")
             if row_step <= step:
-                keep.append(json.dumps(row) + "\n")
+                keep.append(json_text(row) + "\n")
         if len(keep) < len(rows) or torn:
             atomic_write(self.path, "".join(keep))
             log.info("%s: dropped %d rows logged after step %d", self.path, len(rows) - len(keep), step)

@@ -29,7 +29,7 @@ from typing import Any
 import ml_collections
 from tqdm.auto import tqdm
 
-from squeezebert_jax import evaluation, files, glue
+from squeezebert_jax import distill, evaluation, files, glue
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
@@ -328,7 +328,7 @@ def run_sweep(make_config: Callable[[str], ml_collections.ConfigDict], grid: dic
     interrupted resumes from its checkpoints. ``predict``: GLUE-server files of the chosen runs in
     WORKDIR/predictions (AX from MNLI's). ``echo`` gets one line per finished run (task, settings, score, elapsed /
     ETA). One sweep per workdir at a time (``files.RunLock``)."""
-    check_points(make_config, grid, tasks or glue.RECIPE_ORDER)
+    check_points(make_config, grid, tasks or glue.RECIPE_ORDER, teacher_root)
     check_teachers(teacher_root, tasks or glue.RECIPE_ORDER)
     with files.RunLock(workdir, RUN_KIND):
         return _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predict, echo)
@@ -353,12 +353,23 @@ def check_teachers(teacher_root: str, tasks) -> None:
                     ", ".join(missing), "it is" if len(missing) == 1 else "they are")
 
 
-def check_points(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], tasks) -> None:
+def with_teacher(c: ml_collections.ConfigDict, teacher_root: str, task: str) -> ml_collections.ConfigDict:
+    """``c`` distilled from ``teacher_root/<task>`` where that teacher is there; a task without one trains
+    undistilled (``check_teachers`` warned of it), its teacher's share back at the default."""
+    teacher = os.path.join(teacher_root, task) if teacher_root else ""
+    c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
+    if not c.distill.teacher:
+        c.distill.teacher_weight = distill.SETTINGS["teacher_weight"]
+    return c
+
+
+def check_points(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], tasks,
+                 teacher_root: str = "") -> None:
     """Every point's settings through fine-tuning's validator before anything is written or run, the point named
     in the one-line refusal (the devices' count is checked as each run starts: here is one device)."""
     for task in tasks:
         for s in expand(grid):
-            c = apply(make_config(task), s)
+            c = with_teacher(apply(make_config(task), s), teacher_root, task)
             try:
                 ft.check_settings(c, num_devices=1)
             except InputError as e:
@@ -380,7 +391,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
     plan, drift = [], {}
     for task in tasks:
         for s in settings_list:
-            c = apply(make_config(task), s)
+            c = with_teacher(apply(make_config(task), s), teacher_root, task)
             plan.append((task, {k: v for k, v in s.items() if k != "seed"}, int(c.seed)))
             row = done.get(run_key(*plan[-1]))
             if row and row.get("config"):
@@ -388,9 +399,8 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                                            in config_changes(row["config"], c.to_dict()).items()
                                            if name not in _PER_RUN))
             # the model it starts from and its teacher, per run (with --transfer, MNLI's model: its own record)
-            teacher = os.path.join(teacher_root, task) if teacher_root else ""
             now = {"init_from": None if transfer and task not in ("mnli", "cola") else c.init_from,
-                   "teacher": teacher if teacher and os.path.isdir(teacher) else ""}
+                   "teacher": c.distill.teacher}
             for name, value in now.items():
                 if row and value is not None and row.get(name) is not None and row[name] != value:
                     drift[f"{name}: {show(row[name])} -> {show(value)}"] = None
@@ -412,9 +422,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 mnli = choose([r for r in read_rows(record) if r["task"] == "mnli"], settings_list).get("mnli")
                 if mnli is not None:  # MNLI swept first, here or in an earlier sweep of this workdir
                     c.init_from = os.path.join(mnli.rows[0]["run_dir"], "model")
-            teacher = os.path.join(teacher_root, task) if teacher_root else ""
-            # a task without a teacher under teacher_root trains undistilled (check_teachers warned of it)
-            c.distill.teacher = teacher if teacher and os.path.isdir(teacher) else ""
+            c = with_teacher(c, teacher_root, task)
             c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
             run_dir = os.path.join(workdir, task) if not grid else os.path.join(workdir, task, run_name(s, seed))
             if os.path.exists(run_dir):  # a run that did not finish (no row): it resumes from its checkpoints

@@ -54,6 +54,7 @@ DATA_SETTINGS = {"train_file": "", "validation_file": "", "test_file": "", "text
                  "label_column": "label", "kind": "classification", "labels": "", "name": "", "choice_columns": "",
                  "max_query_length": 64, "doc_stride": 32, "max_answer_length": 30, "n_best": 20,
                  "null_threshold": 0.0}
+QA_SETTINGS = ("max_query_length", "doc_stride", "max_answer_length", "n_best", "null_threshold")  # SQuAD windows
 # the fewest tokens an input may be cut to (config.max_seq_length, predict's max_length): [CLS], [SEP] and a piece of
 # each text; at 2 or 3 a model would train or predict on the special tokens alone
 MIN_SEQ_LENGTH = 4
@@ -206,7 +207,7 @@ def read_rows(path: str):
         if header is None and not any(files.has_text(c) for c in record):
             continue  # blank lines before the header (pandas skips them too); the header is the first line of text
         if header is None:
-            header = [Row._key(c) for c in record]
+            header, header_at = [Row._key(c) for c in record], start
             if len(set(header)) != len(header):
                 twice = next(c for c in header if header.count(c) > 1)
                 forms = "" if [c.strip() for c in record].count(twice) > 1 else (
@@ -222,7 +223,9 @@ def read_rows(path: str):
             if [c.strip() for c in record] == header:
                 raise DataFileError(f"{path}:{start}: the header line again ({', '.join(header)}), read as a row: "
                                     "files joined together? Remove it")
-            yield start, Row(zip(header, record))
+            row = Row(zip(header, record))
+            row.header_at = header_at  # a column it lacks is the header's to name
+            yield start, row
     if header is None:
         raise DataFileError(f"{path}: empty (no header line)")
 
@@ -493,8 +496,7 @@ def _dataset_sentences(path: str, columns: tuple[str, str]):
     out = []
     for row_no, row in sources.rows(path):
         if words_col not in row:
-            raise DataFileError(f"{path}:{row_no}: no column {words_col!r} of words (has {', '.join(map(str, row))}); "
-                                f"name it with config.data.text_columns")
+            raise missing_column(path, row_no, row, words_col, "column of words", "config.data.text_columns")
         words = [str(w) for w in row[words_col]]
         tags = [str(t) for t in row[tags_col]] if tags_col in row else None
         if tags is not None and len(tags) != len(words):
@@ -778,19 +780,29 @@ def entity_scores(gold: list[list[str]], pred: list[list[str]], scheme: str | No
         ("precision", seqeval.precision_score), ("recall", seqeval.recall_score), ("f1", seqeval.f1_score))}
 
 
+def missing_column(path: str, lineno, row: dict, column: str, what: str = "column", setting: str = "") -> DataFileError:
+    """The refusal of a record without ``column``, for every reader of a user's rows: a CSV / TSV row's columns are
+    its header's, so the header's line is named (the rows after it were blamed); a JSON Lines record or a dataset
+    row is named by its own line or row. ``setting`` is what names another column."""
+    header_at = getattr(row, "header_at", None)
+    where = f"{path}:{header_at}: the header has" if header_at else f"{path}:{lineno}:"
+    return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(str, row))})"
+                         + (f"; name yours with {setting}" if setting else ""))
+
+
 def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
     """(the texts of ``columns``, the parsed label or None) of one row; a test row may leave the label out (no column,
     an empty cell, or JSON null)."""
     texts = []
     for col in columns:
         if col not in row:
-            raise DataFileError(f"{path}:{lineno}: no column {col!r} (has {', '.join(map(str, row))})")
+            raise missing_column(path, lineno, row, col, setting="config.data.text_columns")
         texts.append(text_value(row[col], path, lineno, col))
     raw = row.get(label_column)
     if label_column in row and not (split == "test" and (raw is None or (isinstance(raw, str) and not raw.strip()))):
         return texts, parse_label(raw, path, lineno)
     if split != "test":
-        raise DataFileError(f"{path}:{lineno}: no label column {label_column!r} (has {', '.join(map(str, row))})")
+        raise missing_column(path, lineno, row, label_column, "label column", "config.data.label_column")
     return texts, None
 
 
@@ -981,7 +993,7 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
     names, spellings = {}, {}
     for lineno, row in read_rows(path):
         if column not in row:
-            raise DataFileError(f"{path}:{lineno}: no label column {column!r} (has {', '.join(map(str, row))})")
+            raise missing_column(path, lineno, row, column, "label column", "config.data.label_column")
         where = f"{path}:{lineno}: column {column!r}"
         for name in label_keys(row[column], where) if multilabel else [label_key(row[column], where)]:
             names.setdefault(name, (where, lineno))

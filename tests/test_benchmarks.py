@@ -239,7 +239,7 @@ def test_bench_train_executions_table(capsys):
 
 def test_bench_train_kernels_tables(capsys):
     """--kernels on a CPU: XLA's FFN and two tile choices of the kernel (Pallas' interpreter), each within bf16's
-    error of float32, then the inference forward with either FFN and BERT-base's, with the ratios."""
+    error of float32, then the inference forward and BERT-base's, with the ratio."""
     mod = load_script("eval/bench_train.py")
     assert mod.main(["--tiny", "--kernels", "--batch", "4", "--steps", "1", "--seq-lens", "32"]) == 0
     out = capsys.readouterr().out
@@ -248,10 +248,12 @@ def test_bench_train_kernels_tables(capsys):
     assert all(float(r[4]) < 1e-2 for r in ffn), out
     assert "(default)" in ffn[-1][0]
     forward = [line.split("|")[1:3] for line in out.splitlines() if line.startswith(("| squeezebert", "| bert"))]
-    assert [(m.strip(), f.strip()) for m, f in forward] == [("squeezebert-uncased", "xla"),
-                                                          ("squeezebert-uncased", "fused"),
-                                                          ("bert-base-uncased", "(no grouped FFN)")]
-    assert re.search(r"inference, FFN fused: SqueezeBERT / BERT-base = \d+\.\d\dx", out)
+    # on a CPU the kernel does not run: its row says so rather than timing XLA's FFN under its name
+    assert [(m.strip(), f.strip()) for m, f in forward] == [
+        ("squeezebert-uncased", "fused: not run (bf16 on an NVIDIA GPU, at sizes kernels.fits takes)"),
+        ("squeezebert-uncased", "xla"), ("bert-base-uncased", "(no grouped FFN)")]
+    assert re.search(r"inference, FFN xla: SqueezeBERT / BERT-base = \d+\.\d\dx", out)
+    assert "inference, FFN fused" not in out
 
 
 @pytest.mark.slow

@@ -27,3 +27,6 @@ def test_the_cache_directory_default_jax_setting_override_and_off(tmp_path):
     ours = str(tmp_path / "ours")
     assert _probe({"JAX_COMPILATION_CACHE_DIR": own, "SQUEEZEBERT_COMPILATION_CACHE": ours}) == [ours, ours]
     assert _probe({"SQUEEZEBERT_COMPILATION_CACHE": "0"}) == ["None", "None"]  # off
+    # the words people write for on and off: "false" made a cache directory named false, "yes" one named yes
+    assert _probe({"SQUEEZEBERT_COMPILATION_CACHE": " False "}) == ["None", "None"]
+    assert _probe({"XDG_CACHE_HOME": str(home), "SQUEEZEBERT_COMPILATION_CACHE": "yes"}) == [want, want]

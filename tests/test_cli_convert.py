@@ -199,7 +199,8 @@ def test_to_torchscript_refuses_an_existing_out_unless_overwrite(tmp_path, run_c
 def test_export_lite_checks_its_sizes(tmp_path):
     """Before any trace: a length that cannot hold [CLS] a word [SEP] (1 and 2 exported), one choice (its softmax is
     1 whatever it reads), a tolerance that is no number >= 0 (the whole export ran first), a directory as the file,
-    and a file already there without overwrite=True (the notebook calls this, not the CLI that asks --overwrite)."""
+    and a file already there without overwrite=True (the notebook calls this, not the CLI that asks --overwrite), an
+    overwrite that is no bool, a folder that is missing or a file."""
     model = sj.SqueezeBertModel(SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
     for kw, msg in (({"seq_len": 0}, r"seq_len=0; expected an integer >= 4"),
                     ({"seq_len": 2}, r"seq_len=2; expected an integer >= 4"),
@@ -214,7 +215,16 @@ def test_export_lite_checks_its_sizes(tmp_path):
     (tmp_path / "phone.ptl").write_bytes(b"the export on the phone")  # a file the user has, as the CLI's --out
     with pytest.raises(InputError, match=r"export_lite: .*phone\.ptl exists; pass overwrite=True to replace it$"):
         mobile.export_lite(model, tmp_path / "phone.ptl")
+    for flag in ("no", 1, None):  # a truthy string replaced it
+        with pytest.raises(InputError, match=rf"export_lite: overwrite={flag!r}; expected True or False"):
+            mobile.export_lite(model, tmp_path / "phone.ptl", overwrite=flag)
     assert (tmp_path / "phone.ptl").read_bytes() == b"the export on the phone"
+    # a folder that is not there (made, before) or a file (a FileExistsError traceback, before)
+    with pytest.raises(InputError, match=r"export_lite: .*/new/sub does not exist: create it first \(the folder of "):
+        mobile.export_lite(model, tmp_path / "new" / "sub" / "m.ptl")
+    with pytest.raises(InputError, match=r"export_lite: .*phone\.ptl is not a directory \(the folder of "):
+        mobile.export_lite(model, tmp_path / "phone.ptl" / "m.ptl")
+    assert sorted(os.listdir(tmp_path)) == ["phone.ptl"]
 
 
 # -- 4. config.json with the wrong shape or types ----------------------------------------------------------------------

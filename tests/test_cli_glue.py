@@ -319,3 +319,20 @@ def test_predict_test_shares_its_out_dir_with_other_tasks_files(tmp_path, data, 
 def test_submission_files_are_the_files_predict_test_writes():
     assert glue.submission_files("rte") == ["RTE.tsv"] and glue.submission_files("SST-2") == ["SST-2.tsv"]
     assert glue.submission_files("mnli") == ["MNLI-m.tsv", "MNLI-mm.tsv"] and glue.submission_files("ax") == ["AX.tsv"]
+
+
+@pytest.mark.parametrize("arg, msg", [
+    ("sst2,lr", r"lr in 'sst2,lr': no value; lr= takes a number, e.g. lr=2e-5"),
+    ("sst2,epochs=1.5", r"epochs in 'sst2,epochs=1.5': '1.5'; epochs= takes an integer"),
+    ("sst2,seed=", r"seed in 'sst2,seed=': ''; seed= takes an integer"),
+    ("sst2,lrate=1e-5", r"unknown sweep setting 'lrate' in 'sst2,lrate=1e-5' \(lr, dropout, epochs, seed\)"),
+])
+def test_the_config_files_sweep_suffix_names_the_setting(arg, msg):
+    """glue.py:TASK,lr=...: a setting without its value, or of the wrong kind, is named (it was Python's "could not
+    convert string to float: ''")."""
+    from conftest import load_script
+
+    get_config = load_script("train/configs/glue.py").get_config
+    with pytest.raises(InputError, match="^" + msg + "$"):
+        get_config(arg)
+    assert get_config("sst2,lr=2e-5,epochs=2,dropout=0,seed=3").num_epochs == 2

@@ -4,6 +4,8 @@ a MODEL_DIR round trip through convert/to_pytorch.py, the lite-interpreter expor
 
 from __future__ import annotations
 
+import os
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -61,7 +63,12 @@ def test_a_model_dir_writes_distilbert_and_exports_to_the_lite_interpreter(tmp_p
     want = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt)).logits)
     with torch.no_grad():
         assert np.max(np.abs(tm(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy() - want)) <= 1e-5
-    res = mobile.export_lite(model, tmp_path / "d.ptl", batch=2, seq_len=10)
+    # overwrite=True over a link replaces the link, never the file it points to (written whole, then put in place)
+    (tmp_path / "notes.txt").write_text("a file of the user's")
+    os.symlink(tmp_path / "notes.txt", tmp_path / "d.ptl")
+    res = mobile.export_lite(model, tmp_path / "d.ptl", batch=2, seq_len=10, overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "a file of the user's" and not os.path.islink(tmp_path / "d.ptl")
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
     assert res.torch_class == "DistilBertForSequenceClassification"
     got = mobile.run_torch(mobile.load_lite(res.path), ids, mask, tt)[0]
     assert np.max(np.abs(got - want)) <= 1e-4

@@ -283,3 +283,41 @@ def test_result_files_are_standard_json_without_nan():
     json.loads(text, parse_constant=strict)
     with pytest.raises(ValueError, match="NaN"):
         json.loads(json.dumps(results), parse_constant=strict)
+
+
+def test_metrics_rows_are_standard_json_without_nan(tmp_path):
+    """metrics.jsonl through reporting.MetricsWriter: a validation Pearson of a constant prediction (NaN) is written
+    null, and a row an older version wrote with a bare NaN comes back null when a resume rewrites the file."""
+    from squeezebert_jax import reporting
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": NaN}\n{"step": 9, "loss": 1.0}\n')
+    writer = reporting.MetricsWriter(str(tmp_path))
+    assert writer.drop_after(4) == 1
+    writer.write(5, {"loss": 0.5, "validation/pearson": float("nan")})
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert "NaN" not in "".join(lines)
+    assert [json.loads(line) for line in lines] == [{"step": 1, "loss": None},
+                                                     {"step": 5, "loss": 0.5, "validation/pearson": None}]
+
+
+def test_on_off_environment_variables_read_as_people_write_them(monkeypatch):
+    """files.env_switch / env_flag: SQUEEZEBERT_DEBUG=false turned tracebacks on (anything but "0" was on), and
+    SQUEEZEBERT_AUTO_DISTRIBUTED=true was ignored (only "1" was on): each host trained alone."""
+    from squeezebert_jax import cli, parallel
+    from squeezebert_jax.errors import InputError
+    from squeezebert_jax.files import env_flag, env_switch
+
+    for value, on in (("1", True), ("true", True), (" Yes ", True), ("ON", True), ("0", False), ("false", False),
+                      ("No", False), ("off", False), ("", False), ("maybe", None)):
+        monkeypatch.setenv("SQB_PROBE", value)
+        assert env_switch("SQB_PROBE") is on, value
+    with pytest.raises(InputError, match=r"^SQB_PROBE='maybe': 1 or 0 \(or true/false, yes/no, on/off\)$"):
+        env_flag("SQB_PROBE")
+    monkeypatch.delenv("SQB_PROBE")
+    assert env_switch("SQB_PROBE") is False and env_flag("SQB_PROBE") is False
+    for value, debug in (("false", False), ("0", False), ("1", True), ("verbose", True)):
+        monkeypatch.setenv(cli.DEBUG_ENV, value)
+        assert cli.debug_requested([]) is debug, value
+    monkeypatch.setenv("SQUEEZEBERT_AUTO_DISTRIBUTED", "sure")
+    with pytest.raises(InputError, match=r"^SQUEEZEBERT_AUTO_DISTRIBUTED='sure': 1 or 0"):
+        parallel.maybe_initialize_distributed()

@@ -205,6 +205,38 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
 
 
 @pytest.mark.parametrize("path, value, msg", [
+    # distillation's settings with no teacher, pruning's with pruning off, a student's layer map at init_from's depth
+    ("distill.teacher_weight", 0.9, r"config.distill.teacher_weight=0.9: left at its default 0.5 without a "
+                                    r"distill.teacher \(only distillation reads it\)"),
+    ("distill.layer_map", "last", r"config.distill.layer_map='last': left at its default 'skip' without a "
+                                  r"distill.teacher"),
+    ("student_layer_map", "first", r"config.student_layer_map='first': left at its default 'skip' with "
+                                   r"student_layers 0"),
+    ("prune.kind", "heads", r"config.prune.kind='heads': left at its default 'unstructured' with prune.target 0 "
+                            r"\(pruning off\)"),
+    ("prune.every", 5, r"config.prune.every=5: left at its default 10 with prune.target 0"),
+    # your own files: the QA windows read by question answering alone, and SQuAD's fields are its own
+    ("data.doc_stride", 7, r"config.data.doc_stride=7: left at its default 32 with data.kind 'classification' "
+                           r"\(only question_answering reads it\)"),
+    ("data.null_threshold", 3.0, r"config.data.null_threshold=3.0: left at its default 0.0 with data.kind"),
+])
+def test_settings_nothing_reads_without_their_feature_are_refused(path, value, msg):
+    c = glue_config("files", "init", "data")
+    c.data.train_file = "train.csv"
+    section, _, name = path.rpartition(".")
+    (c[section] if section else c)[name] = value
+    with pytest.raises(sj.errors.InputError, match="^" + msg):
+        ft.check_settings(c, 1)
+    c.data.kind, c.data.text_columns = "question_answering", "review"
+    if path.startswith("data."):  # question answering reads its windows, and no column names
+        with pytest.raises(sj.errors.InputError, match=r"^config.data.text_columns='review': left at its default "
+                                                       r"'sentence' with data.kind 'question_answering' \(SQuAD"):
+            ft.check_settings(c, 1)
+        c.data.text_columns = "sentence"
+        ft.check_settings(c, 1)
+
+
+@pytest.mark.parametrize("path, value, msg", [
     # checked whether or not a run uses them (a typo in prune.kind trained unpruned until a target was set)
     ("prune.kind", "foo", r"config.prune.kind='foo': one of unstructured, heads, ffn"),
     ("distill.layer_map", "a:b", r"layer map 'a:b': expected 'skip', 'last', 'uniform' or pairs"),

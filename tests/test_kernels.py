@@ -85,13 +85,18 @@ def test_fits_names_what_the_kernel_takes():
 
 def test_tiles_from_the_environment(monkeypatch):
     monkeypatch.setenv("SQUEEZEBERT_FFN_TILES", "128,64,8,3")
-    assert kernels._tiles_from_env() == kernels.Tiles(128, 64, 8, 3)
-    for bad in ("64,64", "64,x,4,2", "48,64,4,2", "64,64,4,0"):
+    assert kernels.default_tiles() == kernels.Tiles(128, 64, 8, 3)
+    for bad in ("64,64", "64,x,4,2", "48,64,4,2", "64,64,4,0", "32,64,4,2,", "0x20,64,4,2", "-32,64,4,2",
+                "65536,64,4,2", "32,64,3,2"):
         monkeypatch.setenv("SQUEEZEBERT_FFN_TILES", bad)
         with pytest.raises(InputError, match=r"^SQUEEZEBERT_FFN_TILES="):
-            kernels._tiles_from_env()
+            kernels.default_tiles()
+    # read when a kernel is traced: a script with a bad value imports, and an XLA-FFN model never reads it
+    model = SqueezeBertModel(CFG.replace(ffn="xla"), dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    with kernels.lowering_for("gpu", interpret=True):
+        jax.make_jaxpr(lambda i: model(i).last_hidden_state)(jnp.ones((2, 64), jnp.int32))
     monkeypatch.delenv("SQUEEZEBERT_FFN_TILES")
-    assert kernels._tiles_from_env() == kernels.Tiles()
+    assert kernels.default_tiles() == kernels.Tiles()
 
 
 def _trace_has_kernel(fn, *args) -> bool:

@@ -78,7 +78,8 @@ def test_the_script_reads_txt_csv_and_jsonl_and_never_replaces_its_out(model_dir
     assert digest(tmp_path / "txt.jsonl") == before
     rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.csv", "--out",
                            tmp_path / "x.jsonl")
-    assert rc == 1 and "in.csv:2: no column 'text' (has id, review); name the text column(s)" in err
+    assert rc == 1 and "in.csv:1: the header has no column 'text' (has id, review); name yours with " \
+                       "--text_columns" in err
     rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.txt", "--text_columns",
                            "review", "--out", tmp_path / "x.jsonl")
     assert rc == 1 and err.count("\n") == 1 and "--text_columns review: " in err and "is a .txt file" in err, err

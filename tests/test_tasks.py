@@ -144,11 +144,14 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
 
 @pytest.mark.parametrize("name, text, kw, msg", [
     ("missing_column.csv", "text,sentiment\nfoo,positive\nbar,negative\n", {},
-     r"missing_column.csv:2: no column 'review'"),
+     r"missing_column.csv:1: the header has no column 'review' \(has text, sentiment\); name yours with "
+     r"config.data.text_columns"),
     ("one_label.csv", "review,sentiment\nfoo,positive\n", {}, r"one_label.csv: column 'sentiment' has one label"),
     ("one_named.csv", "review,sentiment\nfoo,positive\n", {"data.labels": "positive"},
      r"config.data.labels='positive' names one label \('positive'\); a classifier needs two or more"),
-    ("no_label.csv", "review,stars\nfoo,positive\n", {}, r"no_label.csv:2: no label column 'sentiment'"),
+    ("no_label.csv", "review,stars\nfoo,positive\n", {},
+     r"no_label.csv:1: the header has no label column 'sentiment' \(has review, stars\); name yours with "
+     r"config.data.label_column"),
     ("undeclared.csv", "review,sentiment\nfoo,positive\nbar,neutral\n", {"data.labels": "negative,positive"},
      r"undeclared.csv:3: column 'sentiment': label 'neutral' is not one of \['negative', 'positive'\]"),
     ("empty.csv", "review,sentiment\n", {"data.labels": "negative,positive"}, r"empty.csv: no rows"),

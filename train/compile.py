@@ -287,7 +287,9 @@ def _compile_finetune(config, target) -> int:
     from squeezebert_jax.pretrained import read_model_config
     from squeezebert_jax.model import SqueezeBertConfig
 
-    finetune.check_settings(config, len(target.devices))  # the run's own refusals, before any compile
+    checked = config.copy_and_resolve_references()  # a --teacher_preset is a teacher: its settings are read
+    checked.distill.teacher = checked.distill.teacher or _TEACHER.value
+    finetune.check_settings(checked, len(target.devices))  # the run's own refusals, before any compile
     model_cfg = read_model_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)
     teacher_cfg = (read_model_config(config.distill.teacher)[0] if config.distill.teacher else
                    SqueezeBertConfig.preset(_TEACHER.value) if _TEACHER.value else None)

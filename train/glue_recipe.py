@@ -69,7 +69,7 @@ def main(argv=None):
             c.num_epochs = args.epochs
         return c
 
-    sweep.check_points(make_config, grid, args.tasks or glue.RECIPE_ORDER)  # a refused setting writes no log.txt
+    sweep.check_points(make_config, grid, args.tasks or glue.RECIPE_ORDER, args.teacher_root)  # no log.txt if refused
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
     cli.enable_compilation_cache()
     print(sweep.run_sweep(make_config, grid, args.workdir, args.tasks, args.transfer, args.teacher_root, args.predict))

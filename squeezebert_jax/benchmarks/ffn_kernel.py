@@ -72,7 +72,7 @@ def kernel_rows(n: int = 32768, hidden: int = 768, inner: int = 3072, groups: in
             rows.append([f"kernel {tuple(t)}", "-", "-", "-", "sizes do not fit these tiles"])
             continue
         row(f"kernel rows={t.rows} inner={t.inner} warps={t.num_warps} stages={t.num_stages}"
-            + (" (default)" if t == kernels.TILES else ""),
+            + (" (default)" if t == kernels.default_tiles() else ""),
             jax.jit(lambda *a, t=t: kernels.pallas_ffn(*a, interpret=interpret, tiles=t)))
     return rows
 
@@ -80,7 +80,8 @@ def kernel_rows(n: int = 32768, hidden: int = 768, inner: int = 3072, groups: in
 def inference_rows(configs: dict[str, SqueezeBertConfig], seq_len: int, batch: int, steps: int = 20) -> list[list]:
     """The bf16 classifier forward (``mobile.make_flax_forward``) of each named config with the FFN kernel ("fused")
     and without ("xla") where its FFN takes the kernel, else once: sequences/s and, for "fused", its logits' largest
-    difference from "xla"'s on the same weights and inputs."""
+    difference from "xla"'s on the same weights and inputs. Where the kernel would not run (not an NVIDIA GPU, or
+    sizes ``kernels.fits`` refuses), its row says so instead of timing XLA's FFN under its name."""
     from flax import nnx
 
     rows = []
@@ -88,8 +89,12 @@ def inference_rows(configs: dict[str, SqueezeBertConfig], seq_len: int, batch: i
         ids, mask, tt = mobile.example_inputs(cfg, batch, seq_len, seed=0)
         model = SqueezeBertForSequenceClassification(cfg, num_labels=2, rngs=nnx.Rngs(0))
         grouped = cfg.intermediate_groups == cfg.output_groups > 1
+        runs = grouped and kernels.on_gpu() and kernels.fits(batch * seq_len, cfg.hidden_size, cfg.intermediate_size,
+                                                             cfg.hidden_size, cfg.intermediate_groups)
         logits = {}
-        for ffn in ("xla", "fused") if grouped else ("xla",):
+        if grouped and not runs:
+            rows.append([name, "fused: not run (bf16 on an NVIDIA GPU, at sizes kernels.fits takes)", "-", "-", "-"])
+        for ffn in ("xla", "fused") if runs else ("xla",):
             fwd, out = mobile.make_flax_forward(set_execution(model, ffn=ffn), jnp.bfloat16), [None]
 
             def step(fwd=fwd, out=out):

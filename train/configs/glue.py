@@ -34,6 +34,7 @@ Paper (and its appendix Table 4): AdamW, batch 16, b1 0.9, b2 0.999, no weight d
 
 import ml_collections
 
+from squeezebert_jax import distill, prune
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.glue import FINETUNE_TASKS as TASKS
 from squeezebert_jax.tasks import DATA_SETTINGS
@@ -101,29 +102,30 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     # A student of fewer layers built from init_from's (squeezebert_jax.distill): 0 keeps init_from's depth;
     # layer map "skip" (every k-th: 1,3,5 of 6), "first" (the first k) or 1-based layers "1,3,5".
     c.student_layers = 0
-    c.student_layer_map = "skip"
+    c.student_layer_map = distill.STUDENT_LAYER_MAP  # "skip"
     # Distillation from distill.teacher: the final-layer target mix (teacher_weight) and, when their weights are
     # > 0, PKD's patient loss and TinyBERT's hidden-state and attention MSE over layer_map ("skip" = PKD-Skip,
     # "last" = PKD-Last, "uniform" = TinyBERT, or "student:teacher,..." pairs, 0 = embeddings).
-    c.distill = ml_collections.ConfigDict({"teacher": "", "teacher_weight": 0.5, "cache_dir": "",
-                                           "patient_weight": 0.0, "hidden_weight": 0.0, "attention_weight": 0.0,
-                                           "layer_map": "skip", "transfer_text": ""})
+    # Defaults (squeezebert_jax.distill.SETTINGS): no teacher, teacher_weight 0.5, the layer weights 0, layer_map skip.
+    c.distill = ml_collections.ConfigDict(dict(distill.SETTINGS))
     # distill.transfer_text: "a.txt,b.txt", unlabeled text (a sentence per line, tab-separated pairs for pair
     # tasks) the student also learns from, on the teacher's soft labels (pre-trained distillation, Turc et al.).
     # Gradual magnitude pruning (squeezebert_jax.prune): target sparsity (0: off), unstructured | heads | ffn, the
     # cubic ramp from begin to end (fractions of the run), masks recomputed every `every` steps.
-    c.prune = ml_collections.ConfigDict({"target": 0.0, "kind": "unstructured", "begin": 0.0, "end": 0.75,
-                                         "every": 10})
+    # Defaults (squeezebert_jax.prune.SETTINGS): target 0 (off), unstructured, begin 0, end 0.75, every 10.
+    c.prune = ml_collections.ConfigDict(dict(prune.SETTINGS))
+    fields = {"lr": ("learning_rate", float, "a number, e.g. lr=2e-5"), "dropout": ("dropout", float, "a number"),
+              "epochs": ("num_epochs", int, "an integer"), "seed": ("seed", int, "an integer")}
     for s in settings:
-        key, _, value = s.partition("=")
-        if key == "lr":
-            c.learning_rate = float(value)
-        elif key == "dropout":
-            c.dropout = float(value)
-        elif key == "epochs":
-            c.num_epochs = int(value)
-        elif key == "seed":
-            c.seed = int(value)
-        else:
-            raise ValueError(f"unknown sweep setting {key!r} in {arg!r} (lr, dropout, epochs, seed)")
+        key, eq, value = s.partition("=")
+        if key not in fields:
+            raise InputError(f"unknown sweep setting {key!r} in {arg!r} (lr, dropout, epochs, seed)")
+        field, kind, what = fields[key]
+        try:
+            if not eq:
+                raise ValueError
+            c[field] = kind(value)
+        except ValueError:
+            raise InputError(f"{key} in {arg!r}: {'no value' if not eq else repr(value)}; {key}= takes {what}") \
+                from None
     return c
