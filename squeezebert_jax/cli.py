@@ -392,6 +392,13 @@ def enable_compilation_cache() -> str | None:
         return None
     if switch:  # 1, true, yes, on: the default directory (not one named "true")
         setting = ""
+    if setting:  # a directory: absolute (or ~), so that a mistyped word ("disable") is no folder where the run starts
+        setting = os.path.expanduser(setting)
+        if not os.path.isabs(setting):
+            raise InputError(f"{CACHE_ENV}={os.environ[CACHE_ENV]!r}: an absolute directory, or 0/false/no/off (no "
+                             "cache) or 1/true/yes/on (the default directory)")
+        if os.path.exists(setting) and not os.path.isdir(setting):
+            raise InputError(f"{CACHE_ENV}={os.environ[CACHE_ENV]!r}: {setting} is not a directory")
     if not setting and jax.config.jax_compilation_cache_dir:
         return jax.config.jax_compilation_cache_dir
     path = setting or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser(os.path.join("~", ".cache")),

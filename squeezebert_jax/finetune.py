@@ -212,7 +212,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
         for name in ("patient_weight", "hidden_weight", "attention_weight"):
             need(not config.distill[name], f"distill.{name}", "0 without a distill.teacher (the layer losses compare "
                  "the student's layers with the teacher's)")
-        unread("distill", distill.SETTINGS, ("teacher_weight", "layer_map"),
+        unread("distill", distill.SETTINGS, ("teacher_weight", "layer_map", "cache_dir"),
                "without a distill.teacher (only distillation reads it)")
     if not config.student_layers:
         need(config.student_layer_map == distill.STUDENT_LAYER_MAP, "student_layer_map",
@@ -224,6 +224,9 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
         unread("data", tasks.DATA_SETTINGS, tasks.DATA_SETTINGS, f"with task {config.task!r}, which reads its own "
                "files (config.data_dir); your own files: train/configs/glue.py:files")
     else:  # what the kind reads: the QA windows only question answering, whose SQuAD files name their own fields
+        need(not config.data_dir, "data_dir", "left empty with task 'files' (only a GLUE task reads its data_dir)")
+        need(not config.skip_malformed, "skip_malformed", "False with task 'files' (a malformed row of your own files "
+             "is refused by file and line; only GLUE's TSV reader skips rows)")
         if value("data.choice_columns"):
             need(config.data.kind == "multiple_choice", "data.choice_columns",
                  f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")

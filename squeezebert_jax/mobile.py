@@ -298,7 +298,7 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
             raise InputError(f"export_lite: {name}={v!r}; expected an integer >= {low}")
     if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 <= tol < float("inf")):
         raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
-    if os.path.isdir(path):
+    if os.path.isdir(path) or os.fspath(path).endswith(("/", os.sep)):
         raise InputError(f"export_lite: {os.fspath(path)} is a directory; give the .ptl file to write")
     if not isinstance(overwrite, bool):
         raise InputError(f"export_lite: overwrite={overwrite!r}; expected True or False")

@@ -872,6 +872,12 @@ class ElectraPreTraining(nnx.Module):
                 ge.token_type_embeddings = de.token_type_embeddings
 
 
+# pretraining's config.rtd with its defaults (ELECTRA's: a generator a quarter of the discriminator's width, the
+# discriminator's loss weighted 50); train/configs/pretrain.py builds its section from these, and pretraining's
+# validator refuses them changed with another objective
+RTD_SETTINGS = {"generator_fraction": 0.25, "weight": 50.0}
+
+
 def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertConfig:
     """ELECTRA's generator for a discriminator of ``config``: ``fraction`` of its hidden size, heads and FFN (at least
     one head of the discriminator's head size), BERT's layers, and the discriminator's embeddings (``embedding_size``)

@@ -28,8 +28,8 @@ from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
 from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config
 from squeezebert_jax.tokenizer import Tokenizer
-from squeezebert_jax.model import (ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining, Structure,
-                                   generator_config, scan_layers_on, set_execution)
+from squeezebert_jax.model import (RTD_SETTINGS, ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining,
+                                   Structure, generator_config, scan_layers_on, set_execution)
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,10 @@ def model_config(config: ml_collections.ConfigDict, platform: str | None = None)
     for field in ("remat", "attention", "ffn"):
         if field in config.model:
             overrides.setdefault(field, config.model[field])
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(SqueezeBertConfig)})
+    if unknown:
+        raise InputError(f"config.model.overrides: {', '.join(map(repr, unknown))} is no model field (e.g. "
+                         "hidden_size, num_hidden_layers, hidden_dropout_prob)")
     try:
         overrides.setdefault("scan_layers", scan_layers_on(config.model.layers, platform or jax.default_backend()))
         return SqueezeBertConfig.preset(config.model.preset, **overrides)
@@ -363,6 +367,10 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
              "rtd.generator_fraction", "a fraction in (0, 1] of the discriminator's width (ELECTRA: 1/4)")
         need(not config.init_from, "init_from", "empty with objective=rtd (the generator and discriminator pair "
              "starts from random weights here)")
+    elif "rtd" in config:  # settings nothing reads: refused, not ignored (nor written into the run's config as NaN)
+        for name, default in RTD_SETTINGS.items():
+            need(config.rtd.get(name) == default, f"rtd.{name}",
+                 f"left at its default {default!r} with objective {config.objective!r} (only objective=rtd reads it)")
     need(config.data.source in ("demo", "prepared"), "data.source", "demo or prepared")
     need(not data or config.data.source != "prepared" or (isinstance(config.data.path, str)
                                                           and config.data.path.strip() != ""
@@ -372,11 +380,16 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
          "data.path", "a finished train/prepare_data.py output: this directory has no meta.json (an empty or "
          "unfinished preparation?)")
     need(settings.integer("data.demo_seed", 0), "data.demo_seed", "an integer >= 0")
+    need(config.data.source != "demo" or not config.data.get("path"), "data.path",
+         "left empty with data.source=demo (the demo corpus is generated; data.source=prepared reads data.path)")
     if "num_processes" in config:  # multi-host without jax.distributed's own discovery
         need(settings.integer("num_processes", 0), "num_processes", "an integer >= 0 (0: found by jax.distributed)")
         need(settings.integer("process_id", -1)
              and (config.num_processes == 0 or config.process_id < config.num_processes), "process_id",
              f"an integer in [0, num_processes {config.num_processes}), or -1: found by jax.distributed")
+        for name, unset in (("num_processes", 0), ("process_id", -1)):  # read only beside a coordinator
+            need(config.get("coordinator_address") or config[name] == unset, name,
+                 f"left at {unset} without coordinator_address (a single process reads neither)")
     trainer.compute_dtype(config)
     if not config.phases:
         raise InputError("config.phases is empty: at least one phase (name, num_steps, seq_len, "

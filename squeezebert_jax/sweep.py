@@ -228,7 +228,7 @@ def append_row(path: str, row: dict[str, Any]) -> None:
             old = f.read()
     if old and not old.endswith("\n"):
         old += "\n"
-    atomic_write(path, old + json.dumps(row) + "\n")
+    atomic_write(path, old + files.json_text(row) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -423,7 +423,8 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 if mnli is not None:  # MNLI swept first, here or in an earlier sweep of this workdir
                     c.init_from = os.path.join(mnli.rows[0]["run_dir"], "model")
             c = with_teacher(c, teacher_root, task)
-            c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
+            if c.distill.teacher:  # the teacher's logits, computed once for every run of the sweep
+                c.distill.cache_dir = os.path.join(workdir, "teacher_cache")
             run_dir = os.path.join(workdir, task) if not grid else os.path.join(workdir, task, run_name(s, seed))
             if os.path.exists(run_dir):  # a run that did not finish (no row): it resumes from its checkpoints
                 log.info("%s has no row in %s: resuming it", run_dir, record)

@@ -718,6 +718,8 @@ class ChoiceTask:
     def load(self, split: str) -> list[ChoiceExample]:
         path, out = self.files[split], []
         for lineno, row in read_rows(path):
+            if missing := next((c for c in self.choice_columns if c not in row), None):
+                raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
             texts, label = row_fields(path, lineno, row, (*self.text_columns, *self.choice_columns), self.label_column,
                                       self._label, split)
             lead = texts[1] if len(self.text_columns) == 2 else None

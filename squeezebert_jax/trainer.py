@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax import optim, reporting, sources
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, file_sha256, read_text
+from squeezebert_jax.files import atomic_write, file_sha256, json_text, read_text
 from squeezebert_jax.parallel import any_process, batch_sharding, state_shardings
 
 
@@ -211,12 +211,12 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
     rows.append({"start_step": start_step, "time": now, "config": new,
                  "changed": {k: list(v) for k, v in changes.items()}} | ({"stream": stream} if stream else {}))
     if unterminated:  # a torn last line (dropped when read), or a last row without its line end: mended first
-        atomic_write(hist_path, "".join(json.dumps(r) + "\n" for r in history))
+        atomic_write(hist_path, "".join(json_text(r) + "\n" for r in history))
     with open(hist_path, "a", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+        f.writelines(json_text(r) + "\n" for r in rows)
         f.flush()
         os.fsync(f.fileno())
-    atomic_write(cfg_path, config.to_json_best_effort(indent=2))
+    atomic_write(cfg_path, json_text(json.loads(config.to_json_best_effort()), indent=2))
     return changes
 
 

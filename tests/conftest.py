@@ -163,7 +163,8 @@ def glue_config(task, init_from, data_dir, **kw):
     time than on 8 (measured, warm cache); that 8 devices and FSDP take the one-device steps is checked by
     test_finetune_trainer.py, and every kind of task trains on all 8 in test_real_text.py and the GLUE table."""
     c = load_script("train/configs/glue.py").get_config(task)
-    c.init_from, c.data_dir, c.progress, c.max_seq_length = str(init_from), str(data_dir), False, 16
+    c.init_from, c.progress, c.max_seq_length = str(init_from), False, 16
+    c.data_dir = str(data_dir) if task != "files" else ""  # your own files read no GLUE_DIR (refused beside them)
     c.num_devices = 1
     for k, v in kw.items():
         setattr(c, k, v)

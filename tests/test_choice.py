@@ -154,3 +154,17 @@ def test_choice_columns_with_an_empty_name_or_one_ending_are_refused(tmp_path, c
     c.data.choice_columns = columns
     with pytest.raises(sj.errors.InputError, match=rf"config.data.choice_columns={columns!r}: two or more columns"):
         tasks.resolve(c)
+
+
+def test_an_ending_column_the_header_lacks_names_choice_columns(tmp_path):
+    """An ending the header lacks is the header's to name, and choice_columns is the setting that names endings (it
+    pointed at text_columns)."""
+    from squeezebert_jax import tasks
+
+    (tmp_path / "mc.csv").write_text("sent1,sent2,ending0,ending1,label\nA man,He,runs,sits,0\n")
+    task = tasks.ChoiceTask("mc", {"train": str(tmp_path / "mc.csv")}, ("sent1", "sent2"),
+                            ("ending0", "ending1", "ending2"), "label")
+    with pytest.raises(sj.errors.DataFileError, match=r"mc.csv:1: the header has no ending column 'ending2' \(has "
+                                                      r"sent1, sent2, ending0, ending1, label\); name yours with "
+                                                      r"config.data.choice_columns$"):
+        task.load("train")

@@ -224,6 +224,8 @@ def test_export_lite_checks_its_sizes(tmp_path):
         mobile.export_lite(model, tmp_path / "new" / "sub" / "m.ptl")
     with pytest.raises(InputError, match=r"export_lite: .*phone\.ptl is not a directory \(the folder of "):
         mobile.export_lite(model, tmp_path / "phone.ptl" / "m.ptl")
+    with pytest.raises(InputError, match=r"export_lite: .*/out\.ptl/ is a directory; give the \.ptl file"):
+        mobile.export_lite(model, str(tmp_path / "out.ptl") + "/")  # traced whole, then NotADirectoryError
     assert sorted(os.listdir(tmp_path)) == ["phone.ptl"]
 
 

@@ -326,6 +326,8 @@ def test_submission_files_are_the_files_predict_test_writes():
     ("sst2,epochs=1.5", r"epochs in 'sst2,epochs=1.5': '1.5'; epochs= takes an integer"),
     ("sst2,seed=", r"seed in 'sst2,seed=': ''; seed= takes an integer"),
     ("sst2,lrate=1e-5", r"unknown sweep setting 'lrate' in 'sst2,lrate=1e-5' \(lr, dropout, epochs, seed\)"),
+    ("sst2,lr=1e-5,lr=2e-5", r"lr given twice in 'sst2,lr=1e-5,lr=2e-5' \(the later would win without a word\)"),
+    ("sst2,seed=1,seed=1", r"seed given twice in 'sst2,seed=1,seed=1' \(the later would win without a word\)"),
 ])
 def test_the_config_files_sweep_suffix_names_the_setting(arg, msg):
     """glue.py:TASK,lr=...: a setting without its value, or of the wrong kind, is named (it was Python's "could not

@@ -219,6 +219,10 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
     ("data.doc_stride", 7, r"config.data.doc_stride=7: left at its default 32 with data.kind 'classification' "
                            r"\(only question_answering reads it\)"),
     ("data.null_threshold", 3.0, r"config.data.null_threshold=3.0: left at its default 0.0 with data.kind"),
+    ("distill.cache_dir", "/tmp/cache", r"config.distill.cache_dir='/tmp/cache': left empty without a distill.teacher"),
+    # a GLUE task's own settings beside your files
+    ("data_dir", "/data/glue", r"config.data_dir='/data/glue': left empty with task 'files' \(only a GLUE task"),
+    ("skip_malformed", True, r"config.skip_malformed=True: False with task 'files' \(a malformed row of your own"),
 ])
 def test_settings_nothing_reads_without_their_feature_are_refused(path, value, msg):
     c = glue_config("files", "init", "data")

@@ -629,6 +629,14 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
                                        "would take 2,000,000.0 GB"),
     ({"num_processes": -1}, "config.num_processes=-1: an integer >= 0"),
     ({"num_processes": 2, "process_id": 5}, "config.process_id=5: an integer in [0, num_processes 2)"),
+    # settings nothing reads: the processes without a coordinator, the RTD block beside MLM + SOP (its NaN was written
+    # into config.json), a data.path beside the demo corpus, a model field no model has
+    ({"num_processes": 2, "process_id": 1}, "config.num_processes=2: left at 0 without coordinator_address"),
+    ({"rtd.weight": float("nan")}, "config.rtd.weight=nan: left at its default 50.0 with objective 'mlm_sop' (only "
+                                   "objective=rtd reads it)"),
+    ({"rtd.generator_fraction": 7.0}, "config.rtd.generator_fraction=7.0: left at its default 0.25"),
+    ({"data.path": "/data/corpus"}, "config.data.path='/data/corpus': left empty with data.source=demo"),
+    ({"model.overrides": {"bogus_field": 1}}, "config.model.overrides: 'bogus_field' is no model field"),
     ({"rng_impl": "philox"}, "config.rng_impl='philox': threefry2x32 or rbg"),
     ({"model.attention": "flash"}, "config.model: attention 'flash' not supported; one of ['fused', 'reference']"),
     ({"model.remat": "some"}, "config.model: remat 'some' not supported"),

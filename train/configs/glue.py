@@ -116,10 +116,12 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     c.prune = ml_collections.ConfigDict(dict(prune.SETTINGS))
     fields = {"lr": ("learning_rate", float, "a number, e.g. lr=2e-5"), "dropout": ("dropout", float, "a number"),
               "epochs": ("num_epochs", int, "an integer"), "seed": ("seed", int, "an integer")}
-    for s in settings:
+    for i, s in enumerate(settings):
         key, eq, value = s.partition("=")
         if key not in fields:
             raise InputError(f"unknown sweep setting {key!r} in {arg!r} (lr, dropout, epochs, seed)")
+        if any(earlier.partition("=")[0] == key for earlier in settings[:i]):
+            raise InputError(f"{key} given twice in {arg!r} (the later would win without a word)")
         field, kind, what = fields[key]
         try:
             if not eq:

@@ -13,6 +13,8 @@ The workdir is a local or mounted path (e.g. a bucket mounted with gcsfuse); URL
 
 import ml_collections
 
+from squeezebert_jax.model import RTD_SETTINGS
+
 
 def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
@@ -52,7 +54,7 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     # the discriminator, exported as WORKDIR/model; the generator as WORKDIR/generator -- tells every token replaced
     # or original; loss = generator MLM + rtd.weight x discriminator BCE)
     c.objective = "mlm_sop"
-    c.rtd = ml_collections.ConfigDict({"generator_fraction": 0.25, "weight": 50.0})
+    c.rtd = ml_collections.ConfigDict(dict(RTD_SETTINGS))  # generator_fraction 0.25, weight 50
     c.fsdp = False
     c.num_devices = 0  # 0: all devices
     c.data = ml_collections.ConfigDict({"source": "prepared", "path": "", "whole_word_masking": False,
