@@ -451,6 +451,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     buckets = batching.length_buckets(config.length_buckets, config.max_seq_length, batching.lengths(data.train))
     steps_per_epoch = batching.steps_per_epoch(data.train, config.batch_size, buckets)
     total = steps_per_epoch * config.num_epochs
+    if config.stop_at_step > total:  # known once the rows are read: it would never stop the run
+        raise InputError(f"config.stop_at_step={config.stop_at_step}: past the run's end at step {total} "
+                         f"({config.num_epochs} epochs of {steps_per_epoch} steps), so it would never stop early; 0 "
+                         "turns it off")
     trainable = {"model": params} | ({"proj": proj} if proj else {})
     fs = build_step(config, graphdef, rest, trainable, total, mesh, losses.LOSSES[spec.loss], layer_loss, layer_teacher)
     init, shardings, abstract, step_fn, rates = fs.init, fs.shardings, fs.abstract, fs.step_fn, fs.learning_rates

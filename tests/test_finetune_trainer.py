@@ -573,3 +573,12 @@ def test_a_damaged_lock_file_is_no_owner(tmp_path):
         (wd / files.LOCK_NAME).write_text(json.dumps({"what": "fine-tuning", "pid": pid, "host": socket.gethostname()}))
         with files.RunLock(wd, "fine-tuning"):
             assert files.read_lock(wd)["pid"] == os.getpid()
+
+
+def test_a_stop_at_step_past_the_runs_end_is_refused(task, tmp_path):
+    """stop_at_step=10**9 never stopped the run, silently (pretraining refuses it in its validator; fine-tuning's run
+    length is known once its rows are read, so it is refused there, before any step or checkpoint)."""
+    with pytest.raises(sj.errors.InputError, match=r"^config.stop_at_step=1000000000: past the run's end at step 12 "
+                                                   r"\(2 epochs of 6 steps\), so it would never stop early"):
+        ft.finetune(_config(task, stop_at_step=10 ** 9), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()  # nothing written
