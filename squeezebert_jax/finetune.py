@@ -201,41 +201,34 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     distill.check_map_forms(config.distill.layer_map, config.student_layer_map)
     # settings no run of this config reads, given anyway: refused, not silently ignored (a run on GLUE's SST-2 while
     # you meant your file; a teacher's share with no teacher)
-    def unread(section: str, defaults: dict, names, why: str) -> None:
-        for name in names:
-            if name in config[section]:
-                default = defaults[name]
-                need(config[section][name] == default, f"{section}.{name}",
-                     f"left {'empty' if default == '' else f'at its default {default!r}'} {why}")
-
+    unread = settings.unread
     if not config.distill.teacher:  # the layer losses compare with a teacher's layers: without one they did nothing
         for name in ("patient_weight", "hidden_weight", "attention_weight"):
             need(not config.distill[name], f"distill.{name}", "0 without a distill.teacher (the layer losses compare "
                  "the student's layers with the teacher's)")
-        unread("distill", distill.SETTINGS, ("teacher_weight", "layer_map", "cache_dir"),
-               "without a distill.teacher (only distillation reads it)")
+        unread(distill.SETTINGS, ("teacher_weight", "layer_map", "cache_dir"),
+               "without a distill.teacher (only distillation reads it)", "distill")
     if not config.student_layers:
-        need(config.student_layer_map == distill.STUDENT_LAYER_MAP, "student_layer_map",
-             f"left at its default {distill.STUDENT_LAYER_MAP!r} with student_layers 0 (init_from's depth: no layer "
-             "is chosen)")
+        unread({"student_layer_map": distill.STUDENT_LAYER_MAP}, ("student_layer_map",),
+               "with student_layers 0 (init_from's depth: no layer is chosen)")
     if not config.prune.target:
-        unread("prune", prune.SETTINGS, ("kind", "begin", "end", "every"), "with prune.target 0 (pruning off)")
+        unread(prune.SETTINGS, ("kind", "begin", "end", "every"), "with prune.target 0 (pruning off)", "prune")
     if config.task != "files":
-        unread("data", tasks.DATA_SETTINGS, tasks.DATA_SETTINGS, f"with task {config.task!r}, which reads its own "
-               "files (config.data_dir); your own files: train/configs/glue.py:files")
+        unread(tasks.DATA_SETTINGS, tasks.DATA_SETTINGS, f"with task {config.task!r}, which reads its own files "
+               "(config.data_dir); your own files: train/configs/glue.py:files", "data")
     else:  # what the kind reads: the QA windows only question answering, whose SQuAD files name their own fields
-        need(not config.data_dir, "data_dir", "left empty with task 'files' (only a GLUE task reads its data_dir)")
+        unread({"data_dir": ""}, ("data_dir",), "with task 'files' (only a GLUE task reads its data_dir)")
         need(not config.skip_malformed, "skip_malformed", "False with task 'files' (a malformed row of your own files "
              "is refused by file and line; only GLUE's TSV reader skips rows)")
         if value("data.choice_columns"):
             need(config.data.kind == "multiple_choice", "data.choice_columns",
                  f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")
         if config.data.kind != "question_answering":
-            unread("data", tasks.DATA_SETTINGS, tasks.QA_SETTINGS, f"with data.kind {config.data.kind!r} (only "
-                   "question_answering reads it)")
+            unread(tasks.DATA_SETTINGS, tasks.QA_SETTINGS, f"with data.kind {config.data.kind!r} (only "
+                   "question_answering reads it)", "data")
         else:
-            unread("data", tasks.DATA_SETTINGS, ("text_columns", "label_column"), "with data.kind "
-                   "'question_answering' (SQuAD files name their own fields)")
+            unread(tasks.DATA_SETTINGS, ("text_columns", "label_column"), "with data.kind 'question_answering' "
+                   "(SQuAD files name their own fields)", "data")
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
          f"config.num_devices)")

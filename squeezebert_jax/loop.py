@@ -57,6 +57,16 @@ class Settings:
         if not ok:
             raise InputError(f"config.{name}={self.value(name)!r}: {valid}")
 
+    def unread(self, defaults: dict, names, why: str, section: str = "") -> None:
+        """Settings no run of this config reads (``why``: beside what), refused unless at their ``defaults``: one line,
+        ``config.SECTION.NAME=value: left at its default D WHY`` (``left empty`` for ""), never silently ignored."""
+        for name in names:
+            path = f"{section}.{name}" if section else name
+            if name in (self.config[section] if section else self.config):
+                default = defaults[name]
+                self.need(self.value(path) == default, path,
+                          f"left {'empty' if default == '' else f'at its default {default!r}'} {why}")
+
     def number(self, name: str, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False) -> bool:
         """A finite int or float (never a bool) in the range: ``lo``/``hi`` closed unless ``*_open``."""
         v = self.value(name)

@@ -368,9 +368,8 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         need(not config.init_from, "init_from", "empty with objective=rtd (the generator and discriminator pair "
              "starts from random weights here)")
     elif "rtd" in config:  # settings nothing reads: refused, not ignored (nor written into the run's config as NaN)
-        for name, default in RTD_SETTINGS.items():
-            need(config.rtd.get(name) == default, f"rtd.{name}",
-                 f"left at its default {default!r} with objective {config.objective!r} (only objective=rtd reads it)")
+        settings.unread(RTD_SETTINGS, RTD_SETTINGS,
+                        f"with objective {config.objective!r} (only objective=rtd reads it)", "rtd")
     need(config.data.source in ("demo", "prepared"), "data.source", "demo or prepared")
     need(not data or config.data.source != "prepared" or (isinstance(config.data.path, str)
                                                           and config.data.path.strip() != ""
@@ -380,8 +379,9 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
          "data.path", "a finished train/prepare_data.py output: this directory has no meta.json (an empty or "
          "unfinished preparation?)")
     need(settings.integer("data.demo_seed", 0), "data.demo_seed", "an integer >= 0")
-    need(config.data.source != "demo" or not config.data.get("path"), "data.path",
-         "left empty with data.source=demo (the demo corpus is generated; data.source=prepared reads data.path)")
+    if config.data.source == "demo":
+        settings.unread({"path": ""}, ("path",), "with data.source=demo (the demo corpus is generated; "
+                        "data.source=prepared reads data.path)", "data")
     if "num_processes" in config:  # multi-host without jax.distributed's own discovery
         need(settings.integer("num_processes", 0), "num_processes", "an integer >= 0 (0: found by jax.distributed)")
         need(settings.integer("process_id", -1)
