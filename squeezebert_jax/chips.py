@@ -41,11 +41,12 @@ CHIPS = {
 # MFU measured for the pretraining step as the configs run it by default (LAMB, MLM + SOP, bf16, remat "minimal",
 # fused attention, layers unrolled; batch 256 per device), ``python eval/bench_train.py --peer`` on one device:
 # (CHIPS key, model preset, seq_len) -> MFU (docs/results.md). train/compile.py projects a recipe's hours at it
-# where it is known, beside the assumed 50% and 35%. H200: 2026-11-27, the MLM loss without its vocabulary-wide
-# scatter; H100: 2026-11-26, with it (2.6% slower on the H200).
+# where it is known, beside the assumed 50% and 35%. H200 at seq 128: 2026-11-27, with the padding as key counts and
+# 16-bit dropout draws; at seq 512: without them (1.07x slower at 128); H100: 2026-11-26, also with the MLM loss's
+# vocabulary-wide scatter (2.6% slower on the H200).
 MEASURED_MFU = {
-    ("h200", "squeezebert-uncased", 128): 0.147, ("h200", "squeezebert-uncased", 512): 0.177,
-    ("h200", "bert-base-uncased", 128): 0.299, ("h200", "bert-base-uncased", 512): 0.325,
+    ("h200", "squeezebert-uncased", 128): 0.157, ("h200", "squeezebert-uncased", 512): 0.177,
+    ("h200", "bert-base-uncased", 128): 0.308, ("h200", "bert-base-uncased", 512): 0.325,
     ("h100", "squeezebert-uncased", 128): 0.127, ("h100", "bert-base-uncased", 128): 0.273,
 }
 

@@ -433,7 +433,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     model = load_pretrained(init_from, spec.head, num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides, resuming=resuming)
     model = align_to_task(model, spec, config.init_from)
-    set_execution(model, *layer_execution(config.layers, jax.default_backend()), attention=config.attention)
+    set_execution(model, *layer_execution(config.layers, jax.default_backend()), attention=config.attention,
+                  padding="right")  # every batch is right padding (parallel.shard_batch checks it)
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)  # plain arrays: safe to close over
     model.eval()

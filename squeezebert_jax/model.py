@@ -37,6 +37,8 @@ from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _ACTIVATIONS,
     ATTENTION,
     FFN,
+    PADDING,
+    Dropout,
     REMAT_POLICIES,
     SAVED_ACTIVATIONS,
     Dense,
@@ -55,7 +57,8 @@ from squeezebert_jax.models.family import BERT_GROUPS, GROUP_FIELDS
 # --------------------------------------------------------------------------------------------------
 
 _GROUP_FIELDS = GROUP_FIELDS
-_EXECUTION_FIELDS = ("scan_layers", "remat", "attention", "ffn")  # how to run, not what: kept out of config.json
+# how to run, not what: kept out of config.json
+_EXECUTION_FIELDS = ("scan_layers", "remat", "attention", "ffn", "padding")
 
 
 # MobileBERT's own fields (family "mobilebert", transformers' MobileBertConfig names); written only for that family
@@ -69,7 +72,7 @@ _FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int
                 "hidden_act": "str", "family": "str",
                 "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "std",
                 "layer_norm_eps": "eps", "id2label": "dict", "scan_layers": "bool", "remat": "str",
-                "attention": "str", "ffn": "str",
+                "attention": "str", "ffn": "str", "padding": "str",
                 **dict.fromkeys(MOBILEBERT_FIELDS[2:], "bool")}
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")  # transformers' names
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "prob": "a number in [0, 1)",
@@ -163,6 +166,10 @@ class SqueezeBertConfig:
     # fp16, sizes kernels.fits), XLA's ops elsewhere. The same function either way (GELU's erf to 5e-7). Not the
     # default: on one H200 the kernel was slower than XLA's FFN (0.404 against 0.370 ms; the train step 0.96x).
     ffn: str = "xla"
+    # "any": an attention mask may mask any keys. "right": every attention mask is right padding (ones, then zeros),
+    # as this package's trainers build and check each batch (``parallel.check_right_padding``); cuDNN's attention then
+    # takes each row's key count instead of reading a mask (the same outputs; the H200 step 1.04x faster).
+    padding: str = "any"
 
     def __post_init__(self):
         self._check_types()
@@ -223,6 +230,8 @@ class SqueezeBertConfig:
             raise InputError(f"attention {self.attention!r} not supported; one of {list(ATTENTION)}")
         if self.ffn not in FFN:
             raise InputError(f"ffn {self.ffn!r} not supported; one of {list(FFN)}")
+        if self.padding not in PADDING:
+            raise InputError(f"padding {self.padding!r} not supported; one of {list(PADDING)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise InputError(f"problem_type is {_json_repr(self.problem_type)}; expected one of "
                              f"{', '.join(PROBLEM_TYPES)} (or none)")
@@ -395,7 +404,7 @@ class Embeddings(nnx.Module):
             self.token_type_embeddings = nnx.Embed(c.type_vocab_size, c.embedding_size, embedding_init=init,
                                                    rngs=rngs)
         self.LayerNorm = LayerNorm(c.embedding_size, c.layer_norm_eps, dtype)  # config eps here (reference)
-        self.dropout = nnx.Dropout(c.hidden_dropout_prob, rngs=rngs)
+        self.dropout = Dropout(c.hidden_dropout_prob, rngs=rngs)
         if c.factorized_embeddings:  # ALBERT's encoder.embedding_hidden_mapping_in
             self.project = Dense(c.embedding_size, c.hidden_size, init_std=c.initializer_range, dtype=dtype,
                                  rngs=rngs)
@@ -492,7 +501,7 @@ class ConvDropoutLayerNorm(nnx.Module):
                                      rngs=rngs)
         # SqueezeBERT's reference: eps 1e-12 whatever the config says; the other families' layers take the config's
         self.layernorm = LayerNorm(cout, config.layer_norm_eps if config.family else 1e-12, dtype)
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
+        self.dropout = Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
 
     def __call__(self, x, residual, name: str | None = None):
         return self.finish(self.conv1d(x), residual, name)
@@ -791,7 +800,7 @@ class SqueezeBertForSequenceClassification(_Head):
                  rngs: nnx.Rngs):
         super().__init__(config, dtype=dtype, rngs=rngs)
         self.num_labels = num_labels or (len(config.id2label) if config.id2label else 2)
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        self.dropout = Dropout(config.hidden_dropout_prob, rngs=rngs)
         self.classifier = self._dense(self.num_labels, rngs)
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
@@ -806,7 +815,7 @@ class SqueezeBertForTokenClassification(_Head):
                  rngs: nnx.Rngs):
         super().__init__(config, dtype=dtype, rngs=rngs)
         self.num_labels = num_labels or (len(config.id2label) if config.id2label else 2)
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        self.dropout = Dropout(config.hidden_dropout_prob, rngs=rngs)
         self.classifier = self._dense(self.num_labels, rngs)
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
@@ -834,7 +843,7 @@ class SqueezeBertForMultipleChoice(_Head):
 
     def __init__(self, config: SqueezeBertConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
         super().__init__(config, dtype=dtype, rngs=rngs)
-        self.dropout = nnx.Dropout(config.hidden_dropout_prob, rngs=rngs)
+        self.dropout = Dropout(config.hidden_dropout_prob, rngs=rngs)
         self.classifier = self._dense(1, rngs)
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None) -> LogitsOutput:
@@ -893,7 +902,7 @@ def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertC
         max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         initializer_range=config.initializer_range, layer_norm_eps=config.layer_norm_eps,
         pad_token_id=config.pad_token_id, family="electra", scan_layers=config.scan_layers, remat=config.remat,
-        attention=config.attention, ffn=config.ffn,
+        attention=config.attention, ffn=config.ffn, padding=config.padding,
         **BERT_GROUPS)
 
 
@@ -927,25 +936,29 @@ def scan_layers_on(layers: str, platform: str) -> bool:
 
 
 def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str | None = None,
-                  attention: str | None = None, ffn: str | None = None) -> nnx.Module:
+                  attention: str | None = None, ffn: str | None = None, padding: str | None = None) -> nnx.Module:
     """Choose how every encoder in ``model`` runs (``SqueezeBertConfig.scan_layers`` / ``remat`` / ``attention`` /
-    ``ffn``)
-    after it was built, e.g. for a model loaded from disk; the weights are unchanged, and so are the outputs (with
-    dropout off: "fused" attention drops nothing out of the attention probabilities). Returns ``model``."""
+    ``ffn`` / ``padding``) after it was built, e.g. for a model loaded from disk; the weights are unchanged, and so
+    are the outputs (with dropout off: "fused" attention drops nothing out of the attention probabilities).
+    Returns ``model``."""
     if remat is not None and remat not in REMAT_POLICIES:
         raise InputError(f"remat {remat!r} not supported; one of {list(REMAT_POLICIES)}")
     if attention is not None and attention not in ATTENTION:
         raise InputError(f"attention {attention!r} not supported; one of {list(ATTENTION)}")
     if ffn is not None and ffn not in FFN:
         raise InputError(f"ffn {ffn!r} not supported; one of {list(FFN)}")
+    if padding is not None and padding not in PADDING:
+        raise InputError(f"padding {padding!r} not supported; one of {list(PADDING)}")
     changes = {k: v for k, v in (("scan_layers", scan_layers), ("remat", remat), ("attention", attention),
-                                 ("ffn", ffn)) if v is not None}
+                                 ("ffn", ffn), ("padding", padding)) if v is not None}
     for _, m in nnx.iter_graph(model):
         if isinstance(m, Encoder):
             m.scan_layers = m.scan_layers if scan_layers is None else bool(scan_layers)
             m.remat = m.remat if remat is None else remat
         if isinstance(m, SelfAttention) and attention is not None:
             m.fused = attention == "fused"
+        if isinstance(m, SelfAttention) and padding is not None:
+            m.right_padded = padding == "right"
         if isinstance(m, SqueezeBertLayer) and ffn is not None:
             m.ffn_kernel = ffn == "fused"
         if isinstance(m, (SqueezeBertModel, _Head)) and changes:

@@ -109,15 +109,35 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P("data"))
 
 
+def check_right_padding(batch: dict[str, np.ndarray]) -> None:
+    """A training batch's ``attention_mask`` rows (``[B, S]``, or ``[B, choices, S]``) each attend to a prefix of
+    the sequence, one token at least (ones, then zeros: right padding), which the trainers' models take as each row's
+    key count (``SqueezeBertConfig.padding`` "right"); anything else is refused, naming the first row that is not."""
+    mask = batch.get("attention_mask")
+    if mask is None or np.ndim(mask) < 2 or not np.size(mask):
+        return
+    m = np.asarray(mask).reshape(-1, np.shape(mask)[-1]) != 0
+    bad = np.flatnonzero((m[:, 1:] & ~m[:, :-1]).any(axis=1) | ~m[:, 0])
+    if bad.size:
+        row = m[bad[0]].astype(int)
+        raise InputError(f"a batch's attention_mask row {bad[0]} is not right padding (one or more ones, then zeros): "
+                         f"{''.join(map(str, row[:64]))}{'...' if row.size > 64 else ''}; the trainers' models read "
+                         "each row's mask as its count of leading tokens")
+
+
 def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """Per-host numpy batch -> global jax.Arrays sharded on the data axis (multi-host safe)."""
+    """Per-host numpy batch -> global jax.Arrays sharded on the data axis (multi-host safe); its attention mask must
+    be right padding (``check_right_padding``)."""
+    check_right_padding(local)
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
 
 
 def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """A whole numpy batch that every host holds (fine-tuning and evaluation read their small files on every host) ->
-    global jax.Arrays sharded on the data axis, each device given its rows."""
+    global jax.Arrays sharded on the data axis, each device given its rows; its attention mask must be right padding
+    (``check_right_padding``)."""
+    check_right_padding(batch)
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in batch.items()}
 

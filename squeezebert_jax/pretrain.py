@@ -128,6 +128,7 @@ def model_config(config: ml_collections.ConfigDict, platform: str | None = None)
     for field in ("remat", "attention", "ffn"):
         if field in config.model:
             overrides.setdefault(field, config.model[field])
+    overrides.setdefault("padding", "right")  # every batch is right padding (parallel.global_batch checks it)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(SqueezeBertConfig)})
     if unknown:
         raise InputError(f"config.model.overrides: {', '.join(map(repr, unknown))} is no model field (e.g. "
@@ -507,7 +508,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=trainer.compute_dtype(config),
                                 seed=config.seed)
         execution = model_config(config)  # the config's scan/remat/attention (model.overrides may set them)
-        set_execution(model, execution.scan_layers, execution.remat, execution.attention, execution.ffn)
+        set_execution(model, execution.scan_layers, execution.remat, execution.attention, execution.ffn,
+                      execution.padding)
     else:
         model = new_model(config, tokenizer.vocab_size)
     cfg = model.config

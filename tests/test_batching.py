@@ -141,3 +141,22 @@ def test_auto_widths_pad_least_as_a_brute_force_search_finds():
     assert len(batching.length_buckets("auto:2", 128, lengths)) <= 3
     with pytest.raises(sj.errors.InputError, match="auto:K needs a number of widths K >= 1"):
         batching.length_buckets("auto:x", 128)
+
+
+def test_training_batches_must_be_right_padded():
+    """The trainers' models read each attention mask row as its count of leading tokens (``padding="right"``), so
+    every batch that goes to the devices is checked: right padding ([B, S] and [B, choices, S]) passes; a row with a
+    gap, left padding or no token at all is refused, naming the row."""
+    from squeezebert_jax import parallel
+    from squeezebert_jax.errors import InputError
+
+    good = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    parallel.check_right_padding({"attention_mask": good})
+    parallel.check_right_padding({"attention_mask": np.stack([good, good])})
+    parallel.check_right_padding({"input_ids": good})  # no mask: nothing to check
+    for bad, row in (([[1, 1, 1, 1], [1, 0, 1, 0]], 1), ([[0, 0, 1, 1]], 0), ([[1, 1], [0, 0]], 1)):
+        with pytest.raises(InputError, match=f"attention_mask row {row} is not right padding"):
+            parallel.check_right_padding({"attention_mask": np.array(bad)})
+    mesh = parallel.make_mesh()
+    with pytest.raises(InputError, match="row 0 is not right padding"):
+        parallel.shard_batch({"attention_mask": np.array([[0, 1]] * 8)}, mesh)

@@ -375,3 +375,85 @@ def test_remat_names_stay_outside_platform_branches(family):
         nnx.to_pure_dict(p))
     assert _names_inside_branches(jaxpr.jaxpr) == []
     assert "ffn_expand" in str(jaxpr) or family == "mobilebert-uncased"  # the walk sees the names
+
+
+def test_right_padding_goes_to_the_fused_kernel_as_key_counts():
+    """``padding="right"`` (what the trainers set): the fused call takes each row's key count instead of a mask, and
+    gives the explicit core's outputs for right-padded rows and an unmasked call (XLA's implementation of the cuDNN
+    call's API; cuDNN's own kernel ran on one H200). The choice is an execution field: set_execution switches every
+    attention, config.json keeps no such field, and other values are refused."""
+    from squeezebert_jax import layers
+
+    m = sj.SqueezeBertModel(sj.SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0))
+    att = m.encoder.layers[0].attention
+    assert m.config.padding == "any" and not att.right_padded
+    q, k, v = (jax.random.normal(jax.random.key(i), (3, 7, 4, 8)) for i in range(3))
+    for mask_bias in (_mask_bias(3, 7, [7, 4, 1]), jnp.zeros((), jnp.float32)):
+        ref = np.asarray(att.core(q, k, v, mask_bias)[0])
+        got = layers.fused_attention(q, k, v, mask_bias, implementation="xla", right_padded=True)
+        np.testing.assert_allclose(np.asarray(got), ref, atol=1e-6)
+    # a mask that is not right padding reads otherwise as key counts: why "any" stays the default for a user's masks
+    left = jnp.flip(_mask_bias(3, 7, [7, 4, 1]), -1)
+    ref = np.asarray(att.core(q, k, v, left)[0])
+    np.testing.assert_allclose(np.asarray(layers.fused_attention(q, k, v, left, "xla")), ref, atol=1e-6)
+    assert np.abs(np.asarray(layers.fused_attention(q, k, v, left, "xla", right_padded=True)) - ref).max() > 0.1
+    sj.model.set_execution(m, padding="right")
+    assert m.config.padding == "right" and all(layer.attention.right_padded for layer in m.encoder.layers)
+    for family in ("mobilebert-uncased", "bert-base-uncased"):  # every family's attention takes the choice
+        cfg = sj.SqueezeBertConfig.preset(family, num_hidden_layers=1, vocab_size=99, padding="right")
+        attentions = [a for _, a in nnx.iter_graph(sj.SqueezeBertModel(cfg, rngs=nnx.Rngs(0)))
+                      if isinstance(a, layers.SelfAttention)]
+        assert attentions and all(a.right_padded and a.fused for a in attentions), family
+    assert "padding" not in m.config.to_dict()
+    with pytest.raises(ValueError, match="padding 'left' not supported"):
+        sj.SqueezeBertConfig(**TINY, padding="left")
+    with pytest.raises(ValueError, match="padding 'x' not supported"):
+        sj.model.set_execution(m, padding="x")
+
+
+def test_dropout_draws_four_16_bit_masks_per_hash():
+    """``layers.Dropout``: one threefry hash per four elements. Over 6.3M elements at rate 0.1 the dropped share is
+    round(0.1 * 65536) / 65536 within 5 standard deviations, the kept elements are scaled by the inverse of the exact
+    keep probability, the four draws of one hash drop together as independent draws would (p^2 for two of them), the
+    same key draws the same mask and the next key another. Keys other than threefry ("rbg") and a last axis that is
+    not a multiple of 4 draw exactly as nnx.Dropout does; deterministic (eval) mode returns the input."""
+    from squeezebert_jax import layers
+
+    d = layers.Dropout(0.1, rngs=nnx.Rngs(dropout=0))
+    x = jnp.ones((64, 128, 768), jnp.float32)
+    key = jax.random.key(7)
+    y = np.asarray(d(x, rngs=key))
+    keep = y != 0
+    p = 6554 / 65536
+    assert abs((1 - keep.mean()) - p) < 5 * np.sqrt(p * (1 - p) / keep.size)
+    np.testing.assert_allclose(np.unique(y[keep]), [1 / (1 - p)], rtol=1e-7)
+    for i, j in ((0, 1), (1, 2), (0, 3)):  # draws of one hash: the low and high halves of its two words
+        both = (~keep[..., i::4] & ~keep[..., j::4]).mean()
+        assert abs(both - p * p) < 5 * np.sqrt(p * p / keep[..., ::4].size), (i, j, both)
+    np.testing.assert_array_equal(np.asarray(d(x, rngs=key)), y)
+    assert (np.asarray(d(x, rngs=jax.random.key(8))) != y).mean() > 0.1
+    assert (np.asarray(d(x)) != np.asarray(d(x))).any()  # the module's stream moves on
+    rbg = jax.random.key(7, impl="rbg")
+    np.testing.assert_array_equal(np.asarray(d(x, rngs=rbg)), np.asarray(nnx.Dropout(0.1)(x, rngs=rbg)))
+    odd = jnp.ones((8, 6))
+    np.testing.assert_array_equal(np.asarray(d(odd, rngs=key)), np.asarray(nnx.Dropout(0.1)(odd, rngs=key)))
+    d.eval()
+    np.testing.assert_array_equal(np.asarray(d(x)), np.asarray(x))
+
+
+def test_dropout_masks_are_the_same_on_any_mesh():
+    """A dropout mask depends only on the key and each element's index: sharded over the batch on 8 devices, the
+    jitted draw equals the single-device one bit for bit (and, under remat, the backward draws the forward's mask:
+    the gradient is the mask times the scale)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from squeezebert_jax import layers
+
+    key = jax.random.key(3)
+    x = jax.random.normal(jax.random.key(0), (16, 8, 32))
+    whole = np.asarray(jax.jit(lambda x: layers.Dropout(0.25)(x, rngs=key))(x))
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    sharded = jax.device_put(x, NamedSharding(mesh, PartitionSpec("data")))
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda x: layers.Dropout(0.25)(x, rngs=key))(sharded)), whole)
+    grad = jax.grad(jax.checkpoint(lambda x: jnp.sum(layers.Dropout(0.25)(x, rngs=key))))(x)
+    np.testing.assert_allclose(np.asarray(grad), np.where(whole != 0, 1 / (1 - 16384 / 65536), 0.0), rtol=1e-6)

@@ -1,7 +1,6 @@
 """Gradual magnitude pruning (squeezebert_jax.prune): the cubic schedule, masks reaching their sparsity, a
 head-pruned model equal to transformers' really-shrunk BERT, and pruning inside a fine-tuning run."""
 import json
-import os
 
 import jax
 import numpy as np

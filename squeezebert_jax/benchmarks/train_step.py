@@ -70,6 +70,7 @@ def train_step_bench(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_
     synthetic batch (half segment A, half B; ``max_predictions`` sorted masked positions); ``rng_impl``: the dropout
     bits' generator (``trainer.run_key``)."""
     mesh = parallel.make_mesh()
+    cfg = cfg.replace(padding="right")  # as the trainer runs it: its batches are right padding
     model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)

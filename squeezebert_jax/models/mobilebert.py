@@ -38,7 +38,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.layers import _ACTIVATIONS, Dense, SelfAttention, _normal
+from squeezebert_jax.layers import _ACTIVATIONS, Dense, Dropout, SelfAttention, _normal
 from squeezebert_jax.models.family import (
     BERT_GROUPS,
     BERT_TIED,
@@ -122,7 +122,7 @@ class DenseNoNorm(nnx.Module):
         self.dense = _dense(din, dout, config, dtype, rngs)
         self.LayerNorm = NoNorm(dout, dtype)
         if dropout:
-            self.dropout = nnx.Dropout(dropout, rngs=rngs)
+            self.dropout = Dropout(dropout, rngs=rngs)
 
     def __call__(self, x, residual=None, name: str | None = None):
         y = self.dense(x)
@@ -167,7 +167,7 @@ class Embeddings(nnx.Module):
             width = c.embedding_size * (3 if c.trigram_input else 1)
             self.embedding_transformation = _dense(width, c.hidden_size, c, dtype, rngs)
         self.LayerNorm = NoNorm(c.hidden_size, dtype)
-        self.dropout = nnx.Dropout(c.hidden_dropout_prob, rngs=rngs)
+        self.dropout = Dropout(c.hidden_dropout_prob, rngs=rngs)
 
     def __call__(self, input_ids, token_type_ids, position_ids):
         x = self.word_embeddings.embedding[...][input_ids]
@@ -192,8 +192,8 @@ class MobileBertSelfAttention(SelfAttention):
         self.query = _dense(b, b, c, dtype, rngs)
         self.key = _dense(b, b, c, dtype, rngs)
         self.value = _dense(value_in, b, c, dtype, rngs)
-        self.dropout = nnx.Dropout(c.attention_probs_dropout_prob, rngs=rngs)
-        self.fused = c.attention == "fused"
+        self.dropout = Dropout(c.attention_probs_dropout_prob, rngs=rngs)
+        self.fused, self.right_padded = c.attention == "fused", c.padding == "right"
 
     def __call__(self, q_in, k_in, v_in, mask_bias, with_probs: bool = False):
         b, s, _ = q_in.shape
