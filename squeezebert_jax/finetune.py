@@ -229,6 +229,10 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
         else:
             unread(tasks.DATA_SETTINGS, ("text_columns", "label_column"), "with data.kind 'question_answering' "
                    "(SQuAD files name their own fields)", "data")
+        if config.data.kind == "token_classification" and not any(
+                is_dataset(config.data[f"{s}_file"]) for s in ("train", "validation", "test")):
+            unread(tasks.DATA_SETTINGS, ("text_columns", "label_column"), "with data.kind 'token_classification' on "
+                   "CoNLL files (a word and its tag per line; only an hf: or tfds: split has columns)", "data")
     need(config.batch_size % num_devices == 0, "batch_size",
          f"a multiple of the {num_devices} devices of the mesh (each takes the same number of rows; or set "
          f"config.num_devices)")

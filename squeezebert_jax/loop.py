@@ -55,7 +55,9 @@ class Settings:
 
     def need(self, ok: bool, name: str, valid: str) -> None:
         if not ok:
-            raise InputError(f"config.{name}={self.value(name)!r}: {valid}")
+            v = self.value(name)
+            v = v.to_dict() if isinstance(v, ml_collections.ConfigDict) else v  # its repr is YAML, lines of it
+            raise InputError(f"config.{name}={v!r}: {valid}")
 
     def unread(self, defaults: dict, names, why: str, section: str = "") -> None:
         """Settings no run of this config reads (``why``: beside what), refused unless at their ``defaults``: one line,

@@ -58,7 +58,7 @@ from squeezebert_jax.models.family import BERT_GROUPS, GROUP_FIELDS
 
 _GROUP_FIELDS = GROUP_FIELDS
 # how to run, not what: kept out of config.json
-_EXECUTION_FIELDS = ("scan_layers", "remat", "attention", "ffn", "padding")
+EXECUTION_FIELDS = ("scan_layers", "remat", "attention", "ffn", "padding")
 
 
 # MobileBERT's own fields (family "mobilebert", transformers' MobileBertConfig names); written only for that family
@@ -362,7 +362,7 @@ class SqueezeBertConfig:
         """transformers-style config dict: ``model_type`` "squeezebert" (our MODEL_DIR's: every field), or the
         family's own transformers config (``style``: "bert" when every group is 1, "albert", "distilbert", ...)."""
         d = {k: v for k, v in dataclasses.asdict(self).items()
-             if k not in ("id2label", "problem_type", *_EXECUTION_FIELDS)}
+             if k not in ("id2label", "problem_type", *EXECUTION_FIELDS)}
         if not d["family"]:
             d.pop("family")
         if self.family != "mobilebert":

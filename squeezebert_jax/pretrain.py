@@ -28,8 +28,9 @@ from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
 from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config
 from squeezebert_jax.tokenizer import Tokenizer
-from squeezebert_jax.model import (RTD_SETTINGS, ElectraPreTraining, SqueezeBertConfig, SqueezeBertForPreTraining,
-                                   Structure, generator_config, scan_layers_on, set_execution)
+from squeezebert_jax.model import (EXECUTION_FIELDS, RTD_SETTINGS, ElectraPreTraining, SqueezeBertConfig,
+                                   SqueezeBertForPreTraining, Structure, generator_config, scan_layers_on,
+                                   set_execution)
 
 log = logging.getLogger(__name__)
 
@@ -397,6 +398,9 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
                          "max_predictions_per_seq)")
     if config.init_from:
         positions, source = read_model_config(config.init_from)[0].max_position_embeddings, config.init_from
+        shape = sorted(set(config.model.overrides or {}) - set(EXECUTION_FIELDS))  # what init_from's config.json sets
+        need(not shape, "model.overrides", f"only how the model runs ({', '.join(EXECUTION_FIELDS)}) with init_from: "
+             f"the model is init_from's, as its config.json describes it, so {', '.join(shape)} would not be read")
     else:
         # any platform: only the architecture is read, and no backend may start before jax.distributed
         positions = model_config(config, platform="cpu").max_position_embeddings

@@ -240,6 +240,23 @@ def test_settings_nothing_reads_without_their_feature_are_refused(path, value, m
         ft.check_settings(c, 1)
 
 
+def test_column_names_beside_conll_files_are_refused():
+    """A CoNLL file is a word and its tag per line: text_columns and label_column name the columns of a dataset split
+    (hf: or tfds:) alone, so beside CoNLL files they are refused, not ignored."""
+    c = glue_config("files", "init", "data")
+    c.data.kind, c.data.train_file, c.data.validation_file = "token_classification", "train.conll", "dev.conll"
+    for field, value in (("label_column", "ner"), ("text_columns", "words")):
+        c.data[field] = value
+        with pytest.raises(sj.errors.InputError, match=rf"^config.data.{field}='{value}': left at its default "
+                                                       rf"'{tasks.DATA_SETTINGS[field]}' with data.kind "
+                                                       r"'token_classification' on CoNLL files"):
+            ft.check_settings(c, 1)
+        c.data.train_file = "hf:conll2003:train"  # a dataset split reads its words and tags by column
+        ft.check_settings(c, 1)
+        c.data.train_file, c.data[field] = "train.conll", tasks.DATA_SETTINGS[field]
+    ft.check_settings(c, 1)
+
+
 @pytest.mark.parametrize("path, value, msg", [
     # checked whether or not a run uses them (a typo in prune.kind trained unpruned until a target was set)
     ("prune.kind", "foo", r"config.prune.kind='foo': one of unstructured, heads, ffn"),

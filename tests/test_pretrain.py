@@ -19,6 +19,7 @@ import pytest
 from conftest import COMPILE_FLAGS, ROOT, RUN_FLAGS, fill, losses, one_error_line, smoke_config, tiny_config
 
 from squeezebert_jax import checkpointing, errors, parallel, pretrain, reporting, trainer
+from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.tokenizer import Tokenizer
 
 @pytest.fixture(scope="session")
@@ -651,6 +652,25 @@ def test_a_setting_out_of_range_is_refused_before_anything_is_written(tmp_path, 
         pretrain.train_and_evaluate(tiny_config(**overrides), str(tmp_path / "run"))
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_runs(tmp_path):
+    """A pretraining run from init_from builds init_from's model (its config.json): an override of what the model is
+    (hidden_size, a dropout rate) would not be read, so it is refused; how it runs (remat, attention, ffn, scan_layers,
+    padding) is read. Checked before anything is written."""
+    model = tmp_path / "model"
+    model.mkdir()
+    SqueezeBertConfig.preset("squeezebert-uncased", num_hidden_layers=2, vocab_size=99).to_json(model / "config.json")
+    for overrides in ({"hidden_size": 64, "remat": "none"}, {"hidden_dropout_prob": 0.0}):
+        with pytest.raises(errors.InputError) as e:
+            pretrain.train_and_evaluate(tiny_config(init_from=str(model), **{"model.overrides": overrides}),
+                                        str(tmp_path / "run"))
+        shape = ", ".join(k for k in overrides if k != "remat")
+        assert str(e.value) == (f"config.model.overrides={overrides!r}: only how the model runs (scan_layers, "
+                                f"remat, attention, ffn, padding) with init_from: the model is init_from's, as its "
+                                f"config.json describes it, so {shape} would not be read")
+    assert not (tmp_path / "run").exists()
+    pretrain.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"}}), data=False)
 
 
 def test_num_devices_is_checked_in_one_place_against_the_devices_there_are():

@@ -470,7 +470,7 @@ def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_dat
                                                 rf"prepared with \({n}; they differ from id {n - 2}\): its embeddings "
                                                 r"would read other words"):
         pretrain.train_and_evaluate(tiny_config(init_from=str(wd / "model"), **{
-            "data.source": "prepared", "data.path": str(other / "data")}), str(third))
+            "data.source": "prepared", "data.path": str(other / "data"), "model.overrides": {}}), str(third))
     assert not third.exists()
 
 
