@@ -39,7 +39,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, inference, tasks
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import has_text
+from squeezebert_jax.files import check_input_file, has_text
 from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.pretrained import atomic_write, build_model, load_pretrained, not_a_model_dir, save_pretrained
@@ -124,8 +124,7 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
     paths_given = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
     examples, seen = [], {}
     for path in filter(None, paths_given):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"transfer text {path}: no such file")
+        check_input_file(path, "transfer text ", " of text (a text or tab-separated pair per line)")
         if os.path.realpath(path) in seen:
             raise InputError(f"transfer text {path} is given twice (also as {seen[os.path.realpath(path)]}): its "
                              "lines would count twice")

@@ -9,6 +9,7 @@ import json
 import math
 import numbers
 import os
+import re
 import secrets
 import stat
 import unicodedata
@@ -57,7 +58,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
     d, base = os.path.split(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     target = os.path.join(d, base)
     if os.path.exists(target) and not os.path.isfile(target):  # renamed over, a device or a pipe would be gone
-        raise InputError(f"{path} is {_special_kind(target)}, not a regular file: it is never replaced by one")
+        raise InputError(f"{path} is {special_kind(target)}, not a regular file: it is never replaced by one")
     tmp = os.path.join(d, f".tmp{os.getpid()}-{secrets.token_hex(4)}-{base}")
     try:
         if callable(data):
@@ -122,7 +123,7 @@ def _check_entries(out: str, what: str) -> None:
                     raise InputError(f"{what} {out} holds {path}, a link to {target} outside it: a file written there "
                                      "would replace the link's target; remove the link, or choose another directory")
             elif not os.path.isdir(path) and not os.path.isfile(path):
-                raise InputError(f"{what} {out} holds {path}, {_special_kind(path)}, which a file written there "
+                raise InputError(f"{what} {out} holds {path}, {special_kind(path)}, which a file written there "
                                  "would replace; remove it, or choose another directory")
 
 
@@ -169,7 +170,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     if os.path.lexists(out) and not overwrite:
         raise InputError(f"{what} {out} already exists; pass --overwrite to replace it, or choose another path")
     if os.path.exists(out) and not os.path.isfile(out):  # replaced by a file, a pipe or a device would be gone
-        raise InputError(f"{what} {out} is {_special_kind(out)}, not a regular file; the output is written to a "
+        raise InputError(f"{what} {out} is {special_kind(out)}, not a regular file; the output is written to a "
                          f"file (and replaces it whole): give the path of one")
     target = os.path.realpath(out) if os.path.islink(out) else out  # a link is written through (atomic_write)
     if target != out and not os.path.isdir(os.path.dirname(target)):
@@ -184,7 +185,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     return out
 
 
-def _special_kind(path: str) -> str:
+def special_kind(path: str) -> str:
     """What a path that is no regular file or directory is, in a phrase."""
     mode = os.stat(path).st_mode
     for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
@@ -368,6 +369,17 @@ def make_dirs(path: str | os.PathLike) -> list[str]:
     return made
 
 
+def check_input_file(path: str, what: str, hint: str = "") -> str:
+    """An input that must be a regular file: missing is a ``FileNotFoundError`` (``WHAT PATH: no such file``); a
+    directory, a device (``/dev/null``), a pipe or a socket is named as what it is (``WHAT PATH is a directory, not a
+    file...``), ``hint`` saying what to give. Returns ``path``."""
+    if not os.path.lexists(path) or (os.path.islink(path) and not os.path.exists(path)):
+        raise FileNotFoundError(f"{what}{path}: no such file")
+    if not os.path.isfile(path):
+        raise InputError(f"{what}{path} is {special_kind(path)}, not a file{hint}")
+    return path
+
+
 def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
     """The corpus files, each checked to be an existing file before anything is written, and each given once (the
     same file twice, by another path or a link too, would double its documents without a word); a shell pattern that
@@ -398,8 +410,8 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
 
 def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, str]]:
     """(line number, text) for every line of a UTF-8 text file, the line end kept (``\n``, ``\r\n``): the one reader of
-    a user's text files, so that every one of them reads alike. A byte-order mark before the first line is dropped
-    (it is invisible, and would otherwise glue itself to the first column's name or word); a line that is not UTF-8 is
+    a user's text files, so that every one of them reads alike. Byte-order marks before the first line are dropped
+    (invisible, and would otherwise glue itself to the first column's name or word); a line that is not UTF-8 is
     named by line and column (``FILE:LINE:COL: not UTF-8 text (byte 0xe9)``); a missing path or a directory is named.
     ``what`` prefixes the path in messages (e.g. ``--input``)."""
     path = os.fspath(path)
@@ -410,7 +422,7 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
         raise InputError(f"{name} is a directory, not a text file")
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
-            if lineno == 1:
+            while lineno == 1 and raw.startswith(BOM):  # a file saved twice with a mark: every one of them
                 raw = raw.removeprefix(BOM)
             try:
                 line = raw.decode("utf-8")
@@ -701,18 +713,21 @@ RUN_DIRS = ("checkpoints", "model", "generator", "tb", "data", "demo", "predicti
 
 
 def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False, ours: tuple[str, ...] = (),
-                  what_flag: str = "--workdir") -> str:
+                  what_flag: str = "--workdir", inputs: dict[str, str] | None = None) -> str:
     """Refuse, before anything is written, a run directory that cannot be this run's: an empty path, a URL, an
     existing file, a path under a file or an unwritable one, a ``checkpoints`` entry that is not a directory, a
     directory another kind of job ran in (its ``.lock``), or a directory holding files of no run at all (a
-    MODEL_DIR, say) unless ``overwrite``. A directory of the same job is accepted (the job resumes or refuses by its
-    own rules); so is one holding only ``log.txt``, ``.lock`` and the names in ``ours``. Returns the path."""
+    MODEL_DIR, say) unless ``overwrite``; and, ``overwrite`` or not, one that would write over the run's ``inputs``
+    (``{setting: path}``, ``check_inputs_outside``). A directory of the same job is accepted (the job resumes or
+    refuses by its own rules); so is one holding only ``log.txt``, ``.lock`` and the names in ``ours``. Returns the
+    path."""
     workdir = os.fspath(workdir) if workdir is not None else ""
     if not workdir.strip():
         raise InputError(f"{what_flag} is empty; give the run's directory (e.g. {what_flag} runs/my_run)")
     if "://" in workdir:
         raise InputError(f"{what_flag} {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
                          "or mounted path (e.g. a bucket mounted with gcsfuse)")
+    check_inputs_outside(workdir, inputs or {}, what_flag)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
     _check_parent(workdir, what_flag)
@@ -722,7 +737,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
             path = os.path.join(workdir, name)
             if os.path.lexists(path) and not ok(path):
                 kind = ("a link to nothing" if not os.path.exists(path) else "a file" if os.path.isfile(path)
-                        else _special_kind(path))
+                        else special_kind(path))
                 raise InputError(f"{path} is {kind}, not the run's {want}; move it away or choose another "
                                  f"{what_flag}")
     if not os.path.isdir(workdir):
@@ -739,6 +754,29 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
         raise InputError(f"{what_flag} {workdir} already holds files of no {what} run ({listed}); choose a new "
                          "directory, or pass --overwrite to write the run there (files of the same names are replaced)")
     return workdir
+
+
+def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = "--workdir") -> None:
+    """A run never writes over what it reads, ``--overwrite`` or not: the workdir may not be an input (a MODEL_DIR
+    to start from, say) or lie inside an input directory, and an input inside the workdir may not be one of the
+    entries a run writes there (``RUN_FILES``, ``RUN_DIRS``, ``predictions_*``: a test file at
+    WORKDIR/predictions_test.jsonl would be replaced by its own predictions). ``inputs``: ``{setting: path}``; empty
+    paths and dataset splits (``hf:``, ``tfds:``) are skipped."""
+    root = os.path.realpath(workdir)
+    for name, path in inputs.items():
+        if not isinstance(path, str) or not path.strip() or re.match(r"^(hf|tfds):", path):
+            continue
+        real = os.path.realpath(path)
+        if root == real or root.startswith(real.rstrip(os.sep) + os.sep):
+            where = "is" if root == real else "is inside"
+            raise InputError(f"{what_flag} {workdir} {where} config.{name} {path}: a run never writes into what it "
+                             f"reads (not even with --overwrite); choose another {what_flag}")
+        if real.startswith(root.rstrip(os.sep) + os.sep):
+            entry = os.path.relpath(real, root).split(os.sep)[0]
+            if entry in RUN_FILES or entry in RUN_DIRS or entry.startswith("predictions_"):
+                raise InputError(f"config.{name} {path} is in {os.path.join(workdir, entry)}, which the run in "
+                                 f"{what_flag} {workdir} writes (not even --overwrite replaces an input): move it "
+                                 f"out, or choose another {what_flag}")
 
 
 def is_int(v) -> bool:

@@ -277,6 +277,17 @@ def check_meta(meta: dict, pruned: bool = False) -> None:
             raise ValueError(f"its JSON item's {name!r} is {files.json_value(meta[name])}, not what a run keeps there")
 
 
+def run_inputs(config: ml_collections.ConfigDict) -> dict[str, str]:
+    """What a fine-tuning run reads from disk, ``{setting: path}``: the run never writes over them
+    (``files.check_inputs_outside``)."""
+    out = {name: config[name] for name in ("init_from", "data_dir")}
+    out |= {f"data.{s}_file": config.data[f"{s}_file"] for s in ("train", "validation", "test")}
+    out["distill.teacher"] = config.distill.teacher
+    texts = config.distill.get("transfer_text") or ""
+    out |= {f"distill.transfer_text[{i}]": p.strip() for i, p in enumerate(str(texts).split(","))}
+    return out
+
+
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
     """A workdir holds one fine-tuning run: its own is resumed; one of another task or model (``RUN_NAMES``) is
     refused (its model and results would be replaced and the metrics mixed)."""
@@ -369,6 +380,8 @@ def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: s
     # your own data's test file is read (and refused) before training, and predicted by the best model after it; a
     # GLUE test split is predicted in the GLUE server's format by eval/glue.py --predict test
     tests = {s: load(s) for s in task.test_splits} if not isinstance(task, tasks.GlueTask) else {}
+    for examples in tests.values() if isinstance(task, tasks.ConllTask) else ():
+        task.word_pieces(examples, tok)  # a word that would get no tag is named by its line now, not after training
     return TaskData({k: train[k] for k in keys}, evals, len(train_ex), len(transfer_ex), tests)
 
 
@@ -390,7 +403,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = 
     parallel.maybe_initialize_distributed()
     mesh = parallel.make_mesh(config.num_devices or None)
     check_settings(config, mesh.shape["data"])
-    files.check_run_dir(workdir, "fine-tuning", overwrite)
+    files.check_run_dir(workdir, "fine-tuning", overwrite, inputs=run_inputs(config))
     _check_workdir(workdir, config)
     with files.RunLock(workdir, "fine-tuning") if jax.process_index() == 0 else contextlib.nullcontext():
         return _finetune(config, workdir, mesh)

@@ -31,8 +31,8 @@ import numpy as np
 
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import (atomic_write, claim_output_file, has_text, json_text, json_type, read_json,
-                                   text_lines)
+from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text, json_type,
+                                   read_json, text_lines)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
@@ -66,9 +66,12 @@ class Predictor:
     """A fine-tuned MODEL_DIR (sequence or token classifier, extractive QA, multiple choice) and its tokenizer, ready
     to label text."""
 
-    def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = BATCH_SIZE):
+    def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = BATCH_SIZE,
+                 length_setting: str = "--max_length"):
         """``max_length``: tokens per input, at most the model's ``max_position_embeddings``; None: 128, or the
-        model's maximum where that is less."""
+        model's maximum where that is less. ``length_setting``: what the warnings about cut inputs name as setting it
+        (fine-tuning's predictions of its test file: ``config.max_seq_length``)."""
+        self.length_setting = length_setting
         tasks.input_length(max_length)  # its form, before the model loads
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: an integer >= 1")
@@ -179,8 +182,8 @@ class Predictor:
         a = [t[0] if p else t for t, p in zip(texts, pairs)]
         b = [t[1] for t in texts] if texts and all(pairs) else None
         enc = self.tokenizer.encode_batch(a, b, max_length=self.max_length)
-        warn_truncated(self.tokenizer.last_truncated, len(a), self.max_length, "--max_length (up to the model's "
-                       f"{self.model.config.max_position_embeddings})")
+        warn_truncated(self.tokenizer.last_truncated, len(a), self.max_length, f"{self.length_setting} (up to the "
+                       f"model's {self.model.config.max_position_embeddings})")
         return self._logits({k: np.asarray(enc[k], np.int32) for k in ("input_ids", "attention_mask",
                                                                         "token_type_ids")})
 
@@ -192,7 +195,8 @@ class Predictor:
             raise InputError("a tagger labels single texts (its words split on whitespace), not pairs")
         examples = [tasks.TokenExample(i, tuple(t.split()), None, (*where[i], False) if where else None)
                     for i, t in enumerate(texts)]
-        arrays = tasks.ConllTask("predict", {}, tuple(self.labels)).encode(examples, self.tokenizer, self.max_length)
+        arrays = tasks.ConllTask("predict", {}, tuple(self.labels), length_setting=self.length_setting).encode(
+            examples, self.tokenizer, self.max_length)
         ids = self._logits(arrays).argmax(-1)
         out = []
         for ex, row, marks in zip(examples, ids, arrays["labels"]):
@@ -376,10 +380,7 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     (``Predictor.arity``; without it, a ``.txt`` line holds a text or a pair), or differs from the first one's."""
     txt = path.lower().endswith(".txt")
     arity = arity or (TEXT_OR_PAIR if txt else Arity(1, None, "any number of texts"))
-    if os.path.isdir(path):
-        raise InputError(f"{path} is a directory, not a file of inputs (.txt, .csv, .tsv or .jsonl)")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
+    check_input_file(path, "", " of inputs (.txt, .csv, .tsv or .jsonl)")
     ext = os.path.splitext(path)[1].lower()
     if not txt and ext not in tasks.FORMATS:  # the training files' own formats, and .txt
         conll = "; predict reads no CoNLL file: write each sentence's words on a line of a .txt" \
@@ -470,7 +471,8 @@ def example_input(example) -> str | tuple[str, ...]:
 def write_predictions(model_dir: str, examples, out_path: str, max_length: int = 128) -> int:
     """One JSON line per example (a test split fine-tuning read) into ``out_path``, in order, each with its ``row``
     (1-based, in the split's order) and a question's ``id``. Returns the number of lines."""
-    results = Predictor(model_dir, max_length)([example_input(ex) for ex in examples])
+    results = Predictor(model_dir, max_length, length_setting="config.max_seq_length")(
+        [example_input(ex) for ex in examples])
     rows = [{"row": i + 1} | ({"id": ex.id} if isinstance(ex, squad.QAExample) else {}) | r
             for i, (ex, r) in enumerate(zip(examples, results))]
     atomic_write(out_path, "".join(json_text(r) + "\n" for r in rows))

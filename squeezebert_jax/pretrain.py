@@ -461,7 +461,8 @@ DEMO_ENTRIES = ("data", "demo")  # what the demo source writes into a workdir be
 def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> str:
     """The workdir can hold this pretraining run (``files.check_run_dir``): nothing is written before this."""
     return files.check_run_dir(workdir, "pretraining", overwrite,
-                               ours=DEMO_ENTRIES if config.data.source == "demo" else ())
+                               ours=DEMO_ENTRIES if config.data.source == "demo" else (),
+                               inputs={"init_from": config.init_from})
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def _hf_rows(spec: str, name: str, split: str):
                             f"or the name of a prepared dataset in the local datasets cache") from None
     features = ds.features
     for i, row in enumerate(ds, 1):
-        yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
+        yield i, _row(spec, i, row, features)
 
 
 # datasets' packaged builders: each reads raw files (of the current directory, or a glob) by its own rules
@@ -122,7 +122,7 @@ def _tfds_rows(spec: str, name: str, split: str):
                             f"prepare it under $TFDS_DATA_DIR first (tfds build)") from None
     features = {k: info.features[k] for k in info.features.keys()}
     for i, row in enumerate(tfds.as_numpy(ds), 1):
-        yield i, {k: _value(v, features.get(k)) for k, v in row.items() if not _unlabelled(v, features.get(k))}
+        yield i, _row(spec, i, row, features)
 
 
 def _names(feature):
@@ -144,18 +144,42 @@ def _unlabelled(value, feature) -> bool:
     return isinstance(names, list) and np.ndim(value) == 0 and int(value) < 0
 
 
+def _row(spec: str, i: int, row: dict, features: dict) -> dict:
+    """One row's columns as plain values (class labels as their names); a row labelled -1 (unlabelled) leaves its
+    label column out. A value that cannot be read is one line naming the split, the row and the column."""
+    out = {}
+    for k, v in row.items():
+        try:
+            if not _unlabelled(v, features.get(k)):
+                out[k] = _value(v, features.get(k))
+        except ValueError as e:
+            raise DataFileError(f"{spec}:{i}: column {k!r}: {e}") from None
+    return out
+
+
 def _value(value, feature):
     names = _names(feature)
     if isinstance(names, tuple):  # a sequence of class labels
-        return [names[0][int(v)] for v in np.asarray(value).reshape(-1)]
+        return [_class_name(names[0], v) for v in np.asarray(value).reshape(-1)]
     if names is not None:
-        return names[int(value)]
+        return _class_name(names, value)
     return _plain(value)
+
+
+def _class_name(names: list, index) -> str:
+    i = int(index)
+    if not 0 <= i < len(names):  # -1 (unlabelled) inside a sequence would read as the last name
+        raise ValueError(f"class label {i} is none of the {len(names)} names (0 to {len(names) - 1}; -1 marks an "
+                         f"unlabelled value, which a sequence of labels cannot hold)")
+    return names[i]
 
 
 def _plain(value):
     if isinstance(value, bytes):
-        return value.decode("utf-8")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"bytes that are not UTF-8 (byte {e.start}: {value[e.start:e.start + 1]!r})") from None
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()] if value.ndim else _plain(value.item())
     if isinstance(value, np.generic):

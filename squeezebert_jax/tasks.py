@@ -497,8 +497,16 @@ def _dataset_sentences(path: str, columns: tuple[str, str]):
     for row_no, row in sources.rows(path):
         if words_col not in row:
             raise missing_column(path, row_no, row, words_col, "column of words", "config.data.text_columns")
-        words = [str(w) for w in row[words_col]]
-        tags = [str(t) for t in row[tags_col]] if tags_col in row else None
+        words, tags = row[words_col], row.get(tags_col)
+        for name, seq, ok in ((words_col, words, (str,)), (tags_col, tags, (str, int))):  # tags: names, or ids
+            if seq is not None and (not isinstance(seq, list)
+                                    or any(not isinstance(x, ok) or isinstance(x, bool) for x in seq)):
+                raise DataFileError(f"{path}:{row_no}: column {name!r} holds {files.json_value(seq)}; expected a list "
+                                    f"of {'words (strings)' if name == words_col else 'tags (names or ids)'}")
+        tags = None if tags is None else [str(t) for t in tags]
+        if (spaced := next((w for w in words if not w or w != w.strip() or len(w.split()) != 1), None)) is not None:
+            raise DataFileError(f"{path}:{row_no}: column {words_col!r} holds the word {spaced!r}; a word is text "
+                                "without spaces (a tag per word: predictions split words on whitespace)")
         if tags is not None and len(tags) != len(words):
             raise DataFileError(f"{path}:{row_no}: {len(words)} words but {len(tags)} tags in {tags_col!r}")
         if words:
@@ -573,6 +581,7 @@ class ConllTask:
     files: dict
     labels: tuple[str, ...]
     columns: tuple[str, str] = ("tokens", "ner_tags")  # a dataset split's words and tags (CoNLL files: unused)
+    length_setting: str = "--max_length"  # what sets the length, for predict's warning (fine-tuning's own setting)
 
     kind, head, loss = "token_classification", "SqueezeBertForTokenClassification", "token_cross_entropy"
     is_regression = False
@@ -594,6 +603,23 @@ class ConllTask:
                                     (path, lineno, not sources.is_dataset(path))))
         return out
 
+    @staticmethod
+    def word_pieces(examples, tokenizer) -> list[list[int]]:
+        """Each word's pieces, in order over the sentences; a word the tokenizer reads as nothing (an invisible mark, a
+        control character) is refused by its file and line: its tag would silently drop out of training, the scores
+        and the predictions. Fine-tuning calls it on a test split before training."""
+        pieces = tokenizer.word_pieces([w for ex in examples for w in ex.words])
+        at = 0
+        for ex in examples:
+            if (empty := next((w for w in range(len(ex.words)) if not pieces[at + w]), None)) is not None:
+                path, line, per_word = ex.where or (f"input {ex.idx + 1}", None, False)
+                at_line = f"{path}:{line + empty if per_word else line}" if line else path
+                raise DataFileError(f"{at_line}: word {empty + 1} of the sentence ({ex.words[empty]!r}) holds nothing "
+                                    "the tokenizer reads (no letter, digit or sign), so its tag would be lost; remove "
+                                    "it or give it its text")
+            at += len(ex.words)
+        return pieces
+
     def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
         """``[CLS] pieces [SEP]`` per sentence, the words tokenized one by one; ``labels`` [N, max_length]: each
         word's tag id on its first piece, ``IGNORE`` on its other pieces, the specials and the padding (transformers'
@@ -606,15 +632,9 @@ class ConllTask:
         out = {k: np.zeros((n, max_length), np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
         out["input_ids"][:] = tokenizer.pad_id
         labels = np.full((n, max_length), IGNORE, np.int32)
-        pieces = tokenizer.word_pieces([w for ex in examples for w in ex.words])
+        pieces = self.word_pieces(examples, tokenizer)
         at, cut = 0, []
         for i, ex in enumerate(examples):
-            if (empty := next((w for w in range(len(ex.words)) if not pieces[at + w]), None)) is not None:
-                path, line, per_word = ex.where or (f"input {ex.idx + 1}", None, False)
-                at_line = f"{path}:{line + empty if per_word else line}" if line else path
-                raise DataFileError(f"{at_line}: word {empty + 1} of the sentence ({ex.words[empty]!r}) holds nothing "
-                                    "the tokenizer reads (no letter, digit or sign), so its tag would be lost; remove "
-                                    "it or give it its text")
             row, lab, kept = [tokenizer.cls_id], [IGNORE], 0
             for w in range(len(ex.words)):
                 p = pieces[at + w][:max_length - 1 - len(row)]
@@ -638,9 +658,9 @@ class ConllTask:
                         "entities count as missed); raise max_seq_length to see them", self.name, lost,
                         sum(1 for c in cut if c), max_length)
         elif lost:  # predict's sentences (no files): those words get no tag
-            log.warning("%d words of %d sentences lie past --max_length=%d and get no tag (null); a larger "
-                        "--max_length, up to the model's positions, tags them", lost, sum(1 for c in cut if c),
-                        max_length)
+            log.warning("%d words of %d sentences lie past %s=%d and get no tag (null); a larger %s, up to the "
+                        "model's positions, tags them", lost, sum(1 for c in cut if c), self.length_setting,
+                        max_length, self.length_setting)
         return out
 
     def tag_sequences(self, predictions, labels, cut_labels=None) -> tuple[list[list[str]], list[list[str]]]:
@@ -942,6 +962,9 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
         raise DataFileError(f"{where}: the label {comma!r} holds a comma; a row's labels are separated by "
                             f"{LABEL_SEPARATOR!r} ({comma.replace(',', LABEL_SEPARATOR)}), and no label name holds a "
                             "comma (config.data.labels could not name it)")
+    if sep := next((k for k in keys if LABEL_SEPARATOR in k), None):  # ["x|y"]: a CSV's x|y is two labels
+        raise DataFileError(f"{where}: the label {sep!r} holds {LABEL_SEPARATOR!r}, which separates a row's labels "
+                            f"(a CSV cell {sep} is {len(sep.split(LABEL_SEPARATOR))} labels): give them as list items")
     return keys
 
 
@@ -988,16 +1011,29 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
     return float(np.mean(scores)) if scores else 0.0
 
 
+def _looks_like_list(text: str) -> bool:
+    """A cell holding a JSON list (``["comedy", "drama"]``)."""
+    try:
+        return text.startswith("[") and isinstance(json.loads(text), list)
+    except ValueError:
+        return False
+
+
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
     """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
     naming both keeps them apart."""
-    names, spellings = {}, {}
+    names, spellings, lines = {}, {}, 0
     for lineno, row in read_rows(path):
+        lines += 1
         if column not in row:
             raise missing_column(path, lineno, row, column, "label column", "config.data.label_column")
         where = f"{path}:{lineno}: column {column!r}"
         for name in label_keys(row[column], where) if multilabel else [label_key(row[column], where)]:
+            if not multilabel and (LABEL_SEPARATOR in name or _looks_like_list(name)):  # a multilabel row?
+                raise DataFileError(f"{where}: the label {name!r} reads as several labels (data.kind=multilabel "
+                                    f"takes a row's labels as a JSON list or names separated by {LABEL_SEPARATOR!r}); "
+                                    "one class of that name is kept by naming every class in config.data.labels")
             names.setdefault(name, (where, lineno))
             if not multilabel and _NUMBER.fullmatch(name):  # the number as the file writes it
                 spellings.setdefault(name, {}).setdefault(str(row[column]).strip(), lineno)
@@ -1009,7 +1045,8 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
                         "class codes that only look like numbers (007, 1.10) are names: write them so (c007)",
                         path, a, at, b, bt, name)
     if not names:
-        raise DataFileError(f"{path}: no rows (the train split is empty)")
+        raise DataFileError(f"{path}: no row has a label (every row's labels are empty)" if multilabel and lines
+                            else f"{path}: no rows (the train split is empty)")
     return sorted_labels(names)
 
 
@@ -1089,8 +1126,13 @@ def _check_data_files(paths: dict[str, str], kind: str) -> None:
 def _check_data_file(path: str, setting: str, kind: str) -> None:
     if not os.path.exists(path):
         raise InputError(f"{setting}={path!r}: no such file")
-    if not os.path.isfile(path):
-        raise InputError(f"{setting}={path!r} is a directory, not a data file")
+    if not os.path.isfile(path):  # a directory, or /dev/null
+        raise InputError(f"{setting}={path!r} is {files.special_kind(path)}, not a data file")
+    ext = os.path.splitext(path)[1].lower()
+    if kind == "token_classification" and ext in FORMATS and ext != ".tsv":
+        raise InputError(f"{setting}={path!r}: token_classification reads CoNLL files (a word and its tag per line, "
+                         f"a blank line between sentences), not {ext} rows; a dataset split of word and tag columns is "
+                         "given as hf:NAME:SPLIT or tfds:NAME:SPLIT")
     if kind in ("classification", "regression", "multilabel", "multiple_choice"):
         try:
             file_format(path)

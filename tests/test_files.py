@@ -210,6 +210,40 @@ def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
     assert pretrain.check_workdir(tiny_config(), str(tmp_path / "demo_wd"))
 
 
+def test_a_run_never_writes_over_its_inputs_even_with_overwrite(tmp_path):
+    """``files.check_inputs_outside`` (the run-directory check of both trainers): a workdir that is init_from, or lies
+    inside it, would replace the model's config.json and weights; init_from at WORKDIR/model would be replaced by the
+    export, a test file at WORKDIR/predictions_test.jsonl by its own predictions. Refused with --overwrite too, and
+    the model left as it was; an input in a folder of the workdir that no run writes, and a dataset split, are fine."""
+    from conftest import glue_config
+
+    from squeezebert_jax import finetune
+
+    model = tiny_init(tmp_path / "model", VOCAB)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    c = glue_config("files", model, "")
+    c.data.train_file, c.data.text_columns = str(tmp_path / "t.csv"), "text"
+    (tmp_path / "t.csv").write_text("text,label\na good film,pos\na bad film,neg\n")
+    for workdir, message in ((model, rf"^--workdir {model} is config.init_from {model}: a run never writes into what "
+                                     r"it reads \(not even with --overwrite\)"),
+                             (model / "sub", rf"^--workdir {model}/sub is inside config.init_from {model}")):
+        with pytest.raises(errors.InputError, match=message):
+            finetune.finetune(c, str(workdir), overwrite=True)
+    with pytest.raises(errors.InputError, match=rf"^--workdir {model} is config.init_from {model}: a run never"):
+        pretrain.check_workdir(tiny_config(init_from=str(model)), str(model), overwrite=True)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    run = tmp_path / "run"
+    for name, path, entry in (("data.test_file", run / "predictions_test.jsonl", "predictions_test.jsonl"),
+                              ("init_from", run / "model", "model"),
+                              ("data.train_file", run / "data" / "t.csv", "data")):
+        inputs = {name: str(path)}
+        with pytest.raises(errors.InputError, match=rf"^config.{name} {path} is in {run / entry}, which the run in "
+                                                    rf"--workdir {run} writes \(not even --overwrite"):
+            files.check_run_dir(run, "fine-tuning", overwrite=True, inputs=inputs)
+    files.check_run_dir(run, "fine-tuning", inputs={"data.train_file": str(run / "mine" / "t.csv"),
+                                                    "init_from": "", "data.validation_file": "hf:glue:validation"})
+
+
 def test_damaged_run_and_model_files_are_named(tmp_path):
     from squeezebert_jax import pretrained, trainer
 
@@ -321,3 +355,19 @@ def test_on_off_environment_variables_read_as_people_write_them(monkeypatch):
     monkeypatch.setenv("SQUEEZEBERT_AUTO_DISTRIBUTED", "sure")
     with pytest.raises(InputError, match=r"^SQUEEZEBERT_AUTO_DISTRIBUTED='sure': 1 or 0"):
         parallel.maybe_initialize_distributed()
+
+
+def test_an_input_that_is_no_regular_file_is_named_as_what_it_is(tmp_path):
+    """``files.check_input_file`` (predict's --input, distillation's transfer text) and the data-file check: a
+    device such as /dev/null is named as one, not as a directory or a missing file."""
+    from squeezebert_jax import tasks
+
+    (tmp_path / "ok.txt").write_text("a\n")
+    assert files.check_input_file(str(tmp_path / "ok.txt"), "") == str(tmp_path / "ok.txt")
+    with pytest.raises(FileNotFoundError, match=rf"^--input {tmp_path}/no.txt: no such file"):
+        files.check_input_file(str(tmp_path / "no.txt"), "--input ")
+    for path, kind in ((tmp_path, "a directory"), ("/dev/null", "a character device")):
+        with pytest.raises(errors.InputError, match=rf"^--input {path} is {kind}, not a file of inputs"):
+            files.check_input_file(str(path), "--input ", " of inputs")
+        with pytest.raises(errors.InputError, match=rf"^config.data.validation_file='{path}' is {kind}, not a data"):
+            tasks._check_data_file(str(path), "config.data.validation_file", "classification")

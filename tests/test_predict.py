@@ -125,6 +125,11 @@ def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path, caplog):
     assert short["tags"][2:] == [None, None] and None not in short["tags"][:2]  # [CLS] the movie [SEP]
     assert "2 words of 1 sentences lie past --max_length=4 and get no tag (null)" in caplog.text
     assert "max_seq_length" not in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        Predictor(str(tmp_path / "tagger"), max_length=4,
+                  length_setting="config.max_seq_length")(["the movie was good"])
+    assert "lie past config.max_seq_length=4 and get no tag (null); a larger config.max_seq_length" in caplog.text
     # a word the tokenizer reads as nothing: named by the file's line (a blank line before it), not "input 2"
     (tmp_path / "in.txt").write_text("the movie was good\n\nthe \x07 movie\n")
     with pytest.raises(sj.errors.DataFileError, match=r"in.txt:3: word 2 of the sentence \('\\x07'\) holds nothing"):
@@ -554,6 +559,10 @@ def test_inputs_cut_to_max_length_are_counted_in_a_warning(model_dir, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "2 of 3 inputs (66.7%) are longer than 8 tokens and were cut to fit (the model reads none of the rest); a "
         "larger --max_length (up to the model's 64) keeps more"]
+    caplog.clear()  # fine-tuning's predictions of its test file name its own setting (it has no --max_length)
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
+        Predictor(str(model_dir), max_length=8, length_setting="config.max_seq_length")(["the movie was good " * 20])
+    assert "a larger config.max_seq_length (up to the model's 64) keeps more" in caplog.text
 
 
 def test_max_length_past_the_models_positions_is_refused_not_cut(model_dir, tmp_path, run_cli):

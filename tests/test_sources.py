@@ -99,6 +99,35 @@ def test_tagged_sentences_and_squad_rows_from_datasets(tmp_path):
             squad.read_squad(f"hf:{tmp_path / 'qa'}:{split}")
 
 
+def test_tagged_rows_that_would_change_silently_are_refused_by_row(tmp_path):
+    """A tag id of -1 inside a sequence read as the last name (Python indexes from the end), a None word as the word
+    "None", a string of words split into characters, a word holding a space split in two by the predictions, bytes
+    that are not UTF-8 a traceback: each is now one line naming the split, the row and the column."""
+    tags = datasets.ClassLabel(names=["O", "B-PER", "I-PER"])
+    words = datasets.Sequence(datasets.Value("string"))
+    cases = [({"tokens": [["john", "was"]], "ner_tags": [[1, -1]]}, {"ner_tags": datasets.Sequence(tags)},
+              r":1: column 'ner_tags': class label -1 is none of the 3 names"),
+             ({"tokens": [["john", None]], "ner_tags": [[1, 0]]}, {"ner_tags": datasets.Sequence(tags)},
+              r":1: column 'tokens' holds a list \["),
+             ({"tokens": ["john was here"], "ner_tags": [[1, 0, 0]]}, {"tokens": datasets.Value("string"),
+                                                                       "ner_tags": datasets.Sequence(tags)},
+              r":1: column 'tokens' holds a string \"john was here\"; expected a list of words \(strings\)"),
+             ({"tokens": [["New York", "was"]], "ner_tags": [[1, 0]]}, {"ner_tags": datasets.Sequence(tags)},
+              r":1: column 'tokens' holds the word 'New York'; a word is text without spaces")]
+    for i, (data, features, message) in enumerate(cases):
+        ds = datasets.Dataset.from_dict(data, datasets.Features({"tokens": words, **features}))
+        ds.save_to_disk(str(tmp_path / f"d{i}"))
+        with pytest.raises(sj.errors.DataFileError, match=rf"^hf:{tmp_path / f'd{i}'}{message}"):
+            tasks.read_conll(f"hf:{tmp_path / f'd{i}'}")
+    binary = datasets.Dataset.from_dict({"text": [b"caf\xe9"], "label": [0]},
+                                        datasets.Features({"text": datasets.Value("binary"),
+                                                           "label": datasets.ClassLabel(names=["a", "b"])}))
+    binary.save_to_disk(str(tmp_path / "bin"))
+    with pytest.raises(sj.errors.DataFileError, match=rf"^hf:{tmp_path / 'bin'}:1: column 'text': bytes that are not "
+                                                      r"UTF-8 \(byte 3: b'\\xe9'\)"):
+        list(sources.rows(f"hf:{tmp_path / 'bin'}"))
+
+
 def test_errors_name_the_dataset_and_the_row(saved, tmp_path):
     with pytest.raises(sj.errors.DataFileError, match=r"no split 'dev' in .*reviews \(has train, validation, test\)"):
         list(sources.rows(f"hf:{saved}:dev"))

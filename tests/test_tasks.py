@@ -403,8 +403,9 @@ def test_labels_for_a_kind_without_classes_are_refused(tmp_path, kind):
      r"'w' is named as both a words and a tags column"),
 ])
 def test_a_column_has_one_role(tmp_path, kw, msg):
+    name = "c.conll" if kw.get("data.kind") == "token_classification" else "c.csv"  # a tagger reads CoNLL files
     with pytest.raises(sj.errors.InputError, match=rf"config.data: column {msg}"):
-        _labels_of(tmp_path, "c.csv", "review,sentiment,a,b\nx,pos,p,q\ny,neg,p,q\n", **kw)
+        _labels_of(tmp_path, name, "review,sentiment,a,b\nx,pos,p,q\ny,neg,p,q\n", **kw)
 
 
 # ---- rows are read as written: tasks.read_rows over files.text_lines ----------------------------------------------
@@ -656,3 +657,24 @@ def test_a_regression_score_is_a_number_not_a_boolean_or_list(tmp_path):
         with pytest.raises(sj.errors.DataFileError, match=r"r.jsonl:2: column 'sentiment': .* is not a number"):
             _labels_of(tmp_path, "r.jsonl", body, **{"data.kind": "regression"})
 
+
+
+def test_a_single_label_that_reads_as_several_is_refused_by_line(tmp_path):
+    """Classes are read from the training file one per row: a cell holding a JSON list or names joined by '|' is a
+    multilabel row, refused by its line (a class of that name is kept by naming the classes in config.data.labels).
+    In multilabel rows a list item holding '|' is refused (a CSV's x|y is two labels), and a file whose rows all have
+    no label says so rather than "no rows"."""
+    path = tmp_path / "t.csv"
+    for cell, shown in (('"[""comedy"", ""drama""]"', r"'\[\"comedy\", \"drama\"\]'"),
+                        ("comedy|drama", "'comedy|drama'")):
+        path.write_text(f"text,label\nb,comedy\na,{cell}\nc,drama\n")
+        with pytest.raises(sj.errors.DataFileError, match=rf"^{path}:3: column 'label': the label {shown} reads as "
+                                                          r"several labels \(data.kind=multilabel"):
+            tasks.label_names_of(str(path), "label")
+    assert tasks.label_names_of(str(path), "label", multilabel=True) == ("comedy", "drama")
+    with pytest.raises(sj.errors.DataFileError, match=r"^w: the label 'x\|y' holds '\|', which separates a row's "
+                                                      r"labels \(a CSV cell x\|y is 2 labels\)"):
+        tasks.label_keys(["x|y", "z"], "w")
+    path.write_text('text,label\na,\nb,""\n')
+    with pytest.raises(sj.errors.DataFileError, match=rf"^{path}: no row has a label"):
+        tasks.label_names_of(str(path), "label", multilabel=True)

@@ -143,8 +143,31 @@ def test_a_byte_order_mark_before_docstart_starts_no_sentence(tmp_path):
     path = tmp_path / "bom.conll"
     path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\njohn NN O B-PER\nshot VB O O\n")
     assert [(words, tags) for _, words, tags in tasks.read_conll(str(path))] == [(["john", "shot"], ["B-PER", "O"])]
+    path.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf-DOCSTART- O\n\njohn B-PER\n")  # saved twice with a mark: still no word
+    assert [(words, tags) for _, words, tags in tasks.read_conll(str(path))] == [(["john"], ["B-PER"])]
     path.write_text("-docstart- -X- -X- O\n\njohn NN O B-PER\n")  # the marker in any case starts no sentence
     assert [words for _, words, _ in tasks.read_conll(str(path))] == [["john"]]
+
+
+def test_a_taggers_test_file_is_checked_before_training(init, tmp_path):
+    """The test file of a tagger is a CoNLL file like the others (a .jsonl or .csv one read as CoNLL made each line a
+    word), and its words are checked when it is read, before any training: a word that would get no tag is named by
+    its file and line (it used to fail after training, as "input 1")."""
+    from squeezebert_jax import finetune, parallel
+
+    train = _write_conll(tmp_path / "train.conll", 4, 0)
+    for name in ("test.jsonl", "test.csv", "test.json"):
+        c = _config(init, train, train)
+        c.data.test_file = str(tmp_path / name)
+        (tmp_path / name).write_text('{"tokens": ["John"]}\n')
+        with pytest.raises(sj.errors.InputError, match=rf"^config.data.test_file='{tmp_path / name}': "
+                                                       r"token_classification reads CoNLL files"):
+            tasks.resolve(c)
+    (tmp_path / "test.conll").write_text("john O\n\u200b O\nwas O\n")
+    c = _config(init, train, train)
+    c.data.test_file = str(tmp_path / "test.conll")
+    with pytest.raises(sj.errors.DataFileError, match=rf"^{tmp_path / 'test.conll'}:2: word 2 of the sentence"):
+        finetune.load_task_data(c, sj.Tokenizer.from_dir(init), str(tmp_path / "run"), parallel.make_mesh(1))
 
 
 def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
