@@ -110,7 +110,21 @@ def parse_topology(topology: str) -> tuple[str, tuple[int, ...]]:
     if chip in SLICE_SHAPES and dims not in SLICE_SHAPES[chip]:
         raise TopologyError(f"--topology {topology!r}: no {chip} slice has that shape; {chip} slices are "
                             f"{', '.join('x'.join(map(str, s)) for s in SLICE_SHAPES[chip])}")
+    if chip in CUBE_SLICES and not _cube_slice(dims):
+        raise TopologyError(f"--topology {topology!r}: no {chip} slice has that shape; {chip} slices are 2x2x1, "
+                            "2x2x2, 2x2x4 and 2x4x4, then from 64 chips every dimension a multiple of 4 (4x4x4, "
+                            "4x4x8, 8x8x8, ...)")
     return chip, dims
+
+
+CUBE_SLICES = ("v4", "v5p")  # 3-D torus chips: their slice shapes follow one rule (``_cube_slice``)
+
+
+def _cube_slice(dims: tuple[int, ...]) -> bool:
+    """A v4 / v5p slice shape (Cloud TPU's topologies): 2x2x1 (one host), 2x2x2, 2x2x4 and 2x4x4, then, from 64
+    chips, a 3-D torus whose every dimension is a multiple of 4; in any order."""
+    s = tuple(sorted(dims))
+    return s in ((1, 2, 2), (2, 2, 2), (2, 2, 4), (2, 4, 4)) or (math.prod(s) >= 64 and all(d % 4 == 0 for d in s))
 
 
 def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) -> Target:
@@ -120,6 +134,9 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
     key, dims = parse_topology(topology)
     if num_slices < 1:
         raise TopologyError(f"--num_slices {num_slices}: must be >= 1")
+    if math.prod(dims) * num_slices > MAX_CHIPS:
+        raise TopologyError(f"--num_slices {num_slices}: {num_slices:,} slices of {math.prod(dims):,} chips are "
+                            f"{math.prod(dims) * num_slices:,} chips; at most {MAX_CHIPS:,} in all")
     if key in _TPU_CHIPS:
         try:
             import libtpu  # noqa: F401

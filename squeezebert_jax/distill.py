@@ -346,9 +346,29 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
         key.update(np.ascontiguousarray(arrays[k]).tobytes())
     path = os.path.join(cache_dir, f"teacher_{task.name}_{split}_{key.hexdigest()[:16]}.npy")
     if os.path.exists(path):
-        return np.load(path)
+        return _cached_logits(path, len(examples))
     teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
     logits = inference.predict_logits(teacher, arrays, mesh=mesh)
     os.makedirs(cache_dir, exist_ok=True)
     atomic_write(path, lambda tmp: np.save(tmp, logits))
     return logits
+
+
+def _cached_logits(path: str, rows: int) -> np.ndarray:
+    """A cached teacher's logits, checked: a float array of a row per example, every value finite. A damaged file
+    (cut short, another array, NaN) is one line naming it, not a traceback or a run that "diverges"."""
+    try:
+        logits = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        why = str(e).splitlines()[0][:80]
+    else:
+        if not (isinstance(logits, np.ndarray) and logits.dtype.kind == "f" and logits.ndim in (1, 2)
+                and len(logits) == rows):
+            why = f"an array of shape {getattr(logits, 'shape', '?')} and dtype {getattr(logits, 'dtype', '?')}, not " \
+                  f"{rows} rows of float logits"
+        elif not np.isfinite(logits).all():
+            why = "values that are not finite"
+        else:
+            return logits
+    raise InputError(f"teacher cache {path} is damaged ({why}); delete it (the teacher's logits are computed again)")
+

@@ -5,6 +5,7 @@ is made (two commands given one output never both succeed)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import numbers
@@ -96,6 +97,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
             where = "is" if o == s else "is inside"
             raise InputError(f"{what} {out} {where} the source directory {os.fspath(src)}; a conversion never writes "
                              f"into its source: choose another {what} directory")
+    _refuse_broken_link(out, what)
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError(f"{what} {out} is an existing file, not a directory; choose a directory to write into")
     if os.path.isdir(out) and entries:
@@ -108,6 +110,24 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
                              "written there, or choose a new directory")
     _check_parent(out, what)
     return out
+
+
+def _refuse_broken_link(out: str, what: str) -> None:
+    """A directory path that is a link to nothing (or a loop of links): makedirs would fail on it after the work."""
+    if os.path.islink(out) and not os.path.exists(out):
+        if os.path.realpath(out) == os.path.abspath(out) or _loops(out):
+            raise InputError(f"{what} {out} is a link that leads back to itself; remove it, or choose another "
+                             "directory")
+        raise InputError(f"{what} {out} is a link to {os.path.realpath(out)}, which does not exist; create it, "
+                         "remove the link, or choose another directory")
+
+
+def _loops(path: str) -> bool:
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def _check_entries(out: str, what: str) -> None:
@@ -127,6 +147,30 @@ def _check_entries(out: str, what: str) -> None:
                                  "would replace; remove it, or choose another directory")
 
 
+NAME_ROOM = 24  # what a write adds to a file's name beside it: atomic_write's ".tmpPID-HEX-" and claims' ".lock"
+
+
+def _check_name_lengths(out: str, parent: str, what: str) -> None:
+    """Each name along ``out`` fits the file system (NAME_MAX, usually 255 bytes, with ``NAME_ROOM`` for the
+    temporary and lock files written beside the last one), and the whole path PATH_MAX: a name too long is named
+    before any work, not an OSError after it."""
+    try:
+        name_max, path_max = os.pathconf(parent, "PC_NAME_MAX"), os.pathconf(parent, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    parts = [p for p in os.path.abspath(out).split(os.sep) if p]
+    for i, part in enumerate(parts):
+        room = NAME_ROOM if i == len(parts) - 1 else 0
+        if len(part.encode()) + room > name_max:
+            raise InputError(f"{what} {out[:60]}...: the name {part[:40]}... is {len(part.encode())} bytes, more than "
+                             f"the {name_max - room} this file system allows there ({name_max}"
+                             f"{f' less {room} for the files written beside it' if room else ''}); choose a shorter "
+                             "name")
+    if len(os.path.abspath(out).encode()) + NAME_ROOM > path_max:
+        raise InputError(f"{what} {out[:60]}...: the path is {len(os.path.abspath(out).encode())} bytes, more than "
+                         f"the {path_max - NAME_ROOM} this system allows; choose a shorter path")
+
+
 def _check_parent(out: str, what: str) -> None:
     """The nearest existing ancestor of ``out`` is a directory (so that makedirs / writing can succeed), and it (or
     ``out`` itself, an existing directory) can be written: a read-only directory or file system is named before any
@@ -136,6 +180,7 @@ def _check_parent(out: str, what: str) -> None:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise InputError(f"{what} {out}: {parent} is a file, not a directory")
+    _check_name_lengths(out, parent, what)
     target = out if os.path.isdir(out) else parent
     if not os.access(target, os.W_OK | os.X_OK):
         raise InputError(f"{what} {out}: {target} cannot be written (read-only, or not this user's); choose a "
@@ -728,6 +773,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
         raise InputError(f"{what_flag} {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
                          "or mounted path (e.g. a bucket mounted with gcsfuse)")
     check_inputs_outside(workdir, inputs or {}, what_flag)
+    _refuse_broken_link(workdir, what_flag)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
     _check_parent(workdir, what_flag)

@@ -36,7 +36,7 @@ from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
-from squeezebert_jax.tokenizer import warn_truncated
+from squeezebert_jax.tokenizer import checkpoint_file, warn_truncated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,6 +332,7 @@ def _read_card(model_dir: str, kind: str | None = None, num_labels: int | None =
     path = os.path.join(model_dir, tasks.TASK_CARD)
     if not os.path.exists(path):
         return {}
+    checkpoint_file(model_dir, tasks.TASK_CARD)  # one linked from outside the MODEL_DIR is refused, as vocab.txt is
 
     try:
         card = read_json(path)

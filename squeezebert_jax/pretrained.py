@@ -114,6 +114,19 @@ def _check_tokenizer_json(path: str, vocab_path: str, lines: list[str]) -> None:
                          "encode text differently: keep the one the model was trained with")
 
 
+def check_no_stale_tokenizer(dst_dir: str, files: list[tuple[str, str]]) -> None:
+    """Writing the tokenizer ``files`` into ``dst_dir`` (``--overwrite``) leaves no tokenizer file of another model
+    beside them: a MODEL_DIR holding this model's spiece.model and another's vocab.txt reads the wrong one. Refused
+    before anything is written, naming the file."""
+    if not files or not os.path.isdir(dst_dir):
+        return
+    ours = {name for name, _ in files}
+    if stale := [n for n in TOKENIZER_FILES if n not in ours and os.path.lexists(os.path.join(dst_dir, n))]:
+        raise InputError(f"{dst_dir} holds {stale[0]}, a tokenizer file this model does not have (it has "
+                         f"{', '.join(sorted(ours))}): it would be read in place of this model's; remove it, or "
+                         "choose another directory")
+
+
 def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[str, str]] | None = None) -> list[str]:
     """Copy whichever tokenizer files ``src_dir`` has (``files``: ``tokenizer_files(src_dir)``, if already checked);
     returns their names."""
@@ -130,6 +143,7 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
 
     model_dir = os.fspath(model_dir)
     tok_files = tokenizer_files(tokenizer_dir)  # a bad vocabulary is refused before anything is written
+    check_no_stale_tokenizer(model_dir, tok_files)
     os.makedirs(model_dir, exist_ok=True)
     head = convert.head_name(model)
     d = model.config.to_dict()
@@ -200,15 +214,21 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         config = config.replace(**config_overrides)
     path = os.path.join(model_dir, PARAMS_FILE)
     if checkpoint_file(model_dir, PARAMS_FILE) is not None:
+        from safetensors import safe_open
         from safetensors.numpy import load_file
 
         try:
             flat = load_file(path)
+            with safe_open(path, "numpy") as f:
+                written = (f.metadata() or {}).get("head")  # the head save_pretrained wrote these weights for
         except Exception as e:
             raise InputError(f"{path}: cannot read ({e})") from e
         saved = (raw.get("architectures") or ["SqueezeBertModel"])[0]
         if saved not in HEADS:
             raise InputError(f"{model_dir}/config.json: unknown architecture {saved!r}")
+        if written in HEADS and written != saved:  # a tagger's classifier has a 2-label sentence classifier's shape
+            raise InputError(f"{model_dir}/config.json: architectures says {saved}, but {PARAMS_FILE} holds the "
+                             f"weights of a {written} (its metadata): the config is another model's; restore it")
         ours = {k.removeprefix("transformer/"): k for k in flat}  # our path -> the file's own name for it
         mapped = convert.Mapped(saved, {p: flat[k] for p, k in ours.items()}, names=ours)
         allow_new = head not in (None, saved) or num_labels is not None
@@ -273,6 +293,12 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     kernel = src.get("classifier/kernel")
     saved_labels = int(kernel.shape[-1]) if kernel is not None and kernel.ndim == 2 else None
     kwargs = {"num_labels": num_labels or saved_labels} if "Classification" in head else {}
+    names_given = len(config.id2label or {})
+    if ("Classification" in head and head == saved and saved_labels and names_given and not num_labels
+            and names_given != saved_labels):
+        raise InputError(f"{source}: the saved classifier has {saved_labels} outputs, but config.json names "
+                         f"{names_given} labels (id2label): a prediction would read another label's name, or none; "
+                         "give each output its name")
     if "Classification" in head and allow_new_heads and num_labels and saved_labels not in (None, num_labels):
         # e.g. MNLI (3 labels) -> RTE (2): the encoder transfers, the classifier is new.
         log.info("%s: a new %d-label classifier replaces the saved %d-label one", source, num_labels, saved_labels)
@@ -387,6 +413,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
     tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
+    check_no_stale_tokenizer(hf_dir, tok_files)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
     if hasattr(model, "num_labels"):
@@ -410,7 +437,12 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     hf_dir = os.fspath(hf_dir)
     head = convert.check_head(head)
     config, raw = read_model_config(hf_dir)
-    tokenizer_files(hf_dir, config.vocab_size)  # a bad vocabulary is refused before the conversion's work
+    check_no_stale_tokenizer(os.fspath(model_dir), tokenizer_files(hf_dir, config.vocab_size))  # before the work
+    named = {k: v for k, v in (config.id2label or {}).items() if v != f"LABEL_{k}"}
+    if label_names and named and [named.get(i) for i in range(len(label_names))] != list(label_names):
+        raise InputError(f"--label-names {','.join(label_names)}: {hf_dir}/config.json names the outputs already "
+                         f"({', '.join(f'{k}: {v}' for k, v in sorted(named.items()))}); --label-names is for a "
+                         "checkpoint whose config does not (LABEL_0, LABEL_1, ...)")
     path = convert.torch_checkpoint_file(hf_dir)
     state = convert.read_torch_checkpoint(path)
     # a new classifier (the checkpoint holds none) has as many outputs as --label-names names; a saved one its own

@@ -98,6 +98,10 @@ def test_parse_topology_and_chip_table():
     ("v4:2x0x1", r"every dimension is a positive integer .*v4:AxBxC"),
     ("a100:1x0", r"every dimension is a positive integer"),
     ("v5e:3x3", r"'v5e:3x3': no v5e slice has that shape; v5e slices are 1x1, 2x2, 2x4, 4x4"),
+    # v4 and v5p: 2x2x1 to 2x4x4, then every dimension a multiple of 4
+    ("v4:1x1x2", r"'v4:1x1x2': no v4 slice has that shape; v4 slices are 2x2x1, 2x2x2, 2x2x4 and 2x4x4, then"),
+    ("v4:2x2x3", r"no v4 slice has that shape"), ("v4:4x4x5", r"no v4 slice has that shape"),
+    ("v5p:1x1x1", r"no v5p slice has that shape"), ("v5p:2x2x8", r"no v5p slice has that shape"),
     ("h100:1x1000", r"'h100:1x1000': 1000 GPUs on one host; a host holds 1 to 8 \(h100:HOSTSxGPUS"),
     ("h100:99999999999999999999x1", r"99,999,999,999,999,999,999 chips; at most 16,384"),
     ("v4:64x64x64", r"262,144 chips; at most 16,384"),
@@ -112,8 +116,12 @@ def test_a_topology_of_the_wrong_form_for_its_chip_is_refused(topology, message)
     with pytest.raises(aot.TopologyError, match=message) as e:
         aot.parse_topology(topology)
     assert str(e.value).startswith(f"--topology {topology!r}") and "\n" not in str(e.value)
-    for good in ("v5e:1x1", "v5e:2x4", "v6e:16x16", "v4:2x2x1", "v5p:2x2x2", "h100:1x8", "a100:2x8"):
+    for good in ("v5e:1x1", "v5e:2x4", "v6e:16x16", "v4:2x2x1", "v5p:2x2x2", "v4:2x4x4", "v4:4x4x4", "v5p:4x8x8",
+                 "v4:8x8x12", "h100:1x8", "a100:2x8"):
         assert aot.parse_topology(good)[1] == tuple(int(d) for d in good.split(":")[1].split("x"))
+    with pytest.raises(aot.TopologyError, match=r"^--num_slices 65: 65 slices of 256 chips are 16,640 chips; at most "
+                                                r"16,384 in all"):
+        aot.get_target("v5e:16x16", num_slices=65)  # before libtpu is asked (4294967296 slices aborted it)
 
 
 def test_compile_refuses_a_3d_v5e_in_one_line_exit_2(tmp_path):
@@ -363,6 +371,8 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     assert (tmp_path / "hlo" / "phase1.hlo.txt").read_text() == "an earlier program\n"
     rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--hlo", str(out))
     assert rc == 1 and len(err) == 1 and "is not a directory; give a directory" in err[0], err
+    rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--hlo", str(out / "sub"))  # under a file
+    assert rc == 1 and len(err) == 1 and f"--hlo {out}/sub: {out} is a file, not a directory" in err[0], err
     # an output is never an input, --overwrite or not: the config file, or a file of the MODEL_DIR it starts from
     model = tmp_path / "model"
     model.mkdir()

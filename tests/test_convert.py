@@ -518,3 +518,31 @@ def test_export_refuses_non_finite_parameters(tmp_path):
     assert not (tmp_path / "hf").exists()
     with pytest.raises(sj.errors.InputError, match="classifier/kernel"):
         convert.to_torch_state_dict(model)
+
+
+def test_conversion_keeps_one_models_tokenizer_and_its_own_label_names(tmp_path):
+    """from_pytorch needs a vocabulary (a tokenizer_config.json or special_tokens_map.json alone is none); a converted
+    MODEL_DIR never holds another model's tokenizer file beside its own (--overwrite replaces files of the same name
+    only: a stale vocab.txt beside a new spiece.model would be read instead); --label-names never renames outputs the
+    checkpoint's config names already. Each refused before anything is written."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(
+        transformers.SqueezeBertConfig(**TINY, num_labels=2, id2label={0: "negative", 1: "positive"})))
+    src = save_hf(tm, str(tmp_path / "hf"), vocab=False)
+    with open(os.path.join(src, "special_tokens_map.json"), "w") as f:
+        json.dump({"unk_token": "[UNK]"}, f)
+    with pytest.raises(sj.errors.InputError, match=r"^--src .*: no tokenizer file \(vocab.txt, spiece.model"):
+        run_script("from_pytorch.py", "--src", src, "--out", str(tmp_path / "a"))
+    os.remove(os.path.join(src, "special_tokens_map.json"))
+    save_hf(tm, src)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "spiece.model").write_bytes(b"another model's")
+    with pytest.raises(sj.errors.InputError, match=rf"^{out} holds spiece.model, a tokenizer file this model does "
+                                                   r"not have \(it has vocab.txt\)"):
+        sj.pretrained.import_torch(src, str(out))
+    assert sorted(os.listdir(out)) == ["spiece.model"]
+    with pytest.raises(sj.errors.InputError, match=r"^--label-names positive,negative: .*config.json names the "
+                                                   r"outputs already \(0: negative, 1: positive\)"):
+        sj.pretrained.import_torch(src, str(tmp_path / "b"), label_names=["positive", "negative"])
+    model = sj.pretrained.import_torch(src, str(tmp_path / "c"), label_names=["negative", "positive"])  # the same
+    assert model.config.id2label == {0: "negative", 1: "positive"}

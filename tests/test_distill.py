@@ -293,3 +293,22 @@ def test_transfer_text_input_errors(tmp_path):
     (tmp_path / "t.tsv").write_text("sentence\ngood movie\n")  # its header was read as a sentence
     with pytest.raises(InputError, match=r"t.tsv: a .tsv file, whose header and quoting would be read as sentences"):
         distill.read_transfer_text(str(tmp_path / "t.tsv"), "sst2")
+
+
+def test_a_damaged_teacher_cache_is_named_and_not_trained_on(tmp_path):
+    """``distill._cached_logits``: a cache file cut short, holding pickled objects, another shape or NaN is one line
+    naming the file and what to do (it was a traceback, an IndexError after "resuming", or a run that "diverged")."""
+    from squeezebert_jax import distill
+
+    good = tmp_path / "good.npy"
+    np.save(good, np.ones((4, 2), np.float32))
+    np.testing.assert_array_equal(distill._cached_logits(str(good), 4), np.ones((4, 2), np.float32))
+    cases = {"cut.npy": (lambda p: p.write_bytes(good.read_bytes()[:20]), r"\(.*\)"),
+             "objects.npy": (lambda p: np.save(p, np.array([{"a": 1}] * 4, dtype=object)), r"\(.*pickle"),
+             "shape.npy": (lambda p: np.save(p, np.ones(3, np.float32)), r"\(an array of shape \(3,\)"),
+             "nan.npy": (lambda p: np.save(p, np.full((4, 2), np.nan, np.float32)), r"\(values that are not finite\)")}
+    for name, (write, why) in cases.items():
+        write(tmp_path / name)
+        with pytest.raises(sj.errors.InputError, match=rf"^teacher cache {tmp_path / name} is damaged {why}.*; delete "
+                                                        r"it \(the teacher's logits are computed again\)"):
+            distill._cached_logits(str(tmp_path / name), 4)

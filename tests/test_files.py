@@ -371,3 +371,30 @@ def test_an_input_that_is_no_regular_file_is_named_as_what_it_is(tmp_path):
             files.check_input_file(str(path), "--input ", " of inputs")
         with pytest.raises(errors.InputError, match=rf"^config.data.validation_file='{path}' is {kind}, not a data"):
             tasks._check_data_file(str(path), "config.data.validation_file", "classification")
+
+
+def test_a_name_too_long_for_the_file_system_is_named_before_any_work(tmp_path):
+    """Every output check (a file, a directory, a run's workdir) names a name past NAME_MAX (or one that leaves no
+    room for the temporary and lock files written beside it), instead of an OSError after the work."""
+    long = "c" * 240  # fits alone, not with ".tmpPID-HEX-" in front of it
+    for check in (lambda p: files.check_output_file(p), lambda p: files.check_output_dir(p),
+                  lambda p: files.check_run_dir(p, "fine-tuning")):
+        with pytest.raises(errors.InputError, match=r"is 240 bytes, more than the 231 this file system allows there "
+                                                    r"\(255 less 24 for the files written beside it\)"):
+            check(str(tmp_path / long))
+        with pytest.raises(errors.InputError, match=r"is 300 bytes, more than the 255"):
+            check(str(tmp_path / ("d" * 300) / "out.jsonl"))
+    assert files.check_output_file(str(tmp_path / ("c" * 200))) == str(tmp_path / ("c" * 200))
+
+
+def test_an_output_directory_that_is_a_broken_link_is_named_before_any_work(tmp_path):
+    """A --out or --workdir that is a link to nothing, or a loop of links: named before the work (makedirs used to
+    fail on it after a conversion, "File exists")."""
+    os.symlink(tmp_path / "nothing", tmp_path / "dangling")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    for check in (lambda p: files.check_output_dir(p), lambda p: files.check_run_dir(p, "fine-tuning")):
+        with pytest.raises(errors.InputError, match=rf" {tmp_path}/dangling is a link to {tmp_path}/nothing, which "
+                                                    r"does not exist"):
+            check(str(tmp_path / "dangling"))
+        with pytest.raises(errors.InputError, match=r"loop is a link that leads back to itself"):
+            check(str(tmp_path / "loop"))

@@ -594,3 +594,41 @@ def test_a_card_with_an_extra_key_is_one_line_from_the_script(model_dir, tmp_pat
 def test_an_empty_text_is_refused_not_predicted(model_dir, inputs, msg):
     with pytest.raises(sj.errors.InputError, match=msg):
         Predictor(str(model_dir))(inputs)
+
+
+def test_a_config_json_that_is_not_the_weights_own_is_refused(model_dir, tmp_path):
+    """A classifier's config.json naming more or fewer labels than its outputs (the extra names dropped, or an
+    output named LABEL_2), or another architecture than the weights were saved for (a tagger's classifier has a
+    2-label sentence classifier's shape): refused when the model loads, not predicted with."""
+    import shutil
+
+    for change, message in (
+            (lambda c: c.update(id2label={"0": "neg", "1": "pos", "2": "mixed"}, num_labels=3),
+             r"the saved classifier has 2 outputs, but config.json names 3 labels \(id2label\)"),
+            (lambda c: c.update(architectures=["SqueezeBertForTokenClassification"]),
+             r"config.json: architectures says SqueezeBertForTokenClassification, but params.safetensors holds the "
+             r"weights of a SqueezeBertForSequenceClassification")):
+        bad = tmp_path / "bad"
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(model_dir, bad)
+        config = json.loads((bad / "config.json").read_text())
+        config.pop("num_labels", None)
+        config.pop("label2id", None)
+        change(config)
+        (bad / "config.json").write_text(json.dumps(config))
+        with pytest.raises(InputError, match=message):
+            Predictor(str(bad))
+
+
+def test_a_task_card_linked_from_outside_the_model_dir_is_refused(model_dir, tmp_path):
+    """task.json is a file of the MODEL_DIR like vocab.txt (``tokenizer.checkpoint_file``): a link to a card outside
+    it is refused, naming both, not read."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    (tmp_path / "outside.json").write_text(json.dumps({"kind": "classification", "text_columns": ["a", "b"]}))
+    os.symlink(tmp_path / "outside.json", model / "task.json")
+    with pytest.raises(InputError, match=rf"{model}/task.json resolves to {tmp_path}/outside.json, outside the "
+                                         r"checkpoint directory"):
+        Predictor(str(model))

@@ -187,10 +187,11 @@ def main(argv) -> int:
                                   f"{', '.join(p.name for p in phases)}"))
             return 2
         phases = [p for p in phases if p.name in _PHASE.value]
-    if _HLO.value and os.path.lexists(_HLO.value):  # before minutes of compiling
-        if not os.path.isdir(_HLO.value):
+    if _HLO.value:  # before minutes of compiling
+        if os.path.exists(_HLO.value) and not os.path.isdir(_HLO.value):
             raise InputError(f"--hlo {_HLO.value} is not a directory; give a directory for the programs")
-        for phase in phases:
+        files.check_output_dir(_HLO.value, overwrite=True, what="--hlo", entries=False)  # under a file, a dead link
+        for phase in phases if os.path.isdir(_HLO.value) else ():
             files.check_output_file(_hlo_path(phase.name), _OVERWRITE.value, "--hlo", inputs=inputs)
     try:
         target = _target(config, log_path)
