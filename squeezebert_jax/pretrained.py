@@ -103,6 +103,13 @@ def _check_tokenizer_json(path: str, vocab_path: str, lines: list[str]) -> None:
     if kind != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise InputError(f"{path}: a {kind or 'tokenizer'} model beside {vocab_path} (WordPiece): the two tokenizers "
                          "differ; keep the one the model was trained with")
+    norm = doc.get("normalizer")
+    if isinstance(norm, dict) and norm.get("type") == "BertNormalizer" and (
+            norm.get("lowercase") is not True or norm.get("strip_accents") not in (None, True)):
+        raise InputError(f"{path}: its normalizer keeps case or accents (lowercase {json_value(norm.get('lowercase'))}"
+                         f", strip_accents {json_value(norm.get('strip_accents'))}), but this library's WordPiece of "
+                         f"{vocab_path} is uncased BERT's: transformers would encode \"The\" otherwise than it; keep "
+                         "the tokenizer the model was trained with")
     ids = {tok: i for i, tok in enumerate(lines)}
     ours = model["vocab"]
     if ours != ids:

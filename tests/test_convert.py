@@ -546,3 +546,19 @@ def test_conversion_keeps_one_models_tokenizer_and_its_own_label_names(tmp_path)
         sj.pretrained.import_torch(src, str(tmp_path / "b"), label_names=["positive", "negative"])
     model = sj.pretrained.import_torch(src, str(tmp_path / "c"), label_names=["negative", "positive"])  # the same
     assert model.config.id2label == {0: "negative", 1: "positive"}
+
+
+def test_a_tokenizer_json_that_keeps_case_beside_an_uncased_vocab_is_refused(tmp_path):
+    """transformers reads tokenizer.json, this library vocab.txt (uncased BERT's WordPiece): a tokenizer.json of the
+    same vocabulary whose normalizer keeps case would encode "The Story" as [UNK] [UNK] there and "the story" here."""
+    from tokenizers import BertWordPieceTokenizer
+
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "story"]) + "\n")
+    BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=True).save(str(src / "tokenizer.json"))
+    assert [n for n, _ in sj.pretrained.tokenizer_files(str(src))] == ["vocab.txt", "tokenizer.json"]
+    BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=False).save(str(src / "tokenizer.json"))
+    with pytest.raises(sj.errors.InputError, match=r"tokenizer.json: its normalizer keeps case or accents \(lowercase "
+                                                   r"a boolean false, strip_accents null\)"):
+        sj.pretrained.tokenizer_files(str(src))
