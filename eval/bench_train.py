@@ -160,7 +160,8 @@ EXECUTIONS = [("default: layers auto (unrolled on CPU and GPU), remat minimal, f
               ("reference attention (probability dropout)", {"attention": "reference"}),
               ("rbg dropout bits", {"rng_impl": "rbg"}),
               ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
-              ("fused FFN kernel (Pallas)", {"ffn": "fused"})]
+              ("fused FFN kernel (Pallas)", {"ffn": "fused"}),
+              ("padding as a mask (the attention kernel reads a bias)", {"padding": "any"})]
 CUDNN_LN, BLOCK_LEVEL = "xla_gpu_enable_cudnn_layer_norm", "xla_gpu_experimental_enable_fusion_block_level_rewriter"
 GPU_EXECUTIONS = [("XLA: cuBLAS for every matmul (no Triton gemm)", {"xla": {"xla_gpu_enable_triton_gemm": False}}),
                   ("XLA: Triton for any matmul", {"xla": {"xla_gpu_triton_gemm_any": True}}),
@@ -198,8 +199,9 @@ def executions(args, report: Report) -> None:
     for name, changes in choices:
         changes = dict(changes)
         impl, xla = changes.pop("rng_impl", "threefry2x32"), changes.pop("xla", None)
+        padding = changes.pop("padding", "right")
         benches.append(train_step_bench(preset("squeezebert-uncased", args.tiny, **changes), seq_len, args.batch,
-                                        preds, dtype, rng_impl=impl, compiler_options=xla))
+                                        preds, dtype, rng_impl=impl, compiler_options=xla, padding=padding))
     errors = compile_all(benches)
     runs: dict[int, list[dict]] = {i: [] for i, e in enumerate(errors) if e is None}
     for _ in range(args.repeats):  # each pass times every choice once: a drift of the device shows in every row

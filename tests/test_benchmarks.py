@@ -223,16 +223,19 @@ def test_bench_train_executions_table(capsys):
     mod = load_script("eval/bench_train.py")
     for _, changes in mod.EXECUTIONS + mod.GPU_EXECUTIONS:
         mod.preset("squeezebert-uncased", False, **{k: v for k, v in changes.items() if k not in ("rng_impl", "xla")})
+    assert ("padding as a mask (the attention kernel reads a bias)", {"padding": "any"}) in mod.EXECUTIONS
     assert mod.preset("bert-base-uncased", True).scan_layers is False  # as the trainer runs it here (CPU: unrolled)
     with pytest.raises(sj.errors.InputError, match=r"^--executions 'flash': no execution choice here is named so; "
                                                    r"they are: default: .*; rbg dropout bits; dropout off; fused FFN "
-                                                   r"kernel \(Pallas\)$"):
+                                                   r"kernel \(Pallas\); padding as a mask \(the attention kernel reads "
+                                                   r"a bias\)$"):
         mod.main(["--tiny", "--executions", "flash"])
-    assert mod.main(["--tiny", "--executions", "RBG", "--batch", "8", "--steps", "1", "--seq-lens", "32", "--dtype",
-                     "float32", "--repeats", "2"]) == 0
+    assert mod.main(["--tiny", "--executions", "RBG", "as a mask", "--batch", "8", "--steps", "1", "--seq-lens", "32",
+                     "--dtype", "float32", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "execution" not in line]
-    assert [r[0].strip() for r in rows] == [mod.EXECUTIONS[0][0], "rbg dropout bits"]
+    assert [r[0].strip() for r in rows] == [mod.EXECUTIONS[0][0], "rbg dropout bits",
+                                            "padding as a mask (the attention kernel reads a bias)"]
     assert rows[0][4].strip() == "1.00x" and re.fullmatch(r"\d+\.\d\dx", rows[1][4].strip())
     assert all(re.fullmatch(r"\d+\.\d, \d+\.\d", r[2].strip()) for r in rows)  # --repeats 2: both runs, in turns
 

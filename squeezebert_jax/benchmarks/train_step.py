@@ -65,12 +65,12 @@ class StepBench:
 
 def train_step_bench(cfg: SqueezeBertConfig, seq_len: int, batch_size: int, max_predictions: int,
                      dtype=jnp.bfloat16, fsdp: bool = False, rng_impl: str = "threefry2x32",
-                     compiler_options: dict | None = None) -> StepBench:
+                     compiler_options: dict | None = None, padding: str = "right") -> StepBench:
     """The ``StepBench`` of ``cfg``'s pretraining model: random weights, the paper's peak rate at every step, a
     synthetic batch (half segment A, half B; ``max_predictions`` sorted masked positions); ``rng_impl``: the dropout
     bits' generator (``trainer.run_key``)."""
     mesh = parallel.make_mesh()
-    cfg = cfg.replace(padding="right")  # as the trainer runs it: its batches are right padding
+    cfg = cfg.replace(padding=padding)  # "right": as the trainers run it (their batches are right padding)
     model = SqueezeBertForPreTraining(cfg, dtype=dtype, rngs=nnx.Rngs(params=0, dropout=0))
     graphdef, params_state, rest = nnx.split(model, nnx.Param, ...)
     params, rest = nnx.to_pure_dict(params_state), nnx.to_pure_dict(rest)
