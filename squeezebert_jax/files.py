@@ -162,13 +162,17 @@ def _check_name_lengths(out: str, parent: str, what: str) -> None:
     for i, part in enumerate(parts):
         room = NAME_ROOM if i == len(parts) - 1 else 0
         if len(part.encode()) + room > name_max:
-            raise InputError(f"{what} {out[:60]}...: the name {part[:40]}... is {len(part.encode())} bytes, more than "
-                             f"the {name_max - room} this file system allows there ({name_max}"
+            raise InputError(f"{what} {_short(out, 60)}: the name {_short(part, 40)} is {len(part.encode())} bytes, "
+                             f"more than the {name_max - room} this file system allows there ({name_max}"
                              f"{f' less {room} for the files written beside it' if room else ''}); choose a shorter "
                              "name")
     if len(os.path.abspath(out).encode()) + NAME_ROOM > path_max:
-        raise InputError(f"{what} {out[:60]}...: the path is {len(os.path.abspath(out).encode())} bytes, more than "
+        raise InputError(f"{what} {_short(out, 60)}: the path is {len(os.path.abspath(out).encode())} bytes, more than "
                          f"the {path_max - NAME_ROOM} this system allows; choose a shorter path")
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def _check_parent(out: str, what: str) -> None:
@@ -456,7 +460,7 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
 def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, str]]:
     """(line number, text) for every line of a UTF-8 text file, the line end kept (``\n``, ``\r\n``): the one reader of
     a user's text files, so that every one of them reads alike. Byte-order marks before the first line are dropped
-    (invisible, and would otherwise glue itself to the first column's name or word); a line that is not UTF-8 is
+    (invisible, they would otherwise glue themselves to the first column's name or word); a line that is not UTF-8 is
     named by line and column (``FILE:LINE:COL: not UTF-8 text (byte 0xe9)``); a missing path or a directory is named.
     ``what`` prefixes the path in messages (e.g. ``--input``)."""
     path = os.fspath(path)
@@ -772,7 +776,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if "://" in workdir:
         raise InputError(f"{what_flag} {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
                          "or mounted path (e.g. a bucket mounted with gcsfuse)")
-    check_inputs_outside(workdir, inputs or {}, what_flag)
+    check_inputs_outside(workdir, inputs or {}, what_flag, skip=() if what == "pretraining" else ("data", "demo"))
     _refuse_broken_link(workdir, what_flag)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
@@ -802,12 +806,14 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     return workdir
 
 
-def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = "--workdir") -> None:
+def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = "--workdir",
+                         skip: tuple[str, ...] = ()) -> None:
     """A run never writes over what it reads, ``--overwrite`` or not: the workdir may not be an input (a MODEL_DIR
     to start from, say) or lie inside an input directory, and an input inside the workdir may not be one of the
     entries a run writes there (``RUN_FILES``, ``RUN_DIRS``, ``predictions_*``: a test file at
-    WORKDIR/predictions_test.jsonl would be replaced by its own predictions). ``inputs``: ``{setting: path}``; empty
-    paths and dataset splits (``hf:``, ``tfds:``) are skipped."""
+    WORKDIR/predictions_test.jsonl would be replaced by its own predictions; ``skip``: entries this kind of run never
+    writes, e.g. the demo corpus's ``data`` for fine-tuning). ``inputs``: ``{setting: path}``; empty paths and dataset
+    splits (``hf:``, ``tfds:``) are skipped."""
     root = os.path.realpath(workdir)
     for name, path in inputs.items():
         if not isinstance(path, str) or not path.strip() or re.match(r"^(hf|tfds):", path):
@@ -819,7 +825,7 @@ def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = 
                              f"reads (not even with --overwrite); choose another {what_flag}")
         if real.startswith(root.rstrip(os.sep) + os.sep):
             entry = os.path.relpath(real, root).split(os.sep)[0]
-            if entry in RUN_FILES or entry in RUN_DIRS or entry.startswith("predictions_"):
+            if entry not in skip and (entry in RUN_FILES or entry in RUN_DIRS or entry.startswith("predictions_")):
                 raise InputError(f"config.{name} {path} is in {os.path.join(workdir, entry)}, which the run in "
                                  f"{what_flag} {workdir} writes (not even --overwrite replaces an input): move it "
                                  f"out, or choose another {what_flag}")

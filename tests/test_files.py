@@ -235,12 +235,13 @@ def test_a_run_never_writes_over_its_inputs_even_with_overwrite(tmp_path):
     run = tmp_path / "run"
     for name, path, entry in (("data.test_file", run / "predictions_test.jsonl", "predictions_test.jsonl"),
                               ("init_from", run / "model", "model"),
-                              ("data.train_file", run / "data" / "t.csv", "data")):
+                              ("data.train_file", run / "checkpoints" / "t.csv", "checkpoints")):
         inputs = {name: str(path)}
         with pytest.raises(errors.InputError, match=rf"^config.{name} {path} is in {run / entry}, which the run in "
                                                     rf"--workdir {run} writes \(not even --overwrite"):
             files.check_run_dir(run, "fine-tuning", overwrite=True, inputs=inputs)
     files.check_run_dir(run, "fine-tuning", inputs={"data.train_file": str(run / "mine" / "t.csv"),
+                                                    "data.test_file": str(run / "data" / "t.csv"),  # no fine-tuning
                                                     "init_from": "", "data.validation_file": "hf:glue:validation"})
 
 
