@@ -443,6 +443,10 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
     when its directory does not exist (not created), when it is the input or inside ``model_dir`` (always), and
     while another command writes it. ``text_columns`` name a table's columns: a ``.txt`` input (a text per line) with
     them is refused. Returns the number of lines."""
+    for name, path in (("model_dir", model_dir), ("input_path", input_path), ("out_path", out_path)):
+        if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+            raise InputError(f"{name} is {type(path).__name__} {path!r}; give a path as a str (or a pathlib.Path)")
+    model_dir, input_path, out_path = os.fspath(model_dir), os.fspath(input_path), os.fspath(out_path)
     if text_columns and input_path.lower().endswith(".txt"):
         raise InputError(f"--text_columns {text_columns}: {input_path} is a .txt file, a text per line (a pair: two "
                          "tab-separated texts), with no columns; give a .csv, .tsv or .jsonl file to choose columns")

@@ -181,6 +181,8 @@ def test_an_out_claimed_by_another_command_is_refused_before_any_work(model_dir,
         with pytest.raises(InputError, match="is being written by another run"):  # --overwrite does not take it
             predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out), overwrite=True)
     assert not out.exists() and not os.path.exists(files.claim_path(out))  # released, and nothing was written
+    with pytest.raises(InputError, match=r"^input_path is bytes b'in.txt'; give a path as a str"):  # not a TypeError
+        predict_file(str(model_dir), b"in.txt", str(out))
 
 
 def test_a_claim_is_released_on_failure_and_taken_over_from_a_dead_run(model_dir, tmp_path):
