@@ -128,6 +128,12 @@ def check_checkpoints_within(checkpointer: checkpointing.Checkpointer, final_ste
         if empty:  # no run wrote it: named as what it is
             raise CheckpointMismatchError(f"{empty[0]} is an empty directory, not a checkpoint; remove it to resume "
                                           "(nothing was changed)")
+        stateless = [p for s in outside for p in [os.path.join(checkpointer.directory, str(s))]
+                     if os.path.isdir(p) and not os.path.isdir(os.path.join(p, "state"))]
+        if stateless:  # every checkpoint of a run holds its state: this is something else
+            raise CheckpointMismatchError(f"{stateless[0]} is not a checkpoint (it holds no state/: "
+                                          f"{', '.join(sorted(os.listdir(stateless[0]))[:4])}); remove it to resume "
+                                          "(nothing was changed)")
         raise CheckpointMismatchError(
             f"the checkpoints at steps {outside} in {checkpointer.directory} do not match the current config, {ends}; "
             "they are left untouched: resume with the config they were written with, or use a new workdir")

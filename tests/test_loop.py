@@ -50,6 +50,10 @@ def test_an_empty_step_directory_past_the_end_is_named_as_no_checkpoint(tmp_path
     with pytest.raises(errors.CheckpointMismatchError, match=rf"^{tmp_path / '99'} is an empty directory, not a "
                                                               r"checkpoint; remove it"):
         loop.check_checkpoints_within(ck, 8, "whose run ends at step 8")
+    (tmp_path / "99" / "junk.bin").write_bytes(b"x")  # garbage: no state/, so no run's checkpoint
+    with pytest.raises(errors.CheckpointMismatchError, match=rf"^{tmp_path / '99'} is not a checkpoint \(it holds no "
+                                                              r"state/: junk.bin\); remove it"):
+        loop.check_checkpoints_within(ck, 8, "whose run ends at step 8")
 
 
 class _Writer:
