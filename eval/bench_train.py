@@ -36,7 +36,7 @@ from squeezebert_jax.benchmarks import ffn_kernel, step_profile
 from squeezebert_jax.benchmarks.train_step import (compile_all, feeding_benchmark,
                                                    train_step_bench)
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import atomic_write
+from squeezebert_jax.files import atomic_write, check_output_dir, check_output_file
 from squeezebert_jax.model import SqueezeBertConfig, scan_layers_on
 from squeezebert_jax.tokenizer import Tokenizer
 from squeezebert_jax.benchmarks.timing import cpu_model
@@ -85,6 +85,10 @@ def main(argv=None) -> int:
     if args.peer:  # PyTorch shares the device: JAX takes memory as it needs it, not 75% of it at its start
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     report = Report(args.out, args.overwrite)
+    if args.lock:  # before any work: a lock file shared with other benchmarks, created or taken as it is
+        check_output_file(args.lock, overwrite=True, what="--lock")
+    if args.profile:  # its kernels.tsv and programs are replaced in it
+        check_output_dir(args.profile, overwrite=True, what="--profile", entries=False)
     set_device_lock(args.lock)
     report.add(f"host: {cpu_model()}, jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}")
     if args.executions is not None or args.profile or args.kernels:

@@ -45,7 +45,7 @@ def _inputs(plan: list[tuple[str, str]], data_dir: str | None) -> list[str]:
                 paths.append(glue.glue_tsv_path(task, data_dir, split))
             except FileNotFoundError:
                 pass  # named when it is read
-    return paths
+    return paths + ([data_dir] if data_dir else [])  # nor anything else among GLUE's files (the files named first)
 
 
 def main(argv=None):
@@ -54,12 +54,16 @@ def main(argv=None):
     p.add_argument("--task", required=True, help="a TFDS task name, or 'all'")
     p.add_argument("--data_dir", default=None, help="GLUE_DIR (glue_data/); default: TFDS")
     p.add_argument("--predict", choices=["test"], default=None, help="also write GLUE-server test files")
-    p.add_argument("--out", default="glue_predictions", help="where --predict writes")
+    p.add_argument("--out", default=None, help="where --predict writes (default: glue_predictions)")
     p.add_argument("--overwrite", action="store_true", help="replace the prediction files already in --out")
     p.add_argument("--max_length", type=cli.positive_int, default=None,
                    help="tokens per input, at most the model's max_position_embeddings (default: 128, or those)")
     args = p.parse_args(argv)
     cli.setup_logging(None)
+    for flag, given in (("--out", args.out is not None), ("--overwrite", args.overwrite)):
+        if given and not args.predict:  # they say where the test predictions go: without --predict, none are made
+            raise InputError(f"{flag} is for the files --predict test writes; give --predict test, or leave it out")
+    args.out = args.out or "glue_predictions"
     if args.task != "all":
         try:
             args.task = glue.get_task(args.task).name  # also takes GLUE directory names (SST-2)

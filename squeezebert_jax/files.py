@@ -429,6 +429,19 @@ def check_input_file(path: str, what: str, hint: str = "") -> str:
     return path
 
 
+def check_inputs_not_inside(out_dir: str, inputs: Iterable[str], what: str = "--out") -> None:
+    """A command that writes into the directory ``out_dir`` (replacing and removing its files) never holds its own
+    inputs there, ``--overwrite`` or not: a corpus at OUT/vocab.txt would be replaced by the vocabulary trained on
+    it."""
+    root = os.path.realpath(out_dir)
+    for path in inputs:
+        real = os.path.realpath(path)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            raise InputError(f"{path} is an input inside {what} {out_dir}, which this command writes into (its "
+                             f"files replaced or removed, --overwrite or not); move the input out, or choose another "
+                             f"{what}")
+
+
 def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
     """The corpus files, each checked to be an existing file before anything is written, and each given once (the
     same file twice, by another path or a link too, would double its documents without a word); a shell pattern that
@@ -713,9 +726,13 @@ class RunLock:
                                        "the run is no longer running")
                 if _pid_alive(pid):  # its flock is free, yet it lives: a filesystem without flock (NFS, FUSE)
                     self._refuse(info)
+                stale = [n for n in os.listdir(self.directory) if n.startswith(f".tmp{pid}-")]
+                for name in stale:  # atomic_write's temporary files the dead run was writing: never anyone's output
+                    os.remove(os.path.join(self.directory, name))
                 logging.getLogger(__name__).warning(
-                    "%s: taking over the lock of a %s that is no longer running (pid %d on %s, started %s)",
-                    self.directory, info.get("what", "job"), pid, host, info.get("started", "?"))
+                    "%s: taking over the lock of a %s that is no longer running (pid %d on %s, started %s)%s",
+                    self.directory, info.get("what", "job"), pid, host, info.get("started", "?"),
+                    f"; removed the {len(stale)} temporary files it left" if stale else "")
             self._record = {"what": self.what, "pid": os.getpid(), "host": host,
                             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)[:500]}
             self._write(fd, self._record)

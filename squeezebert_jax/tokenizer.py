@@ -37,8 +37,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import (atomic_write, check_text_files, json_type, json_value, make_dirs, read_json,
-                                   text_lines)
+from squeezebert_jax.files import (atomic_write, check_inputs_not_inside, check_text_files, json_type, json_value,
+                                   make_dirs, read_json, text_lines)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -665,6 +665,7 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
             for _ in text_lines(f):
                 pass
     out_dir = os.fspath(out_dir)
+    check_inputs_not_inside(out_dir, files)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise InputError(f"--out {out_dir} is a file; give the directory to write the tokenizer into")
     target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")

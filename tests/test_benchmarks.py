@@ -346,3 +346,15 @@ def test_bench_train_tiny_prints_tables(tmp_path, capsys):
     assert "SqueezeBERT / BERT-base sequences/s = " in out and "sequences/s per core" in out
     assert "host: " in out and "cores" in out  # the CPU beside the timings
     assert "device fed: prefetched / synthetic steps/s = " in out
+
+
+def test_bench_train_lock_and_profile_paths_are_checked_before_any_work(tmp_path):
+    """--lock a directory and --profile an existing file failed after the host line, naming no flag."""
+    mod = load_script("eval/bench_train.py")
+    (tmp_path / "f.txt").write_text("mine\n")
+    for argv, message in ((["--lock", str(tmp_path)], rf"^--lock {tmp_path} is a directory"),
+                          (["--profile", str(tmp_path / "f.txt")], rf"^--profile {tmp_path / 'f.txt'} is an existing "
+                                                                   r"file, not a directory")):
+        with pytest.raises(sj.errors.InputError, match=message):
+            mod.main(["--tiny", "--step-only", "--steps", "1", *argv])
+    assert (tmp_path / "f.txt").read_text() == "mine\n"

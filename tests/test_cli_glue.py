@@ -338,3 +338,21 @@ def test_the_config_files_sweep_suffix_names_the_setting(arg, msg):
     with pytest.raises(InputError, match="^" + msg + "$"):
         get_config(arg)
     assert get_config("sst2,lr=2e-5,epochs=2,dropout=0,seed=3").num_epochs == 2
+
+
+def test_eval_out_is_for_predict_and_never_inside_the_data_dir(tmp_path):
+    """--out (and --overwrite) without --predict wrote nothing, silently; --out inside --data_dir wrote the server's
+    files among GLUE's own. Both refused before any work, in-process here."""
+    from conftest import load_script
+
+    mod = load_script("eval/glue.py")
+    for flag in (["--out", str(tmp_path / "sub")], ["--overwrite"]):
+        with pytest.raises(sj.errors.InputError, match=rf"^{flag[0]} is for the files --predict test writes"):
+            mod.main(["--model", str(tmp_path / "m"), "--task", "sst2", *flag])
+    data = tmp_path / "glue"
+    (data / "SST-2").mkdir(parents=True)
+    with pytest.raises(sj.errors.InputError, match=rf"^--out {data / 'SST-2' / 'SST-2.tsv'} is inside {data}, an "
+                                                   r"input directory of this command"):
+        mod.main(["--model", str(tmp_path / "m"), "--task", "sst2", "--data_dir", str(data), "--predict", "test",
+                  "--out", str(data / "SST-2")])
+    assert sorted(p.name for p in (data / "SST-2").iterdir()) == []

@@ -58,9 +58,29 @@ def test_a_dead_holders_lock_on_this_host_is_taken_over_with_a_warning(tmp_path,
     pid = dead_pid()
     (wd / files.LOCK_NAME).write_text(json.dumps({"what": "pretraining", "pid": pid, "host": socket.gethostname(),
                                                   "started": "2026-01-01T00:00:00"}))
+    (wd / f".tmp{pid}-abcd1234-shard-00000-of-00002.array_record").write_bytes(b"half")  # what it was writing
+    (wd / f".tmp{pid + 1}-abcd1234-x").write_bytes(b"another process's")  # not the dead run's: kept
     with caplog.at_level(logging.WARNING), files.RunLock(wd, "pretraining"):
         assert files.read_lock(wd)["pid"] == os.getpid()
     assert f"no longer running (pid {pid} on {socket.gethostname()}" in caplog.text
+    assert "removed the 1 temporary files it left" in caplog.text
+    assert sorted(p.name for p in wd.iterdir() if p.name.startswith(".tmp")) == [f".tmp{pid + 1}-abcd1234-x"]
+
+
+def test_a_command_writing_into_a_directory_never_holds_its_inputs_there(tmp_path):
+    """``files.check_inputs_not_inside``: train/tokenizer.py and train/prepare_data.py write into --out (replacing
+    and removing files there, --overwrite or not); a corpus at OUT/vocab.txt was replaced by the vocabulary trained
+    on it. Refused before any work; an input beside --out is fine."""
+    from squeezebert_jax.tokenizer import train_tokenizer
+
+    (tmp_path / "t").mkdir()
+    corpus = tmp_path / "t" / "vocab.txt"
+    corpus.write_text("the cat sat on the mat\n" * 20)
+    with pytest.raises(errors.InputError, match=rf"^{corpus} is an input inside --out {tmp_path / 't'}, which this "
+                                                r"command writes into"):
+        train_tokenizer([str(corpus)], str(tmp_path / "t"), 40, overwrite=True)
+    assert corpus.read_text().startswith("the cat")
+    files.check_inputs_not_inside(str(tmp_path / "out"), [str(corpus)])
 
 
 def test_a_lock_from_another_host_is_refused_naming_the_file_to_delete(tmp_path):

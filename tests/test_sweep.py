@@ -354,3 +354,19 @@ def test_preset_miniatures_is_turc_et_als_20_setting_grid(get_config):
     # --sweep on top adds a field, or replaces the preset's values of one
     more = sweep.parse_grid("seed=0,1;epochs=2", c, "miniatures")
     assert more["epochs"] == [2] and len(sweep.expand(more)) == 40
+
+
+def test_a_recipe_flag_and_the_grid_setting_one_field_are_refused(tmp_path):
+    """--epochs 1 beside a grid of epochs=2,3: the grid's values replaced the flag's without a word. Refused before
+    anything is written, naming both (in-process)."""
+    from conftest import load_script
+
+    mod = load_script("train/glue_recipe.py")
+    for flag, grid, message in ((["--epochs", "1"], "epochs=2,3", r"^--epochs 1 and the grid's epochs=2,3 both set "
+                                                                  r"num_epochs: give it in one of them"),
+                                (["--max_seq_length", "64"], "max_seq_length=32,48",
+                                 r"^--max_seq_length 64 and the grid's max_seq_length=32,48 both set max_seq_length")):
+        with pytest.raises(sj.errors.InputError, match=message):
+            mod.main(["--init_from", str(tmp_path / "model"), "--workdir", str(tmp_path / "runs"), "--tasks", "rte",
+                      *flag, "--sweep", grid])
+    assert not (tmp_path / "runs").exists()

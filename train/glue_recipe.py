@@ -59,6 +59,13 @@ def main(argv=None):
             raise InputError(f"--tasks: {twice} given twice (each task runs once)")
     sweeping = args.sweep is not None or args.preset
     grid = sweep.parse_grid(args.sweep, get_config("rte"), args.preset) if sweeping else {}  # {}: one point
+    for field, flag in (("num_epochs", "--epochs"), ("max_seq_length", "--max_seq_length"),
+                        ("max_train_examples", "--max_train_examples"), ("distill.teacher_weight", "--teacher_weight")):
+        given = getattr(args, flag[2:]) not in (None, p.get_default(flag[2:]))
+        key = next((k for k in (field, sweep.SHORT.get(field)) if k in grid), None)  # the grid names it either way
+        if key and given:  # the grid's values would replace the flag's without a word
+            raise InputError(f"{flag} {getattr(args, flag[2:])} and the grid's {key}="
+                             f"{','.join(map(str, grid[key]))} both set {field}: give it in one of them")
 
     def make_config(task):
         c = get_config(task)

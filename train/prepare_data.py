@@ -57,6 +57,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     # Everything that can be checked is checked before anything is written.
     inputs = files.check_text_files(args.input) if args.input else None
+    files.check_inputs_not_inside(args.out, [*(inputs or ()), args.vocab])
     tokenizer = Tokenizer.from_file(args.vocab)
     check_out(args.out, args.overwrite)
     # the log first: it records the directories it makes, which a refused preparation takes away again (cli.run)
