@@ -89,13 +89,14 @@ class Settings:
                   f"this host's {have / 1e9:,.1f} GB of memory")
 
     def check_training(self) -> None:
-        """The settings every training run has: the optimizer's rate, warmup and decay, the dropout bits, the loop's
-        intervals and the device count."""
+        """The settings every training run has: the optimizer's rate, warmup and decay, the dropout bits, the compute
+        dtype, the loop's intervals and the device count."""
         need, number, integer = self.need, self.number, self.integer
         need(number("learning_rate", 0, lo_open=True), "learning_rate", "a finite rate > 0")
         need(number("warmup_fraction", 0, 1), "warmup_fraction", "a fraction in [0, 1]")
         need(number("weight_decay", 0), "weight_decay", "a finite decay >= 0")
         need(self.config.rng_impl in trainer.RNG_IMPLS, "rng_impl", " or ".join(trainer.RNG_IMPLS))
+        need(self.config.compute_dtype in ("bfloat16", "float32"), "compute_dtype", "bfloat16 or float32")
         for name in ("log_every", "checkpoint_every", "preemption_sync_every"):
             need(integer(name, 1), name, "an integer >= 1")
         need(integer("keep_checkpoints", 1), "keep_checkpoints",

@@ -423,10 +423,13 @@ def test_pruning_during_finetuning_reaches_the_scheduled_sparsity(tmp_path, kind
 
 
 def test_an_unknown_compute_dtype_is_refused(tmp_path):
-    """The pretraining config's check (pretrain.compute_dtype), not a silent float32."""
+    """The settings every training run has (loop.Settings.check_training): not a silent float32, and refused by the
+    validator (a sweep point of it was refused only after the sweep's workdir was made)."""
     model = _tiny_model_dir(tmp_path / "m", head="SqueezeBertForSequenceClassification")
     c = _config("sst2", str(model), str(tmp_path / "glue"), compute_dtype="float16")
-    with pytest.raises(sj.errors.InputError, match="compute_dtype 'float16': bfloat16 or float32"):
+    with pytest.raises(sj.errors.InputError, match="^config.compute_dtype='float16': bfloat16 or float32$"):
+        ft.check_settings(c, 1)
+    with pytest.raises(sj.errors.InputError, match="^config.compute_dtype='float16': bfloat16 or float32$"):
         ft.finetune(c, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run")
 

@@ -137,12 +137,14 @@ def test_settings_refuse_each_training_setting_with_one_line():
     import ml_collections
 
     good = {"learning_rate": 1e-3, "warmup_fraction": 0.1, "weight_decay": 0.0, "rng_impl": "threefry2x32",
-            "log_every": 1, "checkpoint_every": 1, "preemption_sync_every": 1, "keep_checkpoints": 1,
+            "compute_dtype": "bfloat16", "log_every": 1, "checkpoint_every": 1, "preemption_sync_every": 1,
+            "keep_checkpoints": 1,
             "stop_at_step": 0, "num_devices": 0, "seed": 0, "phases": [{"seq_len": 8}]}
     loop.Settings(ml_collections.ConfigDict(good)).check_training()
     for name, bad, valid in (("learning_rate", 0, "a finite rate > 0"), ("learning_rate", math.nan, "finite"),
                              ("warmup_fraction", 1.5, r"\[0, 1\]"), ("weight_decay", True, "decay >= 0"),
                              ("rng_impl", "philox", "threefry2x32 or rbg"), ("log_every", 0, ">= 1"),
+                             ("compute_dtype", "float8", "bfloat16 or float32"),
                              ("checkpoint_every", 2.0, ">= 1"), ("keep_checkpoints", 0, "0 would delete"),
                              ("stop_at_step", -1, ">= 0"), ("preemption_sync_every", None, ">= 1"),
                              ("seed", -1, r"an integer in \[0, 2\*\*32\)"),

@@ -369,4 +369,7 @@ def test_a_recipe_flag_and_the_grid_setting_one_field_are_refused(tmp_path):
         with pytest.raises(sj.errors.InputError, match=message):
             mod.main(["--init_from", str(tmp_path / "model"), "--workdir", str(tmp_path / "runs"), "--tasks", "rte",
                       *flag, "--sweep", grid])
+    with pytest.raises(sj.errors.InputError, match=r"config.compute_dtype='float8': bfloat16 or float32"):
+        mod.main(["--init_from", str(tmp_path / "model"), "--workdir", str(tmp_path / "runs"), "--tasks", "rte",
+                  "--sweep", "compute_dtype=float8"])  # a grid's value: refused before the workdir is made
     assert not (tmp_path / "runs").exists()
