@@ -115,15 +115,19 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
 # Pre-trained distillation: unlabeled transfer text (Turc et al., 2019)
 # --------------------------------------------------------------------------------------------------
 
+def transfer_paths(paths) -> list[str]:
+    """The transfer text files ``distill.transfer_text`` names: a list, or "a.txt,b.txt" (empty names dropped)."""
+    return [p for p in (os.fspath(x).strip() for x in (paths.split(",") if isinstance(paths, str) else paths)) if p]
+
+
 def read_transfer_text(paths, task) -> list[GlueExample]:
     """Unlabeled examples for ``task`` (a GLUE name or a ``tasks`` Task) from text files (``paths``: a list or
     "a.txt,b.txt"): one sentence per line, or for a sentence-pair task two tab-separated sentences per line; blank
     lines are skipped; a line with an empty sentence, a file given twice and a CSV / TSV / JSON file are refused."""
     task = tasks.task_by_name(task)
     pair = len(task.text_columns) == 2
-    paths_given = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else list(paths)
     examples, seen = [], {}
-    for path in filter(None, paths_given):
+    for path in transfer_paths(paths):
         check_input_file(path, "transfer text ", " of text (a text or tab-separated pair per line)")
         if os.path.realpath(path) in seen:
             raise InputError(f"transfer text {path} is given twice (also as {seen[os.path.realpath(path)]}): its "

@@ -14,7 +14,7 @@ import re
 import secrets
 import stat
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -92,9 +92,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     ``claim_output_files``). Returns ``out``."""
     out = os.fspath(out)
     if src is not None:
-        s, o = os.path.realpath(os.fspath(src)), os.path.realpath(out)
-        if o == s or o.startswith(s.rstrip(os.sep) + os.sep):
-            where = "is" if o == s else "is inside"
+        if where := _within(out, src):
             raise InputError(f"{what} {out} {where} the source directory {os.fspath(src)}; a conversion never writes "
                              f"into its source: choose another {what} directory")
     _refuse_broken_link(out, what)
@@ -110,6 +108,12 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
                              "written there, or choose a new directory")
     _check_parent(out, what)
     return out
+
+
+def _within(path: str | os.PathLike, directory: str | os.PathLike) -> str:
+    """"is" when ``path`` is ``directory``, "is inside" when it lies under it (both through their links), else ""."""
+    p, d = os.path.realpath(os.fspath(path)), os.path.realpath(os.fspath(directory))
+    return "is" if p == d else "is inside" if p.startswith(d.rstrip(os.sep) + os.sep) else ""
 
 
 def _refuse_broken_link(out: str, what: str) -> None:
@@ -139,7 +143,7 @@ def _check_entries(out: str, what: str) -> None:
             path = os.path.join(d, name)
             if os.path.islink(path):
                 target = os.path.realpath(path)
-                if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
+                if not _within(target, root):
                     raise InputError(f"{what} {out} holds {path}, a link to {target} outside it: a file written there "
                                      "would replace the link's target; remove the link, or choose another directory")
             elif not os.path.isdir(path) and not os.path.isfile(path):
@@ -210,7 +214,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
         if _same_file(out, src):
             raise InputError(f"{what} {out} is {src}, an input of this command; an output never replaces "
                              f"an input (not even with --overwrite): choose another {what} path")
-        if os.path.isdir(src) and os.path.realpath(out).startswith(os.path.realpath(src).rstrip(os.sep) + os.sep):
+        if os.path.isdir(src) and _within(out, src) == "is inside":
             raise InputError(f"{what} {out} is inside {src}, an input directory of this command; an output is "
                              f"never written among its inputs (not even with --overwrite): choose another {what} path")
     if os.path.isdir(out):
@@ -433,10 +437,8 @@ def check_inputs_not_inside(out_dir: str, inputs: Iterable[str], what: str = "--
     """A command that writes into the directory ``out_dir`` (replacing and removing its files) never holds its own
     inputs there, ``--overwrite`` or not: a corpus at OUT/vocab.txt would be replaced by the vocabulary trained on
     it."""
-    root = os.path.realpath(out_dir)
     for path in inputs:
-        real = os.path.realpath(path)
-        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+        if _within(path, out_dir):
             raise InputError(f"{path} is an input inside {what} {out_dir}, which this command writes into (its "
                              f"files replaced or removed, --overwrite or not); move the input out, or choose another "
                              f"{what}")
@@ -776,6 +778,7 @@ RUN_FILES = ("config.json", "config_history.jsonl", "metrics.jsonl", "eval_resul
              "log.txt", "sweep.jsonl", "table.md", "results.json", "chosen.json")
 # ... and the directories it writes into (the export, TensorBoard's events, the demo data, a distillation's caches)
 RUN_DIRS = ("checkpoints", "model", "generator", "tb", "data", "demo", "predictions", "teacher_cache", "student_init")
+DEMO_DIRS = ("data", "demo")  # what pretraining's demo source writes into a workdir before its first checkpoint
 
 
 def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False, ours: tuple[str, ...] = (),
@@ -793,7 +796,9 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if "://" in workdir:
         raise InputError(f"{what_flag} {workdir!r}: URL workdirs (gs://, s3://, ...) are not supported; use a local "
                          "or mounted path (e.g. a bucket mounted with gcsfuse)")
-    check_inputs_outside(workdir, inputs or {}, what_flag, skip=() if what == "pretraining" else ("data", "demo"))
+    # what a run writes there: the demo corpus's entries only where the caller writes them (``ours``)
+    writes = {*RUN_FILES, *RUN_DIRS, *ours} - ({*DEMO_DIRS} - {*ours})
+    check_inputs_outside(workdir, inputs or {}, what_flag, writes)
     _refuse_broken_link(workdir, what_flag)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
@@ -824,25 +829,21 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
 
 
 def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = "--workdir",
-                         skip: tuple[str, ...] = ()) -> None:
+                         writes: Collection[str] = ()) -> None:
     """A run never writes over what it reads, ``--overwrite`` or not: the workdir may not be an input (a MODEL_DIR
     to start from, say) or lie inside an input directory, and an input inside the workdir may not be one of the
-    entries a run writes there (``RUN_FILES``, ``RUN_DIRS``, ``predictions_*``: a test file at
-    WORKDIR/predictions_test.jsonl would be replaced by its own predictions; ``skip``: entries this kind of run never
-    writes, e.g. the demo corpus's ``data`` for fine-tuning). ``inputs``: ``{setting: path}``; empty paths and dataset
-    splits (``hf:``, ``tfds:``) are skipped."""
-    root = os.path.realpath(workdir)
+    entries a run writes there (``writes``, and ``predictions_*``: a test file at WORKDIR/predictions_test.jsonl would
+    be replaced by its own predictions). ``inputs``: ``{setting: path}``; empty paths and dataset splits (``hf:``,
+    ``tfds:``) are skipped."""
     for name, path in inputs.items():
         if not isinstance(path, str) or not path.strip() or re.match(r"^(hf|tfds):", path):
             continue
-        real = os.path.realpath(path)
-        if root == real or root.startswith(real.rstrip(os.sep) + os.sep):
-            where = "is" if root == real else "is inside"
+        if where := _within(workdir, path):
             raise InputError(f"{what_flag} {workdir} {where} config.{name} {path}: a run never writes into what it "
                              f"reads (not even with --overwrite); choose another {what_flag}")
-        if real.startswith(root.rstrip(os.sep) + os.sep):
-            entry = os.path.relpath(real, root).split(os.sep)[0]
-            if entry not in skip and (entry in RUN_FILES or entry in RUN_DIRS or entry.startswith("predictions_")):
+        if _within(path, workdir) == "is inside":
+            entry = os.path.relpath(os.path.realpath(path), os.path.realpath(workdir)).split(os.sep)[0]
+            if entry in writes or entry.startswith("predictions_"):
                 raise InputError(f"config.{name} {path} is in {os.path.join(workdir, entry)}, which the run in "
                                  f"{what_flag} {workdir} writes (not even --overwrite replaces an input): move it "
                                  f"out, or choose another {what_flag}")

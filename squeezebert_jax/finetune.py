@@ -283,8 +283,8 @@ def run_inputs(config: ml_collections.ConfigDict) -> dict[str, str]:
     out = {name: config[name] for name in ("init_from", "data_dir")}
     out |= {f"data.{s}_file": config.data[f"{s}_file"] for s in ("train", "validation", "test")}
     out["distill.teacher"] = config.distill.teacher
-    texts = config.distill.get("transfer_text") or ""
-    out |= {f"distill.transfer_text[{i}]": p.strip() for i, p in enumerate(str(texts).split(","))}
+    texts = distill.transfer_paths(config.distill.get("transfer_text") or "")
+    out |= {f"distill.transfer_text[{i}]": p for i, p in enumerate(texts)}
     return out
 
 
@@ -326,8 +326,8 @@ def run_stream(config: ml_collections.ConfigDict, spec) -> dict:
     if config.distill.teacher:
         sources["distill.teacher"] = trainer.source_identity(config.distill.teacher)
     if config.distill.transfer_text:
-        sources["distill.transfer_text"] = [trainer.source_identity(p.strip())
-                                            for p in config.distill.transfer_text.split(",") if p.strip()]
+        sources["distill.transfer_text"] = [trainer.source_identity(p)
+                                            for p in distill.transfer_paths(config.distill.transfer_text)]
     return trainer.run_stream(config, RUN_SETTINGS, sources,
                               {"task labels": list(spec.labels) if spec.labels else None})
 

@@ -455,7 +455,7 @@ def run_stream(config: ml_collections.ConfigDict) -> dict:
     return trainer.run_stream(config, RUN_SETTINGS, derived=phases | arch | rtd)
 
 
-DEMO_ENTRIES = ("data", "demo")  # what the demo source writes into a workdir before its first checkpoint
+DEMO_ENTRIES = files.DEMO_DIRS  # what the demo source writes into a workdir before its first checkpoint
 
 
 def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> str:

@@ -222,12 +222,10 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     path = os.path.join(model_dir, PARAMS_FILE)
     if checkpoint_file(model_dir, PARAMS_FILE) is not None:
         from safetensors import safe_open
-        from safetensors.numpy import load_file
 
         try:
-            flat = load_file(path)
-            with safe_open(path, "numpy") as f:
-                written = (f.metadata() or {}).get("head")  # the head save_pretrained wrote these weights for
+            with safe_open(path, "numpy") as f:  # the tensors, and the head save_pretrained wrote them for
+                flat, written = {k: f.get_tensor(k) for k in f.keys()}, (f.metadata() or {}).get("head")
         except Exception as e:
             raise InputError(f"{path}: cannot read ({e})") from e
         saved = (raw.get("architectures") or ["SqueezeBertModel"])[0]
