@@ -153,7 +153,7 @@ def test_every_family_is_an_rtd_discriminator(preset):
         s = losses.rtd_losses(pair.discriminator(disc_ids, mask, types).logits, labels, mask)
         return nll + 50 * s["rtd_bce_sum"] / s["rtd_tokens"]
 
-    value, grads = nnx.value_and_grad(loss)(pair)
+    value, grads = nnx.jit(nnx.value_and_grad(loss))(pair)  # one program: eagerly, each op compiled its own
     leaves = jax.tree.leaves(nnx.state(grads, nnx.Param))
     assert np.isfinite(float(value)) and all(np.isfinite(np.asarray(x)).all() for x in leaves)
     assert float(jnp.abs(grads.generator.cls["predictions"].bias[...]).sum()) > 0
