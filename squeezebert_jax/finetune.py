@@ -312,22 +312,22 @@ def _same_path(a, b) -> bool:
             and not is_dataset(b) and os.path.realpath(a) == os.path.realpath(b))
 
 
-def run_stream(config: ml_collections.ConfigDict, spec) -> dict:
+def run_stream(config: ml_collections.ConfigDict, spec, identity=trainer.source_identity) -> dict:
     """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS``, the sha256 of the
     files and model directories they name (a GLUE_DIR's split files, a ``hf:``/``tfds:`` dataset by its spec), and the
-    task's label names as read from its files."""
-    sources = {"init_from": trainer.source_identity(config.init_from)}
+    task's label names as read from its files. ``identity``: ``trainer.source_identity``, or a memo of it (a sweep
+    checks many runs of one model directory)."""
+    sources = {"init_from": identity(config.init_from)}
     if config.task == "files":
-        sources |= {f"data.{s}_file": trainer.source_identity(config.data[f"{s}_file"])
+        sources |= {f"data.{s}_file": identity(config.data[f"{s}_file"])
                     for s in ("train", "validation") if config.data[f"{s}_file"]}
     elif config.data_dir:
-        sources["data_dir"] = [trainer.source_identity(glue.glue_tsv_path(config.task, config.data_dir, s))
+        sources["data_dir"] = [identity(glue.glue_tsv_path(config.task, config.data_dir, s))
                                for s in ("train", *spec.eval_splits)]
     if config.distill.teacher:
-        sources["distill.teacher"] = trainer.source_identity(config.distill.teacher)
+        sources["distill.teacher"] = identity(config.distill.teacher)
     if config.distill.transfer_text:
-        sources["distill.transfer_text"] = [trainer.source_identity(p)
-                                            for p in distill.transfer_paths(config.distill.transfer_text)]
+        sources["distill.transfer_text"] = [identity(p) for p in distill.transfer_paths(config.distill.transfer_text)]
     return trainer.run_stream(config, RUN_SETTINGS, sources,
                               {"task labels": list(spec.labels) if spec.labels else None})
 

@@ -29,10 +29,11 @@ from typing import Any
 import ml_collections
 from tqdm.auto import tqdm
 
-from squeezebert_jax import distill, evaluation, files, glue
+from squeezebert_jax import distill, evaluation, files, glue, trainer
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
+from squeezebert_jax.tasks import resolve as resolve_task
 from squeezebert_jax.trainer import config_changes
 
 log = logging.getLogger(__name__)
@@ -404,6 +405,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
             for name, value in now.items():
                 if row and value is not None and row.get(name) is not None and row[name] != value:
                     drift[f"{name}: {show(row[name])} -> {show(value)}"] = None
+    _check_recorded_sources(record, done, plan, make_config, teacher_root, transfer)
     if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
         log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
                     "skipped: use another --workdir to run them again", record, "; ".join(drift))
@@ -467,6 +469,44 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                 except FileNotFoundError as e:
                     log.warning("no test predictions for %s: %s", task, e)
     return text
+
+
+def _check_recorded_sources(record: str, done: dict, plan: list, make_config, teacher_root: str,
+                            transfer: bool) -> None:
+    """Refuse to keep recorded runs whose data or models changed in place since they ran (a training file edited, the
+    --init_from model retrained into the same directory): their scores would be chosen beside runs on what the files
+    hold now. Each recorded run's start (its ``config_history.jsonl`` stream) against the same run's stream now
+    (``trainer.source_changes``); each file hashed once. With --transfer a task's start is MNLI's model, checked by
+    MNLI's own runs."""
+    memo: dict[str, dict] = {}
+
+    def identity(source: str) -> dict:
+        if source not in memo:
+            memo[source] = trainer.source_identity(source)
+        return memo[source]
+
+    changes: dict[str, list[str]] = {}  # what changed -> the recorded runs it concerns
+    for task, settings, seed in plan:
+        row = done.get(run_key(task, settings, seed))
+        run_dir = row and row.get("run_dir")
+        if not run_dir or not os.path.isfile(os.path.join(run_dir, "config_history.jsonl")):
+            continue
+        recorded = [h["stream"] for h in trainer.read_config_history(run_dir) if isinstance(h.get("stream"), dict)]
+        if not recorded:
+            continue
+        c = with_teacher(apply(make_config(task), {**settings, "seed": seed}), teacher_root, task)
+        now = ft.run_stream(c, resolve_task(c), identity)
+        if transfer and task not in ("mnli", "cola"):
+            now.pop("config.init_from", None)
+        for phrase in trainer.source_changes(recorded[-1], now):
+            changes.setdefault(phrase, []).append(f"{task} {run_name(settings, seed)}")
+    if changes:
+        (phrase, runs), *rest = changes.items()
+        more = f" and {len(rest)} more change(s)" if rest else ""
+        raise InputError(f"{record}: {phrase}{more}, for {len(runs)} recorded run(s) ({', '.join(runs[:2])}"
+                         f"{', ...' if len(runs) > 2 else ''}): their scores would be chosen beside runs on the files "
+                         "as they are now. Use another --workdir (the recorded runs are left as they are), or restore "
+                         "the files")
 
 
 def _clock(seconds: float) -> str:

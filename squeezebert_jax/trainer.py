@@ -313,6 +313,18 @@ def stream_changes(old: dict, new: dict) -> list[str]:
     return [_describe(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 
 
+def source_changes(old: dict, new: dict) -> list[str]:
+    """``stream_changes`` for what a stream's settings name and resolve to, not the settings' own values: the
+    contents of its data files and model directories (a file changed in place, at the same path) and the values
+    derived from them (a task's label names read from its training file)."""
+    def names_data(v) -> bool:
+        return _is_identity(v) or (isinstance(v, list) and bool(v) and all(map(_is_identity, v)))
+
+    keys = [k for k in new if k in old and k != "version" and (names_data(old[k]) or names_data(new[k])
+                                                               or not k.startswith("config."))]
+    return stream_changes({k: old[k] for k in keys}, {k: new[k] for k in keys})
+
+
 def check_stream(workdir: str, stream: dict, resuming: bool, saved: dict | None = None) -> None:
     """Refuse to resume a run on another training stream than the one it began with: ``saved``, the stream the
     newest checkpoint holds (``Checkpointer.newest_stream``), else the last one recorded in ``config_history.jsonl``

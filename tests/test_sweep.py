@@ -10,7 +10,7 @@ import os
 import re
 
 import pytest
-from conftest import load_script
+from conftest import load_script, one_error_line
 from flax import nnx
 
 import squeezebert_jax as sj
@@ -80,6 +80,23 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     assert (wd / "table.md").read_text() == out[out.index("model "):]
     log = (wd / "log.txt").read_text()
     assert "sweep: 4 runs" in log and "[4/4] rte lr=0.01,batch=16,seed=0" in log
+    # a rerun keeps the recorded runs, unless a file they were trained on has changed in place since (same path)
+    args = ("train/glue_recipe.py", "--init_from", model_dir, "--data_dir", data, "--workdir", wd, "--tasks", "rte",
+            "--epochs", "1", "--max_seq_length", "32", "--sweep", "lr=1e-3,1e-2;batch=8,16")
+    rc, out, err = run_cli(*args)
+    assert rc == 0 and "4 recorded, 0 to run" in out, err
+    train = os.path.join(data, "RTE", "train.tsv")
+    with open(train, "a") as f:
+        f.write(open(train).read().splitlines()[1] + "\n")  # one more row
+    record = (wd / sweep.RECORD).read_bytes()
+    rc, out, err = run_cli(*args)
+    line = one_error_line(err)
+    assert rc != 0 and line.endswith(f"{train} changed since the run began (sha256 " + line.split("(sha256 ")[1]
+                                     .split(")")[0] + "), for 4 recorded run(s) (rte lr=0.001,batch=8,seed=0, rte "
+                                     "lr=0.001,batch=16,seed=0, ...): their scores would be chosen beside runs on the "
+                                     "files as they are now. Use another --workdir (the recorded runs are left as they "
+                                     "are), or restore the files") and "config.data_dir" in line, err
+    assert (wd / sweep.RECORD).read_bytes() == record
 
 
 # -- (b) restart ------------------------------------------------------------------------------------------------
