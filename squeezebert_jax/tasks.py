@@ -74,6 +74,9 @@ def input_length(value, positions: int | None = None, name: str = "max_length", 
                          f"max_position_embeddings); give {positions} or less")
     return int(value)
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
+# separators mistaken for it, refused inside a multilabel row's label names (config.data.labels could not name one with
+# a comma; "comedy;drama" is a spreadsheet's list)
+MISTAKEN_SEPARATORS = {",": "comma", ";": "semicolon"}
 TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 log = logging.getLogger(__name__)
@@ -958,10 +961,12 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
                             "or a list item with no name); a row's labels are names, as comedy|drama or "
                             "[\"comedy\", \"drama\"]")
     keys = tuple(dict.fromkeys(label_key(x, where) for x in items))
-    if comma := next((k for k in keys if "," in k), None):  # "comedy,drama": two labels, or a class of its own?
-        raise DataFileError(f"{where}: the label {comma!r} holds a comma; a row's labels are separated by "
-                            f"{LABEL_SEPARATOR!r} ({comma.replace(',', LABEL_SEPARATOR)}), and no label name holds a "
-                            "comma (config.data.labels could not name it)")
+    # "comedy,drama" or "comedy;drama": two labels with the separator mistaken, or a class of its own? Refused either way
+    if mistaken := next(((k, c) for k in keys for c in MISTAKEN_SEPARATORS if c in k), None):
+        (name, char), word = mistaken, MISTAKEN_SEPARATORS[mistaken[1]]
+        raise DataFileError(f"{where}: the label {name!r} holds a {word}; a row's labels are separated by "
+                            f"{LABEL_SEPARATOR!r} ({name.replace(char, LABEL_SEPARATOR)}), and no multilabel label "
+                            f"name holds a {word}")
     if sep := next((k for k in keys if LABEL_SEPARATOR in k), None):  # ["x|y"]: a CSV's x|y is two labels
         raise DataFileError(f"{where}: the label {sep!r} holds {LABEL_SEPARATOR!r}, which separates a row's labels "
                             f"(a CSV cell {sep} is {len(sep.split(LABEL_SEPARATOR))} labels): give them as list items")

@@ -366,6 +366,9 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
                      # the separator mistaken: "comedy,drama" and "drama,comedy" became two classes of their own
                      ('a,"comedy,drama"', r"the label 'comedy,drama' holds a comma; a row's labels are separated by "
                                           r"'\|' \(comedy\|drama\)"),
+                     ("a,comedy;drama|sad", r"the label 'comedy;drama' holds a semicolon; a row's labels are "
+                                            r"separated by '\|' \(comedy\|drama\), and no multilabel label name"),
+                     ('a,"[""sci; fi""]"', r"the label 'sci; fi' holds a semicolon"),
                      ('a,"[""comedy"", 7]"', r"the label '7' in a column of names \('comedy' at line 2\)"),
                      # a stray separator, or an empty item: not "the label is empty" (the row has one)
                      ("a,comedy|", r"'comedy\|' holds an empty label beside the others"),
