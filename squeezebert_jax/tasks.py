@@ -961,7 +961,7 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
                             "or a list item with no name); a row's labels are names, as comedy|drama or "
                             "[\"comedy\", \"drama\"]")
     keys = tuple(dict.fromkeys(label_key(x, where) for x in items))
-    # "comedy,drama" or "comedy;drama": two labels with the separator mistaken, or a class of its own? Refused either way
+    # "comedy,drama", "comedy;drama": two labels with the separator mistaken, or a class of its own? Refused either way
     if mistaken := next(((k, c) for k in keys for c in MISTAKEN_SEPARATORS if c in k), None):
         (name, char), word = mistaken, MISTAKEN_SEPARATORS[mistaken[1]]
         raise DataFileError(f"{where}: the label {name!r} holds a {word}; a row's labels are separated by "
