@@ -855,7 +855,7 @@ def label_key(raw, where: str) -> str:
     ``"false"`` (JSON ``true`` and a CSV's ``True`` alike), any other text stripped and in Unicode's composed form
     (NFC: ``café`` typed with a combining accent is the same class). Refused, naming ``where``: an empty cell, JSON
     null, NaN or infinity (in any spelling or format), and a list or object (one label per row: a row of several
-    labels is ``data.kind=multilabel``), a label of nothing visible, and a lone surrogate."""
+    labels is ``data.kind=multilabel``), a label of nothing visible, a lone surrogate and a control character."""
     if isinstance(raw, bool):
         return "true" if raw else "false"
     if isinstance(raw, int):
@@ -871,6 +871,9 @@ def label_key(raw, where: str) -> str:
         if any("\ud800" <= ch <= "\udfff" for ch in text):  # JSON's "\udc80": no character, not valid Unicode
             raise DataFileError(f"{where}: the label {raw!r} holds a lone surrogate, which is not a character; "
                                 "write the label in valid Unicode")
+        if control := next((ch for ch in text if unicodedata.category(ch) == "Cc"), None):  # "pos\x07": a class
+            raise DataFileError(f"{where}: the label {raw!r} holds the control character U+{ord(control):04X}, "
+                                "which no label name holds; remove it")  # of its own beside "pos", shown alike
         if text.lower() in ("true", "false"):
             return text.lower()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's

@@ -217,23 +217,35 @@ def truncated_lengths(n_a: int, n_b: int | None, budget: int) -> tuple[int, int]
 # --------------------------------------------------------------------------------------------------
 
 
+# What BertTokenizerFast reads from a tokenizer_config.json into its normalizer, which this library's WordPiece does one
+# way only (``_wordpiece_backend``: lowercased, accents stripped with the lowercasing, each CJK character a word): the
+# values that read text as it does, and what they mean. Another value would tokenize otherwise there, silently.
+WORDPIECE_SETTINGS = {
+    "do_lower_case": ((True,), "true or false (this library's WordPiece is uncased BERT's: true)"),
+    "strip_accents": ((None, True), "null or true (uncased BERT strips accents with the lowercasing: \"Góod\" is good)"),
+    "tokenize_chinese_chars": ((True,), "true (each CJK character a word, as BERT splits them)"),
+}
+
+
 def check_tokenizer_config(directory: str) -> None:
     """A ``tokenizer_config.json`` in ``directory`` beside a WordPiece vocabulary: refused unless it is a JSON object
-    whose ``do_lower_case`` (if set) is true. A cased BERT (``false``) is refused: the WordPiece here is uncased, and
-    lowercasing a cased model's input would be silently wrong; so is a value of another type (which is meant?)."""
+    whose ``WORDPIECE_SETTINGS`` (where set) read text as this library's WordPiece does. A cased BERT
+    (``do_lower_case: false``) is refused: lowercasing a cased model's input would be silently wrong; so are accents
+    kept (``strip_accents: false``), CJK characters left in words, and a value of another type (which is meant?)."""
     cfg_path = checkpoint_file(directory, "tokenizer_config.json")
     if cfg_path is None:
         return
     settings = read_json(cfg_path)
     if not isinstance(settings, dict):
         raise InputError(f"{cfg_path}: {json_type(settings)}, not a JSON object")
-    lower = settings.get("do_lower_case", True)
-    if not isinstance(lower, bool):  # "false", 0, null: which casing is meant?
-        raise InputError(f"{cfg_path}: do_lower_case is {json_value(lower)}; expected true or false "
-                         "(this library's WordPiece is uncased BERT's: true)")
-    if lower is False:
+    if settings.get("do_lower_case", True) is False:
         raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
                          "WordPiece is uncased BERT's and would lowercase its input")
+    for name, (allowed, meant) in WORDPIECE_SETTINGS.items():
+        value = settings.get(name, allowed[0])
+        if not any(value is a for a in allowed):  # "false", 0 (== False in Python), null: which is meant?
+            raise InputError(f"{cfg_path}: {name} is {json_value(value)}; expected {meant}")
+
 
 class Tokenizer(abc.ABC):
     """What both tokenizers share: BERT specials, tokens <-> ids, ``[CLS] a [SEP] (b [SEP])`` encoding, decoding and

@@ -248,6 +248,12 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ("review,sentiment\na,pos\nb,\u3164\n", r"e.csv:3: .*the label is empty \(only white space or invisible marks\)"),
     ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "neg\\udc80"}\n',
      r"e.jsonl:2: .*the label 'neg\\udc80' holds a lone surrogate"),
+    # a control character: "pos\x07" was a third class beside "pos", shown alike
+    ("review,sentiment\na,pos\nb,pos\x07\n", r"e.csv:3: column 'sentiment': the label 'pos\\x07' holds the control "
+                                          r"character U\+0007"),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "\\u0000neg"}\n',
+     r"e.jsonl:2: .*the label '\\x00neg' holds the control character U\+0000"),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "ne\\u007fg"}\n', r"U\+007F"),
     # a space before the opening quote: CSV keeps the quotes, which made '"pos"' a class of its own
     ('review,sentiment\na,pos\nb, "pos"\n', r"e.csv:3: field 2 \('\"pos\"'\) opens its quote after a space"),
 ])

@@ -354,6 +354,19 @@ def test_cased_tokenizer_config_is_refused(hand_vocab, tmp_path):
         (tmp_path / "tokenizer_config.json").write_text(f'{{"do_lower_case": {value}}}')
         with pytest.raises(ValueError, match=f"do_lower_case is {shown}; expected true or false"):
             Tokenizer.from_dir(tmp_path)
+    # what else BertTokenizerFast's normalizer reads: accents kept, CJK characters inside words, would read text
+    # otherwise there ("Góod": [UNK] there, good here); null / true strip accents with the lowercasing, as here
+    for value, msg in (('"strip_accents": false', r"strip_accents is a boolean false; expected null or true"),
+                       ('"strip_accents": 1', r"strip_accents is an integer 1; expected null or true"),
+                       ('"tokenize_chinese_chars": false', r"tokenize_chinese_chars is a boolean false; expected true"),
+                       ('"do_lower_case": true, "tokenize_chinese_chars": "yes"',
+                        r'tokenize_chinese_chars is a string "yes"')):
+        (tmp_path / "tokenizer_config.json").write_text(f'{{{value}}}')
+        with pytest.raises(ValueError, match=rf"tokenizer_config.json: {msg}"):
+            Tokenizer.from_dir(tmp_path)
+    for ok in ('{"strip_accents": null}', '{"strip_accents": true, "tokenize_chinese_chars": true}'):
+        (tmp_path / "tokenizer_config.json").write_text(ok)
+        assert Tokenizer.from_dir(tmp_path).kind == "wordpiece"
 
 
 def test_load_picks_the_kind_behind_one_interface(hand_vocab, sp_tok):
