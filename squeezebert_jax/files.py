@@ -621,6 +621,24 @@ def drop_invisible(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf" and ch not in BLANK_CHARS)
 
 
+# a decimal number as data files write one, in ASCII digits (Python's float() also reads "1_000", "\uff11" and
+# Devanagari digits, which no data file means as a score); "nan" and "inf" are numbers, refused where they count
+_NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+
+
+def number_value(raw) -> float:
+    """A score cell's number: a JSON number, or text that ``_NUMBER_TEXT`` reads (white space around it dropped); a
+    ValueError for anything else (a boolean, text such as ``0_5`` or ``1,5``). The one reader of a score: your own
+    regression files and GLUE's STS-B alike."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)) or (
+            isinstance(raw, str) and not _NUMBER_TEXT.fullmatch(raw.strip())):
+        raise ValueError(f"{raw!r} is not a number")
+    try:
+        return float(raw)
+    except OverflowError:  # a JSON integer of hundreds of digits
+        return math.inf
+
+
 def has_text(value: str) -> bool:
     """Whether a text holds something to read: a character that is not ``invisible`` (a zero-width space alone is no
     text, nor an accent on nothing, which an uncased tokenizer strips, nor a Hangul filler, nor the replacement

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from squeezebert_jax.errors import InputError, MissingExtraError
-from squeezebert_jax.files import atomic_write, has_text, line_problem
+from squeezebert_jax.files import atomic_write, has_text, line_problem, number_value
 from squeezebert_jax.tokenizer import warn_truncated
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class GlueFormatError(InputError):
 def parse_label(spec: TaskSpec, raw: str) -> int | float:
     """File/server label string -> int id (classification) or float score in [0, 5] (STS-B)."""
     if spec.labels is None:
-        value = float(raw)   # ValueError for unparsable scores
+        value = number_value(raw)   # ValueError for unparsable scores ("0_5", "1,5")
         if not (math.isfinite(value) and 0.0 <= value <= 5.0):
             raise InputError(f"score {raw!r} outside [0, 5]")
         return value

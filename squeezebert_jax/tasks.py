@@ -398,15 +398,9 @@ class FileTask:
         where = f"{path}:{lineno}: column {self.label_column!r}"
         if self.is_regression:
             try:
-                if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-                    raise TypeError
-                if isinstance(raw, str) and "_" in raw:  # float() reads "1_000" as 1000.0: no data file means that
-                    raise ValueError
-                value = float(raw)
-            except (TypeError, ValueError):
+                value = files.number_value(raw)
+            except ValueError:
                 raise DataFileError(f"{where}: {raw!r} is not a number (a regression task)") from None
-            except OverflowError:  # a JSON integer of hundreds of digits
-                value = math.inf
             if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
                 shown = raw if len(str(raw)) < 40 else f"{str(raw)[:20]}... ({len(str(raw))} characters)"
                 raise DataFileError(f"{where}: {shown!r} is not a finite number a float32 holds (|x| < 3.4e38; the "

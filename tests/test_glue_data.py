@@ -43,6 +43,12 @@ def test_stsb_and_qqp_layouts(tmp_path):
         "0\tmain-captions\tMSRvid\t2012test\t0000\tnone\tnone\tA man plays.\tA man is playing.\t4.750"])
     s = glue.load_examples("stsb", "validation", data_dir=str(tmp_path))
     assert s[0].label == pytest.approx(4.75) and s[0].text_b == "A man is playing."
+    for score in ("0_5", "\u0967.\u096b", "1,5", "true"):  # float() reads the first two (as 5.0 and 1.5): one reader
+        write(tmp_path / "STS-B" / "dev.tsv", [
+            "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+            f"0\tmain-captions\tMSRvid\t2012test\t0000\tnone\tnone\tA man plays.\tA man is playing.\t{score}"])
+        with pytest.raises(glue.GlueFormatError, match=rf"dev.tsv:2: malformed stsb row: '{score}' is not a number"):
+            glue.load_examples("stsb", "validation", data_dir=str(tmp_path))
     write(tmp_path / "QQP" / "train.tsv", ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
                                            "5\t11\t12\tHow do I learn?\tWhat's the way to learn?\t1"])
     q = glue.load_examples("qqp", "train", data_dir=str(tmp_path))

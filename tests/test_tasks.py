@@ -165,6 +165,13 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score2.csv:2: column 'sentiment': 'good' is not a number"),
     ("score3.csv", "review,sentiment\nfoo,1_000\n", {"data.kind": "regression"},
      r"score3.csv:2: column 'sentiment': '1_000' is not a number"),
+    # what Python's float() reads and no data file means as a score: full-width and Devanagari digits, a decimal comma
+    ("score3b.csv", "review,sentiment\nfoo,1.5\nbar,\uff11\n", {"data.kind": "regression"},
+     r"score3b.csv:3: column 'sentiment': '\uff11' is not a number"),
+    ("score3c.csv", "review,sentiment\nfoo,\u0967.\u096b\n", {"data.kind": "regression"},
+     r"score3c.csv:2: column 'sentiment': '\u0967.\u096b' is not a number"),
+    ("score3d.jsonl", '{"review": "a", "sentiment": "1,5"}\n', {"data.kind": "regression"},
+     r"score3d.jsonl:1: column 'sentiment': '1,5' is not a number"),
     ("score4.csv", "review,sentiment\nfoo,1\nbar,1e39\n", {"data.kind": "regression"},
      r"score4.csv:3: column 'sentiment': '1e39' is not a finite number a float32 holds"),
     ("score5.jsonl", '{"review": "a", "sentiment": 1' + "0" * 400 + '}\n', {"data.kind": "regression"},
