@@ -488,9 +488,16 @@ def _check_recorded_sources(record: str, done: dict, plan: list, make_config, te
     changes: dict[str, list[str]] = {}  # what changed -> the recorded runs it concerns
     for task, settings, seed in plan:
         row = done.get(run_key(task, settings, seed))
-        run_dir = row and row.get("run_dir")
-        if not run_dir or not os.path.isfile(os.path.join(run_dir, "config_history.jsonl")):
+        if not row:
             continue
+        run_dir = row.get("run_dir")
+        history = os.path.join(str(run_dir), "config_history.jsonl")
+        if not isinstance(run_dir, str) or not os.path.isfile(history):  # moved away: nothing to check it against
+            gone = f"its run directory {run_dir} is gone" if not isinstance(run_dir, str) or not os.path.isdir(
+                run_dir) else f"{history} is gone"
+            raise InputError(f"{record}: the recorded run {task} {run_name(settings, seed)}: {gone}, so neither the "
+                             "data it was trained on nor its model can be checked (a --predict reads that model): use "
+                             "another --workdir, or restore the directory")
         recorded = [h["stream"] for h in trainer.read_config_history(run_dir) if isinstance(h.get("stream"), dict)]
         if not recorded:
             continue

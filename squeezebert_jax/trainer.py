@@ -315,13 +315,14 @@ def stream_changes(old: dict, new: dict) -> list[str]:
 
 def source_changes(old: dict, new: dict) -> list[str]:
     """``stream_changes`` for what a stream's settings name and resolve to, not the settings' own values: the
-    contents of its data files and model directories (a file changed in place, at the same path) and the values
-    derived from them (a task's label names read from its training file)."""
-    def names_data(v) -> bool:
-        return _is_identity(v) or (isinstance(v, list) and bool(v) and all(map(_is_identity, v)))
+    contents of its data files and model directories changed in place (at the same path: another path is another
+    setting) and the values derived from them (a task's label names read from its training file)."""
+    def paths(v):
+        return (v["path"] if _is_identity(v) else [x["path"] for x in v]
+                if isinstance(v, list) and v and all(map(_is_identity, v)) else None)
 
-    keys = [k for k in new if k in old and k != "version" and (names_data(old[k]) or names_data(new[k])
-                                                               or not k.startswith("config."))]
+    keys = [k for k in new if k in old and k != "version"
+            and ((paths(old[k]) is not None and paths(old[k]) == paths(new[k])) or not k.startswith("config."))]
     return stream_changes({k: old[k] for k in keys}, {k: new[k] for k in keys})
 
 

@@ -86,8 +86,9 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     rc, out, err = run_cli(*args)
     assert rc == 0 and "4 recorded, 0 to run" in out, err
     train = os.path.join(data, "RTE", "train.tsv")
+    original = open(train).read()
     with open(train, "a") as f:
-        f.write(open(train).read().splitlines()[1] + "\n")  # one more row
+        f.write(original.splitlines()[1] + "\n")  # one more row
     record = (wd / sweep.RECORD).read_bytes()
     rc, out, err = run_cli(*args)
     line = one_error_line(err)
@@ -96,6 +97,20 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
                                      "lr=0.001,batch=16,seed=0, ...): their scores would be chosen beside runs on the "
                                      "files as they are now. Use another --workdir (the recorded runs are left as they "
                                      "are), or restore the files") and "config.data_dir" in line, err
+    assert (wd / sweep.RECORD).read_bytes() == record
+    # a recorded run whose directory (or its history) was moved away cannot be checked: refused, by name
+    with open(train, "w") as f:
+        f.write(original)
+    first = rows_of(wd)[0]["run_dir"]
+    os.rename(os.path.join(first, "config_history.jsonl"), tmp_path / "history")
+    rc, out, err = run_cli(*args)
+    assert rc != 0 and one_error_line(err).endswith(
+        f"the recorded run rte lr=0.001,batch=8,seed=0: {first}/config_history.jsonl is gone, so neither the data it "
+        "was trained on nor its model can be checked (a --predict reads that model): use another --workdir, or "
+        "restore the directory"), err
+    os.rename(first, tmp_path / "moved")
+    rc, out, err = run_cli(*args)
+    assert rc != 0 and f"its run directory {first} is gone" in one_error_line(err)
     assert (wd / sweep.RECORD).read_bytes() == record
 
 
@@ -113,6 +128,8 @@ class FakeFinetune:
         self.resumed.append(os.path.exists(os.path.join(workdir, "half_written")))
         os.makedirs(workdir, exist_ok=True)
         open(os.path.join(workdir, "half_written"), "w").close()
+        # the start's record, as fine-tuning writes it: what the sweep checks a recorded run's data against
+        sj.trainer.record_config(workdir, config, 0, ft.run_stream(config, sj.tasks.resolve(config)))
         self.calls.append((config.task, config.learning_rate, config.dropout, config.seed))
         self.sources[(config.task, config.dropout)] = (config.init_from, config.distill.teacher)
         if len(self.calls) == self.crash_at:
