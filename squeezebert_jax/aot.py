@@ -170,7 +170,7 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
             cfg = f.read()
         with quiet_native_stderr(log_path):
             try:
-                desc = topologies.get_topology_desc(key, "cuda", target_config=cfg, topology=f"1x1x{n}")
+                desc = topologies.get_topology_desc(key, "cuda", target_config=cfg, topology=f"1x{dims[0]}x{dims[1]}")
             except Exception as e:  # noqa: BLE001
                 raise TopologyError(f"compiling for {topology} needs the CUDA PJRT plugin (pip install -e "
                                     f"'.[gpu-aot]'; no CUDA libraries or GPU needed): {str(e)[:200]}") from e

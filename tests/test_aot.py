@@ -422,6 +422,14 @@ def test_fit_finds_the_fewest_microbatches(monkeypatch):
     cli.flags.FLAGS.unparse_flags()
 
 
+@needs_gpu_plugin
+def test_a_gpu_topology_models_its_hosts():
+    """h100:HOSTSxGPUS: the GPUs of each host are that host's process (h100:2x2 compiled as h100:1x4 before: one
+    NVLink domain of four), so a multi-host mesh and its collectives are the ones a run of that many hosts has."""
+    for topology, hosts in (("h100:2x2", [0, 0, 1, 1]), ("h100:1x4", [0, 0, 0, 0])):
+        assert [d.process_index for d in aot.get_target(topology).devices] == hosts, topology
+
+
 @needs_tpu
 def test_topology_meshes_physical_order_and_slices():
     """make_mesh orders compile-only TPU devices as real runs get them: mesh_utils' physical order over the 2x4 torus
