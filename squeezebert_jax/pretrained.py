@@ -189,6 +189,8 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
         raise InputError(f"{path}: architectures is {json.dumps(arch)[:60]}; expected a list of class names, "
                          'e.g. ["SqueezeBertForMaskedLM"]')
     n = raw.get("num_labels")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):  # 2.0, "2", true: which is meant?
+        raise InputError(f"{path}: num_labels is {json.dumps(n)}; expected an integer >= 1 (the classifier's outputs)")
     if config.id2label is not None and n is not None and n != len(config.id2label):
         raise InputError(f"{path}: num_labels is {json.dumps(n)} but id2label names {len(config.id2label)} labels; "
                          "one name per output of the classifier")

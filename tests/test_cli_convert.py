@@ -244,6 +244,9 @@ def test_export_lite_checks_its_sizes(tmp_path):
      "config.json: attention_probs_dropout_prob is 1.0; expected a number in [0, 1)"),
     (lambda c: c | {"id2label": {"0": "neg", "1": "pos", "2": "mixed"}, "num_labels": 2},
      "config.json: num_labels is 2 but id2label names 3 labels"),
+    (lambda c: c | {"id2label": {"0": "neg", "1": "pos"}, "num_labels": 2.0},  # written back as 2 before
+     "config.json: num_labels is 2.0; expected an integer >= 1 (the classifier's outputs)"),
+    (lambda c: c | {"num_labels": True}, "config.json: num_labels is true; expected an integer >= 1"),
     (lambda c: c | {"id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 1, "pos": 0}},
      'config.json: label2id {"neg": 1, "pos": 0} disagrees with id2label'),
 ])
