@@ -165,7 +165,6 @@ def get_target(topology: str, num_slices: int = 1, log_path: str | None = None) 
                                 f"{', '.join(GPU_TARGETS)})")
         if num_slices != 1:
             raise TopologyError("--num_slices applies to TPU topologies only")
-        n = math.prod(dims)
         with open(os.path.join(os.path.dirname(__file__), "gpu_targets", GPU_TARGETS[key])) as f:
             cfg = f.read()
         with quiet_native_stderr(log_path):
