@@ -234,8 +234,20 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
         _check_parent(out, what)  # an ancestor that is a file, or a read-only one, is named as such
         raise InputError(f"{what} {out}: no directory {parent}; create it first (mkdir -p {parent}), or choose "
                          "another path")
+    # "missing/../x.out": abspath drops "missing/.." as text, but the system walks through "missing" to write
+    walked = os.path.dirname(target) or "."
+    if not os.path.isdir(walked):
+        gone = next(p for p in _prefixes(walked) if not os.path.isdir(p))
+        raise InputError(f"{what} {out}: the path goes through {gone}, which is not a directory; give a path whose "
+                         "directories exist")
     _check_parent(target, what)
     return out
+
+
+def _prefixes(path: str) -> list[str]:
+    """``a/b/../c`` -> ``a``, ``a/b``, ``a/b/..``, ``a/b/../c``: each directory a path walks through, as written."""
+    parts = path.split(os.sep)
+    return [os.sep.join(parts[:i]) or os.sep for i in range(1, len(parts) + 1) if parts[i - 1] or i == 1]
 
 
 def special_kind(path: str) -> str:

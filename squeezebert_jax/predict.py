@@ -67,7 +67,7 @@ class Predictor:
     to label text."""
 
     def __init__(self, model_dir: str, max_length: int | None = None, batch_size: int = BATCH_SIZE,
-                 length_setting: str = "--max_length"):
+                 length_setting: str = "max_length"):
         """``max_length``: tokens per input, at most the model's ``max_position_embeddings``; None: 128, or the
         model's maximum where that is less. ``length_setting``: what the warnings about cut inputs name as setting it
         (fine-tuning's predictions of its test file: ``config.max_seq_length``)."""
@@ -182,8 +182,8 @@ class Predictor:
         a = [t[0] if p else t for t, p in zip(texts, pairs)]
         b = [t[1] for t in texts] if texts and all(pairs) else None
         enc = self.tokenizer.encode_batch(a, b, max_length=self.max_length)
-        warn_truncated(self.tokenizer.last_truncated, len(a), self.max_length, f"{self.length_setting} (up to the "
-                       f"model's {self.model.config.max_position_embeddings})")
+        warn_truncated(self.tokenizer.last_truncated, len(a), self.max_length, self.length_setting,
+                       limit=self.model.config.max_position_embeddings)
         return self._logits({k: np.asarray(enc[k], np.int32) for k in ("input_ids", "attention_mask",
                                                                         "token_type_ids")})
 
@@ -451,7 +451,7 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
         raise InputError(f"--text_columns {text_columns}: {input_path} is a .txt file, a text per line (a pair: two "
                          "tab-separated texts), with no columns; give a .csv, .tsv or .jsonl file to choose columns")
     with claim_output_file(out_path, overwrite, inputs=(input_path, model_dir)):  # never inside the model either
-        predictor = Predictor(model_dir, max_length)
+        predictor = Predictor(model_dir, max_length, length_setting="--max_length")
         numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity)
         texts = predictor.inputs([x for _, x in numbered])[0]
         results = predictor._predict(texts, [(input_path, n) for n, _ in numbered]) if texts else []

@@ -344,7 +344,8 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
         var.set_value(jnp.asarray(src[key], jnp.float32))
         used.add(key)
     if misshapen:
-        raise CheckpointMismatchError(f"{source}: {'; '.join(misshapen)} (does config.json match the weights?)")
+        raise CheckpointMismatchError(f"{source}: {convert.listed(misshapen, 3)} (does config.json match the weights? "
+                                      "its model_type, groups and sizes decide each tensor's shape)")
     if unusable:
         raise CheckpointMismatchError(f"{source}: {convert.listed(unusable)}; a weight must be floating-point "
                                       "numbers: is the file a damaged, quantized or diverged checkpoint?")

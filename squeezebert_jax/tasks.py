@@ -476,8 +476,10 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
         if fields is None:
             fields, first = len(parts), lineno
         if len(parts) != fields:
+            which = (f"; or line {first} lacks a column (an empty tag)" if len(parts) > fields else "")
             raise DataFileError(f"{path}:{lineno}: {len(parts)} fields, the file's first word line ({first}) has "
-                                f"{fields}; every line holds one word and its columns (a word cannot hold a space)")
+                                f"{fields}; every line holds one word and its columns (a word cannot hold a space)"
+                                f"{which}")
         start = start or lineno
         words.append(parts[0])
         tags.append(parts[-1])

@@ -88,14 +88,20 @@ def checkpoint_file(directory: str | os.PathLike, name: str) -> str | None:
     return path if os.path.isfile(real) else None
 
 
-def warn_truncated(cut: int, total: int, max_length: int, setting: str, what: str = "inputs") -> None:
+def warn_truncated(cut: int, total: int, max_length: int, setting: str, what: str = "inputs",
+                   limit: int | None = None) -> None:
     """Never silent: a warning with how many (``cut``) of the ``total`` inputs were cut to ``max_length`` tokens (the
     model reads none of what was cut; ``encode_batch`` counts them in ``last_truncated``), naming the ``setting``
-    that keeps more."""
+    that keeps more, up to ``limit`` (the model's positions) where given; at that limit, that no setting does."""
     if cut:
+        if limit is not None and max_length >= limit:
+            advice = f"the model reads at most {limit} tokens (its positions): split longer texts to read all of them"
+        else:
+            upto = f" (up to the model's {limit})" if limit else ""
+            advice = f"a larger {setting}{upto} keeps more"
         logging.getLogger(__name__).warning(
             "%d of %d %s (%.1f%%) are longer than %d tokens and were cut to fit (the model reads none of the "
-            "rest); a larger %s keeps more", cut, total, what, 100 * cut / total, max_length, setting)
+            "rest); %s", cut, total, what, 100 * cut / total, max_length, advice)
 
 
 def read_vocab(path: str, data: bytes | None = None) -> list[str]:

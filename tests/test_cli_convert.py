@@ -261,6 +261,21 @@ def test_config_json_types_are_named(tmp_path, run_cli, digest, edit, message):
     assert digest(src) == before and not (tmp_path / "hf").exists()
 
 
+def test_weights_of_another_layout_are_one_short_line(tmp_path, run_cli, digest):
+    """SqueezeBERT's grouped weights under a config.json saying "bert": every layer's tensors mismatch; one line lists
+    three and counts the rest, and points at what decides the shapes (it was every tensor: 1,266 characters)."""
+    src = model_dir(tmp_path / "m")
+    path = tmp_path / "m" / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"model_type": "bert"}))
+    before = digest(src)
+    rc, _, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "hf")
+    line = one_error_line(err, "to_pytorch.py")
+    assert rc == 1 and "params.safetensors: tensor " in line and "but the config implies" in line, line
+    assert re.search(r"; and \d+ more \(does config.json match the weights\? its model_type, groups and sizes decide "
+                     r"each tensor's shape\)$", line) and line.count("but the config implies") == 3, line
+    assert digest(src) == before and not (tmp_path / "hf").exists()
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("vocab_size", 30522.0, "vocab_size is 30522.0 (a decimal number); expected an integer >= 1"),
     ("vocab_size", True, "vocab_size is true (a boolean); expected an integer >= 1"),

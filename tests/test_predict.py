@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,7 +124,7 @@ def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         short = Predictor(str(tmp_path / "tagger"), max_length=4)(["the movie was good"])[0]
     assert short["tags"][2:] == [None, None] and None not in short["tags"][:2]  # [CLS] the movie [SEP]
-    assert "2 words of 1 sentences lie past --max_length=4 and get no tag (null)" in caplog.text
+    assert "2 words of 1 sentences lie past max_length=4 and get no tag (null)" in caplog.text  # Predictor's argument
     assert "max_seq_length" not in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING"):
@@ -294,6 +295,13 @@ def test_an_out_in_a_missing_directory_is_refused_before_any_work(model_dir, tmp
         files.check_output_file(tmp_path / "f" / "o.jsonl")
     with pytest.raises(InputError, match=r"^--out is empty"):
         files.check_output_file("")
+    # "missing/../o.jsonl": the normalised path's directory exists, but the system walks through "missing" (this was
+    # the system's error naming the lock file)
+    via = os.path.join(str(tmp_path), "missing", "..", "o.jsonl")
+    with pytest.raises(InputError, match=rf"^--out {re.escape(via)}: the path goes through {tmp_path / 'missing'}, "
+                                         r"which is not a directory"):
+        predict_file(str(model_dir), str(tmp_path / "in.txt"), via)
+    assert files.check_output_file(os.path.join(str(tmp_path), ".", "o.jsonl"))  # a path that walks through dirs
 
 
 # 4. a text file that is not UTF-8: named by line and column
@@ -560,7 +568,13 @@ def test_inputs_cut_to_max_length_are_counted_in_a_warning(model_dir, caplog):
         Predictor(str(model_dir), max_length=8)(["good", "the movie was good " * 20, "a very bad plot " * 3])
     assert [r.getMessage() for r in caplog.records] == [
         "2 of 3 inputs (66.7%) are longer than 8 tokens and were cut to fit (the model reads none of the rest); a "
-        "larger --max_length (up to the model's 64) keeps more"]
+        "larger max_length (up to the model's 64) keeps more"]  # Predictor's own argument; the script: --max_length
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):  # at the model's 64: no setting helps
+        Predictor(str(model_dir), max_length=64)(["the movie was good " * 20])
+    assert caplog.records[-1].getMessage() == (
+        "1 of 1 inputs (100.0%) are longer than 64 tokens and were cut to fit (the model reads none of the rest); the "
+        "model reads at most 64 tokens (its positions): split longer texts to read all of them")
     caplog.clear()  # fine-tuning's predictions of its test file name its own setting (it has no --max_length)
     with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
         Predictor(str(model_dir), max_length=8, length_setting="config.max_seq_length")(["the movie was good " * 20])

@@ -219,6 +219,9 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
 @pytest.mark.parametrize("text, msg", [
     ("john B-PER\nsmith\n", r"bad.conll:2: 1 fields, the file's first word line \(1\) has 2"),
     ("john B-PER\nnew york B-LOC\n", r"bad.conll:2: 3 fields, the file's first word line \(1\) has 2"),
+    # the first word line is the one without its tag: it is named too
+    ("cat\t\ndog\tO\n", r"bad.conll:2: 2 fields, the file's first word line \(1\) has 1; every line holds one word "
+                       r"and its columns \(a word cannot hold a space\); or line 1 lacks a column \(an empty tag\)$"),
     ("-DOCSTART- -X- O\n\njohn NN B-PER\nsmith I-PER\n", r"bad.conll:4: 2 fields, .*\(3\) has 3"),
     ("john B-PER\ncaf\xe9 O\n", r"bad.conll:2:4: not UTF-8 text \(byte 0xe9\)"),
     ("john B-PER\n\nyork B-TOWN\n", r"bad.conll:3: tag 'B-TOWN' is not one of"),
