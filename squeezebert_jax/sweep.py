@@ -462,6 +462,9 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
             if glue.get_task(task).test_splits:
                 base = make_config(task)
                 model_dir = os.path.join(c.rows[0]["run_dir"], "model")
+                if not os.path.isfile(os.path.join(model_dir, "config.json")):  # a missing test file only warns
+                    raise InputError(f"--predict: {task}'s chosen run has no model ({model_dir} holds no "
+                                     "config.json): it was moved or removed; restore it, or use another --workdir")
                 try:
                     for t in (task, "ax") if task == "mnli" else (task,):
                         evaluation.predict_test(model_dir, t, base.data_dir or None, os.path.join(workdir, "predictions"),

@@ -112,6 +112,15 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     rc, out, err = run_cli(*args)
     assert rc != 0 and f"its run directory {first} is gone" in one_error_line(err)
     assert (wd / sweep.RECORD).read_bytes() == record
+    # --predict with the chosen run's model moved away: refused by name (a missing test file alone only warns)
+    os.rename(tmp_path / "moved", first)
+    os.rename(tmp_path / "history", os.path.join(first, "config_history.jsonl"))
+    chosen_dir = read_json(wd / "chosen.json")["rte"]["run_dirs"][0]
+    os.rename(os.path.join(chosen_dir, "model"), tmp_path / "model_moved")
+    rc, out, err = run_cli(*args, "--predict")
+    assert rc != 0 and one_error_line(err).endswith(
+        f"--predict: rte's chosen run has no model ({chosen_dir}/model holds no config.json): it was moved or removed; "
+        "restore it, or use another --workdir"), err
 
 
 # -- (b) restart ------------------------------------------------------------------------------------------------
