@@ -479,14 +479,21 @@ def _check_recorded_sources(record: str, done: dict, plan: list, make_config, te
     """Refuse to keep recorded runs whose data or models changed in place since they ran (a training file edited, the
     --init_from model retrained into the same directory): their scores would be chosen beside runs on what the files
     hold now. Each recorded run's start (its ``config_history.jsonl`` stream) against the same run's stream now
-    (``trainer.source_changes``); each file hashed once. With --transfer a task's start is MNLI's model, checked by
-    MNLI's own runs."""
+    (``trainer.source_changes``); each file hashed, and each task's files read, once. With --transfer a task's start
+    is MNLI's model, checked by MNLI's own runs."""
     memo: dict[str, dict] = {}
+    specs: dict[str, Any] = {}  # a task's spec per data settings: your own data's is read from its training file
 
     def identity(source: str) -> dict:
         if source not in memo:
             memo[source] = trainer.source_identity(source)
         return memo[source]
+
+    def spec_of(c: ml_collections.ConfigDict):
+        key = json.dumps([c.task, c.data_dir, c.data.to_dict()], sort_keys=True, default=str)
+        if key not in specs:
+            specs[key] = resolve_task(c)
+        return specs[key]
 
     changes: dict[str, list[str]] = {}  # what changed -> the recorded runs it concerns
     for task, settings, seed in plan:
@@ -505,7 +512,7 @@ def _check_recorded_sources(record: str, done: dict, plan: list, make_config, te
         if not recorded:
             continue
         c = with_teacher(apply(make_config(task), {**settings, "seed": seed}), teacher_root, task)
-        now = ft.run_stream(c, resolve_task(c), identity)
+        now = ft.run_stream(c, spec_of(c), identity)
         if transfer and task not in ("mnli", "cola"):
             now.pop("config.init_from", None)
         for phrase in trainer.source_changes(recorded[-1], now):
