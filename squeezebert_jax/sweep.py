@@ -389,12 +389,14 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                          "--tasks, or run it into this --workdir first")
     os.makedirs(workdir, exist_ok=True)
     done = {run_key(r["task"], r["settings"], r["seed"]): r for r in read_rows(record)}
-    plan, drift = [], {}
+    plan, drift, recorded = [], {}, []
     for task in tasks:
         for s in settings_list:
             c = with_teacher(apply(make_config(task), s), teacher_root, task)
             plan.append((task, {k: v for k, v in s.items() if k != "seed"}, int(c.seed)))
             row = done.get(run_key(*plan[-1]))
+            if row:
+                recorded.append((task, f"{task} {run_name(*plan[-1][1:])}", row, c))
             if row and row.get("config"):
                 drift.update(dict.fromkeys(f"{name}: {show(was)} -> {show(now)}" for name, (was, now)
                                            in config_changes(row["config"], c.to_dict()).items()
@@ -405,7 +407,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
             for name, value in now.items():
                 if row and value is not None and row.get(name) is not None and row[name] != value:
                     drift[f"{name}: {show(row[name])} -> {show(value)}"] = None
-    _check_recorded_sources(record, done, plan, make_config, teacher_root, transfer)
+    _check_recorded_sources(record, recorded, transfer)
     if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
         log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
                     "skipped: use another --workdir to run them again", record, "; ".join(drift))
@@ -474,13 +476,12 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
     return text
 
 
-def _check_recorded_sources(record: str, done: dict, plan: list, make_config, teacher_root: str,
-                            transfer: bool) -> None:
+def _check_recorded_sources(record: str, recorded: list, transfer: bool) -> None:
     """Refuse to keep recorded runs whose data or models changed in place since they ran (a training file edited, the
     --init_from model retrained into the same directory): their scores would be chosen beside runs on what the files
-    hold now. Each recorded run's start (its ``config_history.jsonl`` stream) against the same run's stream now
-    (``trainer.source_changes``); each file hashed, and each task's files read, once. With --transfer a task's start
-    is MNLI's model, checked by MNLI's own runs."""
+    hold now. ``recorded``: (task, name, row, config) per recorded run of the plan. Each run's start (its
+    ``config_history.jsonl`` stream) against the same run's stream now (``trainer.source_changes``); each file hashed,
+    and each task's files read, once. With --transfer a task's start is MNLI's model, checked by MNLI's own runs."""
     memo: dict[str, dict] = {}
     specs: dict[str, Any] = {}  # a task's spec per data settings: your own data's is read from its training file
 
@@ -496,27 +497,23 @@ def _check_recorded_sources(record: str, done: dict, plan: list, make_config, te
         return specs[key]
 
     changes: dict[str, list[str]] = {}  # what changed -> the recorded runs it concerns
-    for task, settings, seed in plan:
-        row = done.get(run_key(task, settings, seed))
-        if not row:
-            continue
+    for task, name, row, c in recorded:
         run_dir = row.get("run_dir")
         history = os.path.join(str(run_dir), "config_history.jsonl")
         if not isinstance(run_dir, str) or not os.path.isfile(history):  # moved away: nothing to check it against
             gone = f"its run directory {run_dir} is gone" if not isinstance(run_dir, str) or not os.path.isdir(
                 run_dir) else f"{history} is gone"
-            raise InputError(f"{record}: the recorded run {task} {run_name(settings, seed)}: {gone}, so neither the "
-                             "data it was trained on nor its model can be checked (a --predict reads that model): use "
-                             "another --workdir, or restore the directory")
-        recorded = [h["stream"] for h in trainer.read_config_history(run_dir) if isinstance(h.get("stream"), dict)]
-        if not recorded:
+            raise InputError(f"{record}: the recorded run {name}: {gone}, so neither the data it was trained on nor "
+                             "its model can be checked (a --predict reads that model): use another --workdir, or "
+                             "restore the directory")
+        then = trainer.recorded_stream(run_dir)
+        if then is None:
             continue
-        c = with_teacher(apply(make_config(task), {**settings, "seed": seed}), teacher_root, task)
         now = ft.run_stream(c, spec_of(c), identity)
         if transfer and task not in ("mnli", "cola"):
             now.pop("config.init_from", None)
-        for phrase in trainer.source_changes(recorded[-1], now):
-            changes.setdefault(phrase, []).append(f"{task} {run_name(settings, seed)}")
+        for phrase in trainer.source_changes(then, now):
+            changes.setdefault(phrase, []).append(name)
     if changes:
         (phrase, runs), *rest = changes.items()
         more = f" and {len(rest)} more change(s)" if rest else ""

@@ -326,6 +326,13 @@ def source_changes(old: dict, new: dict) -> list[str]:
     return stream_changes({k: old[k] for k in keys}, {k: new[k] for k in keys})
 
 
+def recorded_stream(workdir: str) -> dict | None:
+    """The stream the run's last start recorded in ``config_history.jsonl`` (``record_config``); None where none did
+    (a run begun by an older version)."""
+    streams = [row["stream"] for row in read_config_history(workdir) if isinstance(row.get("stream"), dict)]
+    return streams[-1] if streams else None
+
+
 def check_stream(workdir: str, stream: dict, resuming: bool, saved: dict | None = None) -> None:
     """Refuse to resume a run on another training stream than the one it began with: ``saved``, the stream the
     newest checkpoint holds (``Checkpointer.newest_stream``), else the last one recorded in ``config_history.jsonl``
@@ -335,8 +342,7 @@ def check_stream(workdir: str, stream: dict, resuming: bool, saved: dict | None 
     anything. A run that recorded no stream anywhere (written by an older version) resumes with a warning."""
     if not resuming:
         return
-    recorded = [row["stream"] for row in read_config_history(workdir) if isinstance(row.get("stream"), dict)]
-    recorded += [saved] if saved else []
+    recorded = [s for s in (recorded_stream(workdir), saved) if s]
     if not recorded:
         log.warning("%s records no training stream (a run begun by an older version): its data and settings are "
                     "assumed to be the ones it began with", workdir)
