@@ -219,7 +219,7 @@ def read_rows(path: str):
             if not all(header):
                 raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
                                     f"{header.index('') + 1}): {header}")
-        elif record and record != [""]:  # an empty line is no row; `""` (CSV) or a tab (TSV) is a row of empty fields
+        elif record:  # an empty line is no row; `""` (CSV, TSV) or a tab (TSV) is a row of empty fields
             if len(record) != len(header):
                 raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
                                     f"({', '.join(header)})")
@@ -278,6 +278,9 @@ _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 def _tsv_records(lines):
     for lineno, line in lines:
+        if not line.rstrip("\r\n"):
+            yield lineno, []  # an empty line: no fields (as the csv module reads one)
+            continue
         fields = line.rstrip("\r\n").split("\t")
         yield lineno, [m[1].replace('""', '"') if (m := _QUOTED.fullmatch(f)) else f for f in fields]
 

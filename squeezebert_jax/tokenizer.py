@@ -109,8 +109,8 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
 
     Trailing whitespace (and ``\\r``) is stripped from each line; a final newline ends the last line. A blank line
     is the empty token and keeps its id, as in ``BertTokenizerFast`` (no id after it shifts); a second blank line
-    is a repeated token. The one reader of a WordPiece vocabulary: an ``InputError`` names the file and both line
-    numbers for a repeated token (transformers would give the token the later id, leaving the earlier one unused),
+    is a repeated token. The one reader of a WordPiece vocabulary: an ``InputError`` names the file and line of a token
+    holding white space (the pre-tokenizer splits there: no word matches it), both line numbers for a repeated token (transformers would give the token the later id, leaving the earlier one unused),
     the file and byte offset for invalid UTF-8, and the file and the missing names if one of the five BERT specials
     the model uses ([PAD] [UNK] [CLS] [SEP] [MASK]) is absent.
     """
@@ -132,6 +132,10 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     tokens = [line.rstrip(_RUST_WHITESPACE) for line in lines]
     first_line: dict[str, int] = {}
     for i, tok in enumerate(tokens):
+        if space := next((c for c in tok if c in _RUST_WHITESPACE), None):
+            raise InputError(f"{path}: line {i + 1}: token {tok!r} holds white space ({space!r}), where the tokenizer "
+                             "splits words, so no text can ever match it; a vocab.txt line holds one token and "
+                             "nothing else (a 'token<TAB>count' line is a word-count file, not a vocabulary)")
         if tok in first_line:
             what = (f"line {i + 1} is blank, as is line {first_line[tok] + 1} (a blank line is a token, the empty one)"
                     if tok == "" else f"line {i + 1} repeats token {tok!r} of line {first_line[tok] + 1}")

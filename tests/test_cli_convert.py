@@ -571,6 +571,11 @@ def test_links_inside_the_directory_and_a_hub_cache_snapshot_are_followed(tmp_pa
     ([t for t in VOCAB if t != "[MASK]"], r"lacks the special token\(s\) \[MASK\]"),
     ([t for t in VOCAB if t not in ("[CLS]", "[PAD]")], r"lacks the special token\(s\) \[PAD\], \[CLS\]"),
     (VOCAB + ["story"], r"line 13 repeats token 'story' of line 8"),
+    # a token holding white space never matches (the pre-tokenizer splits there); a word-count file's lines hold tabs
+    (VOCAB[:8] + ["gr\teat"] + VOCAB[9:], r"line 9: token 'gr\\teat' holds white space \('\\t'\), where the "
+                                         r"tokenizer splits words"),
+    ([t + "\t7" for t in VOCAB], r"line 1: token '\[PAD\]\\t7' holds white space .*a word-count file"),
+    (VOCAB[:8] + ["\xa0story"] + VOCAB[9:], r"line 9: token '\\xa0story' holds white space \('\\xa0'\)"),
     (VOCAB[:6] + ["", ""] + VOCAB[6:], r"line 8 is blank, as is line 7"),
     (VOCAB + ["extra"], r"13 tokens, but the model's vocab_size is 12: ids past 11 would have no "
                                             "embedding"),

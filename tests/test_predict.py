@@ -333,6 +333,9 @@ def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_n
     alignment); an empty text beside another is refused by file and line; a directory is named as one."""
     (tmp_path / "z.txt").write_text("good\n\u200b\u200d\n \t \nbad\n")
     assert numbered_inputs(str(tmp_path / "z.txt")) == [(1, "good"), (4, "bad")]
+    (tmp_path / "q.csv").write_text('text\n\n""\ngood\n')  # a quoted empty text is a row, not a blank line
+    with pytest.raises(sj.errors.DataFileError, match=r"q.csv:3: column 'text' is empty"):
+        numbered_inputs(str(tmp_path / "q.csv"))
     (tmp_path / "p.txt").write_text("good\tfine\nbad\t\u200b\n")
     with pytest.raises(sj.errors.DataFileError, match=r"p.txt:2: text 2 of the line is empty \(or only white space "
                                                       r"or invisible marks\)"):

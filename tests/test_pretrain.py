@@ -24,7 +24,7 @@ from squeezebert_jax.tokenizer import Tokenizer
 
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory):
-    """One uninterrupted smoke run on all 8 simulated devices (data parallel)."""
+    """One uninterrupted smoke run on one device (smoke_config's default; the two processes' 8 devices match it)."""
     wd = tmp_path_factory.mktemp("ref")
     final = pretrain.train_and_evaluate(smoke_config(), str(wd))
     return wd, final
@@ -261,7 +261,7 @@ def test_two_processes_equal_one_process(reference_run, tmp_path):
     port = _free_port()
     script = ("import sys; sys.path.insert(0, {tests!r});"
               "from conftest import smoke_config; from squeezebert_jax import pretrain;"
-              "c = smoke_config(coordinator_address='localhost:{port}', num_processes=2, process_id={pid});"
+              "c = smoke_config(coordinator_address='localhost:{port}', num_processes=2, process_id={pid}, num_devices=0);"
               "c.phases = c.phases[:1];"
               "pretrain.train_and_evaluate(c, {wd!r})")
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {COMPILE_FLAGS}",

@@ -472,6 +472,8 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),
     # a blank line is no row (skipped), a quoted "" is one (refused)
     ("q.csv", 'review,sentiment\nfine,pos\n\n"",neg\n', r"q.csv:4: column 'review' is empty"),
+    ("qq.csv", 'review,sentiment\nfine,pos\n""\nbad,neg\n', r"qq.csv:3: 1 fields, the header has 2"),
+    ("qq.tsv", 'review\tsentiment\nfine\tpos\n""\nbad\tneg\n', r"qq.tsv:3: 1 fields, the header has 2"),
     # TSV alike: an empty line is skipped, a line of a tab (empty fields) or of spaces is a row, refused
     ("q.tsv", "review\tsentiment\nfine\tpos\n\n\t\nbad\tneg\n", r"q.tsv:4: column 'sentiment': the label is empty"),
     ("s.tsv", "review\tsentiment\nfine\tpos\n   \nbad\tneg\n", r"s.tsv:3: 1 fields, the header has 2"),
@@ -528,6 +530,14 @@ def test_an_empty_second_text_and_an_empty_test_text_are_refused(tmp_path):
                                                                                    str(tmp_path / "test.csv")})
     with pytest.raises(sj.errors.DataFileError, match=r"test.csv:3: column 'review' is empty"):
         _load_all(c)
+    # a test file of one column: a quoted empty text is a row (refused), not a blank line (the rows after it were
+    # renumbered: the prediction of line 4 went out as row 2)
+    for name, body in (("one.csv", 'review\ngood\n""\nbad\n'), ("one.tsv", 'review\ngood\n""\nbad\n')):
+        (tmp_path / name).write_text(body)
+        c = _files_config("unused", tmp_path / "train.csv", tmp_path / "train.csv", **{"data.test_file":
+                                                                                       str(tmp_path / name)})
+        with pytest.raises(sj.errors.DataFileError, match=rf"{name}:3: column 'review' is empty"):
+            _load_all(c)
 
 
 def test_a_byte_order_mark_is_invisible_and_bad_bytes_are_named_by_line_and_column(tmp_path):
