@@ -247,13 +247,11 @@ def test_stsb_regression_lowers_mse(tmp_path):
 
 
 @pytest.mark.slow
-def test_whole_table_on_a_converted_checkpoint(tmp_path):
+def test_whole_table_on_a_converted_checkpoint(tmp_path, run_cli):
     """A transformers checkpoint -> convert/from_pytorch.py -> train/glue_recipe.py over all nine tasks on a
     GLUE_DIR in the real layouts -> the Table 2 form with every column, server files for all eleven
     submissions, and eval/glue.py --task all giving the same dev numbers."""
     import importlib.util
-    import subprocess
-    import sys
 
     import torch
     import transformers
@@ -268,10 +266,8 @@ def test_whole_table_on_a_converted_checkpoint(tmp_path):
     transformers.SqueezeBertForMaskedLM(cfg).save_pretrained(hf)
     corpus.write_demo_vocab(hf / "vocab.txt")
     root = os.path.join(os.path.dirname(__file__), "..")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    r = subprocess.run([sys.executable, os.path.join(root, "convert", "from_pytorch.py"), "--src", str(hf), "--out",
-                        str(tmp_path / "model")], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", hf, "--out", tmp_path / "model")
+    assert rc == 0, err[-2000:]
     data = corpus.write_glue_tasks(tmp_path / "glue_data", num_train=64, num_dev=32, num_test=8)
     spec = importlib.util.spec_from_file_location("recipe_all", os.path.join(root, "train", "glue_recipe.py"))
     recipe = importlib.util.module_from_spec(spec)
@@ -288,12 +284,11 @@ def test_whole_table_on_a_converted_checkpoint(tmp_path):
          "STS-B.tsv", "WNLI.tsv"])
     for f in os.listdir(runs / "predictions"):
         assert len(glue.read_predictions(str(runs / "predictions" / f), expected_rows=8).idx) == 8
-    r = subprocess.run([sys.executable, os.path.join(root, "eval", "glue.py"), "--model", str(runs), "--task", "all",
-                        "--data_dir", data, "--max_length", "32"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    rc, stdout, err = run_cli("eval/glue.py", "--model", runs, "--task", "all", "--data_dir", data, "--max_length", "32")
+    assert rc == 0, err[-2000:]
     results = json.load(open(runs / "results.json"))
     for task in ("mnli", "qqp", "stsb", "cola"):  # the recipe's best-epoch dev metrics, recomputed from its model
-        line = next(x for x in r.stdout.splitlines() if x.startswith(task + " "))
+        line = next(x for x in stdout.splitlines() if x.startswith(task + " "))
         got = json.loads(line[len(task) + 1:])
         for split, metrics in results[task].items():
             for k, v in metrics.items():

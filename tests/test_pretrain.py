@@ -256,7 +256,7 @@ def _free_port():
 
 @pytest.mark.slow
 def test_two_processes_equal_one_process(reference_run, tmp_path):
-    """Two JAX processes on localhost (4 CPU devices each, gloo collectives) give the one-process losses (over the
+    """Two JAX processes on localhost (one CPU device each, gloo collectives) give the one-process losses (over the
     first phase: the second phase is the same code on longer sequences, which the one-process tests cover)."""
     port = _free_port()
     script = ("import sys; sys.path.insert(0, {tests!r});"
@@ -264,7 +264,7 @@ def test_two_processes_equal_one_process(reference_run, tmp_path):
               "c = smoke_config(coordinator_address='localhost:{port}', num_processes=2, process_id={pid}, num_devices=0);"
               "c.phases = c.phases[:1];"
               "pretrain.train_and_evaluate(c, {wd!r})")
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {COMPILE_FLAGS}",
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {COMPILE_FLAGS}",
            "JAX_PLATFORMS": "cpu"}
     wd = str(tmp_path / "multi")
     procs = [subprocess.Popen([sys.executable, "-c", script.format(tests=os.path.join(ROOT, "tests"), port=port,
