@@ -607,6 +607,11 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
         if not isinstance(row, dict):
             raise DataFileError(f"{path}:{lineno}: {json_type(row)} ({json_repr(row)}), not a JSON object")
+        if isinstance(row.get("data"), list) and any(isinstance(a, dict) and "paragraphs" in a for a in row["data"]):
+            raise DataFileError(f"{path}:{lineno}: a SQuAD file (articles of paragraphs under \"data\"), where one "
+                                "row per line is read: a question-answering run trains on it "
+                                "(config.data.kind=question_answering); predict reads a JSON Lines file of "
+                                "{\"question\": ..., \"context\": ...} objects, one per line")
         if row and all(isinstance(v, dict) for v in row.values()) or len(row) > 1 and all(
                 isinstance(v, list) for v in row.values()):  # {"text": {"0": ...}, "label": {"0": ...}}: one table
             raise DataFileError(f"{path}:{lineno}: one object of columns ({', '.join(map(repr, list(row)[:3]))}"

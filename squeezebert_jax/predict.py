@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections import UserString
 from collections.abc import Sequence
 
@@ -373,12 +374,14 @@ def read_inputs(path: str, text_columns: str = "", arity: Arity | None = None) -
     return [x for _, x in numbered_inputs(path, text_columns, arity)]
 
 
-def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = None
+def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = None, chosen: bool = True
                     ) -> list[tuple[int, str | tuple[str, ...]]]:
     """(line, input) for each input of ``path`` (see the module docstring), the input a text or a tuple of texts, the
     line where its row starts; every error names the file and line: a byte that is not UTF-8 (and its column), a
     missing column, an empty text, and a line or row whose number of texts is not the model's ``arity``
-    (``Predictor.arity``; without it, a ``.txt`` line holds a text or a pair), or differs from the first one's."""
+    (``Predictor.arity``; without it, a ``.txt`` line holds a text or a pair), or differs from the first one's.
+    ``chosen=False``: ``text_columns`` are the model's own (no --text_columns), and a column numbered like them that
+    is not one of them (``ending3`` beside ``ending0..2``: one more choice) is refused, as it would go unread."""
     txt = path.lower().endswith(".txt")
     arity = arity or (TEXT_OR_PAIR if txt else Arity(1, None, "any number of texts"))
     check_input_file(path, "", " of inputs (.txt, .csv, .tsv or .jsonl)")
@@ -423,6 +426,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     for lineno, row in tasks.read_rows(path):
         if not columns:
             columns = list(row) if len(row) == 1 else ["text"]
+        if not chosen and not out:
+            _check_numbered_columns(path, getattr(row, "header_at", None) or lineno, row, columns, arity)
         texts = []
         for col in columns:
             if col not in row:
@@ -433,6 +438,18 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     if not out:
         raise DataFileError(f"{path}: no rows")
     return out
+
+
+def _check_numbered_columns(path: str, lineno: int, row, columns: list[str], arity: Arity) -> None:
+    stem = lambda name: m[1] if (m := re.fullmatch(r"(.*?)\d+", name)) else None  # noqa: E731
+    numbered = {stem(c) for c in columns} - {None}
+    extra = [c for c in row if c not in columns and stem(c) in numbered]
+    if extra:
+        same = [c for c in columns if stem(c) == stem(extra[0])]
+        fix = (f"give --text_columns {','.join(columns + extra)} to read {'them' if len(extra) > 1 else 'it'}, or "
+               if arity.high is None else "")
+        raise DataFileError(f"{path}:{lineno}: column {extra[0]!r} is numbered like {', '.join(same)}, which the model "
+                            f"reads, but is not one of them, so it would go unread; {fix}drop or rename the column")
 
 
 def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: str = "",
@@ -452,7 +469,8 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
                          "tab-separated texts), with no columns; give a .csv, .tsv or .jsonl file to choose columns")
     with claim_output_file(out_path, overwrite, inputs=(input_path, model_dir)):  # never inside the model either
         predictor = Predictor(model_dir, max_length, length_setting="--max_length")
-        numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity)
+        numbered = numbered_inputs(input_path, text_columns or predictor.columns, predictor.arity,
+                                   chosen=bool(text_columns))
         texts = predictor.inputs([x for _, x in numbered])[0]
         results = predictor._predict(texts, [(input_path, n) for n, _ in numbered]) if texts else []
         atomic_write(out_path, "".join(json_text({"line": n} | r) + "\n" for (n, _), r in zip(numbered, results)))

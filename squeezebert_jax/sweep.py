@@ -389,7 +389,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                          "--tasks, or run it into this --workdir first")
     os.makedirs(workdir, exist_ok=True)
     done = {run_key(r["task"], r["settings"], r["seed"]): r for r in read_rows(record)}
-    plan, drift, recorded = [], {}, []
+    plan, drift, refused, recorded = [], {}, {}, []
     for task in tasks:
         for s in settings_list:
             c = with_teacher(apply(make_config(task), s), teacher_root, task)
@@ -397,18 +397,22 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
             row = done.get(run_key(*plan[-1]))
             if row:
                 recorded.append((task, f"{task} {run_name(*plan[-1][1:])}", row, c))
-            if row and row.get("config"):
-                drift.update(dict.fromkeys(f"{name}: {show(was)} -> {show(now)}" for name, (was, now)
-                                           in config_changes(row["config"], c.to_dict()).items()
-                                           if name not in _PER_RUN))
+            for name, (was, now) in (config_changes(row["config"], c.to_dict()).items()
+                                     if row and row.get("config") else ()):
+                if name not in _PER_RUN:  # what changes the run's meaning (fine-tuning's resume refuses it) or not
+                    (refused if name in ft.RUN_SETTINGS else drift)[f"{name}: {show(was)} -> {show(now)}"] = None
             # the model it starts from and its teacher, per run (with --transfer, MNLI's model: its own record)
             now = {"init_from": None if transfer and task not in ("mnli", "cola") else c.init_from,
                    "teacher": c.distill.teacher}
             for name, value in now.items():
                 if row and value is not None and row.get(name) is not None and row[name] != value:
-                    drift[f"{name}: {show(row[name])} -> {show(value)}"] = None
+                    refused[f"{name}: {show(row[name])} -> {show(value)}"] = None
+    if refused:  # the key is task + settings + seed: its recorded result would stand for another run's
+        raise InputError(f"{record}: recorded runs of this grid were made with other values outside it "
+                         f"({'; '.join(refused)}), so their results would stand for this command's: give the values "
+                         "they were run with, or another --workdir")
     _check_recorded_sources(record, recorded, transfer)
-    if drift:  # the key is task + settings + seed: a flag outside the grid changed since those runs were recorded
+    if drift:  # settings that do not change what a run computes (its logging, say), as fine-tuning's resume takes
         log.warning("%s: recorded runs were made with other values outside the grid (%s); they are kept and "
                     "skipped: use another --workdir to run them again", record, "; ".join(drift))
     todo = [p for p in plan if run_key(*p) not in done]

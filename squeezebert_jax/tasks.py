@@ -549,8 +549,38 @@ def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -
         raise DataFileError(f"{path}: no tag is O or an entity's (B-PER, I-LOC, ...): the tags read are "
                             f"{', '.join(map(repr, shown))}{', ...' if len(names) > 4 else ''}; a line is a word, "
                             "then its tag last (\"john B-PER\"): are the columns the other way round?")
-    tag_scheme({t: where for t, (where, _) in names.items()})
+    scheme = tag_scheme({t: where for t, (where, _) in names.items()})
+    for start, _, tags in read_conll(path, columns) if scheme else ():
+        check_tag_sequence(tags or (), scheme, path, start)
     return tuple(sorted(names, key=lambda t: (t != "O", t)))
+
+
+def check_tag_sequence(tags, scheme: str | None, path: str, lineno: int) -> None:
+    """Refuse, by file and line, a sentence's entity that ``scheme`` (``tag_scheme``: "IOBES" or "BILOU") cannot
+    read: seqeval's strict mode drops it from the entity scores without a word (a gold ``B-LOC I-LOC`` without its
+    ``E-LOC``: a model that missed it lost no recall). IOB tags (``scheme`` None) read every sequence."""
+    if not scheme:
+        return
+    end, single = ("E", "S") if scheme == "IOBES" else ("L", "U")
+    how = (f"in {scheme} (the tags' scheme: an entity is B-, I-... and {end}-, or {single}- alone; a file's tags are "
+           "of one scheme)")
+    for i, tag in enumerate(tags):
+        prefix, kind = (tag[0], tag[2:]) if tag != "O" else ("O", "")
+        before = tags[i - 1] if i else "O"
+        after = tags[i + 1] if i + 1 < len(tags) else "O"
+        if prefix in ("I", end) and before not in (f"B-{kind}", f"I-{kind}"):
+            problem = f"continues no B-{kind} or I-{kind} (the tag before it is {before!r})"
+        elif prefix in ("B", "I") and after not in (f"I-{kind}", f"{end}-{kind}"):
+            problem = f"is not followed by I-{kind} or {end}-{kind} (the next tag is {after!r})"
+        else:
+            continue
+        raise DataFileError(f"{word_at(path, lineno, i)}: tag {tag!r} {problem} {how}, so entity F1 would not count "
+                            "this entity")
+
+
+def word_at(path: str, lineno: int, i: int) -> str:
+    """Where the ``i``-th word of the sentence at ``lineno`` is: a CoNLL file's line, a dataset's row and word."""
+    return f"{path}:{lineno}, word {i + 1}" if sources.is_dataset(path) else f"{path}:{lineno + i}"
 
 
 def tag_scheme(names) -> str | None:
@@ -595,12 +625,14 @@ class ConllTask:
 
     def load(self, split: str) -> list[TokenExample]:
         path, out = self.files[split], []
+        scheme = tag_scheme(dict.fromkeys(self.labels, self.name))
         for lineno, words, tags in read_conll(path, self.columns):
             if tags is None and split != "test":
                 raise DataFileError(f"{path}:{lineno}: words without tags (a word and its tag per line)")
             for i, t in enumerate(tags or ()):
                 if t not in self.labels:
-                    raise DataFileError(f"{path}:{lineno + i}: tag {t!r} is not one of {list(self.labels)}")
+                    raise DataFileError(f"{word_at(path, lineno, i)}: tag {t!r} is not one of {list(self.labels)}")
+            check_tag_sequence(tags or (), scheme, path, lineno)
             out.append(TokenExample(len(out), tuple(words), tuple(tags) if tags else None,
                                     (path, lineno, not sources.is_dataset(path))))
         return out

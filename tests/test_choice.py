@@ -108,6 +108,16 @@ def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
     assert len(got) == 8 and all(len(g["probabilities"]) == 4 for g in got)
     assert np.mean([g["choice"] == int(r[-1]) for g, r in zip(got, rows)]) >= 0.75
     assert all(g["ending"] == r[2 + g["choice"]] for g, r in zip(got, rows))
+    # a fifth ending beside the model's four would go unread (one more choice, silently not scored): refused, with the
+    # columns that read it; a column numbered like none of them (sent9 is, label is not) is not the model's business
+    with open(tmp_path / "five.csv", "w", newline="") as f:
+        csv.writer(f).writerows([HEADER[:6] + ["ending4", "label"], *[r[:6] + ["the film .", ""] for r in rows]])
+    rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "five.csv", "--out",
+                           tmp_path / "five.jsonl")
+    assert rc == 1 and err.count("\n") == 1 and not (tmp_path / "five.jsonl").exists(), err
+    assert ("five.csv:1: column 'ending4' is numbered like ending0, ending1, ending2, ending3, which the model reads, "
+            "but is not one of them, so it would go unread; give --text_columns sent1,sent2,ending0,ending1,ending2,"
+            "ending3,ending4 to read it, or drop or rename the column") in err, err
 
 
 @pytest.mark.parametrize("label, msg", [("4", r"dev.csv:3: column 'label': '4' is not a choice: an index 0..3 or one "

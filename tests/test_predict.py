@@ -333,6 +333,10 @@ def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_n
     alignment); an empty text beside another is refused by file and line; a directory is named as one."""
     (tmp_path / "z.txt").write_text("good\n\u200b\u200d\n \t \nbad\n")
     assert numbered_inputs(str(tmp_path / "z.txt")) == [(1, "good"), (4, "bad")]
+    (tmp_path / "sq.json").write_text('{"version": "v1.1", "data": [{"title": "t", "paragraphs": []}]}\n')
+    with pytest.raises(sj.errors.DataFileError, match=r"sq.json:1: a SQuAD file .*predict reads a JSON Lines file of "
+                                                      r"\{\"question\": ..., \"context\": ...\} objects"):
+        numbered_inputs(str(tmp_path / "sq.json"), "question,context")
     (tmp_path / "q.csv").write_text('text\n\n""\ngood\n')  # a quoted empty text is a row, not a blank line
     with pytest.raises(sj.errors.DataFileError, match=r"q.csv:3: column 'text' is empty"):
         numbered_inputs(str(tmp_path / "q.csv"))

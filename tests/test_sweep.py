@@ -160,7 +160,8 @@ def recipe_configs(get_config, tmp_path):
     return make_config
 
 
-def test_a_restart_skips_recorded_runs_and_resumes_an_unfinished_one(tmp_path, get_config, monkeypatch, caplog):
+def test_a_restart_skips_recorded_runs_and_resumes_an_unfinished_one(tmp_path, get_config, monkeypatch, caplog,
+                                                                      digest):
     scores = {(1e-5, 0.0): (0.5, 0.5), (1e-5, 0.1): (0.7, 0.6), (2e-5, 0.0): (0.6, 0.9), (2e-5, 0.1): (0.7, 0.6)}
     grid = sweep.parse_grid("lr=1e-5,2e-5;dropout=0.0,0.1", get_config("rte"))
     make_config, wd = recipe_configs(get_config, tmp_path), str(tmp_path / "sweep")
@@ -192,22 +193,32 @@ def test_a_restart_skips_recorded_runs_and_resumes_an_unfinished_one(tmp_path, g
     assert fake.calls == [] and "70.0" in table
     assert rows[0]["config"]["learning_rate"] == 1e-5 and rows[0]["config"]["num_epochs"] == 3
 
-    def five_epochs(task):  # a flag outside the grid changed: the recorded runs are kept, with a warning
-        return sweep.apply(make_config(task), {"epochs": 5})
+    def five_epochs(task):  # a setting outside the grid that changes what a run computes: the recorded runs' results
+        return sweep.apply(make_config(task), {"epochs": 5})  # would stand for this command's (it only warned)
 
-    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+    before = digest(wd)
+    with pytest.raises(InputError, match=r"sweep.jsonl: recorded runs of this grid were made with other values "
+                                         r"outside it \(num_epochs: 3 -> 5\), so their results would stand for this "
+                                         r"command's: give the values they were run with, or another --workdir$"):
         sweep.run_sweep(five_epochs, grid, wd, ["rte"], echo=lambda s: None)
-    assert fake.calls == [] and "other values outside the grid (num_epochs: 3 -> 5)" in caplog.text
+    assert fake.calls == [] and digest(wd) == before
 
-    def other_model(task):  # another --init_from: the recorded runs are another model's (it said nothing)
+    def other_model(task):  # another --init_from: the recorded runs are another model's
         c = make_config(task)
         c.init_from = str(tmp_path / "init_1l")
         return c
 
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+    with pytest.raises(InputError, match=rf"\(init_from: {tmp_path / 'init'} -> {tmp_path / 'init_1l'}\)"):
         sweep.run_sweep(other_model, grid, wd, ["rte"], echo=lambda s: None)
-    assert fake.calls == [] and f"(init_from: {tmp_path / 'init'} -> {tmp_path / 'init_1l'})" in caplog.text
+
+    def quiet(task):  # a setting that changes no run's numbers (how often it logs): kept and skipped, with a warning
+        c = make_config(task)
+        c.log_every = 7
+        return c
+
+    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+        sweep.run_sweep(quiet, grid, wd, ["rte"], echo=lambda s: None)
+    assert fake.calls == [] and "other values outside the grid (log_every: " in caplog.text
     # --transfer with no MNLI run here or in --tasks: it trained from init_from under the "(S)" label
     with pytest.raises(InputError, match=r"--transfer starts each task from the MNLI run, and .* has none: add mnli"):
         sweep.run_sweep(make_config, grid, str(tmp_path / "t"), ["rte"], transfer=True, echo=lambda s: None)

@@ -496,6 +496,10 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
      r"cols.json:1: one object of columns \('review', 'sentiment' each holding every row: pandas' to_json default\), "
      r"but a row per line is read \(JSON Lines: df.to_json\(path, orient='records', lines=True\)\)"),
     ("lists.jsonl", '{"review": ["a", "b"], "sentiment": ["p", "n"]}\n', r"lists.jsonl:1: one object of columns"),
+    # a SQuAD file as rows (a classifier's data, predict's input): "no column 'review' (has version, data)" said nothing
+    ("sq.json", '{"version": "v1.1", "data": [{"title": "t", "paragraphs": []}]}\n', r"sq.json:1: a SQuAD file "
+     r"\(articles of paragraphs under \"data\"\), where one row per line is read: a question-answering run trains on "
+     r"it \(config.data.kind=question_answering\); predict reads a JSON Lines file"),
     # a number no float holds (json reads it as inf: the message named an inf the file does not hold)
     ("big.jsonl", '{"review": "a", "sentiment": 1}\n{"review": "b", "sentiment": -1e400}\n',
      r"big.jsonl:2: the number -1e400 is beyond a float's range"),

@@ -216,6 +216,35 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
             tasks.tag_names_of(str(tmp_path / "t.conll"))
 
 
+@pytest.mark.parametrize("body, msg", [
+    # IOB's B-/I- beside an IOBES S-: strict IOBES reads B-LOC I-LOC without its E-LOC as no entity
+    ("John S-PER\nlives O\n\nNew B-LOC\nYork I-LOC\n", r"t.conll:5: tag 'I-LOC' is not followed by I-LOC or E-LOC "
+                                                       r"\(the next tag is 'O'\) in IOBES"),
+    ("John S-PER\nlives O\n\nYork I-LOC\nnow E-LOC\n", r"t.conll:4: tag 'I-LOC' continues no B-LOC or I-LOC \(the "
+                                                       r"tag before it is 'O'\) in IOBES"),
+    ("John U-PER\nin O\n\nNew B-LOC\nYork L-PER\n", r"t.conll:4: tag 'B-LOC' is not followed by I-LOC or L-LOC "
+                                                      r"\(the next tag is 'L-PER'\) in BILOU"),
+    ("John U-PER\nin O\nYork L-LOC\n", r"t.conll:3: tag 'L-LOC' continues no B-LOC or I-LOC"),
+])
+def test_an_entity_its_scheme_cannot_read_is_refused_by_line(tmp_path, body, msg):
+    """Once S-/E- (IOBES) or U-/L- (BILOU) tags are there, seqeval's strict mode scores the file: an entity that
+    breaks the scheme would drop out of the scores without a word. The training file (tag_names_of) and every split
+    read with the task's tags (ConllTask.load: a dev file's gold) are checked alike."""
+    (tmp_path / "t.conll").write_text(body)
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        tasks.tag_names_of(str(tmp_path / "t.conll"))
+    end, single = ("L", "U") if "U-PER" in body else ("E", "S")
+    (tmp_path / "ok.conll").write_text(f"John {single}-PER\nin O\n\nNew B-LOC\nold I-LOC\nYork {end}-LOC\n")
+    labels = ("O", "B-LOC", "I-LOC", f"{end}-LOC", f"{end}-PER", f"{single}-PER")
+    task = tasks.ConllTask("t", {"train": str(tmp_path / "ok.conll"), "validation": str(tmp_path / "t.conll")},
+                           labels)
+    with pytest.raises(sj.errors.DataFileError, match=msg):
+        task.load("validation")
+    assert [e.tags for e in task.load("train")] == [(f"{single}-PER", "O"), ("B-LOC", "I-LOC", f"{end}-LOC")]
+    assert tasks.tag_names_of(str(tmp_path / "ok.conll")) == ("O", *sorted(["B-LOC", "I-LOC", f"{end}-LOC",
+                                                                            f"{single}-PER"]))
+
+
 @pytest.mark.parametrize("text, msg", [
     ("john B-PER\nsmith\n", r"bad.conll:2: 1 fields, the file's first word line \(1\) has 2"),
     ("john B-PER\nnew york B-LOC\n", r"bad.conll:2: 3 fields, the file's first word line \(1\) has 2"),
