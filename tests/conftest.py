@@ -50,7 +50,8 @@ import pytest  # noqa: E402
 # SQUEEZEBERT_TEST_PIN=0 leaves the workers unpinned. The subprocesses a test starts share its worker's CPUs.
 def _pin_xdist_worker() -> None:
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if os.environ.get("SQUEEZEBERT_TEST_PIN") == "0" or not worker.startswith("gw") or not count.isdigit():
+    if (os.environ.get("SQUEEZEBERT_TEST_PIN") == "0" or not worker.startswith("gw") or not count.isdigit()
+            or not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task")):  # Linux only
         return
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < int(count):
