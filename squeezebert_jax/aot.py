@@ -525,15 +525,23 @@ def required_gib(message: str) -> float | None:
     return max(sizes) if sizes else None
 
 
+# --max-batch tries no per-chip batch past this many tokens (2^24: at BERT-base's width one [tokens, 3072] bf16
+# activation alone is 103 GB, beyond any chip's HBM)
+MAX_TOKENS_PER_CHIP = 2 ** 24
+
+
 def max_per_chip_batch(config, phase, target: Target, model=None, multiple: int = 8,
                        max_compiles: int = 6) -> tuple[int, list[tuple[int, float | None]]]:
     """The largest per-chip batch (a multiple of ``multiple``, one microbatch) whose step fits in HBM.
 
     Peak memory is close to linear in the batch, so two compiles give the line, its crossing with HBM is tried
     next, and each further compile moves by the remaining gap; returns (batch, [(batch tried, peak GiB or None
-    when XLA refused)])."""
+    when XLA refused)]). No batch past ``MAX_TOKENS_PER_CHIP`` tokens is tried (a tiny model's line is nearly flat:
+    its crossing was a batch of 1.6e10, whose shapes overflow XLA's and abort the process); that cap is returned
+    when it fits."""
     n = len(target.devices)
     tried: dict[int, float | None] = {}
+    cap = max(multiple, MAX_TOKENS_PER_CHIP // phase.seq_len // multiple * multiple)
 
     def peak(b: int) -> float | None:
         if b not in tried:
@@ -552,12 +560,12 @@ def max_per_chip_batch(config, phase, target: Target, model=None, multiple: int 
     b2 = 4 * multiple
     if fits(b2):
         slope = (peak(b2) - peak(lo)) / (b2 - lo)
-        guess = int((target.chip.hbm_gib - peak(lo)) / max(slope, 1e-9) + lo) // multiple * multiple
+        guess = min(cap, int((target.chip.hbm_gib - peak(lo)) / max(slope, 1e-9) + lo) // multiple * multiple)
         lo = b2
         while len(tried) < max_compiles and guess > lo:
             if fits(guess):
                 lo = guess
-                guess = guess + max(multiple, (guess // 16) // multiple * multiple)
+                guess = min(cap, guess + max(multiple, (guess // 16) // multiple * multiple))
             else:
                 hi = guess
                 break
@@ -565,6 +573,9 @@ def max_per_chip_batch(config, phase, target: Target, model=None, multiple: int 
         hi = b2
     while hi is not None and hi - lo > multiple and len(tried) < max_compiles:
         mid = (lo + hi) // 2 // multiple * multiple
+        if peak(hi) is not None and peak(hi) > peak(lo):  # a GPU's compile over HBM says by how much: the line's
+            at = lo + (target.chip.hbm_gib - peak(lo)) * (hi - lo) / (peak(hi) - peak(lo))  # crossing, in the bracket
+            mid = min(hi - multiple, max(lo + multiple, int(at) // multiple * multiple))
         if fits(mid):
             lo = mid
         else:

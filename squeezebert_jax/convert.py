@@ -303,6 +303,11 @@ def flat_to_torch(flat: Mapping[str, np.ndarray], config: SqueezeBertConfig, hea
         raise InputError(f"a {config.style} model cannot be written as {fam.style}")
     if not fam.grouped and not config.is_bert:
         raise InputError("only a model with every group count = 1 can be written as BERT")
+    if config.type_vocab_size == 0 and fam.config_family != "distilbert":  # transformers' other classes always
+        raise InputError(f"type_vocab_size is 0 (no token-type embeddings: a DistilBERT's, or the ELECTRA generator "
+                         f"of a DistilBERT discriminator), which transformers' {fam.style} model cannot hold (it "
+                         f"always has them: written so, it fails on its first forward); is config.json's family "
+                         f"{config.family!r} right for these weights?")
     flat = dict(flat)
     out, bad = {}, []
     for tkey, fpath, kind in _table(config, head, fam):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import math
 import numbers
 import os
@@ -481,6 +482,19 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
         out.append(p)
     if not out:
         raise InputError("no corpus files given")
+    by_size: dict[int, list[str]] = {}  # a copy under another name doubles its documents too: the same bytes twice
+    for p in out:
+        if stat.S_ISREG(os.stat(p).st_mode):
+            by_size.setdefault(os.stat(p).st_size, []).append(p)
+    for same_size in (ps for size, ps in by_size.items() if len(ps) > 1 and size):  # only those need reading
+        first: dict[str, str] = {}
+        for p in same_size:
+            digest = file_sha256(p)
+            if digest in first:  # a copy made on purpose weights its documents: said, not refused
+                logging.getLogger(__name__).warning("%s holds the same bytes as %s, given before: its documents count "
+                                                    "twice (remove it, unless the copy is there to weight them)",
+                                                    p, first[digest])
+            first.setdefault(digest, p)
     return out
 
 

@@ -149,10 +149,11 @@ def to_transformers(model: nnx.Module):
         with _quiet_transformers():
             tm, info = cls.from_pretrained(d, output_loading_info=True, attn_implementation="eager",
                                            dtype="float32")
-    # Heads that transformers builds without these parts: the SOP head (we export MLM logits only) and, for
+    # Heads that transformers builds without these parts: the SOP head (we export MLM logits only; DistilBERT's and
+    # ELECTRA's layouts name it without a "cls." prefix) and, for
     # BERT's token-level heads and MLM, the pooler (add_pooling_layer=False). They feed no exported output.
     unused = {k for k in info["unexpected_keys"] if ".pooler." in f".{k}"
-              or k.startswith(("cls.seq_relationship.", "sop_classifier."))}
+              or k.startswith(("cls.seq_relationship.", "seq_relationship.", "sop_classifier."))}
     if info["missing_keys"] or set(info["unexpected_keys"]) - unused or info.get("mismatched_keys"):
         raise RuntimeError(f"export to {cls_name} lost weights: missing {info['missing_keys']}, unexpected "
                            f"{info['unexpected_keys']}, mismatched {info.get('mismatched_keys')}")

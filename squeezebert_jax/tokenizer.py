@@ -636,6 +636,7 @@ def _train_sentencepiece(files: list[str], out_dir: str, vocab_size: int, verbos
             user_defined_symbols=[CLS, SEP, MASK],  # ids 2, 3, 4
             normalization_rule_name="nmt_nfkc_cf",  # NFKC + case folding: an uncased model
             input_sentence_size=10_000_000, shuffle_input_sentence=True,
+            hard_vocab_limit=False,  # a corpus of fewer pieces than asked gives them all (as WordPiece does), warned
             num_threads=os.cpu_count() or 1, minloglevel=0 if verbose else 1)  # 1: warnings and errors only
     except RuntimeError as e:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -482,6 +482,29 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
     assert aot.fewest_microbatches(8192, 4, b) == 8  # 2048 per chip -> 8 x 256
 
 
+def test_max_per_chip_batch_tries_no_batch_past_its_token_cap(monkeypatch):
+    """A tiny model's peak barely grows with the batch: the line's crossing with HBM was a per-chip batch of 1.6e10,
+    whose shapes overflowed XLA's (a C++ abort of the process). No batch past 2^24 tokens a chip is compiled; the cap
+    is the answer when it fits."""
+    import ml_collections
+
+    chip = chips.CHIPS["v5e"]
+    target = aot.Target(chip, "v5e", "v5e:2x2", tuple(range(4)), 1)
+    seen = []
+
+    def fake_compile(config, phase, target, model, costs):
+        b = config.global_batch_size // 4
+        seen.append(b)
+        assert b * phase.seq_len <= aot.MAX_TOKENS_PER_CHIP, b
+        return aot.PhaseReport("p", 32, b * 4, b, 1, 1, 0, 0, 1e-3, 0, 1e-3 + 1e-12 * b, chip.hbm_gib, None, 1.0,
+                               None, 1.0, 10, chip, 4)
+
+    monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
+    config = ml_collections.ConfigDict({"global_batch_size": 16, "num_microbatches": 1})
+    b, tried = aot.max_per_chip_batch(config, pretrain.Phase("p", 0, 0, 10, 32, 5), target)
+    assert b == aot.MAX_TOKENS_PER_CHIP // 32 == max(seen) and len(tried) <= 6, tried
+
+
 @needs_tpu
 def test_compile_refuses_what_the_run_would_refuse_before_compiling(tmp_path):
     """compile.py runs each training's own settings validator (pretraining's without asking for data): a setting the

@@ -669,6 +669,24 @@ def test_from_pytorch_without_a_tokenizer_file_is_refused_unless_asked(tmp_path,
     assert rc == 0 and (tmp_path / "m" / "params.safetensors").exists() and not (tmp_path / "m" / "vocab.txt").exists()
 
 
+def test_distilbert_weights_under_another_family_are_refused(tmp_path, run_cli, digest):
+    """DistilBERT's weights have no token-type embeddings (type_vocab_size 0); with config.json's family set to
+    ELECTRA they loaded, and to_pytorch.py wrote an ElectraForMaskedLM whose first forward failed in transformers."""
+    cfg = SqueezeBertConfig.preset("distilbert-base-uncased", vocab_size=12, hidden_size=32, embedding_size=32,
+                                   num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                   max_position_embeddings=16)
+    src = tmp_path / "d"
+    sj.save_pretrained(sj.SqueezeBertForMaskedLM(cfg, rngs=nnx.Rngs(0)), src)
+    config = json.loads((src / "config.json").read_text())
+    assert config["family"] == "distilbert"
+    (src / "config.json").write_text(json.dumps(config | {"family": "electra"}))
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "out")
+    line = one_error_line(err, "to_pytorch.py")
+    assert rc == 1 and "type_vocab_size is 0 (no token-type embeddings" in line and "family 'electra'" in line, line
+    assert digest(src) == before and not (tmp_path / "out").exists()
+
+
 def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):
     src = model_dir(tmp_path / "m")
     (tmp_path / "m" / "vocab.txt").write_text("\n".join(VOCAB[1:]) + "\n")  # no [PAD]

@@ -85,4 +85,16 @@ def test_the_families_pretrain_with_mlm_and_sop_and_export_their_family(tmp_path
                                                intermediate_size=64, max_position_embeddings=128, **overrides)})
     final = pretrain.train_and_evaluate(c, str(tmp_path / "run"))
     assert final["preempted"] is False and np.isfinite(final["loss"])
-    assert sj.load_pretrained(tmp_path / "run" / "model").config.family == preset.split("-")[0]
+    model = sj.load_pretrained(tmp_path / "run" / "model")
+    assert model.config.family == preset.split("-")[0]
+    # the mobile export's PyTorch model: the MLM logits, the SOP head dropped (it was a traceback for these two)
+    torch_model = mobile.to_transformers(model)
+    assert type(torch_model).__name__ == {"electra": "ElectraForMaskedLM",
+                                          "distilbert": "DistilBertForMaskedLM"}[model.config.family]
+    ids, mask, tt = mobile.example_inputs(model.config, 2, 10, seed=3)
+    model.eval()
+    want = np.asarray(model(jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(tt)).mlm_logits)
+    types = {"token_type_ids": torch.from_numpy(tt)} if model.config.family == "electra" else {}
+    with torch.no_grad():
+        got = torch_model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **types).logits
+    assert np.max(np.abs(got.numpy() - want)) <= 1e-4

@@ -388,6 +388,8 @@ def test_tfds_source_and_cli(tmp_path, demo):
     path = corpus.write_corpus(tmp_path / "c.txt", num_docs=20, seed=0)
     twin = shutil.copyfile(path, tmp_path / "c2.txt")  # the same text in another file (one file twice is refused)
     assert prepare_data.main(["--input", path, str(twin), "--vocab", vocab, "--out", str(tmp_path / "t")]) == 0
+    log = (tmp_path / "t" / prepare_data.LOG_NAME).read_text()
+    assert f"{twin} holds the same bytes as {path}, given before: its documents count twice" in log
     assert pretrain_data.load_meta(tmp_path / "t")["num_docs"] == 40
     assert pretrain_data.sequences_per_second(tmp_path / "t", 32, 16, num_batches=2) > 0
 

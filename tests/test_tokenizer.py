@@ -320,6 +320,16 @@ def test_a_tokenizers_corpus_is_checked_as_prepare_datas_and_nothing_is_written(
         train_tokenizer([corpus_file], tmp_path / "a_file", 100)
 
 
+@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece"])
+def test_more_entries_than_the_corpus_holds_gives_what_it_holds_with_a_warning(tmp_path, kind, caplog):
+    """One policy for both kinds: SentencePiece's trainer refused ("Vocabulary size too high ... Please set it to a
+    value <= 34"), WordPiece wrote what the corpus supports; both now write that, with a warning."""
+    (tmp_path / "c.txt").write_text("the movie was good.\nthe plot was bad, truly awful.\nvery fine film.\n" * 5)
+    with caplog.at_level("WARNING"):
+        tok = train_tokenizer([tmp_path / "c.txt"], tmp_path / kind, 100_000, kind=kind)
+    assert 5 < tok.vocab_size < 100 and f"the corpus supports only {tok.vocab_size} of the 100000" in caplog.text
+
+
 def test_crlf_vocab_matches_hf(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_bytes("\r\n".join(HAND_VOCAB).encode())  # CRLF lines, no final newline

@@ -243,7 +243,11 @@ def main(argv) -> int:
             k = aot.fewest_microbatches(config.global_batch_size, n, b)
             need = (f"; global batch {config.global_batch_size} needs >= {k} microbatches" if k else
                     f"; global batch {config.global_batch_size} cannot be split to fit")
-            print(f"{phase.name} (seq {phase.seq_len}): largest per-chip batch that fits ~ {b} (compiled: "
+            over = [bb for bb, p in tried if bb > b and (p is None or p > target.chip.hbm_gib)]
+            most = (" (the most the search tries: 2^24 tokens a chip)" if (b + 8) * phase.seq_len >
+                    aot.MAX_TOKENS_PER_CHIP else f" or more: the search stopped at its {len(tried)} compiles below "
+                    f"{min(over)}, which does not fit" if over and min(over) - b > 8 else "")
+            print(f"{phase.name} (seq {phase.seq_len}): largest per-chip batch that fits ~ {b}{most} (compiled: "
                   + ", ".join(f"{bb} -> {'no' if p is None else f'{p:.2f} GiB'}" for bb, p in tried) + f"){need}",
                   flush=True)
     _write_json(rows, target)
