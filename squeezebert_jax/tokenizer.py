@@ -110,9 +110,10 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     Trailing whitespace (and ``\\r``) is stripped from each line; a final newline ends the last line. A blank line
     is the empty token and keeps its id, as in ``BertTokenizerFast`` (no id after it shifts); a second blank line
     is a repeated token. The one reader of a WordPiece vocabulary: an ``InputError`` names the file and line of a token
-    holding white space (the pre-tokenizer splits there: no word matches it), both line numbers for a repeated token (transformers would give the token the later id, leaving the earlier one unused),
-    the file and byte offset for invalid UTF-8, and the file and the missing names if one of the five BERT specials
-    the model uses ([PAD] [UNK] [CLS] [SEP] [MASK]) is absent.
+    holding white space (the pre-tokenizer splits there: no word matches it), both line numbers for a repeated token
+    (transformers would give the token the later id, leaving the earlier one unused), the file and byte offset for
+    invalid UTF-8, and the file and the missing names if one of the five BERT specials the model uses ([PAD] [UNK]
+    [CLS] [SEP] [MASK]) is absent.
     """
     if data is None:
         with open(path, "rb") as f:
