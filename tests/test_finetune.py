@@ -284,7 +284,8 @@ def test_whole_table_on_a_converted_checkpoint(tmp_path, run_cli):
          "STS-B.tsv", "WNLI.tsv"])
     for f in os.listdir(runs / "predictions"):
         assert len(glue.read_predictions(str(runs / "predictions" / f), expected_rows=8).idx) == 8
-    rc, stdout, err = run_cli("eval/glue.py", "--model", runs, "--task", "all", "--data_dir", data, "--max_length", "32")
+    rc, stdout, err = run_cli("eval/glue.py", "--model", runs, "--task", "all", "--data_dir", data, "--max_length",
+                              "32")
     assert rc == 0, err[-2000:]
     results = json.load(open(runs / "results.json"))
     for task in ("mnli", "qqp", "stsb", "cola"):  # the recipe's best-epoch dev metrics, recomputed from its model

@@ -261,7 +261,8 @@ def test_two_processes_equal_one_process(reference_run, tmp_path):
     port = _free_port()
     script = ("import sys; sys.path.insert(0, {tests!r});"
               "from conftest import smoke_config; from squeezebert_jax import pretrain;"
-              "c = smoke_config(coordinator_address='localhost:{port}', num_processes=2, process_id={pid}, num_devices=0);"
+              "c = smoke_config(coordinator_address='localhost:{port}', num_processes=2, process_id={pid},"
+              "                 num_devices=0);"
               "c.phases = c.phases[:1];"
               "pretrain.train_and_evaluate(c, {wd!r})")
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {COMPILE_FLAGS}",
