@@ -42,6 +42,7 @@ from squeezebert_jax import (batching, checkpointing, distill, files, glue, infe
 from squeezebert_jax.evaluation import align_to_task
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.pretrained import (
+    PARAMS_FILE,
     atomic_write,
     load_pretrained,
     read_model_config,
@@ -303,6 +304,26 @@ def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
         if a is not None and a != b and not _same_path(a, b):
             raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}: use another --workdir "
                              f"(its model, results and checkpoints are left as they are)")
+
+
+def _check_best_model(model_dir: str) -> None:
+    """The best epoch's MODEL_DIR, written when that epoch ended: a rerun of a finished run (its checkpoint at the
+    last step) reported it as the run's result even when it was gone or damaged. The checkpoints hold the last step,
+    not necessarily the best epoch, so it is refused rather than rebuilt."""
+    from safetensors import safe_open
+
+    why = "train again into another --workdir, or put the directory back"
+    try:
+        read_model_config(model_dir)
+        with safe_open(os.path.join(model_dir, PARAMS_FILE), "numpy") as f:
+            if not list(f.keys()):
+                raise InputError("no tensors")
+    except FileNotFoundError as e:
+        raise InputError(f"{model_dir}: the run's best model is missing ({e}); it was written when its best epoch "
+                         f"ended, and the checkpoints hold only the last step: {why}") from None
+    except Exception as e:  # noqa: BLE001 -- a damaged config.json or weights file, whatever its reader raised
+        raise InputError(f"{model_dir}: the run's best model cannot be read ({str(e).splitlines()[0][:200]}); the "
+                         f"checkpoints hold only the last step: {why}") from None
 
 
 def _same_path(a, b) -> bool:
@@ -586,7 +607,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
         results["prune"] = dict(config.prune) | {"report": pruner.report(state["params"]["model"])}
         log.info("%s: %s sparsity %.3f (target %.3f)", config.task, config.prune.kind,
                  results["prune"]["report"]["reached"], config.prune.target)
-    if jax.process_index() == 0:
+    if jax.process_index() == 0:  # (the host that wrote the model)
+        _check_best_model(os.path.join(workdir, "model"))
         if data.tests and jax.process_count() > 1:
             log.warning("test predictions are made on one host: run eval/predict.py --model %s/model on the test file",
                         workdir)

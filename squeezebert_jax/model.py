@@ -255,6 +255,8 @@ class SqueezeBertConfig:
                 raise InputError(f"{name} is {_json_repr(v)}{what}; expected {_EXPECTED[kind]}")
             if not in_range.get(kind, lambda x: True)(v):
                 raise InputError(f"{name} is {_json_repr(v)}; expected {_EXPECTED[kind]}")
+            if isinstance(v, np.generic):  # numpy's int64 or float32: the Python value (config.json holds JSON)
+                object.__setattr__(self, name, v.item())
 
     @property
     def shared_layers(self) -> bool:

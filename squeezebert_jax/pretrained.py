@@ -18,10 +18,12 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import numbers
 import os
 import shutil
 
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from squeezebert_jax import convert, models
@@ -156,11 +158,12 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     d = model.config.to_dict()
     d["architectures"] = [head]
     if hasattr(model, "num_labels"):
-        d["num_labels"] = model.num_labels
+        d["num_labels"] = int(model.num_labels)
     d["library"] = "squeezebert_jax"
+    config_text = json.dumps(d, indent=2, sort_keys=True) + "\n"  # a value JSON cannot hold fails before any write
     atomic_write(os.path.join(model_dir, PARAMS_FILE),
                   lambda tmp: save_file(flat_params(model), tmp, metadata={"head": head}))
-    _write_json(os.path.join(model_dir, "config.json"), d)
+    atomic_write(os.path.join(model_dir, "config.json"), config_text)
     copy_tokenizer_files(tokenizer_dir, model_dir, tok_files)
     return model_dir
 
@@ -218,6 +221,10 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     """
     model_dir = os.fspath(model_dir)
     head = convert.check_head(head)
+    if num_labels is not None:  # 0 was ignored; -1, "3" and 3.0 were tracebacks from jax
+        if isinstance(num_labels, (bool, np.bool_)) or not isinstance(num_labels, numbers.Integral) or num_labels < 1:
+            raise InputError(f"num_labels={num_labels!r}: an integer >= 1 (the classifier's outputs)")
+        num_labels = int(num_labels)
     config, raw = read_model_config(model_dir)
     if config_overrides:
         config = config.replace(**config_overrides)

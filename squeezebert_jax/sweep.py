@@ -217,7 +217,17 @@ def row_problem(row) -> str | None:
             return f"{name!r} is {files.json_value(row[name])}, not {want}"
     if row.get("config") is not None and not isinstance(row["config"], dict):  # the run's config, when recorded
         return f"'config' is {files.json_value(row['config'])}, not an object"
+    metric = row.get("metric")
+    if metric is not None and not (isinstance(metric, str) and metric in row["dev"]):
+        return f"'metric' is {files.json_value(metric)}, not one of its 'dev' scores ({', '.join(row['dev'])})"
+    if metric is not None and not _same_score(row["score"], row["dev"][metric]):  # the score it is chosen by
+        return (f"'score' is {files.json_value(row['score'])}, but its 'dev' {metric} is "
+                f"{files.json_value(row['dev'][metric])} (the score is that dev metric)")
     return None
+
+
+def _same_score(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def append_row(path: str, row: dict[str, Any]) -> None:

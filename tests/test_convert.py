@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -297,6 +298,11 @@ def test_num_labels_applies_to_a_transformers_dir(tmp_path):
     assert m.num_labels == 2 and m.classifier.kernel.shape == (32, 2)
     assert set(m.newly_initialized) == {"classifier/kernel", "classifier/bias"}
     assert sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=3).newly_initialized == ()
+    # numpy's integer is an integer; 0 was ignored (a 2-way model came back), -1, "3" and 3.0 were jax tracebacks
+    assert sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=np.int64(2)).num_labels == 2
+    for bad in (0, -1, "3", 3.0, True):
+        with pytest.raises(sj.errors.InputError, match=rf"^num_labels={re.escape(repr(bad))}: an integer >= 1"):
+            sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=bad)
 
 
 def test_a_task_head_of_another_class_is_never_taken_for_the_new_one(tmp_path):

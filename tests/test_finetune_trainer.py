@@ -173,6 +173,14 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
     monkeypatch.setattr(inference, "predict_batches", lambda *a, **k: pytest.fail("a finished run evaluated again"))
     again = ft.finetune(_config(task), str(wd))
     assert again["history"] == resumed["history"] and not again["preempted"]
+    # the best epoch's model gone or damaged: a rerun of the finished run reported it as the result, exit 0
+    (wd / "model" / "params.safetensors").write_bytes(b"\0" * 8)
+    with pytest.raises(sj.errors.InputError, match=rf"{wd / 'model'}: the run's best model cannot be read \(.*\); "
+                                                   r"the checkpoints hold only the last step: train again"):
+        ft.finetune(_config(task), str(wd))
+    shutil.rmtree(wd / "model")
+    with pytest.raises(sj.errors.InputError, match=rf"{wd / 'model'}: the run's best model is missing"):
+        ft.finetune(_config(task), str(wd))
 
 
 @pytest.mark.parametrize("task_name, kind, field, value, msg", [

@@ -52,6 +52,12 @@ def test_config_json_round_trip_and_bert_config(tmp_path):
         sj.SqueezeBertConfig.from_dict({"model_type": "roberta"})
     with pytest.raises(ValueError, match="q_groups=5 must divide"):
         sj.SqueezeBertConfig(**TINY, q_groups=5)
+    # numpy's numbers are held as Python's: save_pretrained wrote the weights, then failed on config.json's JSON
+    n = sj.SqueezeBertConfig(**{**TINY, "hidden_size": np.int64(32), "layer_norm_eps": np.float32(1e-6)})
+    assert type(n.hidden_size) is int and type(n.layer_norm_eps) is float and n.hidden_size == 32
+    model = sj.SqueezeBertForSequenceClassification(n, num_labels=np.int64(2), rngs=nnx.Rngs(0))
+    sj.save_pretrained(model, tmp_path / "np")
+    assert sj.load_pretrained(tmp_path / "np").num_labels == 2
 
 
 @pytest.mark.parametrize("name", ["squeezebert-uncased", "bert-base-uncased"])

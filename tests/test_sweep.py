@@ -383,13 +383,21 @@ def test_an_unknown_preset_is_a_usage_error(tmp_path, run_cli):
     (b'{"task": "rte", "settings": {}, "seed": 0, "score": 0.5, "dev": {}, "epoch": 1, "run_dir": "r", "config": 3}',
      r"'config' is an integer 3, not an object"),
     (b'{"task": "r\xe9te"}', r":12: not UTF-8 text \(byte 0xe9\)"),
+    # a score edited by hand became the chosen setting's and the table's (99.0: "9900.0"), beside its own dev 0.25
+    (b'{"task": "rte", "settings": {}, "seed": 0, "score": 99.0, "metric": "validation/accuracy", "dev": '
+     b'{"validation/accuracy": 0.25}, "epoch": 1, "run_dir": "r"}', r"'score' is a decimal number 99.0, but its 'dev' "
+                                                                     r"validation/accuracy is a decimal number 0.25"),
+    (b'{"task": "rte", "settings": {}, "seed": 0, "score": 0.25, "metric": "f1", "dev": '
+     b'{"validation/accuracy": 0.25}, "epoch": 1, "run_dir": "r"}', r"'metric' is a string \"f1\", not one of its "
+                                                                     r"'dev' scores \(validation/accuracy\)"),
 ])
 def test_a_record_line_that_is_not_a_row_is_named(tmp_path, line, why):
     """sweep.jsonl, read through files.text_lines: each row a JSON object holding each field a run writes, of its
     type (sweep.row_problem); otherwise one line naming the file and line, not a traceback at its first use."""
     path = tmp_path / sweep.RECORD
-    sweep.append_row(str(path), {"task": "rte", "settings": {"lr": 1e-5}, "seed": 0, "score": 0.5, "metric": "m",
-                                 "dev": {"validation/accuracy": 0.5}, "epoch": 1, "run_dir": "r"})
+    sweep.append_row(str(path), {"task": "rte", "settings": {"lr": 1e-5}, "seed": 0, "score": 0.5,
+                                 "metric": "validation/accuracy", "dev": {"validation/accuracy": 0.5}, "epoch": 1,
+                                 "run_dir": "r"})
     with open(path, "ab") as f:
         f.write(line + b"\n")
     with pytest.raises(InputError, match=rf"{path}:2.*{why}"):
