@@ -457,6 +457,15 @@ def check_inputs_not_inside(out_dir: str, inputs: Iterable[str], what: str = "--
                              f"{what}")
 
 
+def path_argument(name: str, path) -> str:
+    """A path a function of the Python API takes (a MODEL_DIR, an input or output file), as a str: bytes, a list or
+    a number is one line naming ``name`` (os's own errors, "Can't mix strings and bytes in path components" or
+    "expected str, bytes or os.PathLike object, not list", named neither)."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise InputError(f"{name} is {type(path).__name__} {path!r}; give a path as a str (or a pathlib.Path)")
+    return os.fspath(path)
+
+
 def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
     """The corpus files, each checked to be an existing file before anything is written, and each given once (the
     same file twice, by another path or a link too, would double its documents without a word); a shell pattern that

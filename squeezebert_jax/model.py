@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -96,6 +97,17 @@ FAMILIES = ("", "albert", "distilbert", "electra", "mobilebert")
 # transformers config.json fields (PretrainedConfig's) that turn an encoder's weights into a decoder's function
 DECODER_FIELDS = {"is_decoder": "a decoder's causal attention (each token attends to those before it)",
                   "add_cross_attention": "cross-attention to an encoder's outputs"}
+
+
+def _check_field_names(changes: dict, where: str) -> None:
+    """Keyword arguments that name no SqueezeBertConfig field, as one line with the nearest field (a TypeError from
+    the dataclass's __init__ named neither ``where`` nor the fields)."""
+    known = [f.name for f in dataclasses.fields(SqueezeBertConfig)]
+    for name in changes:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            raise InputError(f"{where}: {name!r} is no SqueezeBertConfig field"
+                             + (f" (did you mean {near[0]!r}?)" if near else ""))
 
 
 @dataclasses.dataclass
@@ -298,6 +310,7 @@ class SqueezeBertConfig:
         return all(getattr(self, f) == 1 for f in _GROUP_FIELDS)
 
     def replace(self, **changes) -> "SqueezeBertConfig":
+        _check_field_names(changes, "replace")
         return dataclasses.replace(self, **changes)
 
     # ---- presets -------------------------------------------------------------------------------
@@ -316,6 +329,10 @@ class SqueezeBertConfig:
         a 512 body with a 128 bottleneck, 4 heads, 4 stacked FFNs of 512, NoNorm, ReLU, the 3-gram embedding of 128,
         no pooler dense).
         """
+        if not isinstance(name, str):  # bytes or a path: "cannot use a string pattern on a bytes-like object"
+            raise InputError(f"preset name {name!r} is {type(name).__name__}; give a preset's name as a str, e.g. "
+                             "'squeezebert-uncased'")
+        _check_field_names(overrides, f"preset({name!r})")
         key = models.ALIASES.get(name, name)
         if key not in models.PRESETS:
             if re.fullmatch(r"bert-L(\d+)-H(\d+)", key):

@@ -33,7 +33,7 @@ import numpy as np
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text, json_type,
-                                   read_json, text_lines)
+                                   path_argument, read_json, text_lines)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
@@ -76,6 +76,7 @@ class Predictor:
         tasks.input_length(max_length)  # its form, before the model loads
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: an integer >= 1")
+        model_dir = path_argument("model_dir", model_dir)
         self.model, self.model_dir = load_pretrained(model_dir), model_dir
         self.kind = next((k for k, head in KINDS.items() if isinstance(self.model, HEADS[head])), None)
         if self.kind is None:
@@ -460,10 +461,8 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
     when its directory does not exist (not created), when it is the input or inside ``model_dir`` (always), and
     while another command writes it. ``text_columns`` name a table's columns: a ``.txt`` input (a text per line) with
     them is refused. Returns the number of lines."""
-    for name, path in (("model_dir", model_dir), ("input_path", input_path), ("out_path", out_path)):
-        if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
-            raise InputError(f"{name} is {type(path).__name__} {path!r}; give a path as a str (or a pathlib.Path)")
-    model_dir, input_path, out_path = os.fspath(model_dir), os.fspath(input_path), os.fspath(out_path)
+    model_dir, input_path, out_path = (path_argument(name, path) for name, path in (
+        ("model_dir", model_dir), ("input_path", input_path), ("out_path", out_path)))
     if text_columns and input_path.lower().endswith(".txt"):
         raise InputError(f"--text_columns {text_columns}: {input_path} is a .txt file, a text per line (a pair: two "
                          "tab-separated texts), with no columns; give a .csv, .tsv or .jsonl file to choose columns")

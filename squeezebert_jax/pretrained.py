@@ -28,7 +28,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import atomic_write, json_type, json_value, read_json
+from squeezebert_jax.files import atomic_write, json_type, json_value, path_argument, read_json
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, check_tokenizer_config, checkpoint_file
@@ -150,8 +150,14 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``)."""
     from safetensors.numpy import save_file
 
-    model_dir = os.fspath(model_dir)
-    tok_files = tokenizer_files(tokenizer_dir)  # a bad vocabulary is refused before anything is written
+    model_dir = path_argument("model_dir", model_dir)
+    # a tokenizer_dir that is not there saved the model without a vocabulary
+    if tokenizer_dir is not None and not os.path.isdir(path_argument("tokenizer_dir", tokenizer_dir)):
+        raise InputError(f"tokenizer_dir={os.fspath(tokenizer_dir)!r}: "
+                         f"{'not a directory' if os.path.exists(tokenizer_dir) else 'no such directory'}; give the "
+                         "directory that holds the model's vocab.txt (or its SentencePiece model), or leave it out")
+    # a bad vocabulary, or one of more tokens than the model has embeddings, is refused before anything is written
+    tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
     check_no_stale_tokenizer(model_dir, tok_files)
     os.makedirs(model_dir, exist_ok=True)
     head = convert.head_name(model)
@@ -219,7 +225,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     ``num_labels`` differs from the saved one (e.g. MNLI's 3 -> RTE's 2). The model is built once.
     ``resuming``: a run's checkpoint replaces every value next, so a new head is not news (logged at INFO).
     """
-    model_dir = os.fspath(model_dir)
+    model_dir = path_argument("model_dir", model_dir)
     head = convert.check_head(head)
     if num_labels is not None:  # 0 was ignored; -1, "3" and 3.0 were tracebacks from jax
         if isinstance(num_labels, (bool, np.bool_)) or not isinstance(num_labels, numbers.Integral) or num_labels < 1:

@@ -696,3 +696,12 @@ def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):
         with pytest.raises(InputError, match=r"vocab.txt: vocab.txt lacks the special token\(s\) \[PAD\]"):
             call()
     assert not (tmp_path / "hf").exists() and not (tmp_path / "copy").exists()
+    # a tokenizer_dir that is not there saved the model without a vocabulary; one of more tokens than the model has
+    # embeddings was saved, and refused only when the MODEL_DIR was used
+    with pytest.raises(InputError, match=r"^tokenizer_dir='.*nope': no such directory; give the directory"):
+        sj.save_pretrained(model, tmp_path / "copy", tokenizer_dir=str(tmp_path / "nope"))
+    (tmp_path / "m" / "vocab.txt").write_text("\n".join(VOCAB + [f"extra{i}" for i in range(6)]) + "\n")
+    with pytest.raises(InputError, match=rf"vocab.txt: {len(VOCAB) + 6} tokens, but the model's vocab_size is "
+                                         rf"{model.config.vocab_size}"):
+        sj.save_pretrained(model, tmp_path / "copy", tokenizer_dir=src)
+    assert not (tmp_path / "copy").exists()

@@ -52,6 +52,16 @@ def test_config_json_round_trip_and_bert_config(tmp_path):
         sj.SqueezeBertConfig.from_dict({"model_type": "roberta"})
     with pytest.raises(ValueError, match="q_groups=5 must divide"):
         sj.SqueezeBertConfig(**TINY, q_groups=5)
+    # a field name no config has, in preset / replace / load_pretrained's config_overrides: one line, the nearest
+    # field named (the dataclass's "__init__() got an unexpected keyword argument" named neither)
+    with pytest.raises(sj.errors.InputError, match=r"^replace: 'hiden_size' is no SqueezeBertConfig field \(did you "
+                                                   r"mean 'hidden_size'\?\)$"):
+        c.replace(hiden_size=64)
+    with pytest.raises(sj.errors.InputError, match=r"^preset\('bert-tiny'\): 'bogus' is no SqueezeBertConfig field$"):
+        sj.SqueezeBertConfig.preset("bert-tiny", bogus=1)
+    with pytest.raises(sj.errors.InputError, match=r"^preset name b'bert-tiny' is bytes; give a preset's name as a "
+                                                   r"str"):
+        sj.SqueezeBertConfig.preset(b"bert-tiny")
     # numpy's numbers are held as Python's: save_pretrained wrote the weights, then failed on config.json's JSON
     n = sj.SqueezeBertConfig(**{**TINY, "hidden_size": np.int64(32), "layer_norm_eps": np.float32(1e-6)})
     assert type(n.hidden_size) is int and type(n.layer_norm_eps) is float and n.hidden_size == 32

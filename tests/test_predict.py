@@ -184,6 +184,16 @@ def test_an_out_claimed_by_another_command_is_refused_before_any_work(model_dir,
     assert not out.exists() and not os.path.exists(files.claim_path(out))  # released, and nothing was written
     with pytest.raises(InputError, match=r"^input_path is bytes b'in.txt'; give a path as a str"):  # not a TypeError
         predict_file(str(model_dir), b"in.txt", str(out))
+    # the Python API's other paths alike (os's "Can't mix strings and bytes in path components" named none of them)
+    for call, name in ((lambda: Predictor(os.fsencode(model_dir)), "model_dir"), (lambda: Predictor([model_dir]),
+                                                                                   "model_dir"),
+                       (lambda: sj.load_pretrained(os.fsencode(model_dir)), "model_dir"),
+                       (lambda: sj.save_pretrained(sj.load_pretrained(model_dir), 7), "model_dir"),
+                       (lambda: sj.save_pretrained(sj.load_pretrained(model_dir), str(tmp_path / "c"), b"t"),
+                        "tokenizer_dir")):
+        with pytest.raises(InputError, match=rf"^{name} is \w+ .*; give a path as a str \(or a pathlib.Path\)$"):
+            call()
+    assert not (tmp_path / "c").exists()
 
 
 def test_a_claim_is_released_on_failure_and_taken_over_from_a_dead_run(model_dir, tmp_path):
