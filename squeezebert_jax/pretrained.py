@@ -227,6 +227,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
     """
     model_dir = path_argument("model_dir", model_dir)
     head = convert.check_head(head)
+    check_compute_dtype(dtype)  # before the model is read
     if num_labels is not None:  # 0 was ignored; -1, "3" and 3.0 were tracebacks from jax
         if isinstance(num_labels, (bool, np.bool_)) or not isinstance(num_labels, numbers.Integral) or num_labels < 1:
             raise InputError(f"num_labels={num_labels!r}: an integer >= 1 (the classifier's outputs)")
@@ -409,8 +410,20 @@ def _set_initial_values(construct, fresh: list, architecture: tuple) -> None:
         var.set_value(value.copy())  # a buffer of its own, as above
 
 
+def check_compute_dtype(dtype) -> None:
+    """A compute dtype is a floating type: an integer one was taken, and failed at the first forward (in erf)."""
+    try:
+        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise InputError(f"dtype={dtype!r}: the compute dtype is a floating type (jnp.float32, jnp.bfloat16 or "
+                         "jnp.float16)")
+
+
 def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
     """Same parameters (float32), compute in ``dtype`` (e.g. jnp.bfloat16)."""
+    check_compute_dtype(dtype)
     for _, m in nnx.iter_graph(model):
         if isinstance(m, nnx.Module) and hasattr(m, "dtype"):
             m.dtype = dtype

@@ -303,6 +303,9 @@ def test_num_labels_applies_to_a_transformers_dir(tmp_path):
     for bad in (0, -1, "3", 3.0, True):
         with pytest.raises(sj.errors.InputError, match=rf"^num_labels={re.escape(repr(bad))}: an integer >= 1"):
             sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=bad)
+    for bad in (np.int32, "int8", "bogus"):  # an integer compute dtype was taken, and failed at the first forward
+        with pytest.raises(sj.errors.InputError, match=r"^dtype=.*: the compute dtype is a floating type"):
+            sj.load_pretrained(src, dtype=bad)
 
 
 def test_a_task_head_of_another_class_is_never_taken_for_the_new_one(tmp_path):
