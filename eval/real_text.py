@@ -19,12 +19,14 @@ for both, with the CPU model. See squeezebert_jax/benchmarks/real_text.py for th
 """
 
 import datetime
+import math
 import os
 import sys
 
 from squeezebert_jax import cli, import_torch
 from squeezebert_jax.benchmarks import real_text
 from squeezebert_jax.benchmarks.timing import cpu_model, format_table
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write, check_output_dir, check_output_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +48,15 @@ def main(argv=None):
     p.add_argument("--part", choices=("all", "compare", "kinds"), default="all",
                    help="compare: ours vs transformers on the snippets; kinds: every other data kind; all: both")
     args = p.parse_args(argv)
+    if args.part == "kinds":  # the kinds' runs have their own settings (400 / 100 rows, 3 epochs, lr 1e-4)
+        for flag in ("--epochs", "--lr", "--max_train"):
+            if getattr(args, flag[2:]) != p.get_default(flag[2:]):
+                raise InputError(f"{flag} {getattr(args, flag[2:])}: a setting of --part compare; --part kinds runs "
+                                 "each kind at its own settings (3 epochs, lr 1e-4, 400 training rows)")
+    if args.lr <= 0 or not math.isfinite(args.lr):
+        raise InputError(f"--lr {args.lr}: a learning rate > 0")
+    if args.max_train < 0:
+        raise InputError(f"--max_train {args.max_train}: a number of snippets >= 0 (0: all)")
     check_output_dir(args.workdir, overwrite=args.overwrite, what="--workdir")
     if args.out:
         check_output_file(args.out, args.overwrite)

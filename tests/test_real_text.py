@@ -111,3 +111,21 @@ def test_the_pretraining_proof_runs_end_to_end_on_written_material(tmp_path, mon
     assert "pretrained on SOTU (4 steps x 8 seq x 128" in out and "random initialisation" in out
     assert "MLM loss / accuracy at steps: " in out and "pretraining - random:" in out
     assert (tmp_path / "table.md").read_text().startswith("SqueezeBERT 4 layers x 256")
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--part", "kinds", "--lr", "1e-3"], r"^--lr 0.001: a setting of --part compare; --part kinds runs each kind at "
+                                          r"its own settings"),
+    (["--part", "kinds", "--max_train", "10"], r"^--max_train 10: a setting of --part compare"),
+    (["--lr", "-1"], r"^--lr -1.0: a learning rate > 0$"),
+    (["--max_train", "-3"], r"^--max_train -3: a number of snippets >= 0"),
+])
+def test_a_flag_the_part_does_not_read_or_out_of_range_is_refused_before_any_work(tmp_path, argv, msg):
+    """--lr and --max_train were taken by --part kinds without a word (they only set --part compare's runs), and a
+    negative rate ran to the compare part's own refusal."""
+    import squeezebert_jax as sj
+
+    with pytest.raises(sj.errors.InputError, match=msg):
+        load_script("eval/real_text.py").main(["--workdir", str(tmp_path / "w"), "--cache", str(tmp_path / "c"),
+                                              *argv])
+    assert not (tmp_path / "w").exists() and not (tmp_path / "c").exists()
