@@ -139,7 +139,7 @@ def read_log(path: str, advice: str) -> tuple[list[tuple[int, dict]], bool]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line.rstrip("\r\n"))  # (with its line end, a cut line's error was at column 1)
             except ValueError as e:
                 if torn_tail(lineno, "not JSON"):
                     return rows, True

@@ -524,6 +524,14 @@ def _check_recorded_sources(record: str, recorded: list, transfer: bool) -> None
         if then is None:
             continue
         now = ft.run_stream(c, spec_of(c), identity)
+        # the row's own settings were checked against this command's above (refused): a setting of the directory's
+        # run that differs is the row pointing at another run (reported as "the labels changed": the wrong cause)
+        other = next((k for k, v in then.items() if k.startswith("config.") and k in now and v != now[k]
+                      and not isinstance(v, (dict, list))), None)
+        if other:
+            raise InputError(f"{record}: the recorded run {name} names {run_dir} as its run directory, but the run "
+                             f"there has {other.removeprefix('config.')} {then[other]!r}, not {now[other]!r}: the row "
+                             "points at another run; restore its run_dir, or delete the row to run it again")
         if transfer and task not in ("mnli", "cola"):
             now.pop("config.init_from", None)
         for phrase in trainer.source_changes(then, now):

@@ -548,6 +548,11 @@ def test_damaged_metrics_and_config_json_are_named_and_a_torn_metrics_row_droppe
         assert reporting.MetricsWriter(str(tmp_path)).drop_after(4) == 0
     assert "metrics.jsonl:3: the last line is cut short" in caplog.text
     assert [r["step"] for r in reporting.read_metrics(str(tmp_path))] == [2, 4] and path.read_bytes().endswith(b"\n")
+    # a line cut short mid-file (not the last: a damaged log, not a crash's torn tail) is named at its column, not 1
+    path.write_text('{"step": 2, "loss": 1.0}\n{"step": 8, "loss": \n{"step": 9, "loss": 1.0}\n')
+    with pytest.raises(sj.errors.InputError, match=r"metrics.jsonl:2: not a JSON object \(Expecting value, column "
+                                                   r"21\); the run's metrics log is damaged"):
+        reporting.read_metrics(str(tmp_path))
     path.write_text('{"step": 2}\n{"loss": 1.0}\n')
     with pytest.raises(sj.errors.InputError, match=r'metrics.jsonl:2: a metrics row without an integer step \(no key '
                                                    r'"step"\)'):

@@ -115,6 +115,15 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     # --predict with the chosen run's model moved away: refused by name (a missing test file alone only warns)
     os.rename(tmp_path / "moved", first)
     os.rename(tmp_path / "history", os.path.join(first, "config_history.jsonl"))
+    # a row pointing at another run's directory is named so (it was refused as data that changed)
+    rows = [json.loads(line) for line in record.decode().splitlines()]
+    (wd / sweep.RECORD).write_text("".join(json.dumps(r | ({"run_dir": rows[1]["run_dir"]} if i == 0 else {})) + "\n"
+                                           for i, r in enumerate(rows)))
+    rc, out, err = run_cli(*args)
+    assert rc != 0 and (f"the recorded run rte lr=0.001,batch=8,seed=0 names {rows[1]['run_dir']} as its run "
+                        "directory, but the run there has batch_size 16, not 8: the row points at another run"
+                        ) in one_error_line(err), err
+    (wd / sweep.RECORD).write_bytes(record)
     chosen_dir = read_json(wd / "chosen.json")["rte"]["run_dirs"][0]
     os.rename(os.path.join(chosen_dir, "model"), tmp_path / "model_moved")
     rc, out, err = run_cli(*args, "--predict")
