@@ -463,7 +463,7 @@ def path_argument(name: str, path) -> str:
     "expected str, bytes or os.PathLike object, not list", named neither)."""
     if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
         raise InputError(f"{name} is {type(path).__name__} {path!r}; give a path as a str (or a pathlib.Path)")
-    return os.fspath(path)
+    return str(os.fspath(path))  # numpy's str_ as a str (os.listdir on one gave bytes names)
 
 
 def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:

@@ -520,6 +520,15 @@ def _check_recorded_sources(record: str, recorded: list, transfer: bool) -> None
             raise InputError(f"{record}: the recorded run {name}: {gone}, so neither the data it was trained on nor "
                              "its model can be checked (a --predict reads that model): use another --workdir, or "
                              "restore the directory")
+        results = os.path.join(run_dir, "eval_results.json")
+        if os.path.isfile(results):  # the row's scores are its run's own (a hand-edited row was chosen over them)
+            best = files.read_json(results).get("best") or {}
+            own = {k: v for k, v in best.items() if "/" in k} if isinstance(best, dict) else {}
+            if set(own) != set(row["dev"]) or not all(_same_score(row["dev"][k], own[k]) for k in own
+                                                      if files.is_number(own[k], finite=False)):
+                raise InputError(f"{record}: the recorded run {name}'s dev scores {json.dumps(row['dev'])[:120]} are "
+                                 f"not its run's own ({results}: {json.dumps(own)[:120]}); delete the row to take the "
+                                 "run's, or restore it")
         then = trainer.recorded_stream(run_dir)
         if then is None:
             continue

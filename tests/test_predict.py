@@ -24,7 +24,7 @@ import squeezebert_jax as sj
 from conftest import VOCAB
 from squeezebert_jax import files, predict, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.predict import Predictor, numbered_inputs, predict_file, read_inputs
+from squeezebert_jax.predict import Arity, Predictor, numbered_inputs, predict_file, read_inputs
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +194,8 @@ def test_an_out_claimed_by_another_command_is_refused_before_any_work(model_dir,
         with pytest.raises(InputError, match=rf"^{name} is \w+ .*; give a path as a str \(or a pathlib.Path\)$"):
             call()
     assert not (tmp_path / "c").exists()
+    saved = sj.save_pretrained(sj.load_pretrained(np.str_(str(model_dir))), np.str_(str(tmp_path / "c")))
+    assert type(saved) is str and "config.json" in os.listdir(saved)  # numpy's str_ (listdir gave bytes names)
 
 
 def test_a_claim_is_released_on_failure_and_taken_over_from_a_dead_run(model_dir, tmp_path):
@@ -347,6 +349,18 @@ def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_n
     with pytest.raises(sj.errors.DataFileError, match=r"sq.json:1: a SQuAD file .*predict reads a JSON Lines file of "
                                                       r"\{\"question\": ..., \"context\": ...\} objects"):
         numbered_inputs(str(tmp_path / "sq.json"), "question,context")
+    # a column numbered like one the model reads (the model's own columns: no --text_columns) would go unread:
+    # digits in the middle, or after a name without any
+    for name, header, columns, msg in (("m.csv", "q1a,q2a,q3a", "q1a,q2a", r"column 'q3a' is numbered like q1a, q2a"),
+                                       ("t.csv", "text,text2", "text", r"column 'text2' is numbered like text, which "
+                                                                       r"the model reads.*; drop or rename the column"),
+                                       ("a.csv", "question,question2,context", "question,context",
+                                        r"column 'question2' is numbered like question")):
+        (tmp_path / name).write_text(f"{header}\n{','.join(['good'] * len(header.split(',')))}\n")
+        arity = Arity(len(columns.split(",")), len(columns.split(",")), "texts")
+        with pytest.raises(sj.errors.DataFileError, match=rf"{name}:1: {msg}"):
+            numbered_inputs(str(tmp_path / name), columns, arity, chosen=False)
+        assert len(numbered_inputs(str(tmp_path / name), columns, arity)) == 1  # columns chosen: the others unread
     (tmp_path / "q.csv").write_text('text\n\n""\ngood\n')  # a quoted empty text is a row, not a blank line
     with pytest.raises(sj.errors.DataFileError, match=r"q.csv:3: column 'text' is empty"):
         numbered_inputs(str(tmp_path / "q.csv"))

@@ -123,6 +123,12 @@ def test_a_2x2_sweep_picks_the_best_recorded_dev_score(tmp_path, model_dir, run_
     assert rc != 0 and (f"the recorded run rte lr=0.001,batch=8,seed=0 names {rows[1]['run_dir']} as its run "
                         "directory, but the run there has batch_size 16, not 8: the row points at another run"
                         ) in one_error_line(err), err
+    # a row edited by hand, its score and dev alike, was chosen over its run's own result (eval_results.json)
+    edited = dict(rows[1], score=0.9, dev={**rows[1]["dev"], rows[1]["metric"]: 0.9})
+    (wd / sweep.RECORD).write_text("".join(json.dumps(edited if i == 1 else r) + "\n" for i, r in enumerate(rows)))
+    rc, out, err = run_cli(*args)
+    assert rc != 0 and "the recorded run rte lr=0.001,batch=16,seed=0's dev scores" in one_error_line(err) and \
+        "are not its run's own" in one_error_line(err), err
     (wd / sweep.RECORD).write_bytes(record)
     chosen_dir = read_json(wd / "chosen.json")["rte"]["run_dirs"][0]
     os.rename(os.path.join(chosen_dir, "model"), tmp_path / "model_moved")
