@@ -506,7 +506,8 @@ def _history_lines(n=2):
     ("\n".join(_history_lines() + ["[1, 2]", _history_lines()[0]]) + "\n",
      r"config_history.jsonl:3: a list, not a JSON object; the run's config history is damaged"),
     ("\n".join([_history_lines()[0], '{"start_step": 1, "conf', _history_lines()[1]]) + "\n",
-     r"config_history.jsonl:2: not a JSON object \(.*, column 24\); the run's config history is damaged"),
+     r"config_history.jsonl:2: not a JSON object \(Unterminated string starting at, column 19\); the run's config "
+     r"history is damaged"),
     ("\n".join(_history_lines() + ['{"start_step": 4}']) + "\n",
      r"config_history.jsonl:3: a row without the start's config"),
 ])
