@@ -522,7 +522,8 @@ def _check_recorded_sources(record: str, recorded: list, transfer: bool) -> None
                              "restore the directory")
         results = os.path.join(run_dir, "eval_results.json")
         if os.path.isfile(results):  # the row's scores are its run's own (a hand-edited row was chosen over them)
-            best = files.read_json(results).get("best") or {}
+            doc = files.read_json(results)
+            best = doc.get("best") if isinstance(doc, dict) else None
             own = {k: v for k, v in best.items() if "/" in k} if isinstance(best, dict) else {}
             if set(own) != set(row["dev"]) or not all(_same_score(row["dev"][k], own[k]) for k in own
                                                       if files.is_number(own[k], finite=False)):
