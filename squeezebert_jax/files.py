@@ -472,7 +472,7 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
     matched nothing arrives here as itself and is named as such."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    out, seen = [], {}
+    out, seen, by_size = [], {}, {}
     for p in map(os.fspath, paths):
         if os.path.isdir(p):
             raise InputError(f"{p} is a directory; give the text files in it (e.g. {os.path.join(p, '*.txt')})")
@@ -489,12 +489,10 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
                              "documents would count twice)")
         seen[st.st_dev, st.st_ino] = p
         out.append(p)
+        if stat.S_ISREG(mode):  # a copy under another name doubles its documents too: the same bytes twice
+            by_size.setdefault(st.st_size, []).append(p)
     if not out:
         raise InputError("no corpus files given")
-    by_size: dict[int, list[str]] = {}  # a copy under another name doubles its documents too: the same bytes twice
-    for p in out:
-        if stat.S_ISREG(os.stat(p).st_mode):
-            by_size.setdefault(os.stat(p).st_size, []).append(p)
     for same_size in (ps for size, ps in by_size.items() if len(ps) > 1 and size):  # only those need reading
         first: dict[str, str] = {}
         for p in same_size:

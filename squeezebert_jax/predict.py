@@ -444,11 +444,10 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
 def _check_numbered_columns(path: str, lineno: int, row, columns: list[str], arity: Arity) -> None:
     """A column numbered like one the model reads (its name the same but for its digits: ending4 beside ending0,
     q3a beside q1a, question2 beside question) would go unread: refused."""
-    stem = lambda name: re.sub(r"\d+", "#", name)  # noqa: E731
-    extra = [c for c in row if c not in columns and re.search(r"\d", c) and stem(c) in {stem(r) for r in columns}
-             or c not in columns and any(re.fullmatch(re.escape(r) + r"\d+", c) for r in columns)]
+    stem = lambda name: re.sub(r"\d+", "", name)  # noqa: E731
+    extra = [c for c in row if c not in columns and re.search(r"\d", c) and stem(c) in {stem(r) for r in columns}]
     if extra:
-        same = [c for c in columns if stem(c) == stem(extra[0]) or re.fullmatch(re.escape(c) + r"\d+", extra[0])]
+        same = [c for c in columns if stem(c) == stem(extra[0])]
         fix = (f"give --text_columns {','.join(columns + extra)} to read {'them' if len(extra) > 1 else 'it'}, or "
                if arity.high is None else "")
         raise DataFileError(f"{path}:{lineno}: column {extra[0]!r} is numbered like {', '.join(same)}, which the model "

@@ -526,8 +526,8 @@ def _lines(path: str):
 def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -> tuple[str, ...]:
     """The tags of a CoNLL training file: "O" first, then the others sorted (B-LOC, B-PER, I-LOC, ...); two that
     differ only in case or form (``B-PER`` and ``b-per``) are refused (``check_one_form``)."""
-    names = {}
-    for start, _, tags in read_conll(path, columns):
+    names, sentences = {}, read_conll(path, columns)
+    for start, _, tags in sentences:
         for t in tags or ():
             if t in names:
                 continue
@@ -550,7 +550,7 @@ def tag_names_of(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")) -
                             f"{', '.join(map(repr, shown))}{', ...' if len(names) > 4 else ''}; a line is a word, "
                             "then its tag last (\"john B-PER\"): are the columns the other way round?")
     scheme = tag_scheme({t: where for t, (where, _) in names.items()})
-    for start, _, tags in read_conll(path, columns) if scheme else ():
+    for start, _, tags in sentences:
         check_tag_sequence(tags or (), scheme, path, start)
     return tuple(sorted(names, key=lambda t: (t != "O", t)))
 
