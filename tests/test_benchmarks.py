@@ -203,6 +203,26 @@ ENTRY %main (a: bf16[4,8,16], b: f32[8,16]) -> f32[16,8] {
     assert hlo_census.entry_kernels(hlo) == {"g": "(bf16[4,8,16]{2,1,0}, bf16[4,8,16]{2,1,0})",
                                              "c": "bf16[4,8,16]{2,1,0}", "tr": "f32[16,8]{1,0}"}
 
+    # XLA numbers the elements of a tuple of more than five: a tuple stays free, a fusion's six results are written
+    six = ", ".join(f"/*index={i}*/f32[2]{{0}}" if i % 5 == 0 and i else "f32[2]{0}" for i in range(6))
+    long = f"""HloModule m
+
+%fused_six (p0: f32[2]) -> ({six}) {{
+  %p0 = f32[2]{{0}} parameter(0)
+  ROOT %t = ({six}) tuple(%p0, %p0, %p0, %p0, %p0, %p0)
+}}
+
+ENTRY %main (a: f32[2]) -> ({six}) {{
+  %a = f32[2]{{0}} parameter(0)
+  %f = ({six}) fusion(%a), kind=kLoop, calls=%fused_six
+  %g = f32[2]{{0}} get-tuple-element(%f), index=5
+  ROOT %t = ({six}) tuple(%g, %g, %g, %g, %g, %g)
+}}
+"""
+    assert "/*index=5*/" in long
+    c = hlo_census.census(long)
+    assert dict(c.entry) == {"other": 1} and c.entry_bytes == (8, 6 * 8)
+
 
 def test_time_interleaved_counts_and_settles():
     """Exactly ``runs`` timings per callable; each round starts every callable with one untimed settling call."""
