@@ -5,8 +5,9 @@
     python convert/from_pytorch.py --src squeezebert-mnli --out models/squeezebert-mnli \
         --label-names contradiction,entailment,neutral
 
---out must be a new or empty directory (--overwrite: replace the files written into an existing one) and never
---src itself or a directory inside it.
+--out must be a new or empty directory (--overwrite: replace the files written into an existing one, refused where a
+file of another model, its model.safetensors or task.json, would stay beside them) and never --src itself or a
+directory inside it.
 
 HF_DIR holds config.json and model.safetensors or pytorch_model.bin (read with weights_only=True), and
 usually vocab.txt (copied along). Heads present in the source come across; a head the source lacks is
@@ -55,7 +56,7 @@ def main(argv=None):
                          "text with it: add the checkpoint's vocabulary, or pass --no-tokenizer for the weights alone")
     # each name read as config.data.labels reads them: none empty, none twice (1 and 1.0 are one)
     names = list(declared_labels(args.label_names, "--label-names")) if args.label_names is not None else None
-    model = import_torch(args.src, args.out, head=args.head, label_names=names)
+    model = import_torch(args.src, args.out, head=args.head, label_names=names, overwrite=args.overwrite)
     print(f"wrote {args.out}: {head_name(model)}, {count_params(model):,} parameters"
           + (f"; randomly initialised (absent from source): {', '.join(model.newly_initialized)}"
              if model.newly_initialized else ""))

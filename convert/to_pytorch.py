@@ -6,7 +6,8 @@ Writes config.json (with `architectures`) and model.safetensors that `transforme
 and the matching SqueezeBertFor... class load with no missing or unexpected keys (a pretraining model keeps
 its SOP head as `cls.seq_relationship.*`, as the released squeezebert-uncased does). --model_type bert
 writes BERT keys (only for models whose group counts are all 1). HF_DIR must be a new or empty directory
-(--overwrite: replace the files written into an existing one), and never MODEL_DIR itself or a directory inside it.
+(--overwrite: replace the files written into an existing one, refused where a file of another model, its
+params.safetensors or task.json, would stay beside them), and never MODEL_DIR itself or a directory inside it.
 """
 
 import os
@@ -35,7 +36,7 @@ def main(argv=None):
     check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
     model = load_pretrained(args.src)
     family = target_family(model.config, args.model_type)
-    export_torch(model, args.out, style=family, tokenizer_dir=args.src)
+    export_torch(model, args.out, style=family, tokenizer_dir=args.src, overwrite=args.overwrite)
     print(f"wrote {args.out}: {torch_architecture(model, family)} (model_type {family.style})")
 
 

@@ -40,7 +40,7 @@ from flax import nnx
 from squeezebert_jax import convert, inference, tasks
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_input_file, has_text
-from squeezebert_jax.evaluation import align_to_task
+from squeezebert_jax.evaluation import load_for_task
 from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.pretrained import atomic_write, build_model, load_pretrained, not_a_model_dir, save_pretrained
 from squeezebert_jax.tokenizer import Tokenizer
@@ -87,7 +87,8 @@ def check_map_forms(layer_map, student_layer_map) -> None:
 _ANY_DEPTH = 10_000  # no model has more layers: the forms are checked, not the layers
 
 
-def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir: str | None = None) -> nnx.Module:
+def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir: str | None = None, *,
+                              overwrite: bool = False) -> nnx.Module:
     """A ``num_layers`` student of the teacher's class whose embeddings, chosen layers (``student_layer_choice``),
     pooler and head are the teacher's tensors. ``teacher``: a model or a MODEL_DIR; ``out_dir``: also saved there
     as a MODEL_DIR (with the teacher directory's tokenizer)."""
@@ -107,7 +108,8 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
     head = convert.head_name(model)
     student = build_model(convert.Mapped(head, flat), config, head, source=f"student of {source or head}")
     if out_dir is not None:
-        save_pretrained(student, out_dir, tokenizer_dir=os.fspath(source) if source is not None else None)
+        save_pretrained(student, out_dir, tokenizer_dir=os.fspath(source) if source is not None else None,
+                        overwrite=overwrite)
     return student
 
 
@@ -351,7 +353,7 @@ def teacher_logits(teacher_dir: str, task: str, split: str, examples, max_length
     path = os.path.join(cache_dir, f"teacher_{task.name}_{split}_{key.hexdigest()[:16]}.npy")
     if os.path.exists(path):
         return _cached_logits(path, len(examples))
-    teacher = align_to_task(load_pretrained(teacher_dir), task, f"teacher {teacher_dir}")
+    teacher = load_for_task(teacher_dir, task, f"teacher {teacher_dir}")
     logits = inference.predict_logits(teacher, arrays, mesh=mesh)
     os.makedirs(cache_dir, exist_ok=True)
     atomic_write(path, lambda tmp: np.save(tmp, logits))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import re
 
-from squeezebert_jax import glue, inference, tasks
+from squeezebert_jax import glue, inference, predict, tasks
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained
@@ -73,11 +73,34 @@ def align_to_task(model, task, source: str):
 # Evaluation and test predictions
 # --------------------------------------------------------------------------------------------------
 
+def load_for_task(model_dir: str, task, source: str | None = None):
+    """``model_dir``'s model for ``task`` (a GLUE name or a ``tasks`` Task), its outputs fitted to the task's labels
+    (``align_to_task``): what evaluation and a teacher read. A classifier fine-tuned on your own files says in its
+    ``task.json`` what it reads: one of another kind (multilabel or regression against class labels), or one that
+    reads another number of texts than the task gives (a one-text classifier on RTE's pairs would read each pair as
+    one text), is refused by name. ``source`` names the model in messages (default: ``model_dir``)."""
+    spec = tasks.task_by_name(task)
+    model = load_pretrained(model_dir)
+    card = {}
+    if isinstance(model, HEADS["SqueezeBertForSequenceClassification"]):
+        card = predict.read_card(model_dir, "classifier", model.num_labels)
+    where = f"{source or model_dir}: its {tasks.TASK_CARD}"
+    if card and card["kind"] != spec.kind:
+        raise TaskMismatchError(f"{where} says a {card['kind']} model; {spec.name} is a {spec.kind} task")
+    cols = card.get("text_columns", ())
+    if cols and len(cols) != len(spec.text_columns):
+        raise TaskMismatchError(
+            f"{where} says the model reads {len(cols)} text{'s' * (len(cols) != 1)} ({', '.join(cols)}); "
+            f"{spec.name} gives {len(spec.text_columns)} ({', '.join(spec.text_columns)}): a model fine-tuned on "
+            f"{spec.name}'s kind of input reads it")
+    return align_to_task(model, spec, source or model_dir)
+
+
 def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None = None,
              max_length: int | None = None) -> dict[str, dict[str, float]]:
     """Dev metrics of a fine-tuned MODEL_DIR: {split: compute_metrics(...)} for the task's eval splits."""
     spec = glue.get_task(task)
-    model = align_to_task(load_pretrained(model_dir), task, model_dir)
+    model = load_for_task(model_dir, task)
     tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
     max_length = tasks.input_length(max_length, model.config.max_position_embeddings, "--max_length",
                                     f"the model at {model_dir}")
@@ -94,7 +117,7 @@ def predict_test(model_dir: str, task: str, data_dir: str | None, out_dir: str,
                  max_length: int | None = None) -> list[str]:
     """GLUE-server files for the task's test splits (AX: pass task="ax" with the MNLI model)."""
     spec = glue.get_task(task)
-    model = align_to_task(load_pretrained(model_dir), task, model_dir)
+    model = load_for_task(model_dir, task)
     tok = inference.model_tokenizer(model_dir, model.config.vocab_size)
     max_length = tasks.input_length(max_length, model.config.max_position_embeddings, "--max_length",
                                     f"the model at {model_dir}")

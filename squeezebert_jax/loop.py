@@ -283,8 +283,9 @@ def export(model: nnx.Module, params, tokenizer_dir: str, out_dirs: dict[str, nn
     nnx.update(model, params_state)
     if jax.process_index() != 0:
         return
-    for out_dir, module in out_dirs.items():
-        save_pretrained(module, out_dir, tokenizer_dir=tokenizer_dir)
     first = next(iter(out_dirs))
+    for out_dir, module in out_dirs.items():  # the run's own directories, written again at each export
+        save_pretrained(module, out_dir, tokenizer_dir=tokenizer_dir, overwrite=True,
+                        beside=tuple(extra_files or ()) if out_dir == first else ())
     for name, obj in (extra_files or {}).items():
         atomic_write(os.path.join(first, name), json_text(obj, indent=2))

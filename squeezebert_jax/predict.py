@@ -83,7 +83,7 @@ class Predictor:
             raise NoClassifierError(f"{model_dir}: the model ({type(self.model).__name__}) has no classifier, tagger, "
                                     f"question-answering or multiple-choice head: fine-tune it first "
                                     f"(train/finetune.py)")
-        self.card = _read_card(model_dir, self.kind, getattr(self.model, "num_labels", 1))
+        self.card = read_card(model_dir, self.kind, getattr(self.model, "num_labels", 1))
         said = self.model.config.problem_type
         kind = self.card.get("kind")
         if kind in tasks.PROBLEM_TYPE and said is not None and said != tasks.PROBLEM_TYPE[kind]:
@@ -324,7 +324,7 @@ CARD_HEADS = {"classification": "classifier", "regression": "classifier", "multi
               "token_classification": "tagger", "question_answering": "qa", "multiple_choice": "choice"}
 
 
-def _read_card(model_dir: str, kind: str | None = None, num_labels: int | None = None) -> dict:
+def read_card(model_dir: str, kind: str | None = None, num_labels: int | None = None) -> dict:
     """The model's ``task.json`` (written by fine-tuning on the user's files, QA and multiple choice), or {} when
     there is none; the one place it is checked. Refused, naming the file and the key: text that is not a JSON
     object, a key twice, no ``kind`` or one not in ``tasks.KINDS``, a key that kind's card does not have, a value of

@@ -123,17 +123,33 @@ def _check_tokenizer_json(path: str, vocab_path: str, lines: list[str]) -> None:
                          "encode text differently: keep the one the model was trained with")
 
 
-def check_no_stale_tokenizer(dst_dir: str, files: list[tuple[str, str]]) -> None:
-    """Writing the tokenizer ``files`` into ``dst_dir`` (``--overwrite``) leaves no tokenizer file of another model
-    beside them: a MODEL_DIR holding this model's spiece.model and another's vocab.txt reads the wrong one. Refused
-    before anything is written, naming the file."""
-    if not files or not os.path.isdir(dst_dir):
+# The files that make a directory a model (ours, transformers', a fine-tuned model's card): one left from another model
+# beside a new one is read with it (transformers reads model.safetensors before params.safetensors means anything to
+# it; predict reads a task.json of another task)
+MODEL_FILES = ("config.json", PARAMS_FILE, "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+               "pytorch_model.bin.index.json", "task.json")
+
+
+def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str, str]],
+                    overwrite: bool = False) -> None:
+    """Writing a model (its files ``writes`` and the tokenizer ``files``) into ``dst_dir`` loses nothing and leaves
+    nothing of another model to be read with it: a directory that holds a model already is refused unless
+    ``overwrite``, and even then where a model file (``MODEL_FILES``) or, with a tokenizer of its own, a tokenizer
+    file of another model would stay beside this one's (a stale vocab.txt beside a new spiece.model is read instead;
+    a fine-tuned model's task.json beside a pretraining model is read as its card). Before anything is written,
+    naming the file."""
+    if not os.path.isdir(dst_dir):
         return
-    ours = {name for name, _ in files}
-    if stale := [n for n in TOKENIZER_FILES if n not in ours and os.path.lexists(os.path.join(dst_dir, n))]:
-        raise InputError(f"{dst_dir} holds {stale[0]}, a tokenizer file this model does not have (it has "
-                         f"{', '.join(sorted(ours))}): it would be read in place of this model's; remove it, or "
-                         "choose another directory")
+    ours = set(writes) | {name for name, _ in files}
+    held = [n for n in MODEL_FILES + (TOKENIZER_FILES if files else ()) if os.path.lexists(os.path.join(dst_dir, n))]
+    if stale := [n for n in held if n not in ours]:
+        what = "a tokenizer file" if stale[0] in TOKENIZER_FILES else "a model file"
+        mine = ", ".join(sorted(ours & set(TOKENIZER_FILES if stale[0] in TOKENIZER_FILES else MODEL_FILES)))
+        raise InputError(f"{dst_dir} holds {stale[0]}, {what} this model does not have (it has {mine}): it would be "
+                         "read with this model's; remove it, or choose another directory")
+    if held and not overwrite:
+        raise InputError(f"{dst_dir} holds a model already ({', '.join(held)}); pass overwrite=True to replace it, "
+                         "or choose another directory")
 
 
 def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[str, str]] | None = None) -> list[str]:
@@ -146,8 +162,11 @@ def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[st
     return [name for name, _ in files]
 
 
-def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None) -> str:
-    """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``)."""
+def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None, *,
+                    overwrite: bool = False, beside: tuple[str, ...] = ()) -> str:
+    """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``).
+    A directory that holds a model already is replaced only with ``overwrite``, and never where a file of the other
+    model would stay (``check_model_dir``; ``beside``: files the caller writes next, such as a task's task.json)."""
     from safetensors.numpy import save_file
 
     model_dir = path_argument("model_dir", model_dir)
@@ -158,7 +177,7 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
                          "directory that holds the model's vocab.txt (or its SentencePiece model), or leave it out")
     # a bad vocabulary, or one of more tokens than the model has embeddings, is refused before anything is written
     tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
-    check_no_stale_tokenizer(model_dir, tok_files)
+    check_model_dir(model_dir, ("config.json", PARAMS_FILE) + tuple(beside), tok_files, overwrite)
     os.makedirs(model_dir, exist_ok=True)
     head = convert.head_name(model)
     d = model.config.to_dict()
@@ -435,7 +454,7 @@ def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
 # --------------------------------------------------------------------------------------------------
 
 def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | models.Family | None = None,
-                 tokenizer_dir: str | None = None) -> str:
+                 tokenizer_dir: str | None = None, *, overwrite: bool = False) -> str:
     """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``: a
     family's transformers layout, "squeezebert", "bert", "albert", ... or its record (default:
     ``convert.target_family``)."""
@@ -447,7 +466,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
     tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
-    check_no_stale_tokenizer(hf_dir, tok_files)
+    check_model_dir(hf_dir, ("config.json", "model.safetensors"), tok_files, overwrite)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
     if hasattr(model, "num_labels"):
@@ -462,7 +481,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
 
 
 def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None,
-                 label_names: list[str] | None = None) -> nnx.Module:
+                 label_names: list[str] | None = None, *, overwrite: bool = False) -> nnx.Module:
     """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model.
 
     ``label_names`` names a classifier's outputs 0..n-1 (its ``id2label``) where the checkpoint's config does not
@@ -471,7 +490,8 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     hf_dir = os.fspath(hf_dir)
     head = convert.check_head(head)
     config, raw = read_model_config(hf_dir)
-    check_no_stale_tokenizer(os.fspath(model_dir), tokenizer_files(hf_dir, config.vocab_size))  # before the work
+    check_model_dir(os.fspath(model_dir), ("config.json", PARAMS_FILE), tokenizer_files(hf_dir, config.vocab_size),
+                    overwrite)  # before the work
     named = {k: v for k, v in (config.id2label or {}).items() if v != f"LABEL_{k}"}
     if label_names and named and [named.get(i) for i in range(len(label_names))] != list(label_names):
         raise InputError(f"--label-names {','.join(label_names)}: {hf_dir}/config.json names the outputs already "
@@ -494,5 +514,5 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
             raise InputError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
         model.config.id2label = dict(enumerate(label_names))
-    save_pretrained(model, model_dir, tokenizer_dir=hf_dir)  # (build_model logged the new tensors, once)
+    save_pretrained(model, model_dir, tokenizer_dir=hf_dir, overwrite=overwrite)  # (build_model logged the new tensors)
     return model

@@ -190,6 +190,32 @@ def test_eval_refuses_a_model_without_a_classifier_head(tmp_path, data, run_cli,
     assert "None outputs" not in line and digest(pre, data) == before
 
 
+def test_a_classifier_of_your_own_files_is_scored_only_on_a_task_it_reads(tmp_path, data, run_cli, digest):
+    """A classifier fine-tuned on your own files says in task.json what it reads: on RTE's pairs, one that reads one
+    text (it would read each pair as one text) or a multilabel one is refused by name, for evaluation, test
+    predictions and as a teacher; one that reads a pair is scored."""
+    one = model_dir(tmp_path / "one", num_labels=2)
+    (tmp_path / "one" / "task.json").write_text('{"kind": "classification", "text_columns": ["review"]}')
+    multi = model_dir(tmp_path / "multi", num_labels=2)
+    (tmp_path / "multi" / "task.json").write_text('{"kind": "multilabel", "text_columns": ["a", "b"]}')
+    before = digest(one, multi, data)
+    for predict in ((), ("--predict", "test", "--out", str(tmp_path / "out"))):
+        rc, _, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data, *predict)
+        assert rc == 1 and one_error_line(err, "glue.py").endswith(
+            f"{one}: its task.json says the model reads 1 text (review); rte gives 2 (sentence1, sentence2): a model "
+            "fine-tuned on rte's kind of input reads it")
+        rc, _, err = run_cli("eval/glue.py", "--model", multi, "--task", "rte", "--data_dir", data, *predict)
+        assert rc == 1 and one_error_line(err, "glue.py").endswith(
+            f"{multi}: its task.json says a multilabel model; rte is a classification task")
+    ex = glue.load_examples("rte", "train", data_dir=data)
+    with pytest.raises(InputError, match=rf"^teacher {one}: its task.json says the model reads 1 text"):
+        distill.teacher_logits(one, "rte", "train", ex, 16, str(tmp_path / "cache"))
+    assert digest(one, multi, data) == before and not (tmp_path / "out").exists()
+    (tmp_path / "one" / "task.json").write_text('{"kind": "classification", "text_columns": ["premise", "claim"]}')
+    rc, out, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data)
+    assert rc == 0 and "rte" in out, err
+
+
 def test_a_teacher_without_a_classifier_head_is_refused(tmp_path, data):
     teacher = model_dir(tmp_path / "teacher", "SqueezeBertModel")
     ex = glue.load_examples("rte", "train", data_dir=data)
@@ -257,7 +283,7 @@ def test_a_classifier_whose_outputs_overflow_gets_no_score(tmp_path, data, run_c
     model = sj.load_pretrained(path)
     ln = model.transformer.embeddings.LayerNorm.scale  # activations near float32's largest: the layers overflow
     ln.set_value(ln[...] * 3e38)
-    sj.save_pretrained(model, path)
+    sj.save_pretrained(model, path, overwrite=True)
     before = digest(path, data)
     argv = ["--model", path, "--task", "rte", "--data_dir", data] + (["--predict", "test", "--out", tmp_path / "sub"]
                                                                      if predict else [])

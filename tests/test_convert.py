@@ -154,7 +154,7 @@ def test_a_load_builds_the_model_once(tmp_path, monkeypatch):
         traced.append(isinstance(self.pooler["dense"].kernel.get_value(), jax.core.Tracer))
 
     monkeypatch.setattr(sj.SqueezeBertModel, "__init__", counting_init)
-    for load in (lambda: sj.pretrained.import_torch(src, str(tmp_path / "m")),
+    for load in (lambda: sj.pretrained.import_torch(src, str(tmp_path / "m"), overwrite=True),  # run twice
                  lambda: sj.load_pretrained(src),
                  lambda: sj.load_pretrained(src, "SqueezeBertForSequenceClassification", num_labels=2),
                  lambda: sj.load_pretrained(src, "SqueezeBertForMaskedLM"),
@@ -555,6 +555,47 @@ def test_conversion_keeps_one_models_tokenizer_and_its_own_label_names(tmp_path)
         sj.pretrained.import_torch(src, str(tmp_path / "b"), label_names=["positive", "negative"])
     model = sj.pretrained.import_torch(src, str(tmp_path / "c"), label_names=["negative", "positive"])  # the same
     assert model.config.id2label == {0: "negative", 1: "positive"}
+
+
+def test_a_model_is_written_over_another_only_with_overwrite_and_never_beside_its_files(tmp_path):
+    """Every writer of a model (save_pretrained, export_torch, import_torch) refuses a directory that holds a model
+    unless told to overwrite, and even then where a file of the other model would stay beside the new one's: a
+    fine-tuned model's task.json (predict would read it as the new model's card), transformers' model.safetensors
+    beside our params.safetensors and the reverse. Refused before any write: the directory is as it was."""
+    cfg = sj.SqueezeBertConfig(**TINY)
+    model = sj.SqueezeBertForMaskedLM(cfg, rngs=nnx.Rngs(0))
+    ours = tmp_path / "ours"
+    sj.save_pretrained(model, ours)
+    before = {n: (ours / n).read_bytes() for n in os.listdir(ours)}
+    with pytest.raises(sj.errors.InputError, match=rf"^{ours} holds a model already \(config.json, "
+                                                   r"params.safetensors\); pass overwrite=True to replace it"):
+        sj.save_pretrained(model, ours)
+    sj.save_pretrained(sj.SqueezeBertForMaskedLM(cfg, rngs=nnx.Rngs(1)), ours, overwrite=True)
+    assert sorted(os.listdir(ours)) == sorted(before) and (ours / "params.safetensors").read_bytes() != before[
+        "params.safetensors"]
+    (ours / "task.json").write_text('{"kind": "multilabel"}')  # a fine-tuned model's card
+    state = {n: (ours / n).read_bytes() for n in os.listdir(ours)}
+    with pytest.raises(sj.errors.InputError, match=rf"^{ours} holds task.json, a model file this model does not "
+                                                   r"have \(it has config.json, params.safetensors\): it would be "
+                                                   r"read with"):
+        sj.save_pretrained(model, ours, overwrite=True)
+    with pytest.raises(sj.errors.InputError, match=rf"^{ours} holds params.safetensors, a model file this model does "
+                                                   r"not have \(it has config.json, model.safetensors\)"):
+        sj.export_torch(model, ours, overwrite=True)
+    assert {n: (ours / n).read_bytes() for n in os.listdir(ours)} == state
+    hf = tmp_path / "hf"
+    sj.export_torch(model, hf)
+    with pytest.raises(sj.errors.InputError, match=rf"^{hf} holds a model already \(config.json, model.safetensors\)"):
+        sj.export_torch(model, hf)
+    sj.export_torch(model, hf, overwrite=True)
+    with pytest.raises(sj.errors.InputError, match=rf"^{hf} holds model.safetensors, a model file"):
+        sj.save_pretrained(model, hf, overwrite=True)
+    with pytest.raises(sj.errors.InputError, match=rf"^{hf} holds model.safetensors, a model file"):
+        sj.pretrained.import_torch(hf, hf, overwrite=True)
+    assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    sj.save_pretrained(model, empty)  # an empty directory is a new one
 
 
 def test_a_tokenizer_json_that_keeps_case_beside_an_uncased_vocab_is_refused(tmp_path):

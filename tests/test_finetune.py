@@ -94,7 +94,7 @@ def _tiny_model_dir(path, head="SqueezeBertForPreTraining", seed=0):
     cfg = sj.SqueezeBertConfig(vocab_size=len(VOCAB), hidden_size=32, embedding_size=32, num_hidden_layers=2,
                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
     model = sj.HEADS[head](cfg, rngs=nnx.Rngs(seed))
-    sj.save_pretrained(model, path)
+    sj.save_pretrained(model, path, overwrite=True)  # some tests retrain a model in place
     (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     return path
 
@@ -303,7 +303,7 @@ def _mnli_classifier_dir(path, id2label, seed=0):
                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
                                id2label=id2label)
     model = sj.SqueezeBertForSequenceClassification(cfg, num_labels=3, rngs=nnx.Rngs(seed))
-    sj.save_pretrained(model, path)
+    sj.save_pretrained(model, path, overwrite=True)  # some tests save another in its place
     (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     return model
 
@@ -317,11 +317,11 @@ def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp
     k, b = 30 * rng.standard_normal((32, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
     ours.classifier.kernel.set_value(k)
     ours.classifier.bias.set_value(b)
-    sj.save_pretrained(ours, tmp_path / "tfds_order")
+    sj.save_pretrained(ours, tmp_path / "tfds_order", overwrite=True)  # its new head
     legacy = _mnli_classifier_dir(tmp_path / "legacy", {0: "contradiction", 1: "entailment", 2: "neutral"})
     legacy.classifier.kernel.set_value(k[:, [2, 0, 1]])  # column j of the legacy head = its label j
     legacy.classifier.bias.set_value(b[[2, 0, 1]])
-    sj.save_pretrained(legacy, tmp_path / "legacy")
+    sj.save_pretrained(legacy, tmp_path / "legacy", overwrite=True)
     data = str(tmp_path / "glue")
     assert evaluation.evaluate(str(tmp_path / "legacy"), "mnli", data) == evaluation.evaluate(str(tmp_path / "tfds_order"), "mnli", data)
     a = evaluation.predict_test(str(tmp_path / "legacy"), "mnli", data, str(tmp_path / "pa"))

@@ -506,9 +506,9 @@ def _real_cards():
 def test_the_cards_fine_tuning_writes_are_read(tmp_path):
     for card in _real_cards():
         (tmp_path / CARD).write_text(json.dumps(card, indent=2))
-        assert predict._read_card(str(tmp_path)) == card
+        assert predict.read_card(str(tmp_path)) == card
     (tmp_path / CARD).unlink()
-    assert predict._read_card(str(tmp_path)) == {}
+    assert predict.read_card(str(tmp_path)) == {}
 
 
 @pytest.mark.parametrize("card, msg", [
@@ -549,7 +549,7 @@ def test_the_cards_fine_tuning_writes_are_read(tmp_path):
 def test_a_bad_task_card_names_the_file_and_the_key(tmp_path, card, msg):
     (tmp_path / CARD).write_text(card if isinstance(card, str) else json.dumps(card))
     with pytest.raises(InputError, match=rf"^{tmp_path / CARD}:{'' if msg[0].isdigit() else ' '}{msg}"):
-        predict._read_card(str(tmp_path))
+        predict.read_card(str(tmp_path))
 
 
 def test_a_card_of_another_kind_of_model_is_refused(model_dir, tmp_path):
@@ -563,7 +563,7 @@ def test_a_card_of_another_kind_of_model_is_refused(model_dir, tmp_path):
     (tmp_path / "latin" / CARD).parent.mkdir()
     (tmp_path / "latin" / CARD).write_bytes(b'{"kind": "classification", "text_columns": ["caf\xe9"]}')
     with pytest.raises(DataFileError, match=r"task.json:1:49: not UTF-8 text \(byte 0xe9\)"):
-        predict._read_card(str(tmp_path / "latin"))
+        predict.read_card(str(tmp_path / "latin"))
 
 
 @pytest.mark.parametrize("kw, msg", [
