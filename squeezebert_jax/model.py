@@ -110,6 +110,30 @@ def _check_field_names(changes: dict, where: str) -> None:
                              + (f" (did you mean {near[0]!r}?)" if near else ""))
 
 
+def _near_miss(key: str, absent: list[str]) -> str | None:
+    """The field of ``absent`` that ``key`` misspells: nearly the same letters, or one name the other's start (a
+    dropped or added ending: hidden_dropout, layer_norm_epsilon), case and hyphens aside. None for a key of another
+    meaning."""
+    key = key.lower().replace("-", "_")
+    near = difflib.get_close_matches(key, absent, n=1, cutoff=0.85)
+    return near[0] if near else next((f for f in absent if len(key) >= 6 and (f.startswith(key) or
+                                                                             key.startswith(f))), None)
+
+
+def _check_near_misses(d: dict, source: str) -> None:
+    """A config.json key that misspells an architecture field the file lacks (``num_hidden_layer``, ``hidden_dropout``)
+    would leave that field at its default, without a word: refused, naming both. Keys of another meaning (the
+    families' own, transformers' bookkeeping) are none of these: checked against every key of the default configs of
+    transformers' BERT, SqueezeBERT, ALBERT, DistilBERT, ELECTRA and MobileBERT (``tests/test_model.py``)."""
+    fields = [f.name for f in dataclasses.fields(SqueezeBertConfig)
+              if f.name not in (*EXECUTION_FIELDS, "family", "id2label", "problem_type")]
+    absent = [f for f in fields if f not in d]
+    for key in d:
+        if isinstance(key, str) and key not in fields and (near := _near_miss(key, absent)):
+            raise InputError(f"{source}: {key!r} is no setting of a model config; {near!r}, misspelt? (without it "
+                             f"{near} would be {_json_repr(getattr(SqueezeBertConfig, near))}, the default)")
+
+
 @dataclasses.dataclass
 class SqueezeBertConfig:
     """Architecture hyper-parameters, with transformers' ``SqueezeBertConfig`` field names and defaults.
@@ -363,6 +387,7 @@ class SqueezeBertConfig:
             if d.get(name) not in (None, False):
                 raise InputError(f"{source}: {name} is {_json_repr(d[name])}: {what}, which this encoder does not "
                                  "compute (it attends both ways, to its own input only); it converts encoders alone")
+        _check_near_misses(d, source)
         family = models.get(model_type)
         if family.from_transformers is not None:
             kw = family.from_transformers(d, kw, source)

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -147,7 +148,24 @@ def read_vocab(path: str, data: bytes | None = None) -> list[str]:
     if missing:
         raise InputError(f"{path}: vocab.txt lacks the special token(s) {', '.join(missing)} "
                          f"(a BERT vocab needs all of {', '.join(BERT_SPECIALS)}, one per line)")
+    _warn_unmatchable(path, tokens)
     return tokens
+
+
+_WARNED_UNMATCHABLE: set[str] = set()
+
+
+def _warn_unmatchable(path: str, tokens: list[str]) -> None:
+    """A token holding a character BertTokenizerFast's normalizer removes from every text (a control or format
+    character: \x07, U+200B zero-width space, U+FFFD) can never be matched: its id is never given. Not refused (a
+    multilingual vocabulary may hold a few such dead tokens), but said once per file, with the first one's line."""
+    dead = [i for i, tok in enumerate(tokens) if any(c == "\ufffd" or (unicodedata.category(c).startswith("C")
+                                                                        and c not in "\t\n\r") for c in tok)]
+    if dead and path not in _WARNED_UNMATCHABLE:
+        _WARNED_UNMATCHABLE.add(path)
+        logging.getLogger(__name__).warning(
+            "%s: %d token(s) hold a control or format character, which the tokenizer removes from every text, so no "
+            "text can match them (the first: line %d, %r)", path, len(dead), dead[0] + 1, tokens[dead[0]])
 
 
 def _wordpiece_backend(tokens: Sequence[str]):

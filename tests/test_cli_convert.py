@@ -341,6 +341,25 @@ def test_a_config_error_over_a_field_the_file_leaves_out_says_it_is_the_default(
     assert "is the default" not in str(e.value)
 
 
+@pytest.mark.parametrize("key,field", [("num_hidden_layer", "num_hidden_layers"), ("hidden_dropout", "hidden_dropout_prob"),
+                                       ("layer_norm_epsilon", "layer_norm_eps"), ("Hidden_Act", "hidden_act"),
+                                       ("intermediate_group", "intermediate_groups"), ("q_group", "q_groups"),
+                                       ("attention_dropout_prob", "attention_probs_dropout_prob")])
+def test_a_config_key_that_misspells_a_field_is_refused(key, field):
+    """A misspelt field in a config.json left the field at its default without a word (12 layers for a file that
+    says 3; dropout 0.1 for one that says 0.2): refused, naming both; every key of transformers' own configs of the six
+    families (their bookkeeping: use_cache, classifier_dropout, ...; DistilBERT's dim, n_layers, attention_dropout)
+    is no near miss."""
+    with pytest.raises(InputError, match=rf"^M/config.json: '{key}' is no setting of a model config; '{field}', "
+                                         rf"misspelt\? \(without it {field} would be .*, the default\)$"):
+        SqueezeBertConfig.from_dict({"model_type": "squeezebert", key: 3}, source="M/config.json")
+    transformers = pytest.importorskip("transformers")
+    for name in ("SqueezeBertConfig", "BertConfig", "AlbertConfig", "DistilBertConfig", "ElectraConfig",
+                 "MobileBertConfig"):
+        theirs = getattr(transformers, name)(vocab_size=64).to_dict()
+        SqueezeBertConfig.from_dict(theirs, source=name)
+
+
 @pytest.mark.parametrize("field,value", [("layer_norm_eps", 1e-5), ("layer_norm_eps", 0.5), ("initializer_range", 0),
                                          ("hidden_dropout_prob", 0), ("attention_probs_dropout_prob", 0.999)])
 def test_config_float_settings_in_range_are_taken(field, value):

@@ -295,6 +295,29 @@ def test_errors(tmp_path, hand_vocab):
         train_tokenizer([tmp_path / "missing.txt"], tmp_path / "t", 100)
 
 
+def test_tokens_no_text_can_match_are_named_once_in_a_warning(tmp_path, caplog):
+    """A vocab.txt token holding a character BertTokenizerFast's normalizer removes (a control or format character)
+    is never produced (checked against BertTokenizerFast): loaded, with one warning per file naming the first."""
+    transformers = pytest.importorskip("transformers")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "bc", "\x07", "b\u200bc",
+                                 "\ufffd"]) + "\n")
+    hf = transformers.BertTokenizerFast(str(vocab))
+    assert [hf.tokenize(t) for t in ("a \x07", "b\u200bc", "\ufffd")] == [["a"], ["bc"], []]
+    with caplog.at_level("WARNING"):
+        tok = Tokenizer.from_file(vocab)
+        Tokenizer.from_file(vocab)
+    assert tok.vocab_size == 10 and [tok.tokenize(t) for t in ("a \x07", "b\u200bc")] == [[5], [6]]  # a, bc
+    assert caplog.text.count("token(s) hold a control or format character") == 1
+    assert f"{vocab}: 3 token(s) hold a control or format character" in caplog.text and "line 8, '\\x07'" in caplog.text
+    caplog.clear()
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "clean" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    with caplog.at_level("WARNING"):
+        Tokenizer.from_file(tmp_path / "clean" / "vocab.txt")
+    assert "control or format" not in caplog.text
+
+
 def test_a_tokenizers_corpus_is_checked_as_prepare_datas_and_nothing_is_written(corpus_file, tmp_path):
     """files.check_text_files and text_lines, as for pretraining's corpus: the same file twice (it counted twice), a
     directory, bytes that are not UTF-8 (WordPiece's trainer died in a traceback, SentencePiece trained on them); an
