@@ -341,7 +341,8 @@ def test_a_config_error_over_a_field_the_file_leaves_out_says_it_is_the_default(
     assert "is the default" not in str(e.value)
 
 
-@pytest.mark.parametrize("key,field", [("num_hidden_layer", "num_hidden_layers"), ("hidden_dropout", "hidden_dropout_prob"),
+@pytest.mark.parametrize("key,field", [("num_hidden_layer", "num_hidden_layers"),
+                                       ("hidden_dropout", "hidden_dropout_prob"),
                                        ("layer_norm_epsilon", "layer_norm_eps"), ("Hidden_Act", "hidden_act"),
                                        ("intermediate_group", "intermediate_groups"), ("q_group", "q_groups"),
                                        ("attention_dropout_prob", "attention_probs_dropout_prob")])
