@@ -19,7 +19,7 @@ import shutil
 import sys
 import time
 
-from squeezebert_jax import cli
+from squeezebert_jax import cli, loop
 from squeezebert_jax.benchmarks import real_text
 from squeezebert_jax.benchmarks.timing import cpu_model, format_table
 from squeezebert_jax.files import atomic_write, check_output_dir, check_output_file
@@ -83,14 +83,15 @@ def main(argv=None):
 
     config = pretrain_config(os.path.join(args.workdir, "prepared"), args.steps, args.batch, args.lr, args.seq_len)
     t0 = time.perf_counter()
-    final = pretrain.train_and_evaluate(config, os.path.join(args.workdir, "pretrain"))
+    final = loop.require_finished(pretrain.train_and_evaluate(config, os.path.join(args.workdir, "pretrain")),
+                                  os.path.join(args.workdir, "pretrain"), "the pretraining")
     pretrain_s = time.perf_counter() - t0
     curve = [(r["step"], r["mlm_loss"], r["mlm_accuracy"])
              for r in read_metrics(os.path.join(args.workdir, "pretrain")) if "mlm_loss" in r]
 
     random_dir = os.path.join(args.workdir, "random_init")  # the same shape and tokenizer, random weights
     save_pretrained(pretrain.new_model(config, tok.vocab_size), random_dir, tokenizer_dir=os.path.join(
-        args.workdir, "prepared"))
+        args.workdir, "prepared"), overwrite=True)  # the run's own: written again when the run is
     data_dir = os.path.join(args.workdir, "data")
     sizes = real_text.movie_splits(snippets, data_dir)
     recipe = real_text.Recipe(learning_rate=args.finetune_lr, epochs=args.finetune_epochs)

@@ -22,7 +22,7 @@ import types
 from typing import Callable
 
 from squeezebert_jax import files
-from squeezebert_jax.errors import InputError, MissingExtraError
+from squeezebert_jax.errors import InputError, MissingExtraError, StoppedEarly
 
 # Expected: the user can fix these. OSError subclasses about paths; FloatingPointError is a diverged run, whose
 # message names the step and the last good checkpoint.
@@ -124,12 +124,19 @@ def forget_refused_run_log() -> None:
 def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None, prog: str | None = None,
         debug: bool | None = None) -> int:
     """Call ``main(argv)`` and turn its outcome into an exit status: its return value (None: 0); an expected error:
-    one line on stderr, 1 (re-raised with ``--debug``); Ctrl-C: 130.
+    one line on stderr, 1 (re-raised with ``--debug``); a training stopped early (``StoppedEarly``): its line, 0 with
+    a checkpoint to resume from (on stdout), else 1; Ctrl-C: 130.
     ``if __name__ == "__main__": sys.exit(cli.run(main))``."""
     if debug is None:
         debug = debug_requested(sys.argv[1:] if argv is None else argv)
     try:
         rc = main(argv)
+    except StoppedEarly as e:
+        if e.resumable:
+            print(str(e))
+            return 0
+        report(e, prog)
+        return 1
     except EXPECTED as e:
         if debug:
             raise

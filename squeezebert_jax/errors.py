@@ -17,5 +17,16 @@ class CheckpointMismatchError(InputError):
     whose train state has another structure or other shapes than the current config's (nothing is touched)."""
 
 
+class StoppedEarly(Exception):
+    """A training stopped before its end (SIGTERM, ``stop_at_step``), by itself or inside a larger job (a sweep's run,
+    a comparison's fine-tuning): ``loop.require_finished``. The scripts print the message and exit 0 when a checkpoint
+    is on disk to resume from (``resumable``: run the same command again), as a preempted job should, and 1 when none
+    is; whatever the job would have done after that training is not done."""
+
+    def __init__(self, message: str, resumable: bool):
+        super().__init__(message)
+        self.resumable = resumable
+
+
 class DataFileError(InputError):
     """A data file that does not fit the task's description: the message names the file, line and column."""

@@ -27,7 +27,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from squeezebert_jax import checkpointing, parallel, reporting, trainer
-from squeezebert_jax.errors import CheckpointMismatchError, InputError
+from squeezebert_jax.errors import CheckpointMismatchError, InputError, StoppedEarly
 from squeezebert_jax.files import json_text
 from squeezebert_jax.pretrained import atomic_write, save_pretrained
 
@@ -267,6 +267,20 @@ def run(state, start: int, end: int, hooks: Hooks, *, config: ml_collections.Con
             break
     bar.close()
     return state, stop
+
+
+def require_finished(result: dict, workdir: str, what: str = "the run") -> dict:
+    """``result`` (pretraining's or fine-tuning's) of a training that ran to its end; one stopped early (SIGTERM,
+    ``stop_at_step``) raises ``StoppedEarly`` naming it and its checkpoint, so that neither a script nor a job that
+    goes on to read the run's model and scores (a sweep, a comparison) takes a stopped run for a finished one."""
+    if not result.get("preempted"):
+        return result
+    checkpoints, step = os.path.join(workdir, "checkpoints"), result.get("checkpoint_step")
+    if step is None:
+        raise StoppedEarly(f"{what} stopped early (signal or stop_at_step), and no checkpoint is on disk in "
+                           f"{checkpoints}: it starts over when run again", resumable=False)
+    raise StoppedEarly(f"{what} stopped early (signal or stop_at_step): checkpoint of step {step} saved in "
+                       f"{checkpoints}, no model exported; run the same command again to resume", resumable=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 import ml_collections
 from tqdm.auto import tqdm
 
-from squeezebert_jax import distill, evaluation, files, glue, trainer
+from squeezebert_jax import distill, evaluation, files, glue, loop, trainer
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
@@ -447,7 +447,7 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
             if os.path.exists(run_dir):  # a run that did not finish (no row): it resumes from its checkpoints
                 log.info("%s has no row in %s: resuming it", run_dir, record)
             t0 = time.time()
-            res = ft.finetune(c, run_dir)
+            res = loop.require_finished(ft.finetune(c, run_dir), run_dir, f"the sweep's run {run_dir}")
             wall = time.time() - t0
             metric = selection_metric(task)
             dev = {k: v for k, v in res["best"].items() if "/" in k}

@@ -4,6 +4,7 @@ entry points, end to end: tests/test_pretrain.py and tests/test_finetune_trainer
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -167,3 +168,40 @@ def test_a_file_in_a_checkpoints_place_is_refused_a_stray_file_ignored(tmp_path)
     (ck / "2").write_text("{}")
     with pytest.raises(errors.InputError, match=rf"^{ck / '2'} is a file, not the checkpoint of step 2"):
         checkpointing.steps_on_disk(str(ck))
+
+
+def test_a_training_stopped_early_ends_the_job_it_is_part_of_with_one_line(tmp_path, monkeypatch, run_cli, capsys):
+    """loop.require_finished: a training stopped early (SIGTERM, stop_at_step) inside a larger job is named with its
+    checkpoint, and the job stops there (a sweep read its missing scores: a TypeError; the real-text kinds their
+    missing model), exiting 0 when a checkpoint is on disk to resume from, 1 when none is. The sweep records no row
+    for the stopped run, so that its rerun resumes it."""
+    from squeezebert_jax import cli, corpus, sweep
+    from squeezebert_jax import finetune as ft
+
+    finished = {"preempted": False, "best": {"epoch": 1}}
+    assert loop.require_finished(finished, str(tmp_path)) is finished
+    with pytest.raises(errors.StoppedEarly, match=rf"^the rte run stopped early \(signal or stop_at_step\): checkpoint "
+                                                  rf"of step 3 saved in {tmp_path}/checkpoints, no model exported; "
+                                                  "run the same command again to resume$") as e:
+        loop.require_finished({"preempted": True, "checkpoint_step": 3}, str(tmp_path), "the rte run")
+    assert e.value.resumable
+
+    def stopped(main):
+        return cli.run(lambda argv: main(), [], prog="job.py")
+
+    def resumable():
+        raise errors.StoppedEarly("stopped, resumable", resumable=True)
+
+    def lost():
+        raise errors.StoppedEarly("stopped, nothing saved", resumable=False)
+
+    assert stopped(resumable) == 0 and capsys.readouterr().out == "stopped, resumable\n"
+    assert stopped(lost) == 1 and capsys.readouterr().err == "job.py: error: stopped, nothing saved\n"
+
+    data = corpus.write_glue_tasks(tmp_path / "glue", num_train=4, num_dev=2, num_test=2, tasks=("rte",))
+    monkeypatch.setattr(ft, "finetune", lambda c, run_dir: {"preempted": True, "checkpoint_step": 2})
+    wd = tmp_path / "sweep"
+    rc, out, err = run_cli("train/glue_recipe.py", "--init_from", tmp_path, "--data_dir", data, "--workdir", wd,
+                           "--tasks", "rte", "--epochs", "1", "--sweep", "lr=1e-3,1e-2")
+    assert rc == 0 and f"the sweep's run {wd}/rte/lr=0.001,seed=0 stopped early" in out, err
+    assert "checkpoint of step 2" in out and sweep.read_rows(os.path.join(wd, sweep.RECORD)) == []

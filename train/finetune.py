@@ -15,8 +15,7 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from squeezebert_jax import cli, files
-from squeezebert_jax.errors import InputError
+from squeezebert_jax import cli, files, loop
 from squeezebert_jax.finetune import finetune
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
@@ -33,15 +32,8 @@ def main(argv):
     files.check_run_dir(_WORKDIR.value, "fine-tuning", _OVERWRITE.value)  # before log.txt is written there
     cli.setup_logging(os.path.join(_WORKDIR.value, "log.txt"))
     cli.enable_compilation_cache()
-    results = finetune(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value)
-    checkpoints = os.path.join(_WORKDIR.value, "checkpoints")
-    if results["preempted"] and results.get("checkpoint_step") is None:
-        raise InputError(f"stopped early (signal), and no checkpoint is on disk in {checkpoints}: the run must start "
-                         "over")
-    if results["preempted"]:
-        print(f"stopped early (signal): checkpoint of step {results['checkpoint_step']} saved in {checkpoints}; run "
-              "the same command again to resume")
-        return
+    results = loop.require_finished(finetune(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value),
+                                    _WORKDIR.value, "fine-tuning")
     print(json.dumps(results["best"], indent=2))
     print(f"best model: {os.path.join(_WORKDIR.value, 'model')}")
 

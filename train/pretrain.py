@@ -12,8 +12,7 @@ import time
 from absl import flags
 from ml_collections import config_flags
 
-from squeezebert_jax import cli
-from squeezebert_jax.errors import InputError
+from squeezebert_jax import cli, loop
 from squeezebert_jax.pretrain import check_settings, check_workdir, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=True)
@@ -38,15 +37,9 @@ def main(argv):
         print(f"last interval: loss {final['loss']:.4f} (mlm {final['mlm_loss']:.4f}, accuracy "
               f"{final['mlm_accuracy']:.3f}; {t} {final[f'{t}_loss']:.4f}, accuracy {final[f'{t}_accuracy']:.3f}), "
               f"{final['seq_per_s']:.1f} seq/s; {elapsed:.0f} s in all")
-    if final["preempted"] and final.get("checkpoint_step") is None:
-        raise InputError(f"stopped early, and no checkpoint is on disk in {os.path.join(workdir, 'checkpoints')}: "
-                             "the run must start over")
-    if final["preempted"]:
-        print(f"stopped early: checkpoint of step {final['checkpoint_step']} saved, no model exported; run the same "
-              f"command again to resume from {os.path.join(workdir, 'checkpoints')}")
-    else:
-        print(f"model saved to {os.path.join(workdir, 'model')} (convert/to_pytorch.py accepts it); "
-              f"metrics in {os.path.join(workdir, 'metrics.jsonl')}")
+    loop.require_finished(final, workdir, "pretraining")
+    print(f"model saved to {os.path.join(workdir, 'model')} (convert/to_pytorch.py accepts it); "
+          f"metrics in {os.path.join(workdir, 'metrics.jsonl')}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import ml_collections
 
 from squeezebert_jax import corpus, finetune as ft, pretrain
 from squeezebert_jax.benchmarks.timing import format_table
+from squeezebert_jax.loop import require_finished
 from squeezebert_jax.model import count_params, SqueezeBertConfig
 from squeezebert_jax.pretrained import load_pretrained
 
@@ -79,12 +80,14 @@ def run(pretrain_base: ml_collections.ConfigDict, finetune_base, workdir: str, s
         run_dir = os.path.join(workdir, name.split()[0].lower())
         c = pretrain_config(pretrain_base, name, steps, batch, seq_len, demo_docs)
         t0 = time.perf_counter()
-        final = pretrain.train_and_evaluate(c, os.path.join(run_dir, "pretrain"))
+        final = require_finished(pretrain.train_and_evaluate(c, os.path.join(run_dir, "pretrain")),
+                                 os.path.join(run_dir, "pretrain"), f"{name}'s pretraining")
         t1 = time.perf_counter()
         fc = finetune_base(task)
         fc.init_from, fc.data_dir, fc.num_epochs, fc.max_seq_length, fc.progress = (
             os.path.join(run_dir, "pretrain", "model"), glue_dir, epochs, seq_len, False)
-        res = ft.finetune(fc, os.path.join(run_dir, "finetune"))
+        res = require_finished(ft.finetune(fc, os.path.join(run_dir, "finetune")), os.path.join(run_dir, "finetune"),
+                               f"{name}'s fine-tuning")
         t2 = time.perf_counter()
         encoder = load_pretrained(os.path.join(run_dir, "pretrain", "model")).transformer
         row = Row(name, count_params(encoder), final["mlm_loss"], final["mlm_accuracy"], final.get("rtd_accuracy"),

@@ -30,6 +30,7 @@ import numpy as np
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import finetune
+from squeezebert_jax.loop import require_finished
 from squeezebert_jax.predict import Predictor, read_inputs
 from squeezebert_jax.pretrain_data import split_sentences
 
@@ -127,7 +128,7 @@ def ours(model_dir: str, data_dir: str, workdir: str, recipe: Recipe, config) ->
     c.weight_decay, c.progress = 0.0, False
     n = len(read_csv(c.data.train_file)[1])
     t0 = time.perf_counter()
-    res = finetune(c, workdir)
+    res = require_finished(finetune(c, workdir), workdir, f"the fine-tuning in {workdir}")
     wall = time.perf_counter() - t0
     per_epoch = [h["validation/accuracy"] for h in res["history"]]
     return Result("squeezebert-jax (ours)", max(per_epoch), per_epoch, wall, n * recipe.epochs / wall)
@@ -289,7 +290,8 @@ def run_kinds(model_dir: str, settings: dict, workdir: str, make_config, epochs:
             c.data[k] = v
         c.learning_rate, c.num_epochs, c.batch_size, c.max_seq_length = learning_rate, epochs, 16, 64
         t0 = time.perf_counter()
-        res = finetune(c, os.path.join(workdir, kind))
+        res = require_finished(finetune(c, os.path.join(workdir, kind)), os.path.join(workdir, kind),
+                               f"the {kind} fine-tuning")
         wall = time.perf_counter() - t0
         predictor = Predictor(os.path.join(workdir, kind, "model"), max_length=64)
         if kind == "token_classification":
