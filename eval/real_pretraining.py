@@ -91,7 +91,7 @@ def main(argv=None):
 
     random_dir = os.path.join(args.workdir, "random_init")  # the same shape and tokenizer, random weights
     save_pretrained(pretrain.new_model(config, tok.vocab_size), random_dir, tokenizer_dir=os.path.join(
-        args.workdir, "prepared"), overwrite=True)  # the run's own: written again when the run is
+        args.workdir, "prepared"), overwrite="replace")  # the run's own, written at each run
     data_dir = os.path.join(args.workdir, "data")
     sizes = real_text.movie_splits(snippets, data_dir)
     recipe = real_text.Recipe(learning_rate=args.finetune_lr, epochs=args.finetune_epochs)

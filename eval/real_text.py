@@ -64,7 +64,7 @@ def main(argv=None):
     hf_dir, snippets = real_text.fetch(args.cache)
     model_dir = os.path.join(args.workdir, "minilm")
     if not os.path.isfile(os.path.join(model_dir, "params.safetensors")):
-        import_torch(hf_dir, model_dir, overwrite=True)  # a killed import left a part of it
+        import_torch(hf_dir, model_dir, overwrite="replace")  # the run's own (a killed import left a part)
     tables = []
     if args.part in ("all", "compare"):
         tables.append(compare(args, hf_dir, snippets, model_dir))

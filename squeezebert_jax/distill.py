@@ -88,7 +88,7 @@ _ANY_DEPTH = 10_000  # no model has more layers: the forms are checked, not the 
 
 
 def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir: str | None = None, *,
-                              overwrite: bool = False) -> nnx.Module:
+                              overwrite: bool | str = False) -> nnx.Module:
     """A ``num_layers`` student of the teacher's class whose embeddings, chosen layers (``student_layer_choice``),
     pooler and head are the teacher's tensors. ``teacher``: a model or a MODEL_DIR; ``out_dir``: also saved there
     as a MODEL_DIR (with the teacher directory's tokenizer)."""

@@ -467,7 +467,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     if config.student_layers:  # a shallower student from init_from's layers (PKD / DistilBERT start)
         init_from = os.path.join(workdir, "student_init")
         distill.init_student_from_teacher(config.init_from, config.student_layers, config.student_layer_map,
-                                          out_dir=init_from, overwrite=True)  # the run's own, again on resume
+                                          out_dir=init_from, overwrite="replace")  # the run's own
     model = load_pretrained(init_from, spec.head, num_labels=num_labels,
                             dtype=dtype, seed=config.seed, config_overrides=overrides, resuming=resuming)
     model = align_to_task(model, spec, config.init_from)

@@ -299,7 +299,7 @@ def export(model: nnx.Module, params, tokenizer_dir: str, out_dirs: dict[str, nn
         return
     first = next(iter(out_dirs))
     for out_dir, module in out_dirs.items():  # the run's own directories, written again at each export
-        save_pretrained(module, out_dir, tokenizer_dir=tokenizer_dir, overwrite=True,
+        save_pretrained(module, out_dir, tokenizer_dir=tokenizer_dir, overwrite="replace",
                         beside=tuple(extra_files or ()) if out_dir == first else ())
     for name, obj in (extra_files or {}).items():
         atomic_write(os.path.join(first, name), json_text(obj, indent=2))

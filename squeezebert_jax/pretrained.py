@@ -131,18 +131,25 @@ MODEL_FILES = ("config.json", PARAMS_FILE, "model.safetensors", "pytorch_model.b
 
 
 def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str, str]],
-                    overwrite: bool = False) -> None:
+                    overwrite: bool | str = False) -> None:
     """Writing a model (its files ``writes`` and the tokenizer ``files``) into ``dst_dir`` loses nothing and leaves
     nothing of another model to be read with it: a directory that holds a model already is refused unless
     ``overwrite``, and even then where a model file (``MODEL_FILES``) or, with a tokenizer of its own, a tokenizer
     file of another model would stay beside this one's (a stale vocab.txt beside a new spiece.model is read instead;
     a fine-tuned model's task.json beside a pretraining model is read as its card). Before anything is written,
-    naming the file."""
+    naming the file. ``overwrite="replace"``: a training run's own MODEL_DIR (WORKDIR/model, written again at each
+    export, and after the run's --overwrite): the other model's files are removed instead, with a warning naming them,
+    so that an export never fails after the training."""
     if not os.path.isdir(dst_dir):
         return
     ours = set(writes) | {name for name, _ in files}
     held = [n for n in MODEL_FILES + (TOKENIZER_FILES if files else ()) if os.path.lexists(os.path.join(dst_dir, n))]
-    if stale := [n for n in held if n not in ours]:
+    stale = [n for n in held if n not in ours]
+    if stale and overwrite == "replace":
+        log.warning("%s: removing %s, of the model written there before, not of this one", dst_dir, ", ".join(stale))
+        for name in stale:
+            os.remove(os.path.join(dst_dir, name))
+    elif stale:
         what = "a tokenizer file" if stale[0] in TOKENIZER_FILES else "a model file"
         mine = ", ".join(sorted(ours & set(TOKENIZER_FILES if stale[0] in TOKENIZER_FILES else MODEL_FILES)))
         raise InputError(f"{dst_dir} holds {stale[0]}, {what} this model does not have (it has {mine}): it would be "
@@ -163,10 +170,11 @@ def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[st
 
 
 def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None, *,
-                    overwrite: bool = False, beside: tuple[str, ...] = ()) -> str:
+                    overwrite: bool | str = False, beside: tuple[str, ...] = ()) -> str:
     """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``).
     A directory that holds a model already is replaced only with ``overwrite``, and never where a file of the other
-    model would stay (``check_model_dir``; ``beside``: files the caller writes next, such as a task's task.json)."""
+    model would stay (``check_model_dir``; ``beside``: files the caller writes next, such as a task's task.json;
+    ``overwrite="replace"``: a training run's own model directory, whose other files go)."""
     from safetensors.numpy import save_file
 
     model_dir = path_argument("model_dir", model_dir)
@@ -481,7 +489,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
 
 
 def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None,
-                 label_names: list[str] | None = None, *, overwrite: bool = False) -> nnx.Module:
+                 label_names: list[str] | None = None, *, overwrite: bool | str = False) -> nnx.Module:
     """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model.
 
     ``label_names`` names a classifier's outputs 0..n-1 (its ``id2label``) where the checkpoint's config does not

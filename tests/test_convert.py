@@ -596,6 +596,9 @@ def test_a_model_is_written_over_another_only_with_overwrite_and_never_beside_it
     empty = tmp_path / "empty"
     empty.mkdir()
     sj.save_pretrained(model, empty)  # an empty directory is a new one
+    # a training run's own model directory (its export): the other model's files go, named in a warning
+    sj.save_pretrained(model, ours, overwrite="replace")
+    assert sorted(os.listdir(ours)) == ["config.json", "params.safetensors"]
 
 
 def test_a_tokenizer_json_that_keeps_case_beside_an_uncased_vocab_is_refused(tmp_path):
