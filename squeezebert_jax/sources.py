@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from squeezebert_jax.errors import DataFileError, MissingExtraError
+from squeezebert_jax.files import env_switch
 
 PREFIXES = ("hf:", "tfds:")
 
@@ -45,15 +46,26 @@ def rows(spec: str):
     yield from (_hf_rows if kind == "hf" else _tfds_rows)(spec, name, split)
 
 
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
 def _hf_rows(spec: str, name: str, split: str):
-    # by name: the local cache only (this machine reaches no hub); a user's own setting wins
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    # by name: the local cache only (this machine reaches no hub), unless the user turned offline mode off by name
+    # (HF_HUB_OFFLINE=0); an empty or unset variable is no such choice (huggingface_hub reads an empty one as online:
+    # an hf: name went to the hub)
+    offline = not any(os.environ.get(v, "").strip() and env_switch(v) is False for v in _OFFLINE_VARS)
+    if offline:
+        os.environ.update(dict.fromkeys(_OFFLINE_VARS, "1"))
     try:
         import datasets
     except ImportError as e:
         raise MissingExtraError(f"{spec}: reading a Hugging Face dataset needs `pip install datasets` (the "
                                 f"squeezebert_jax[datasets] extra)") from e
+    if offline:  # the libraries read the variables once, when first imported (transformers imports huggingface_hub)
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+        datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
     _refuse_code(spec, name)
     try:
         if os.path.isdir(name):

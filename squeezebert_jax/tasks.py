@@ -593,6 +593,10 @@ def tag_scheme(names) -> str | None:
         raise DataFileError(f"{names['O']}: O, and no entity's tag (B-PER, I-LOC, ...) anywhere: a tagger would learn "
                             "nothing and entity F1 would have nothing to score")
     for tag, where in names.items():
+        dashed = tag.translate(_PUNCTUATION_LOOKALIKES)
+        if tag != "O" and dashed != tag and re.fullmatch(r"[BIESLU]-.+", dashed):
+            raise DataFileError(f"{where}: the tag {tag!r} joins its prefix with {tag[1]!r} (U+{ord(tag[1]):04X}), "
+                                f"not the hyphen '-' entity F1 reads: write it as {dashed!r}")
         if tag != "O" and not re.fullmatch(r"[BIESLU]-.+", tag):
             raise DataFileError(f"{where}: the tag {tag!r} is neither O nor an entity's tag (B-PER, I-LOC, ...: a "
                                 f"prefix B, I, E, S, L or U, a '-' and the type), which entity F1 cannot read; write "
@@ -934,12 +938,18 @@ def label_key(raw, where: str) -> str:
 # letters after.
 _CAPITAL_LOOKALIKES = str.maketrans("АВЕКМНОРСТУХІЈЅΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEKMHOPCTYXIJSABEZHIKMNOPTYX")
 _LOOKALIKES = str.maketrans("асеіјорѕхуԁһӏԛԝορ01", "aceijopsxydhlqwopol")
+# dashes, apostrophes and quotes as word processors and spreadsheets autocorrect them: non-toxic and non‐toxic,
+# don't and don’t (NFKC folds none of them)
+_PUNCTUATION_LOOKALIKES = {**dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63"), "-"),
+                           **dict.fromkeys(map(ord, "\u2018\u2019\u201b\u2032\u02bc"), "'"),
+                           **dict.fromkeys(map(ord, "\u201c\u201d\u201f\u2033"), '"')}
 
 
 def check_one_form(names) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
     seen) that differ only in case, in a Unicode compatibility form, in invisible characters, in the white space
-    between their words or in letters drawn alike, the digits 0 and 1 for the letters O and l too (``Pos`` and
+    between their words or in letters or punctuation drawn alike, the digits 0 and 1 for the letters O and l too,
+    dashes, apostrophes and quotes as autocorrect writes them (``non‐toxic``, ``don’t``) too (``Pos`` and
     ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark, a
     soft hyphen or a Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``; ``labe1``) are
     refused: one class written two ways would train as two. So are numbers beside names (``0``, ``1`` and ``pos``;
@@ -959,12 +969,12 @@ def check_one_form(names) -> None:
     for name, (where, line) in sorted(names.items(), key=lambda kv: kv[1][1]):
         # "very  good" is "very good": white space inside a name, in any run or kind
         key = " ".join(files.drop_invisible(unicodedata.normalize("NFKC", name)).split())
-        key = key.translate(_CAPITAL_LOOKALIKES).casefold().translate(_LOOKALIKES)
+        key = key.translate(_CAPITAL_LOOKALIKES).casefold().translate(_LOOKALIKES).translate(_PUNCTUATION_LOOKALIKES)
         first, at = folded.setdefault(key, (name, line))
         if first != name:
             raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case, "
-                                "form, invisible characters or letters drawn alike: write each class one way, or "
-                                "name both in config.data.labels to keep them apart")
+                                "form, invisible characters or letters or punctuation drawn alike: write each class "
+                                "one way, or name both in config.data.labels to keep them apart")
 
 
 def label_keys(raw, where: str) -> tuple[str, ...]:

@@ -160,3 +160,21 @@ def test_a_data_file_is_never_run_as_code(tmp_path):
         with pytest.raises(sj.errors.DataFileError, match=msg):
             list(sources.rows(spec))
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", ["", " ", "maybe"])
+def test_a_dataset_name_reaches_no_hub_unless_offline_mode_is_turned_off_by_name(monkeypatch, value):
+    """hf:NAME reads the local cache only: an empty HF_HUB_OFFLINE (which huggingface_hub reads as online) sent the
+    name to the hub, as did a process whose huggingface_hub was imported before (it reads the variable once, and
+    transformers imports it first). Only HF_HUB_OFFLINE=0 (the user's own choice) lets it go there."""
+    import huggingface_hub.constants
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # as read when it was first imported
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+    with pytest.raises(sj.errors.DataFileError, match=r"^hf:nobody/no-such-set:train: cannot load the dataset \(.*"
+                                                      r"OfflineModeIsEnabled"):
+        list(sources.rows("hf:nobody/no-such-set:train"))
+    assert huggingface_hub.constants.HF_HUB_OFFLINE and datasets.config.HF_DATASETS_OFFLINE

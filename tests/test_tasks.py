@@ -304,8 +304,16 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
         _labels_of(tmp_path, "w.csv", "review,sentiment\na,pos\nb,ｐｏｓ\n")
     with pytest.raises(sj.errors.DataFileError, match=r"c.csv:3: column 'sentiment': the label '\u0440os' differs "
                                                       r"from 'pos' \(line 2\) only in case, form, invisible characters "
-                                                      r"or letters drawn alike"):  # a Cyrillic er
+                                                      r"or letters or punctuation drawn alike"):  # a Cyrillic er
         _labels_of(tmp_path, "c.csv", "review,sentiment\na,pos\nb,\u0440os\n")
+    # dashes, apostrophes and quotes as autocorrect writes them: a hyphen (U+2010), an en dash, a minus sign, a right
+    # single quotation mark, a modifier letter apostrophe, curly double quotes
+    for odd, usual in (("non\u2010toxic", "non-toxic"), ("non\u2013toxic", "non-toxic"), ("\u22121 x", "-1 x"),
+                       ("don\u2019t", "don't"), ("don\u02bct", "don't"), ("\u201cok\u201d", '"ok"')):
+        with pytest.raises(sj.errors.DataFileError, match=r"p.jsonl:2: .*differs from .* only in case, form, "
+                                                          r"invisible characters or letters or punctuation drawn"):
+            _labels_of(tmp_path, "p.jsonl", json.dumps({"review": "a", "sentiment": usual}) + "\n"
+                       + json.dumps({"review": "b", "sentiment": odd}) + "\n")
     task, _ = _labels_of(tmp_path, "g.csv", "review,sentiment\na,\u03b1-helix\nb,a-helix\n")  # alpha: no look-alike
     assert task.labels == ("a-helix", "\u03b1-helix")
     # values no float holds stay apart (both were 0.0, a class apart from 0); 1_000 is 1000 or a name: refused

@@ -199,7 +199,11 @@ def test_tags_that_differ_only_in_case_or_form_are_refused(tmp_path):
                                                r"\(O, B-PER, ...\); the letter O\?"),
                       ("john B-PER\nshot 1.0\n", r"t.conll:1: the sentence's tag '1.0' is a number"),
                       ("john B-PER\nshot O\n\nmary \u0412-PER\nran O\n",  # a Cyrillic capital Ve for the B
-                       r"t.conll:4: .*'\u0412-PER' differs from 'B-PER' .*letters drawn alike"),
+                       r"t.conll:4: .*'\u0412-PER' differs from 'B-PER' .*letters or punctuation drawn alike"),
+                      # a prefix joined by a dash that is not the hyphen (U+2010: autocorrect)
+                      ("john B\u2010PER\nshot O\n", r"t.conll:1: .*the tag 'B\u2010PER' joins its prefix with "
+                                                     r"'\u2010' \(U\+2010\), not the hyphen '-' entity F1 reads: "
+                                                     r"write it as 'B-PER'"),
                       # a type without a prefix (seqeval: MISC an entity of type ISC, OTHER an O), two schemes
                       ("john B-PER\nshot O\n\nmary MISC\nran O\n", r"t.conll:4: the sentence's tags: the tag 'MISC' "
                                                                     r"is neither O nor an entity's tag"),
