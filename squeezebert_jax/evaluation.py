@@ -28,9 +28,12 @@ class TaskMismatchError(InputError):
     """A sequence classifier whose output count does not fit the GLUE task."""
 
 
-def align_to_task(model, task, source: str):
+def align_to_task(model, task, source: str, trained: bool = False):
     """Check that ``model`` (a sequence classifier) fits ``task`` (a GLUE name or a ``tasks`` Task) and put its outputs
-    in the task's label order.
+    in the task's label order. Outputs named for another task (RTE's entailment, not_entailment on SST-2's 0, 1) are
+    read as the task's in order, with a warning, where the model is to be fine-tuned (its head trains anyway); where
+    it is taken as ``trained`` for the task (scored, or a teacher), they are refused: its scores would be another
+    task's.
 
     When the config's ``id2label`` names the task's labels in another order (e.g. an MNLI checkpoint trained
     with transformers' old contradiction/entailment/neutral order), the classifier's columns are permuted
@@ -55,6 +58,11 @@ def align_to_task(model, task, source: str):
     if perm is None and named and not all(re.fullmatch(r"LABEL_\d+", x) for x in named) and \
             [x.lower() for x in named] != [x.lower() for x in spec.labels]:
         # another task's classifier (a/b for neg/pos): its outputs are read as the task's, in order -- say which
+        if trained:
+            raise TaskMismatchError(
+                f"{source}: the classifier's outputs are named {', '.join(named)}, not {task}'s labels "
+                f"{', '.join(spec.labels)}: a model of another task? If they do mean {', '.join(spec.labels)} in this "
+                f"order, write those names in its config.json's id2label")
         log.warning("%s: the classifier's outputs are named %s, not %s's labels %s: kept in order, read as %s",
                     source, named, task, list(spec.labels),
                     ", ".join(f"{a} -> {b}" for a, b in zip(named, spec.labels)))
@@ -93,7 +101,7 @@ def load_for_task(model_dir: str, task, source: str | None = None):
             f"{where} says the model reads {len(cols)} text{'s' * (len(cols) != 1)} ({', '.join(cols)}); "
             f"{spec.name} gives {len(spec.text_columns)} ({', '.join(spec.text_columns)}): a model fine-tuned on "
             f"{spec.name}'s kind of input reads it")
-    return align_to_task(model, spec, source or model_dir)
+    return align_to_task(model, spec, source or model_dir, trained=True)
 
 
 def evaluate(model_dir: str, task: str, data_dir: str | None, split: str | None = None,

@@ -4,6 +4,7 @@ file, a model without a classifier head, a misspelt task."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -193,7 +194,8 @@ def test_eval_refuses_a_model_without_a_classifier_head(tmp_path, data, run_cli,
 def test_a_classifier_of_your_own_files_is_scored_only_on_a_task_it_reads(tmp_path, data, run_cli, digest):
     """A classifier fine-tuned on your own files says in task.json what it reads: on RTE's pairs, one that reads one
     text (it would read each pair as one text) or a multilabel one is refused by name, for evaluation, test
-    predictions and as a teacher; one that reads a pair is scored."""
+    predictions and as a teacher; one that reads a pair is scored. So is a classifier whose outputs are named for
+    another task."""
     one = model_dir(tmp_path / "one", num_labels=2)
     (tmp_path / "one" / "task.json").write_text('{"kind": "classification", "text_columns": ["review"]}')
     multi = model_dir(tmp_path / "multi", num_labels=2)
@@ -211,6 +213,16 @@ def test_a_classifier_of_your_own_files_is_scored_only_on_a_task_it_reads(tmp_pa
     with pytest.raises(InputError, match=rf"^teacher {one}: its task.json says the model reads 1 text"):
         distill.teacher_logits(one, "rte", "train", ex, 16, str(tmp_path / "cache"))
     assert digest(one, multi, data) == before and not (tmp_path / "out").exists()
+    # a classifier whose outputs are named for another task (sentiment's neg, pos on RTE): another task's scores
+    named = model_dir(tmp_path / "named", num_labels=2)
+    cfg = json.loads((tmp_path / "named" / "config.json").read_text())
+    cfg.update(id2label={"0": "neg", "1": "pos"}, label2id={"neg": 0, "pos": 1})
+    (tmp_path / "named" / "config.json").write_text(json.dumps(cfg))
+    rc, _, err = run_cli("eval/glue.py", "--model", named, "--task", "rte", "--data_dir", data)
+    assert rc == 1 and one_error_line(err, "glue.py").endswith(
+        f"{named}: the classifier's outputs are named neg, pos, not rte's labels entailment, not_entailment: a model "
+        "of another task? If they do mean entailment, not_entailment in this order, write those names in its "
+        "config.json's id2label")
     (tmp_path / "one" / "task.json").write_text('{"kind": "classification", "text_columns": ["premise", "claim"]}')
     rc, out, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data)
     assert rc == 0 and "rte" in out, err

@@ -336,8 +336,9 @@ def test_legacy_mnli_label_order_is_reordered_for_evaluation_and_predictions(tmp
 
 
 def test_a_classifier_of_other_label_names_is_named_in_a_warning(tmp_path, caplog):
-    """Three outputs named for another task (a, b, c) read as MNLI's labels: kept in order, and the log says which
-    is which (it used to be silent); transformers' LABEL_0.. names and the task's own say nothing."""
+    """Three outputs named for another task (a, b, c) read as MNLI's labels where the model is fine-tuned on MNLI:
+    kept in order, and the log says which is which (it used to be silent); transformers' LABEL_0.. names and the
+    task's own say nothing. Scored on MNLI, or taken as its teacher, the same model is refused."""
     for id2label, warned in (({0: "a", 1: "b", 2: "c"}, True), ({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, False),
                              ({0: "Entailment", 1: "neutral", 2: "contradiction"}, False)):
         model = _mnli_classifier_dir(tmp_path / "m", id2label)
@@ -347,6 +348,17 @@ def test_a_classifier_of_other_label_names_is_named_in_a_warning(tmp_path, caplo
         assert ("M: the classifier's outputs are named ['a', 'b', 'c'], not mnli's labels ['entailment', 'neutral', "
                 "'contradiction']: kept in order, read as a -> entailment, b -> neutral, c -> contradiction"
                 in caplog.text) == warned, caplog.text
+        # scored, or taken as a teacher, such a model is another task's: refused (its names, the task's, the fix)
+        model = _mnli_classifier_dir(tmp_path / "m", id2label)
+        if warned:
+            with pytest.raises(evaluation.TaskMismatchError, match=r"^M: the classifier's outputs are named a, b, c, "
+                                                                   r"not mnli's labels entailment, neutral, "
+                                                                   r"contradiction: a model of another task\? If "
+                                                                   r"they do mean .* write those names in its "
+                                                                   r"config.json's id2label$"):
+                evaluation.align_to_task(model, "mnli", "M", trained=True)
+        else:
+            evaluation.align_to_task(model, "mnli", "M", trained=True)
 
 
 def test_an_evaluation_length_past_the_models_positions_is_refused(tmp_path):
