@@ -23,7 +23,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from squeezebert_jax import checkpointing, files, loop, losses, optim, parallel, pretrain_data, reporting, trainer
+from squeezebert_jax import (checkpointing, corpus, files, loop, losses, optim, parallel, pretrain_data, reporting,
+                             trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.flops import flops
 from squeezebert_jax.pretrained import atomic_write, load_pretrained, read_model_config
@@ -465,6 +466,27 @@ def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bo
                                inputs={"init_from": config.init_from})
 
 
+def check_init_vocabulary(config: ml_collections.ConfigDict) -> None:
+    """The data's ids mean the words ``init_from``'s embeddings were trained for: its vocabulary is the one the data
+    is tokenized with (a prepared directory's recorded tokenizer; the demo corpus's own vocabulary). Before anything
+    is written: the demo data was made first, and a refused run left it behind."""
+    own = Tokenizer.from_dir(config.init_from) if config.init_from else None
+    if config.data.source == "demo":
+        data, where = corpus.demo_vocab(), "the demo corpus is tokenized with"
+        fix = (f"pretrain on the demo corpus without init_from, or prepare your own text with {own and own.path} "
+               "(train/prepare_data.py --vocab)")
+    else:
+        prepared = Tokenizer.from_dir(config.data.path) if os.path.isdir(config.data.path) else None
+        data, where = prepared and prepared.tokens, f"{config.data.path} was prepared with"
+        fix = f"prepare the data with {own and own.path}"
+    if own is None or data is None or own.tokens == data:
+        return
+    differ = next((i for i, (a, b) in enumerate(zip(own.tokens, data)) if a != b), min(len(own.tokens), len(data)))
+    raise InputError(f"config.init_from={config.init_from!r}: its vocabulary ({own.vocab_size} entries) is not the "
+                     f"one {where} ({len(data)}; they differ from id {differ}): its embeddings would read other "
+                     f"words; {fix}")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> dict[str, Any]:
     """Pretrain as ``config`` says, in ``workdir``; returns the last logged metrics, plus ``preempted``: True when
     the run stopped early (SIGTERM or ``stop_at_step``) with a checkpoint to resume from and no exported model.
@@ -473,6 +495,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
     workdir = os.fspath(workdir)
     check_settings(config)
     check_workdir(config, workdir, overwrite)
+    check_init_vocabulary(config)
 
     # -- Distributed + mesh ------------------------------------------------------------------------
     parallel.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
@@ -502,14 +525,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
 
     # -- Model -------------------------------------------------------------------------------------
     if config.init_from:
-        # the data's ids must mean the words the model's embeddings were trained for (its own tokenizer's)
-        own = Tokenizer.from_dir(config.init_from)
-        if own is not None and (mine := own.tokens) != (data := tokenizer.tokens):
-            differ = next((i for i, (a, b) in enumerate(zip(mine, data)) if a != b), min(len(mine), len(data)))
-            raise InputError(f"config.init_from={config.init_from!r}: its vocabulary ({own.vocab_size} entries) is "
-                             f"not the one {data_dir} was prepared with ({tokenizer.vocab_size}; they differ from id "
-                             f"{differ}): its embeddings would read other words; prepare the data with "
-                             f"{own.path}")
         model = load_pretrained(config.init_from, "SqueezeBertForPreTraining", dtype=trainer.compute_dtype(config),
                                 seed=config.seed)
         execution = model_config(config)  # the config's scan/remat/attention (model.overrides may set them)

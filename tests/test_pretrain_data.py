@@ -474,6 +474,16 @@ def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_dat
         pretrain.train_and_evaluate(tiny_config(init_from=str(wd / "model"), **{
             "data.source": "prepared", "data.path": str(other / "data"), "model.overrides": {}}), str(third))
     assert not third.exists()
+    # and on the demo corpus, which is tokenized with its own vocabulary: refused before the demo data is made
+    swapped = tmp_path / "swapped"
+    shutil.copytree(wd / "model", swapped)
+    (swapped / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    with pytest.raises(errors.InputError, match=rf"^config.init_from='{re.escape(str(swapped))}': its vocabulary "
+                                                rf"\({n} entries\) is not the one the demo corpus is tokenized with "
+                                                rf"\({n}; they differ from id {n - 2}\): .*; pretrain on the demo "
+                                                r"corpus without init_from, or prepare your own text with "):
+        pretrain.train_and_evaluate(tiny_config(init_from=str(swapped), **{"model.overrides": {}}), str(third))
+    assert not third.exists()
 
 
 def test_lines_cut_at_max_line_chars_are_a_warning_and_a_file_with_no_line_breaks_is_refused(tmp_path, caplog):
