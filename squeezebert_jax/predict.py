@@ -133,7 +133,8 @@ class Predictor:
             inputs = inputs.tolist()
         if isinstance(inputs, UserString):  # a text, not a sequence of one-character texts
             inputs = str(inputs)
-        if isinstance(inputs, str) or (isinstance(inputs, tuple) and inputs and all(isinstance(t, str) for t in inputs)):
+        # a tuple is one input, an empty one too (an input of no text: refused below, not read as no inputs)
+        if isinstance(inputs, str) or (isinstance(inputs, tuple) and all(isinstance(t, str) for t in inputs)):
             batch, one = [inputs], True
         elif isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
             batch, one = list(inputs), False
@@ -144,7 +145,7 @@ class Predictor:
         for i, x in enumerate(batch):
             name = "the input" if one else f"input {i + 1}"
             x = str(x) if isinstance(x, UserString) else x
-            if isinstance(x, (tuple, list)) and x and all(isinstance(t, str) for t in x):
+            if isinstance(x, (tuple, list)) and all(isinstance(t, str) for t in x):
                 x = tuple(x)
             elif not isinstance(x, str):
                 raise InputError(f"{name} is {_kind_of(x)}, not a text (str) or a tuple of texts")

@@ -204,6 +204,8 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
 def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundError:
     """The error for a directory given as a MODEL_DIR that lacks ``lacks`` (its config.json, its tokenizer), naming the
     MODEL_DIR inside when it is a training run's workdir (WORKDIR/model: what --config.init_from and --model take)."""
+    if not os.path.lexists(model_dir):  # a text given for the directory, or a typo: not "no config.json"
+        return FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR: config.json and the weights)")
     inner = os.path.join(model_dir, "model")
     hint = (f"; {model_dir} is a training run's workdir: its model is {inner}"
             if os.path.isfile(os.path.join(inner, "config.json")) else "")
@@ -227,6 +229,11 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     n = raw.get("num_labels")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):  # 2.0, "2", true: which is meant?
         raise InputError(f"{path}: num_labels is {json.dumps(n)}; expected an integer >= 1 (the classifier's outputs)")
+    outputs = n if n is not None else len(config.id2label) if config.id2label is not None else None
+    if config.problem_type == "regression" and outputs not in (None, 1):  # transformers: a multi-output regression
+        raise InputError(f"{path}: problem_type is \"regression\" with {outputs} outputs; a regression model here has "
+                         "one output (its score), and a classifier's problem_type is single_label_classification or "
+                         "multi_label_classification")
     if config.id2label is not None and n is not None and n != len(config.id2label):
         raise InputError(f"{path}: num_labels is {json.dumps(n)} but id2label names {len(config.id2label)} labels; "
                          "one name per output of the classifier")

@@ -414,7 +414,8 @@ def test_a_str_is_one_input_and_a_list_a_list(model_dir):
     ([("a", "b", "c")], r"^input 1 holds 3 texts; this model reads a text, or a pair of texts"),
     ((("a", "b", "c"),), r"^input 1 holds 3 texts"),
     (["good", ("a", "b")], r"^input 2 holds 2 texts but input 1 holds 1: every input holds the same number$"),
-    ([[]], r"^input 1 is list \[\], not a text"),
+    ([[]], r"^input 1 holds 0 texts; this model reads a text, or a pair of texts per input"),
+    ((), r"^the input holds 0 texts; this model reads"),  # a tuple is one input, an empty one too (it gave [])
 ])
 def test_anything_else_is_one_clear_input_error(model_dir, bad, msg):
     with pytest.raises(InputError, match=msg):
@@ -576,6 +577,13 @@ def test_predictor_sizes_are_checked_before_the_model_loads(tmp_path, kw, msg):
         Predictor(str(tmp_path / "no-model-here"), **kw)
 
 
+def test_a_model_dir_that_is_not_there_is_named_as_no_directory(tmp_path):
+    """Predictor("good movie") (a text where the MODEL_DIR goes) said "good movie: no config.json"."""
+    with pytest.raises(FileNotFoundError, match=r"^good movie: no such directory \(a MODEL_DIR: config.json and the "
+                                                r"weights\)$"):
+        Predictor("good movie")
+
+
 def test_a_card_and_a_config_of_other_problem_types_are_refused(model_dir, tmp_path):
     """config.json's problem_type (transformers') and task.json's kind must say the same: a multilabel card on a
     single-label classifier would score softmax outputs as sigmoids."""
@@ -589,6 +597,11 @@ def test_a_card_and_a_config_of_other_problem_types_are_refused(model_dir, tmp_p
     assert set(Predictor(str(path))("good")) == {"labels", "probabilities"}
     (path / "config.json").write_text(json.dumps(config | {"problem_type": "multilabel"}))
     with pytest.raises(InputError, match=r"problem_type is \"multilabel\"; expected one of single_label_class"):
+        Predictor(str(path))
+    # transformers' multi-output regression (problem_type regression, 2 outputs) read as a 2-class classifier
+    (path / "config.json").write_text(json.dumps(config | {"problem_type": "regression"}))
+    with pytest.raises(InputError, match=r"config.json: problem_type is \"regression\" with 2 outputs; a "
+                                         r"regression model here has one output"):
         Predictor(str(path))
 
 
