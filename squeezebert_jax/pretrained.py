@@ -145,6 +145,9 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
     ours = set(writes) | {name for name, _ in files}
     held = [n for n in MODEL_FILES + (TOKENIZER_FILES if files else ()) if os.path.lexists(os.path.join(dst_dir, n))]
     stale = [n for n in held if n not in ours]
+    # what the writes would replace: a tokenizer file copied onto itself (tokenizer_dir is dst_dir) is none
+    replaced = [n for n in held if n in ours and not any(
+        name == n and os.path.abspath(src) == os.path.abspath(os.path.join(dst_dir, n)) for name, src in files)]
     if stale and overwrite == "replace":
         log.warning("%s: removing %s, of the model written there before, not of this one", dst_dir, ", ".join(stale))
         for name in stale:
@@ -154,9 +157,10 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
         mine = ", ".join(sorted(ours & set(TOKENIZER_FILES if stale[0] in TOKENIZER_FILES else MODEL_FILES)))
         raise InputError(f"{dst_dir} holds {stale[0]}, {what} this model does not have (it has {mine}): it would be "
                          "read with this model's; remove it, or choose another directory")
-    if held and not overwrite:
-        raise InputError(f"{dst_dir} holds a model already ({', '.join(held)}); pass overwrite=True to replace it, "
-                         "or choose another directory")
+    if replaced and not overwrite:
+        what = "a model already" if set(replaced) & set(MODEL_FILES) else "tokenizer files already"
+        raise InputError(f"{dst_dir} holds {what} ({', '.join(replaced)}); pass overwrite=True to replace it, or "
+                         "choose another directory")
 
 
 def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[str, str]] | None = None) -> list[str]:

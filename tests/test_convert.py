@@ -596,6 +596,20 @@ def test_a_model_is_written_over_another_only_with_overwrite_and_never_beside_it
     empty = tmp_path / "empty"
     empty.mkdir()
     sj.save_pretrained(model, empty)  # an empty directory is a new one
+    # a directory holding only the tokenizer the model is saved with (tokenizer_dir is the directory) replaces
+    # nothing; a vocab.txt there is not replaced by another directory's without overwrite
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(
+        TINY["vocab_size"] - 5)]) + "\n")
+    sj.save_pretrained(model, tok, tokenizer_dir=tok)
+    assert sorted(os.listdir(tok)) == ["config.json", "params.safetensors", "vocab.txt"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "vocab.txt").write_bytes((tok / "vocab.txt").read_bytes())
+    with pytest.raises(sj.errors.InputError, match=rf"^{other} holds tokenizer files already \(vocab.txt\); pass "
+                                                   r"overwrite=True"):
+        sj.save_pretrained(model, other, tokenizer_dir=tok)
     # a training run's own model directory (its export): the other model's files go, named in a warning
     sj.save_pretrained(model, ours, overwrite="replace")
     assert sorted(os.listdir(ours)) == ["config.json", "params.safetensors"]
