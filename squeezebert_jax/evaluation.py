@@ -93,6 +93,11 @@ def load_for_task(model_dir: str, task, source: str | None = None):
     if isinstance(model, HEADS["SqueezeBertForSequenceClassification"]):
         card = predict.read_card(model_dir, "classifier", model.num_labels)
     where = f"{source or model_dir}: its {tasks.TASK_CARD}"
+    trained_on = card.get("glue_task")  # AX is scored with the MNLI model
+    if trained_on and isinstance(spec, tasks.GlueTask) and trained_on != spec.name and (trained_on, spec.name) != (
+            "mnli", "ax"):
+        raise TaskMismatchError(f"{where} says the model was fine-tuned on {trained_on}, not {spec.name}: score a "
+                                f"model fine-tuned on {spec.name}")
     if card and card["kind"] != spec.kind:
         raise TaskMismatchError(f"{where} says a {card['kind']} model; {spec.name} is a {spec.kind} task")
     cols = card.get("text_columns", ())

@@ -10,10 +10,11 @@ Inputs: strings, or (text, text) pairs for a pair classifier; a tagger (token cl
 (question, context) pairs and gives ``{"answer", "start", "end", "score", "probability"}`` ("" for "no answer" from a
 SQuAD v2.0 model); a multiple-choice model takes (context[, start], ending, ending, ...) rows and gives ``{"choice",
 "ending", "probabilities"}``; a multilabel classifier gives ``{"labels": [...], "probabilities"}`` (a sigmoid per
-label). The number of texts in an input is the model's (``Predictor.arity``): its ``task.json`` text columns, one for a
-tagger, two for QA; a classifier without ``task.json`` (GLUE) takes a text or a pair. Files: ``.txt`` (a text per
-line; a pair as two tab-separated texts), ``.csv`` / ``.tsv`` / ``.jsonl`` (the ``text_columns``; default the file's
-only column, or ``text``; QA: ``question,context``; multiple choice: the run's text and choice columns). A regression
+label). The number of texts in an input is the model's (``Predictor.arity``): its ``task.json`` text columns (a GLUE
+model's are its task's), one for a tagger, two for QA; a classifier without ``task.json`` (a converted checkpoint)
+takes a text or a pair. Files: ``.txt`` (a text per line; a pair as two tab-separated texts), ``.csv`` / ``.tsv`` /
+``.jsonl`` (the ``text_columns``; default the file's only column, or ``text``; QA: ``question,context``; multiple
+choice: the run's text and choice columns). A regression
 model (one output) gives ``{"score": x}``. Batches are cut to their length bucket (``batching``) and run data parallel
 over every device.
 """
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from squeezebert_jax import squad, tasks
+from squeezebert_jax import glue, squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text, json_type,
                                    path_argument, read_json, text_lines)
@@ -313,7 +314,9 @@ def _int(low: int):
 _FINITE = lambda v: ("" if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
                      else "a finite number")
 _BOOL = lambda v: "" if isinstance(v, bool) else "true or false"  # noqa: E731
-_CLASSIFIER_CARD = {"text_columns": _columns(1, 2)}
+_GLUE_TASK = lambda v: ("" if isinstance(v, str) and v in glue.FINETUNE_TASKS  # noqa: E731
+                        else f"one of GLUE's tasks ({', '.join(glue.FINETUNE_TASKS)})")
+_CLASSIFIER_CARD = {"text_columns": _columns(1, 2), "glue_task": _GLUE_TASK}
 CARD_KEYS = {
     "classification": _CLASSIFIER_CARD, "regression": _CLASSIFIER_CARD, "multilabel": _CLASSIFIER_CARD,
     "token_classification": {"text_columns": _columns(1, 1)},

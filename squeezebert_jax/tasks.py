@@ -174,9 +174,11 @@ class GlueTask:
     def score(self, logits, arrays) -> dict[str, float]:
         return self.metrics(logits, arrays["labels"])
 
-    def card(self) -> None:
-        """None: a GLUE classifier needs no ``task.json`` (``predict`` takes a text or a pair)."""
-        return None
+    def card(self) -> dict:
+        """What ``predict`` and evaluation need (``task.json``): the kind, the task's text columns (TFDS's names: one
+        text or a pair) and the GLUE task itself, so that the model is scored on no other task (an SST-2 model on
+        CoLA's 0/1 labels, or on MRPC's pairs, was scored without a word)."""
+        return {"kind": self.kind, "text_columns": list(self.spec.text_columns), "glue_task": self.spec.name}
 
 
 # --------------------------------------------------------------------------------------------------

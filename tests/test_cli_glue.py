@@ -213,6 +213,12 @@ def test_a_classifier_of_your_own_files_is_scored_only_on_a_task_it_reads(tmp_pa
     with pytest.raises(InputError, match=rf"^teacher {one}: its task.json says the model reads 1 text"):
         distill.teacher_logits(one, "rte", "train", ex, 16, str(tmp_path / "cache"))
     assert digest(one, multi, data) == before and not (tmp_path / "out").exists()
+    # a GLUE model says which task it was fine-tuned on (its task.json, as fine-tuning writes it): SST-2's on RTE
+    (tmp_path / "one" / "task.json").write_text('{"kind": "classification", "text_columns": ["sentence"], '
+                                                '"glue_task": "sst2"}')
+    rc, _, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data)
+    assert rc == 1 and one_error_line(err, "glue.py").endswith(
+        f"{one}: its task.json says the model was fine-tuned on sst2, not rte: score a model fine-tuned on rte")
     # a classifier whose outputs are named for another task (sentiment's neg, pos on RTE): another task's scores
     named = model_dir(tmp_path / "named", num_labels=2)
     cfg = json.loads((tmp_path / "named" / "config.json").read_text())

@@ -114,6 +114,9 @@ def test_tiny_separable_task_reaches_dev_accuracy_1(tmp_path, monkeypatch):
     model = sj.load_pretrained(tmp_path / "run" / "model")
     assert type(model) is sj.SqueezeBertForSequenceClassification and model.num_labels == 2
     assert os.path.exists(tmp_path / "run" / "model" / "vocab.txt")
+    # the model says what it was fine-tuned on: evaluation scores it on no other task, predict gives it one text
+    assert json.load(open(tmp_path / "run" / "model" / "task.json")) == {
+        "kind": "classification", "text_columns": ["sentence"], "glue_task": "sst2"}
     traces = steps[0]._cache_size()
     assert ft.finetune(c, str(tmp_path / "again"))["history"] == res["history"]
     assert steps[1] is steps[0] and steps[0]._cache_size() == traces

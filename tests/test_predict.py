@@ -514,7 +514,9 @@ def test_the_cards_fine_tuning_writes_are_read(tmp_path):
 
 @pytest.mark.parametrize("card, msg", [
     ({"kind": "classification", "text_columns": ["text"], "epochs": 3},
-     r"unknown key 'epochs' for a classification model \(its keys: kind, text_columns\); remove it"),
+     r"unknown key 'epochs' for a classification model \(its keys: kind, text_columns, glue_task\); remove it"),
+    ({"kind": "classification", "text_columns": ["sentence"], "glue_task": "sst3"},
+     r"'glue_task' is \"sst3\"; it must be one of GLUE's tasks \(cola, sst2"),
     ({"kind": "question_answering", "doc_stride": 8, "text_columns": ["q", "c"]},
      r"unknown key 'text_columns' for a question_answering model"),
     ({"text_columns": ["text"]}, r"no key 'kind' \(one of classification, regression"),
