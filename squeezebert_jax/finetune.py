@@ -247,7 +247,9 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
 # (``trainer.record_config``): log_every, checkpoint_every, keep_checkpoints, eval_batch_size, learning_rate,
 # warmup_fraction, dropout, num_devices, fsdp, layers, attention, ...
 RUN_NAMES = ("task", "init_from", "data_dir", "data.kind", "data.train_file", "data.validation_file", "student_layers")
-RUN_SETTINGS = RUN_NAMES + ("skip_malformed", "data.text_columns", "data.label_column", "data.labels",
+# (data.labels is none: the label names it resolves to, the run's "task labels", are; naming in data.labels the labels
+# its file holds, in their order, changes nothing)
+RUN_SETTINGS = RUN_NAMES + ("skip_malformed", "data.text_columns", "data.label_column",
                             "data.choice_columns", "data.max_query_length", "data.doc_stride", "max_seq_length",
                             "length_buckets", "batch_size", "num_epochs", "max_train_examples", "seed", "rng_impl",
                             "distill.teacher", "distill.teacher_weight", "distill.transfer_text",

@@ -127,7 +127,10 @@ def _check_tokenizer_json(path: str, vocab_path: str, lines: list[str]) -> None:
 # beside a new one is read with it (transformers reads model.safetensors before params.safetensors means anything to
 # it; predict reads a task.json of another task)
 MODEL_FILES = ("config.json", PARAMS_FILE, "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-               "pytorch_model.bin.index.json", "task.json")
+               "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack", "task.json")
+# a tokenizer's file this library never writes, but transformers reads beside any vocabulary: another model's added
+# tokens (ids past this model's embeddings) must not stay beside a new one
+FOREIGN_TOKENIZER_FILES = ("added_tokens.json",)
 
 
 def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str, str]],
@@ -140,10 +143,14 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
     naming the file. ``overwrite="replace"``: a training run's own MODEL_DIR (WORKDIR/model, written again at each
     export, and after the run's --overwrite): the other model's files are removed instead, with a warning naming them,
     so that an export never fails after the training."""
+    if os.path.lexists(dst_dir) and not os.path.isdir(dst_dir):
+        raise InputError(f"{dst_dir} is {'a link to nothing' if not os.path.exists(dst_dir) else 'a file'}, not a "
+                         "directory: choose a directory for the model")
     if not os.path.isdir(dst_dir):
         return
     ours = set(writes) | {name for name, _ in files}
-    held = [n for n in MODEL_FILES + (TOKENIZER_FILES if files else ()) if os.path.lexists(os.path.join(dst_dir, n))]
+    tokenizer = TOKENIZER_FILES + FOREIGN_TOKENIZER_FILES if files else FOREIGN_TOKENIZER_FILES
+    held = [n for n in MODEL_FILES + tokenizer if os.path.lexists(os.path.join(dst_dir, n))]
     stale = [n for n in held if n not in ours]
     # what the writes would replace: a tokenizer file copied onto itself (tokenizer_dir is dst_dir) is none
     replaced = [n for n in held if n in ours and not any(
@@ -153,8 +160,9 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
         for name in stale:
             os.remove(os.path.join(dst_dir, name))
     elif stale:
-        what = "a tokenizer file" if stale[0] in TOKENIZER_FILES else "a model file"
-        mine = ", ".join(sorted(ours & set(TOKENIZER_FILES if stale[0] in TOKENIZER_FILES else MODEL_FILES)))
+        tok = stale[0] not in MODEL_FILES
+        what = "a tokenizer file" if tok else "a model file"
+        mine = ", ".join(sorted(ours & set(TOKENIZER_FILES if tok else MODEL_FILES))) or "none"
         raise InputError(f"{dst_dir} holds {stale[0]}, {what} this model does not have (it has {mine}): it would be "
                          "read with this model's; remove it, or choose another directory")
     if replaced and not overwrite:
@@ -190,6 +198,8 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     # a bad vocabulary, or one of more tokens than the model has embeddings, is refused before anything is written
     tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
     check_model_dir(model_dir, ("config.json", PARAMS_FILE) + tuple(beside), tok_files, overwrite)
+    if tokenizer_dir is None:  # the tokenizer already there (if any) is read as this model's: one that cannot be is
+        tokenizer_files(model_dir, model.config.vocab_size)  # refused (a vocabulary of more tokens than embeddings)
     os.makedirs(model_dir, exist_ok=True)
     head = convert.head_name(model)
     d = model.config.to_dict()
@@ -476,9 +486,12 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
                  tokenizer_dir: str | None = None, *, overwrite: bool = False) -> str:
     """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``: a
     family's transformers layout, "squeezebert", "bert", "albert", ... or its record (default:
-    ``convert.target_family``)."""
+    ``convert.target_family``). A directory holding a model is replaced only with ``overwrite`` (True), and never
+    where a file of the other model would stay (``check_model_dir``)."""
     from safetensors.numpy import save_file
 
+    if overwrite not in (True, False):  # "replace" is for a training run's own model directory, not an export
+        raise InputError(f"overwrite={overwrite!r}: True or False")
     fam = convert.target_family(model.config, style)
     hf_dir = os.fspath(hf_dir)
     sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory

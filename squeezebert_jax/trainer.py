@@ -26,6 +26,7 @@ from squeezebert_jax import optim, reporting, sources
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import atomic_write, file_sha256, json_text, read_text
 from squeezebert_jax.parallel import any_process, batch_sharding, state_shardings
+from squeezebert_jax.pretrained import MODEL_FILES, TOKENIZER_FILES
 
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,10 @@ STREAM_VERSION = 4
 
 def source_identity(source: str) -> dict:
     """What a data source is, as a resume compares it: ``{"path", "sha256", "bytes"}``. A file:
-    the sha256 of its bytes; a directory (a MODEL_DIR): of its files' names and sha256s (its top level); a dataset spec
+    the sha256 of its bytes; a directory (a MODEL_DIR, a transformers checkpoint): of the files that make the model
+    (``pretrained.MODEL_FILES`` and ``TOKENIZER_FILES``), each also in ``files`` (name: sha256) so that a resume names
+    the one that changed; a file of anything else there (predictions written beside the model, a README) is none of
+    it; a dataset spec
     (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself, and for a dataset saved on disk its metadata
     files (``state.json`` holds ``datasets``' own fingerprint of the data) -- no cheaper identity is at hand."""
 
@@ -250,9 +254,9 @@ def source_identity(source: str) -> dict:
     if os.path.isfile(path):
         out["sha256"], out["bytes"] = file_sha256(path), os.path.getsize(path)
     elif os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
-        out["sha256"] = hashlib.sha256(json.dumps(
-            [[n, file_sha256(os.path.join(path, n))] for n in names]).encode()).hexdigest()
+        names = sorted(n for n in MODEL_FILES + TOKENIZER_FILES if os.path.isfile(os.path.join(path, n)))
+        out["files"] = {n: file_sha256(os.path.join(path, n)) for n in names}
+        out["sha256"] = hashlib.sha256(json.dumps([[n, out["files"][n]] for n in names]).encode()).hexdigest()
         out["bytes"] = sum(os.path.getsize(os.path.join(path, n)) for n in names)
     return out
 
@@ -286,11 +290,27 @@ def _is_identity(x) -> bool:
     return isinstance(x, dict) and "sha256" in x and "path" in x
 
 
+def _same(old, new) -> bool:
+    """Whether two records of a stream entry say the same. A directory recorded before its identity named its files
+    (all its files were hashed then) is compared by its path alone."""
+    if _is_identity(old) and _is_identity(new):
+        if "files" in new and "files" not in old:
+            return old["path"] == new["path"]
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return all(_same(a, b) for a, b in zip(old, new))
+    return old == new
+
+
 def _describe(key: str, old, new) -> str:
     """One phrase: how the stream entry ``key`` changed, ``old`` -> ``new``."""
     if _is_identity(old) and _is_identity(new):
         if old["path"] != new["path"]:
             return f"{key} changed since the run began ({old['path']} -> {new['path']})"
+        if isinstance(old.get("files"), dict) and isinstance(new.get("files"), dict):
+            a, b = old["files"], new["files"]
+            what = ([f"{n} changed" for n in b if n in a and a[n] != b[n]] + [f"{n} added" for n in b if n not in a]
+                    + [f"{n} removed" for n in a if n not in b])
+            return f"{key} {new['path']} changed since the run began ({', '.join(what)})"
         if old["sha256"] and new["sha256"]:
             size = (f"; {old['bytes']} -> {new['bytes']} bytes" if None not in (old.get("bytes"), new.get("bytes"))
                     and old["bytes"] != new["bytes"] else "")
@@ -299,7 +319,7 @@ def _describe(key: str, old, new) -> str:
         return f"{key} {new['path']} changed since the run began (it cannot be read as it was)"
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new) and old \
             and all(map(_is_identity, old + new)):
-        return "; ".join(_describe(key, a, b) for a, b in zip(old, new) if a != b)
+        return "; ".join(_describe(key, a, b) for a, b in zip(old, new) if not _same(a, b))
     plain = [[x["path"] for x in v] if isinstance(v, list) and all(map(_is_identity, v)) else
              v["path"] if _is_identity(v) else v for v in (old, new)]
     return f"{key} changed since the run began ({json.dumps(plain[0])} -> {json.dumps(plain[1])})"
@@ -310,7 +330,7 @@ def stream_changes(old: dict, new: dict) -> list[str]:
     keys = [k for k in new if k != "version"] + [k for k in old if k != "version" and k not in new]
     if old.get("version") != new.get("version"):  # another layout: only what both record is comparable
         keys = [k for k in keys if k in old and k in new]
-    return [_describe(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
+    return [_describe(k, old.get(k), new.get(k)) for k in keys if not _same(old.get(k), new.get(k))]
 
 
 def source_changes(old: dict, new: dict) -> list[str]:

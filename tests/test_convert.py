@@ -610,6 +610,26 @@ def test_a_model_is_written_over_another_only_with_overwrite_and_never_beside_it
     with pytest.raises(sj.errors.InputError, match=rf"^{other} holds tokenizer files already \(vocab.txt\); pass "
                                                    r"overwrite=True"):
         sj.save_pretrained(model, other, tokenizer_dir=tok)
+    # transformers' other weights and its added tokens (ids past this model's embeddings) are another model's too
+    for name in ("flax_model.msgpack", "added_tokens.json"):
+        (hf / name).write_text("{}")
+        with pytest.raises(sj.errors.InputError, match=rf"^{hf} holds {name}, a (model|tokenizer) file this model "):
+            sj.export_torch(model, hf, overwrite=True)
+        (hf / name).unlink()
+    with pytest.raises(sj.errors.InputError, match=r"^overwrite='replace': True or False"):  # a run's own dirs only
+        sj.export_torch(model, hf, overwrite="replace")
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(sj.errors.InputError, match=rf"^{tmp_path / 'a_file'} is a file, not a directory"):
+        sj.save_pretrained(model, tmp_path / "a_file")
+    # saved without a tokenizer_dir, the model reads the tokenizer already there: one it cannot read is refused
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(
+        TINY["vocab_size"])]) + "\n")
+    with pytest.raises(sj.errors.InputError, match=rf"^{big}/vocab.txt: {TINY['vocab_size'] + 5} tokens, but the "
+                                                   rf"model's vocab_size is {TINY['vocab_size']}"):
+        sj.save_pretrained(model, big)
+    assert os.listdir(big) == ["vocab.txt"]
     # a training run's own model directory (its export): the other model's files go, named in a warning
     sj.save_pretrained(model, ours, overwrite="replace")
     assert sorted(os.listdir(ours)) == ["config.json", "params.safetensors"]

@@ -416,6 +416,31 @@ def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_chan
     _resume_check(wd, glue_config("sst2", task[0], data, batch_size=8))
 
 
+def test_a_model_directorys_identity_is_its_model_files_named_one_by_one(tmp_path):
+    """init_from and a teacher are compared on resume by the files that make the model: predictions or a README
+    written beside it are none of them (any new file blocked the resume, naming no file); a changed, added or
+    removed model file is named. A directory recorded before its identity named its files is compared by path."""
+    d = tmp_path / "m"
+    d.mkdir()
+    for name, text in (("config.json", "{}"), ("params.safetensors", "w"), ("vocab.txt", "[PAD]\n")):
+        (d / name).write_text(text)
+    old = trainer.source_identity(str(d))
+    assert sorted(old["files"]) == ["config.json", "params.safetensors", "vocab.txt"]
+    (d / "predictions.jsonl").write_text("{}\n")
+    (d / "README.md").write_text("notes")
+    assert trainer.stream_changes({"config.init_from": old}, {"config.init_from": trainer.source_identity(str(d))}) \
+        == []
+    (d / "config.json").write_text('{"hidden_size": 8}')
+    (d / "task.json").write_text("{}")
+    (d / "vocab.txt").unlink()
+    assert trainer.stream_changes({"config.init_from": old}, {"config.init_from": trainer.source_identity(str(d))}) \
+        == [f"config.init_from {d} changed since the run began (config.json changed, task.json added, vocab.txt "
+            "removed)"]
+    legacy = {k: v for k, v in old.items() if k != "files"} | {"sha256": "0" * 64}  # every file hashed, as before
+    assert trainer.stream_changes({"config.init_from": legacy}, {"config.init_from": trainer.source_identity(str(d))}) \
+        == []
+
+
 def test_a_resume_of_a_files_task_checks_its_files_columns_and_label_names(task, tmp_path):
     train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
     rows = ["text,label"] + [f"{w} x y,{'pos' if i % 2 else 'neg'}" for i, w in enumerate(VOCAB[5:25])]
@@ -433,10 +458,10 @@ def test_a_resume_of_a_files_task_checks_its_files_columns_and_label_names(task,
     (wd / "checkpoints" / "6").mkdir(parents=True)
     trainer.record_config(str(wd), cfg(), 0, ft.run_stream(cfg(), tasks.resolve(cfg())))
     _resume_check(wd, cfg())
-    with pytest.raises(sj.errors.InputError, match=r"config.data.labels changed since the run began \(\"\" -> "
-                                                   r"\"pos,neg\"\); task labels changed since the run began "
+    with pytest.raises(sj.errors.InputError, match=r"^task labels changed since the run began "
                                                    r"\(\[\"neg\", \"pos\"\] -> \[\"pos\", \"neg\"\]\)"):
         _resume_check(wd, cfg(data={"labels": "pos,neg"}))
+    _resume_check(wd, cfg(data={"labels": "neg,pos"}))  # the labels its file holds, named in their order: the same
     dev.write_text("\n".join(rows[:9] + ["extra x y,pos"]) + "\n")  # the dev file: the epochs' scores, the best
     with pytest.raises(sj.errors.InputError, match=rf"config.data.validation_file {re.escape(str(dev))} changed"):
         _resume_check(wd, cfg())
