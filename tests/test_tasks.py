@@ -102,8 +102,8 @@ def test_every_task_declares_its_kind_loss_head_card_and_score():
 
     train = {"train": "x.csv"}
     declared = [  # (task, kind, loss, writes a card)
-        (tasks.GlueTask(glue.get_task("sst2")), "classification", "cross_entropy", False),
-        (tasks.GlueTask(glue.get_task("stsb")), "regression", "mse", False),
+        (tasks.GlueTask(glue.get_task("sst2")), "classification", "cross_entropy", True),
+        (tasks.GlueTask(glue.get_task("stsb")), "regression", "mse", True),
         (tasks.FileTask("t", "classification", train, ("a",), "l", ("x", "y")), "classification", "cross_entropy",
          True),
         (tasks.FileTask("t", "regression", train, ("a",), "l", None), "regression", "mse", True),
