@@ -219,6 +219,17 @@ def test_a_classifier_of_your_own_files_is_scored_only_on_a_task_it_reads(tmp_pa
     rc, _, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data)
     assert rc == 1 and one_error_line(err, "glue.py").endswith(
         f"{one}: its task.json says the model was fine-tuned on sst2, not rte: score a model fine-tuned on rte")
+    # a checkpoint transformers' run_glue fine-tuned names its task in config.json (finetuning_task)
+    (tmp_path / "one" / "task.json").unlink()
+    cfg = json.loads((tmp_path / "one" / "config.json").read_text())
+    (tmp_path / "one" / "config.json").write_text(json.dumps(cfg | {"finetuning_task": "sst-2"}))
+    rc, _, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data)
+    assert rc == 1 and one_error_line(err, "glue.py").endswith(
+        f"{one}: its config.json (finetuning_task 'sst-2') says the model was fine-tuned on sst2, not rte: score a "
+        "model fine-tuned on rte")
+    (tmp_path / "one" / "config.json").write_text(json.dumps(cfg | {"finetuning_task": "RTE"}))
+    rc, _, err = run_cli("eval/glue.py", "--model", one, "--task", "rte", "--data_dir", data)
+    assert rc == 0, err
     # a classifier whose outputs are named for another task (sentiment's neg, pos on RTE): another task's scores
     named = model_dir(tmp_path / "named", num_labels=2)
     cfg = json.loads((tmp_path / "named" / "config.json").read_text())
