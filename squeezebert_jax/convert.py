@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Mapping
 
 import jax.numpy as jnp
@@ -362,6 +363,11 @@ def torch_checkpoint_file(path: str | os.PathLike) -> str:
         found = checkpoint_file(path, name)
         if found is not None:
             return found
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if checkpoint_file(path, index) is not None:
+            raise InputError(f"{path}: a checkpoint sharded over several files ({index}); this converter reads one "
+                             "weights file: save it again unsharded (transformers' save_pretrained with a "
+                             "max_shard_size larger than the model) and convert that")
     raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin")
 
 
@@ -390,10 +396,23 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
         return {k: v.astype(np.float32) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in out.items()}
     import torch
 
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head != b"PK" and not head.startswith(b"\x80"):  # torch.save's zip archive, or an older protocol-2+ pickle
+        raise InputError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip archive nor a pickle); "
+                         "convert a transformers checkpoint directory (model.safetensors or pytorch_model.bin)")
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise InputError(f"{path}: not a weights-only PyTorch checkpoint ({e})") from e
+        # torch's own text advises loading the file unsafely: only what it found is passed on
+        found = re.search(r"Unsupported (?:global|operand): (?:GLOBAL )?\S+", str(e))
+        if found is None:
+            text = " ".join(str(e).split())
+            detail = f"{type(e).__name__}{': ' + text.split('. ')[0][:120] if text else ''}"
+            raise InputError(f"{path}: cannot be read as a PyTorch checkpoint, damaged or cut short? ({detail})") from e
+        raise InputError(f"{path}: not a PyTorch checkpoint of tensors alone ({found[0]}); this converter loads "
+                         "weights only, never a pickle's objects: save the model's state_dict (or safetensors) and "
+                         "convert that") from e
     if not isinstance(sd, dict):
         raise InputError(f"{path}: expected a state_dict, got {type(sd).__name__}")
     return _torch_to_numpy(sd, path)

@@ -496,6 +496,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
     check_settings(config)
     check_workdir(config, workdir, overwrite)
     check_init_vocabulary(config)
+    # prepared data is read (its shards and tokenizer checked against meta.json) before anything is written: a damaged
+    # shard left the new workdir's lock and checkpoints behind
+    prepared = pretrain_data.data_fingerprint(config.data.path) if config.data.source == "prepared" else None
 
     # -- Distributed + mesh ------------------------------------------------------------------------
     parallel.maybe_initialize_distributed(config.coordinator_address or None, config.num_processes,
@@ -505,10 +508,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
         check_batch_division(config, phase, mesh.shape["data"])
     lock = files.RunLock(workdir, "pretraining") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        return _train_and_evaluate(config, workdir, mesh)
+        return _train_and_evaluate(config, workdir, mesh, prepared)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str, Any]:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh, fingerprint: dict | None = None
+                        ) -> dict[str, Any]:
     os.makedirs(workdir, exist_ok=True)
 
     # -- Data --------------------------------------------------------------------------------------
@@ -547,9 +551,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh) -
         return (build_phase_step(config, phase, params, graphdef, rest, mesh, config.fsdp),
                 phase_batches(config, phase, data_dir, mesh))
 
+    fingerprint = fingerprint or pretrain_data.data_fingerprint(data_dir)  # the demo's, made in the workdir
     checkpointer = checkpointing.Checkpointer(os.path.join(workdir, "checkpoints"), config.keep_checkpoints,
                                               async_save=config.async_checkpoints, with_meta=True)
-    fingerprint = pretrain_data.data_fingerprint(data_dir)
     start_data_over = pretrain_data.check_resume_data(checkpointer, data_dir, fingerprint,
                                                       config.data.start_over)
     stream = run_stream(config)

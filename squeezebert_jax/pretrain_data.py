@@ -408,6 +408,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
                 "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                               "file": tokenizer.save(out_dir)},
                 "stats": dataclasses.asdict(stats)}
+        meta["tokenizer"]["sha256"] = file_sha256(os.path.join(out_dir, meta["tokenizer"]["file"]))
         atomic_write(meta_path, json.dumps(meta, indent=2))
     finally:
         for p in tmp:  # renamed unless the renames failed
@@ -468,10 +469,17 @@ def data_fingerprint(data_dir: str | os.PathLike) -> dict:
     """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records, bytes and
     content (its sha256: the same sizes with other sentences are other data). Each shard is read once to take it, and
     one whose bytes are not the ones ``prepare`` wrote (``meta.json``'s ``shard_sha256``) is refused by name: changed
-    in place or damaged, it would train on other or broken records."""
+    in place or damaged, it would train on other or broken records. So is a tokenizer file that is not the one the
+    shards were tokenized with (``meta.json``'s ``tokenizer.sha256``): a vocab.txt of the same size with a token
+    renamed trained, and was exported as the model's."""
     data_dir = os.fspath(data_dir)
     meta = load_meta(data_dir)
-    vocab = file_sha256(os.path.join(data_dir, meta["tokenizer"]["file"]))
+    tok_path = os.path.join(data_dir, meta["tokenizer"]["file"])
+    vocab = file_sha256(tok_path)
+    if isinstance(prepared := meta["tokenizer"].get("sha256"), str) and prepared != vocab:  # older data: none
+        raise InputError(f"{tok_path}: not the tokenizer the data was prepared with (sha256 {vocab[:12]}.., meta.json "
+                         f"records {prepared[:12]}..): the shards' token ids would read other words; put back the "
+                         "one prepared, or prepare the data again")
     sizes = meta.get("shard_num_records") or [None] * len(meta["shards"])
     recorded = meta.get("shard_sha256") or {}  # data prepared by an older version records none
     shards = {}

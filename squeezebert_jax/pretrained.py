@@ -306,7 +306,8 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
                                 "says so) whose weights are missing: copy the whole directory again")
     else:  # a transformers directory: its pooler may be missing (BertForMaskedLM has none)
         if os.path.isdir(model_dir) and not any(checkpoint_file(model_dir, n) for n in (
-                "model.safetensors", "pytorch_model.bin")):  # (a run's workdir: its own config.json is the run's)
+                "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")):  # (a run's workdir: its own config.json is the run's)
             raise not_a_model_dir(model_dir, f"{PARAMS_FILE}, model.safetensors or pytorch_model.bin")
         path = convert.torch_checkpoint_file(model_dir)
         mapped = convert.torch_to_flat(convert.read_torch_checkpoint(path), config,

@@ -189,7 +189,10 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
                 or not isinstance(start, int)):
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
                                 f"\"answer_start\", got {files.json_value(a, 80)}")
-        if not 0 <= start <= len(context) - len(text) or context[start:start + len(text)] != text:
+        if not 0 <= start <= len(context) - len(text):  # -8 read from the end, or past it: no place in the context
+            raise DataFileError(f"{where}: question {qid!r}: answer_start {start} of answer {text!r} is outside its "
+                                f"context (0 to {max(len(context) - len(text), 0)}: a character offset into it)")
+        if context[start:start + len(text)] != text:
             nfc, composed = unicodedata.normalize("NFC", text), unicodedata.normalize("NFC", context)
             form = ("; the answer and the context write a character in two Unicode forms (one composed, é, the other "
                     "a letter and a combining accent): write both in one form (NFC)"

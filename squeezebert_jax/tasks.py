@@ -848,7 +848,7 @@ def missing_column(path: str, lineno, row: dict, column: str, what: str = "colum
     row is named by its own line or row. ``setting`` is what names another column."""
     header_at = getattr(row, "header_at", None)
     where = f"{path}:{header_at}: the header has" if header_at else f"{path}:{lineno}:"
-    return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(str, row))})"
+    return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(str, row)) or 'no fields'})"
                          + (f"; name yours with {setting}" if setting else ""))
 
 

@@ -247,12 +247,28 @@ def test_native_model_dir_errors(tmp_path):
 
 
 def test_pickle_checkpoint_refused(tmp_path):
-    """A .bin that needs arbitrary unpickling is refused (weights_only=True)."""
+    """A .bin that needs arbitrary unpickling is refused (weights_only=True), naming what it holds, and never with
+    torch's advice to load it unsafely; a file that is no checkpoint, or a damaged one, says so; a sharded checkpoint
+    says it is one (it was "no model.safetensors or pytorch_model.bin")."""
     d = tmp_path / "evil"
     d.mkdir()
     transformers.SqueezeBertConfig(**TINY).to_json_file(str(d / "config.json"))
     torch.save({"x": object.__new__(Evil)}, d / "pytorch_model.bin")
-    with pytest.raises(ValueError, match="weights-only"):
+    with pytest.raises(ValueError, match=r"pytorch_model.bin: not a PyTorch checkpoint of tensors alone \(Unsupported "
+                                         r"global: GLOBAL test_convert.Evil\); this converter loads weights only") as e:
+        sj.load_pretrained(str(d))
+    assert "weights_only" not in str(e.value) and "trust" not in str(e.value)
+    good = (d / "pytorch_model.bin").read_bytes()
+    for data, msg in ((b"not a pickle at all", r"not a PyTorch checkpoint \(neither torch.save's zip archive nor a "
+                                                r"pickle\)"),
+                      (good[:len(good) // 2], r"cannot be read as a PyTorch checkpoint, damaged or cut short\? ")):
+        (d / "pytorch_model.bin").write_bytes(data)
+        with pytest.raises(ValueError, match=msg):
+            sj.load_pretrained(str(d))
+    (d / "pytorch_model.bin").unlink()
+    (d / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"evil: a checkpoint sharded over several files \(model.safetensors.index"
+                                         r".json\); this converter reads one weights file"):
         sj.load_pretrained(str(d))
 
 

@@ -386,11 +386,13 @@ def test_a_blank_answer_is_refused(tmp_path, answer):
 
 @pytest.mark.parametrize("start", [-25, 10_000])  # context[-25:-21] is "york": a slice from the end
 def test_an_answer_start_outside_its_context_is_refused(tmp_path, start):
-    """Python slices from the end for a negative start: the offset is checked as an offset, not as a slice."""
+    """Python slices from the end for a negative start: the offset is checked as an offset, not as a slice, and said
+    to lie outside the context (the message showed the answer's own text "there", from the context's start)."""
     context = "the film was shot in york by john smith . york"
     row = {"id": "q1", "question": "where?", "context": context,
            "answers": {"text": ["york"], "answer_start": [start]}}
     (tmp_path / "neg.jsonl").write_text(json.dumps(row) + "\n")
-    with pytest.raises(sj.errors.DataFileError, match=rf"neg.jsonl:1: question 'q1': answer 'york' is not at "
-                                                      rf"answer_start {start}"):
+    with pytest.raises(sj.errors.DataFileError, match=rf"neg.jsonl:1: question 'q1': answer_start {start} of answer "
+                                                      rf"'york' is outside its context \(0 to 42: a character offset "
+                                                      r"into it\)$"):
         squad.read_squad(str(tmp_path / "neg.jsonl"))
