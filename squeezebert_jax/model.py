@@ -120,6 +120,12 @@ def _near_miss(key: str, absent: list[str]) -> str | None:
                                                                              key.startswith(f))), None)
 
 
+# transformers' own config keys of the families that lie near a field of ours: MobileBertConfig's use_bottleneck
+# beside a file without use_bottleneck_attention (every key of the six families' configs, each left out in turn, is
+# checked in tests/test_cli_convert.py)
+_FAMILY_KEYS = ("use_bottleneck",)
+
+
 def _check_near_misses(d: dict, source: str) -> None:
     """A config.json key that misspells an architecture field the file lacks (``num_hidden_layer``, ``hidden_dropout``)
     would leave that field at its default, without a word: refused, naming both. Keys of another meaning (the
@@ -129,7 +135,7 @@ def _check_near_misses(d: dict, source: str) -> None:
               if f.name not in (*EXECUTION_FIELDS, "family", "id2label", "problem_type")]
     absent = [f for f in fields if f not in d]
     for key in d:
-        if isinstance(key, str) and key not in fields and (near := _near_miss(key, absent)):
+        if isinstance(key, str) and key not in fields and key not in _FAMILY_KEYS and (near := _near_miss(key, absent)):
             raise InputError(f"{source}: {key!r} is no setting of a model config; {near!r}, misspelt? (without it "
                              f"{near} would be {_json_repr(getattr(SqueezeBertConfig, near))}, the default)")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import hashlib
 import json
 import logging
 import os
@@ -408,7 +409,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
                 "tokenizer": {"kind": tokenizer.kind, "vocab_size": tokenizer.vocab_size,
                               "file": tokenizer.save(out_dir)},
                 "stats": dataclasses.asdict(stats)}
-        meta["tokenizer"]["sha256"] = file_sha256(os.path.join(out_dir, meta["tokenizer"]["file"]))
+        meta["tokenizer"]["tokens_sha256"] = tokens_sha256(os.path.join(out_dir, meta["tokenizer"]["file"]))
         atomic_write(meta_path, json.dumps(meta, indent=2))
     finally:
         for p in tmp:  # renamed unless the renames failed
@@ -465,21 +466,32 @@ def load_meta(data_dir: str | os.PathLike) -> dict:
     return meta
 
 
+def tokens_sha256(path: str) -> str:
+    """The sha256 of the vocabulary a tokenizer file holds, as read (its tokens in id order): line ends and a final
+    newline are no change (a checkout that writes CRLF), a renamed or moved token is."""
+    return hashlib.sha256(json.dumps(Tokenizer.from_file(path).tokens).encode()).hexdigest()
+
+
 def data_fingerprint(data_dir: str | os.PathLike) -> dict:
     """What a checkpoint's data position refers to: the tokenizer file's sha256 and each shard's records, bytes and
     content (its sha256: the same sizes with other sentences are other data). Each shard is read once to take it, and
     one whose bytes are not the ones ``prepare`` wrote (``meta.json``'s ``shard_sha256``) is refused by name: changed
     in place or damaged, it would train on other or broken records. So is a tokenizer file that is not the one the
-    shards were tokenized with (``meta.json``'s ``tokenizer.sha256``): a vocab.txt of the same size with a token
-    renamed trained, and was exported as the model's."""
+    shards were tokenized with (``meta.json``'s ``tokenizer.tokens_sha256``: the vocabulary as read): a vocab.txt of
+    the same size with a token renamed trained, and was exported as the model's."""
     data_dir = os.fspath(data_dir)
     meta = load_meta(data_dir)
     tok_path = os.path.join(data_dir, meta["tokenizer"]["file"])
     vocab = file_sha256(tok_path)
-    if isinstance(prepared := meta["tokenizer"].get("sha256"), str) and prepared != vocab:  # older data: none
-        raise InputError(f"{tok_path}: not the tokenizer the data was prepared with (sha256 {vocab[:12]}.., meta.json "
-                         f"records {prepared[:12]}..): the shards' token ids would read other words; put back the "
-                         "one prepared, or prepare the data again")
+    prepared = meta["tokenizer"].get("tokens_sha256")
+    if not isinstance(prepared, str):  # prepared by an older version
+        log.warning("%s records no digest of its tokenizer (prepared by an older version): %s is not checked against "
+                    "the shards; prepare the data again to have it checked", os.path.join(data_dir, "meta.json"),
+                    tok_path)
+    elif (now := tokens_sha256(tok_path)) != prepared:
+        raise InputError(f"{tok_path}: not the tokenizer the data was prepared with (its tokens' sha256 {now[:12]}.., "
+                         f"meta.json records {prepared[:12]}..): the shards' token ids would read other words; put "
+                         "back the one prepared, or prepare the data again")
     sizes = meta.get("shard_num_records") or [None] * len(meta["shards"])
     recorded = meta.get("shard_sha256") or {}  # data prepared by an older version records none
     shards = {}

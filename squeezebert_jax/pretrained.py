@@ -197,6 +197,10 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
                          "directory that holds the model's vocab.txt (or its SentencePiece model), or leave it out")
     # a bad vocabulary, or one of more tokens than the model has embeddings, is refused before anything is written
     tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
+    if tokenizer_dir is not None and not any(name in TOKENIZER_FILE_NAMES for name, _ in tok_files):
+        raise InputError(f"tokenizer_dir={os.fspath(tokenizer_dir)!r}: no tokenizer file this library reads "
+                         f"({', '.join(TOKENIZER_FILE_NAMES)}; transformers 5 saves a WordPiece tokenizer as "
+                         "tokenizer.json alone): the MODEL_DIR could read no text; give the directory of its vocab.txt")
     check_model_dir(model_dir, ("config.json", PARAMS_FILE) + tuple(beside), tok_files, overwrite)
     if tokenizer_dir is None:  # the tokenizer already there (if any) is read as this model's: one that cannot be is
         tokenizer_files(model_dir, model.config.vocab_size)  # refused (a vocabulary of more tokens than embeddings)

@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 import squeezebert_jax as sj
-from squeezebert_jax import mobile
+from squeezebert_jax import mobile, model
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.tokenizer import Tokenizer, train_tokenizer
@@ -359,6 +359,8 @@ def test_a_config_key_that_misspells_a_field_is_refused(key, field):
                  "MobileBertConfig"):
         theirs = getattr(transformers, name)(vocab_size=64).to_dict()
         SqueezeBertConfig.from_dict(theirs, source=name)
+        for key in theirs:  # a config written without one of its keys (an older transformers, a smaller one)
+            model._check_near_misses({k: v for k, v in theirs.items() if k != key}, name)
 
 
 @pytest.mark.parametrize("field,value", [("layer_norm_eps", 1e-5), ("layer_norm_eps", 0.5), ("initializer_range", 0),

@@ -646,6 +646,13 @@ def test_a_model_is_written_over_another_only_with_overwrite_and_never_beside_it
                                                    rf"model's vocab_size is {TINY['vocab_size']}"):
         sj.save_pretrained(model, big)
     assert os.listdir(big) == ["vocab.txt"]
+    # a tokenizer directory holding no file this library reads (tokenizer.json alone, as transformers 5 saves one)
+    (tmp_path / "tj").mkdir()
+    (tmp_path / "tj" / "tokenizer.json").write_text("{}")
+    with pytest.raises(sj.errors.InputError, match=rf"^tokenizer_dir='{tmp_path / 'tj'}': no tokenizer file this "
+                                                   r"library reads \(vocab.txt, "):
+        sj.save_pretrained(model, tmp_path / "tj_model", tokenizer_dir=tmp_path / "tj")
+    assert not (tmp_path / "tj_model").exists()
     # a training run's own model directory (its export): the other model's files go, named in a warning
     sj.save_pretrained(model, ours, overwrite="replace")
     assert sorted(os.listdir(ours)) == ["config.json", "params.safetensors"]

@@ -15,7 +15,6 @@ import pytest
 from conftest import tiny_config
 
 from squeezebert_jax import corpus, errors, parallel, pretrain, pretrain_data
-from squeezebert_jax.files import file_sha256
 from squeezebert_jax.tokenizer import Tokenizer
 
 GOOD = "Anna found a key .\nShe took it home .\n\nBen ran to the park .\nThe dog ran too .\n"
@@ -137,7 +136,7 @@ def test_prepare_round_trip_and_meta(demo):
     assert meta["num_docs"] == 300 and meta["num_sentences"] == sum(map(len, docs))
     assert meta["num_tokens"] == sum(len(s) for doc in tokenized for s in doc)
     assert meta["tokenizer"] == {"kind": "wordpiece", "vocab_size": tok.vocab_size, "file": "vocab.txt",
-                                 "sha256": file_sha256(d / "prepared" / "vocab.txt")}
+                                 "tokens_sha256": pretrain_data.tokens_sha256(str(d / "prepared" / "vocab.txt"))}
     assert (d / "prepared" / "vocab.txt").read_bytes() == (d / "vocab.txt").read_bytes()
     assert meta["shard_num_records"] == [100, 100, 100] and meta["token_width"] == 2
     assert meta["stats"] == dict(documents=300, sentences=meta["num_sentences"], empty_documents=0,
@@ -467,7 +466,7 @@ def test_a_resume_on_data_prepared_again_is_refused_unless_told_to_start_the_dat
     with pytest.raises(errors.InputError, match=r"vocab.txt: not the tokenizer the data was prepared with"):
         pretrain.train_and_evaluate(tiny_config(**{"data.start_over": True}), str(other))
     meta = json.loads((other / "data" / "meta.json").read_text())  # data prepared before tokenizers were hashed:
-    del meta["tokenizer"]["sha256"]  # the checkpoint's fingerprint still tells
+    del meta["tokenizer"]["tokens_sha256"]  # the checkpoint's fingerprint still tells
     (other / "data" / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(errors.InputError, match=r"another vocabulary \(token ids now mean other words\)"):
         pretrain.train_and_evaluate(tiny_config(**{"data.start_over": True}), str(other))
@@ -563,10 +562,13 @@ def test_a_shard_changed_in_place_cut_short_or_unreadable_is_refused_by_name(tmp
     vocab = (tmp_path / "d" / "vocab.txt").read_text()
     (tmp_path / "d" / "vocab.txt").write_text(vocab.replace("\nstory\n", "\nstorm\n"))
     with pytest.raises(errors.InputError, match=rf"^{re.escape(str(tmp_path / 'd' / 'vocab.txt'))}: not the tokenizer "
-                                                r"the data was prepared with \(sha256 [0-9a-f]{12}\.\., meta.json "
-                                                r"records [0-9a-f]{12}\.\.\): the shards' token ids would read other "
-                                                r"words"):
+                                                r"the data was prepared with \(its tokens' sha256 [0-9a-f]{12}\.\., "
+                                                r"meta.json records [0-9a-f]{12}\.\.\): the shards' token ids would "
+                                                r"read other words"):
         pretrain_data.data_fingerprint(tmp_path / "d")
+    # the same tokens with CRLF line ends and no final newline (a checkout's conversion): the same vocabulary
+    (tmp_path / "d" / "vocab.txt").write_bytes(vocab.rstrip("\n").replace("\n", "\r\n").encode())
+    assert pretrain_data.data_fingerprint(tmp_path / "d")["shards"]
     (tmp_path / "d" / "vocab.txt").write_text(vocab)
 
     class Unreadable:
