@@ -551,5 +551,6 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
             raise InputError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
         model.config.id2label = dict(enumerate(label_names))
-    save_pretrained(model, model_dir, tokenizer_dir=hf_dir, overwrite=overwrite)  # (build_model logged the new tensors)
+    readable = any(name in TOKENIZER_FILE_NAMES for name, _ in tokenizer_files(hf_dir))  # else the weights alone
+    save_pretrained(model, model_dir, tokenizer_dir=hf_dir if readable else None, overwrite=overwrite)
     return model
