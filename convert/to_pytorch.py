@@ -16,6 +16,7 @@ import sys
 from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.convert import target_family, torch_architecture
+from squeezebert_jax.predict import read_card
 
 
 def main(argv=None):
@@ -36,7 +37,9 @@ def main(argv=None):
     check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
     model = load_pretrained(args.src)
     family = target_family(model.config, args.model_type)
-    export_torch(model, args.out, style=family, tokenizer_dir=args.src, overwrite=args.overwrite)
+    card = read_card(args.src, "classifier", model.num_labels) if hasattr(model, "num_labels") else {}
+    export_torch(model, args.out, style=family, tokenizer_dir=args.src, overwrite=args.overwrite,
+                 finetuning_task=card.get("glue_task"))  # a GLUE model's task, where run_glue writes it
     print(f"wrote {args.out}: {torch_architecture(model, family)} (model_type {family.style})")
 
 

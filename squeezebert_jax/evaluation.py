@@ -5,6 +5,7 @@ the GLUE server's files (``eval/glue.py``)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from squeezebert_jax import glue, inference, predict, tasks
@@ -81,14 +82,6 @@ def align_to_task(model, task, source: str, trained: bool = False):
 # Evaluation and test predictions
 # --------------------------------------------------------------------------------------------------
 
-def _glue_name(name) -> str | None:
-    """The GLUE task ``name`` names (``sst2``, ``SST-2``), or None (no name, or another task's)."""
-    try:
-        return glue.get_task(name).name if isinstance(name, str) and name else None
-    except InputError:
-        return None
-
-
 def load_for_task(model_dir: str, task, source: str | None = None):
     """``model_dir``'s model for ``task`` (a GLUE name or a ``tasks`` Task), its outputs fitted to the task's labels
     (``align_to_task``): what evaluation and a teacher read. A classifier fine-tuned on your own files says in its
@@ -101,14 +94,15 @@ def load_for_task(model_dir: str, task, source: str | None = None):
     if isinstance(model, HEADS["SqueezeBertForSequenceClassification"]):
         card = predict.read_card(model_dir, "classifier", model.num_labels)
     where = f"{source or model_dir}: its {tasks.TASK_CARD}"
-    trained_on, says = card.get("glue_task"), where
-    if not trained_on:  # a checkpoint fine-tuned by transformers' run_glue names its task in config.json
+    if card and not os.path.exists(os.path.join(model_dir, tasks.TASK_CARD)):  # read from config.json (run_glue's)
         said = read_model_config(model_dir)[1].get("finetuning_task")
-        trained_on, says = _glue_name(said), f"{source or model_dir}: its config.json (finetuning_task {said!r})"
+        where = f"{source or model_dir}: its config.json (finetuning_task {said!r})"
+    trained_on = card.get("glue_task")
     if trained_on and isinstance(spec, tasks.GlueTask) and trained_on != spec.name and (trained_on, spec.name) != (
             "mnli", "ax"):  # AX is scored with the MNLI model
-        raise TaskMismatchError(f"{says} says the model was fine-tuned on {trained_on}, not {spec.name}: score a "
-                                f"model fine-tuned on {spec.name}")
+        wanted = "mnli (AX is scored with it)" if spec.name == "ax" else spec.name
+        raise TaskMismatchError(f"{where} says the model was fine-tuned on {trained_on}, not {spec.name}: score a "
+                                f"model fine-tuned on {wanted}")
     if card and card["kind"] != spec.kind:
         raise TaskMismatchError(f"{where} says a {card['kind']} model; {spec.name} is a {spec.kind} task")
     cols = card.get("text_columns", ())

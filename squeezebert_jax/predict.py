@@ -37,7 +37,7 @@ from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_
                                    path_argument, read_json, text_lines)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
-from squeezebert_jax.pretrained import load_pretrained
+from squeezebert_jax.pretrained import load_pretrained, read_model_config
 from squeezebert_jax.tokenizer import checkpoint_file, warn_truncated
 
 
@@ -334,10 +334,13 @@ def read_card(model_dir: str, kind: str | None = None, num_labels: int | None = 
     object, a key twice, no ``kind`` or one not in ``tasks.KINDS``, a key that kind's card does not have, a value of
     the wrong type or range (text columns: a list of distinct non-empty names; integers >= 1, ``doc_stride`` >= 0;
     numbers finite), and, given the model's head ``kind`` (``Predictor.kind``) and ``num_labels``, a card of another
-    kind of model (a regression card on a classifier with 2 outputs, say)."""
+    kind of model (a regression card on a classifier with 2 outputs, say). A classifier without one whose config.json
+    names the GLUE task it was fine-tuned on (transformers' ``finetuning_task``, as run_glue writes it) has that
+    task's card (``tasks.glue_card``)."""
     path = os.path.join(model_dir, tasks.TASK_CARD)
     if not os.path.exists(path):
-        return {}
+        return (tasks.glue_card(read_model_config(model_dir)[1].get("finetuning_task"))
+                if kind == "classifier" and os.path.isfile(os.path.join(model_dir, "config.json")) else None) or {}
     checkpoint_file(model_dir, tasks.TASK_CARD)  # one linked from outside the MODEL_DIR is refused, as vocab.txt is
 
     try:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import convert, models
+from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
 from squeezebert_jax.files import atomic_write, json_type, json_value, path_argument, read_json
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
@@ -488,7 +488,8 @@ def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
 # --------------------------------------------------------------------------------------------------
 
 def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | models.Family | None = None,
-                 tokenizer_dir: str | None = None, *, overwrite: bool = False) -> str:
+                 tokenizer_dir: str | None = None, *, overwrite: bool = False,
+                 finetuning_task: str | None = None) -> str:
     """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``: a
     family's transformers layout, "squeezebert", "bert", "albert", ... or its record (default:
     ``convert.target_family``). A directory holding a model is replaced only with ``overwrite`` (True), and never
@@ -506,6 +507,8 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     check_model_dir(hf_dir, ("config.json", "model.safetensors"), tok_files, overwrite)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
+    if finetuning_task:  # the GLUE task a classifier was fine-tuned on, where transformers' run_glue writes it
+        d["finetuning_task"] = finetuning_task
     if hasattr(model, "num_labels"):
         d["num_labels"] = model.num_labels
         if model.config.id2label is None:
@@ -552,5 +555,12 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
         model.config.id2label = dict(enumerate(label_names))
     readable = any(name in TOKENIZER_FILE_NAMES for name, _ in tokenizer_files(hf_dir))  # else the weights alone
-    save_pretrained(model, model_dir, tokenizer_dir=hf_dir if readable else None, overwrite=overwrite)
+    # a classifier run_glue fine-tuned names its GLUE task (finetuning_task): kept as the MODEL_DIR's card, so that it
+    # is scored on no other task and predict gives it its task's number of texts
+    card = tasks.glue_card(raw.get("finetuning_task")) if isinstance(
+        model, HEADS["SqueezeBertForSequenceClassification"]) else None
+    save_pretrained(model, model_dir, tokenizer_dir=hf_dir if readable else None, overwrite=overwrite,
+                    beside=(tasks.TASK_CARD,) if card else ())
+    if card:
+        _write_json(os.path.join(os.fspath(model_dir), tasks.TASK_CARD), card)
     return model

@@ -181,6 +181,21 @@ class GlueTask:
         return {"kind": self.kind, "text_columns": list(self.spec.text_columns), "glue_task": self.spec.name}
 
 
+def glue_name(name) -> str | None:
+    """The GLUE task ``name`` names (``sst2``, ``SST-2``, ``STS-B``), or None (no name, or another task's)."""
+    try:
+        return glue.get_task(name).name if isinstance(name, str) and name else None
+    except InputError:
+        return None
+
+
+def glue_card(name) -> dict | None:
+    """The card (``task.json``) of a classifier fine-tuned on the GLUE task ``name`` (``GlueTask.card``), or
+    None where ``name`` names none (AX is no fine-tuning task)."""
+    task = glue_name(name)
+    return GlueTask(glue.get_task(task)).card() if task in glue.FINETUNE_TASKS else None
+
+
 # --------------------------------------------------------------------------------------------------
 # The user's own files
 # --------------------------------------------------------------------------------------------------

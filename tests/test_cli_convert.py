@@ -727,3 +727,25 @@ def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):
                                          rf"{model.config.vocab_size}"):
         sj.save_pretrained(model, tmp_path / "copy", tokenizer_dir=src)
     assert not (tmp_path / "copy").exists()
+
+
+def test_a_glue_models_task_goes_through_conversion_both_ways(tmp_path, run_cli):
+    """A GLUE model's task (task.json's glue_task) is written where transformers' run_glue writes it (config.json's
+    finetuning_task) and read back from there into the converted MODEL_DIR's task.json; a transformers checkpoint
+    naming its task is scored on no other task, and predict gives it that task's number of texts (an MRPC model took
+    one text; an SST-2 model lost its task through to_pytorch and from_pytorch, then was scored on CoLA)."""
+    from squeezebert_jax.predict import Predictor
+
+    src = model_dir(tmp_path / "sst2", "SqueezeBertForSequenceClassification")
+    card = {"kind": "classification", "text_columns": ["sentence"], "glue_task": "sst2"}
+    (tmp_path / "sst2" / "task.json").write_text(json.dumps(card))
+    rc, _, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "hf")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["finetuning_task"] == "sst2"
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", tmp_path / "hf", "--out", tmp_path / "back")
+    assert rc == 0 and json.loads((tmp_path / "back" / "task.json").read_text()) == card, err
+    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(hf | {"finetuning_task": "mrpc"}))
+    with pytest.raises(InputError, match=r"^the input holds 1 text; this model reads a pair of texts"):
+        Predictor(str(tmp_path / "hf"))("a story")
+    assert set(Predictor(str(tmp_path / "hf"))(("a story", "the story"))) == {"label", "probabilities"}
