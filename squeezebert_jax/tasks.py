@@ -971,7 +971,8 @@ def check_one_form(names) -> None:
     soft hyphen or a Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``; ``labe1``) are
     refused: one class written two ways would train as two. So are numbers beside names (``0``, ``1`` and ``pos``;
     ``1000`` and ``1,000``; JSON ``true`` beside ``0``). Naming them in config.data.labels keeps them apart."""
-    numbers = [n for n in names if _NUMBER.fullmatch(n)]
+    # a number written with a dash autocorrect makes (U+2010 -1) is one: told apart from -1 below, by its dash
+    numbers = [n for n in names if _NUMBER.fullmatch(n.translate(_PUNCTUATION_LOOKALIKES))]
     others = [n for n in names if n not in numbers]
     if numbers and others:  # is true the class 1? "1,000" the class 1000? "pos" beside 0 and 1 a third class?
         first = {kind: min(group, key=lambda x: names[x][1]) for kind, group in (("numbers", numbers),

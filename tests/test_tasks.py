@@ -309,6 +309,7 @@ def test_labels_are_values_exactly_and_text_in_one_unicode_form(tmp_path):
     # dashes, apostrophes and quotes as autocorrect writes them: a hyphen (U+2010), an en dash, a minus sign, a right
     # single quotation mark, a modifier letter apostrophe, curly double quotes
     for odd, usual in (("non\u2010toxic", "non-toxic"), ("non\u2013toxic", "non-toxic"), ("\u22121 x", "-1 x"),
+                       ("\u20101", "-1"),  # a number with such a dash: the same number, not a name beside numbers
                        ("don\u2019t", "don't"), ("don\u02bct", "don't"), ("\u201cok\u201d", '"ok"')):
         with pytest.raises(sj.errors.DataFileError, match=r"p.jsonl:2: .*differs from .* only in case, form, "
                                                           r"invisible characters or letters or punctuation drawn"):
