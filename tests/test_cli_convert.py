@@ -361,6 +361,15 @@ def test_a_config_key_that_misspells_a_field_is_refused(key, field):
         SqueezeBertConfig.from_dict(theirs, source=name)
         for key in theirs:  # a config written without one of its keys (an older transformers, a smaller one)
             model._check_near_misses({k: v for k, v in theirs.items() if k != key}, name)
+    # a family's own keys misspelt, in that family's config
+    for name, odd, own in (("DistilBertConfig", "n_layer", "n_layers"), ("AlbertConfig", "num_hidden_group",
+                                                                         "num_hidden_groups"),
+                           ("MobileBertConfig", "normalisation_type", "normalization_type")):
+        theirs = getattr(transformers, name)(vocab_size=64).to_dict()
+        del theirs[own]
+        with pytest.raises(InputError, match=rf"^{name}: '{odd}' is no setting of a model config; '{own}', "
+                                             r"misspelt\? \(without it .* would be transformers' default\)$"):
+            SqueezeBertConfig.from_dict(theirs | {odd: theirs.get(own, 1)}, source=name)
 
 
 @pytest.mark.parametrize("field,value", [("layer_norm_eps", 1e-5), ("layer_norm_eps", 0.5), ("initializer_range", 0),
