@@ -209,6 +209,9 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
                  "the student's layers with the teacher's)")
         unread(distill.SETTINGS, ("teacher_weight", "layer_map", "cache_dir"),
                "without a distill.teacher (only distillation reads it)", "distill")
+    elif not any(config.distill[n] for n in ("patient_weight", "hidden_weight", "attention_weight")):
+        unread(distill.SETTINGS, ("layer_map",), "with every layer loss's weight 0 (only the layer losses read it: "
+               "distill.patient_weight, hidden_weight, attention_weight)", "distill")
     if not config.student_layers:
         unread({"student_layer_map": distill.STUDENT_LAYER_MAP}, ("student_layer_map",),
                "with student_layers 0 (init_from's depth: no layer is chosen)")

@@ -103,12 +103,14 @@ class Predictor:
 
     @property
     def columns(self) -> str:
-        """The input columns a file needs by default: QA's question and context, the choice columns, else none."""
+        """The input columns a file needs by default: QA's question and context, the choice columns, a classifier's
+        text columns, else none (the file's only column, or ``text``). A GLUE model's are TFDS's names for its task
+        (``sentence``), which no file of the user's need hold: it reads as a model without a card does."""
         if self.kind == "qa":
             return "question,context"
         if self.kind == "choice":
             return ",".join(self.card.get("text_columns", ["context"]) + self.card.get("choice_columns", []))
-        return ",".join(self.card.get("text_columns", []))
+        return "" if "glue_task" in self.card else ",".join(self.card.get("text_columns", []))
 
     @property
     def arity(self) -> Arity:
@@ -362,6 +364,10 @@ def read_card(model_dir: str, kind: str | None = None, num_labels: int | None = 
                              f"{', '.join(allowed)}); remove it")
         if why := allowed[key](value):
             raise InputError(f"{path}: {key!r} is {json.dumps(value)[:60]}; it must be {why}")
+    if "glue_task" in card and len(card.get("text_columns", ())) != len(glue.get_task(card["glue_task"]).text_columns):
+        want = glue.get_task(card["glue_task"]).text_columns
+        raise InputError(f"{path}: 'text_columns' names {len(card.get('text_columns', ()))} but {card['glue_task']} "
+                         f"reads {len(want)} ({', '.join(want)}); put back the task.json its fine-tuning wrote")
     if overlap := ({tasks.Row._key(c) for c in card.get("text_columns", ())}
                    & {tasks.Row._key(c) for c in card.get("choice_columns", ())}):
         raise InputError(f"{path}: 'choice_columns' repeats the text column {sorted(overlap)[0]!r}; a column is a "

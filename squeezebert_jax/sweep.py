@@ -377,7 +377,11 @@ def with_teacher(c: ml_collections.ConfigDict, teacher_root: str, task: str) -> 
 def check_points(make_config: Callable[[str], ml_collections.ConfigDict], grid: dict[str, list], tasks,
                  teacher_root: str = "") -> None:
     """Every point's settings through fine-tuning's validator before anything is written or run, the point named
-    in the one-line refusal (the devices' count is checked as each run starts: here is one device)."""
+    in the one-line refusal (the devices' count is checked as each run starts: here is one device). A grid over
+    distillation's settings with no teacher is refused: each point would train alike (the setting put back)."""
+    if not teacher_root and (swept := [k for k in grid if k.startswith("distill.")]):
+        raise InputError(f"--sweep {swept[0]}: a distillation setting, which no run reads without --teacher_root "
+                         "(every point would train alike)")
     for task in tasks:
         for s in expand(grid):
             c = with_teacher(apply(make_config(task), s), teacher_root, task)

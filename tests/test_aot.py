@@ -337,6 +337,12 @@ def test_pretraining_flags_on_a_finetuning_config_are_one_line(tmp_path):
     assert rc == 2 and "--fit: for pretraining configs" in err and "Traceback" not in err
     rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--census", "--hlo", str(tmp_path / "h"))
     assert rc == 2 and "--census, --hlo: for pretraining configs only" in err and not (tmp_path / "h").exists()
+    # an architecture named twice: the directory's was taken, the preset ignored without a word
+    rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--preset", "bert-base-uncased")
+    assert rc == 1 and "--preset bert-base-uncased beside --config.init_from=" in err and "give one of them" in err
+    # --bytes for a GPU target: XLA:GPU reports none (two compiles spent, "0.0 h at the roofline" claimed)
+    rc, out, err, _ = _compile(tmp_path, "--topology", "h100:1x1", "--bytes")
+    assert rc == 2 and "--bytes: XLA reports bytes accessed for TPU targets only" in err and "compiled" not in out
 
 
 def test_unknown_topology_is_one_line_exit_2(tmp_path):

@@ -233,6 +233,14 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
     ("skip_malformed", True, r"config.skip_malformed=True: False with task 'files' \(a malformed row of your own"),
 ])
 def test_settings_nothing_reads_without_their_feature_are_refused(path, value, msg):
+    if path == "distill.layer_map":  # with a teacher too: only the layer losses read it, every weight 0 by default
+        c = glue_config("files", "init", "data")
+        c.data.train_file, c.distill.teacher, c.distill.layer_map = "train.csv", "teacher", value
+        with pytest.raises(sj.errors.InputError, match=r"^config.distill.layer_map='last': left at its default 'skip' "
+                                                       r"with every layer loss's weight 0"):
+            ft.check_settings(c, 1)
+        c.distill.hidden_weight = 1.0
+        ft.check_settings(c, 1)
     c = glue_config("files", "init", "data")
     c.data.train_file = "train.csv"
     section, _, name = path.rpartition(".")

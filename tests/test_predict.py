@@ -694,3 +694,20 @@ def test_a_task_card_linked_from_outside_the_model_dir_is_refused(model_dir, tmp
     with pytest.raises(InputError, match=rf"{model}/task.json resolves to {tmp_path}/outside.json, outside the "
                                          r"checkpoint directory"):
         Predictor(str(model))
+
+
+def test_a_glue_models_card_gives_its_text_count_and_reads_a_users_file_as_documented(model_dir, tmp_path):
+    """A GLUE model's task.json names TFDS's columns for its task (sentence), which a user's file need not have: a
+    file's texts are read as for a model without a card (its only column, or "text"), with the task's number of texts;
+    a card whose text columns are not its task's count is refused by name."""
+    path = with_card(model_dir, tmp_path, {"kind": "classification", "text_columns": ["sentence"],
+                                           "glue_task": "sst2"})
+    (tmp_path / "in.csv").write_text("text\nthe movie was good\na very bad plot\n")
+    assert predict.predict_file(str(path), str(tmp_path / "in.csv"), str(tmp_path / "out.jsonl")) == 2
+    with pytest.raises(InputError, match=r"^the input holds 2 texts; this model reads one text"):
+        Predictor(str(path))(("good", "bad"))
+    bad = with_card(model_dir, tmp_path, {"kind": "classification", "text_columns": ["sentence1", "sentence2"],
+                                          "glue_task": "sst2"}, name="bad")
+    with pytest.raises(InputError, match=r"task.json: 'text_columns' names 2 but sst2 reads 1 \(sentence\); put back "
+                                         r"the task.json its fine-tuning wrote"):
+        Predictor(str(bad))

@@ -450,3 +450,9 @@ def test_a_recipe_flag_and_the_grid_setting_one_field_are_refused(tmp_path):
         mod.main(["--init_from", str(tmp_path / "model"), "--workdir", str(tmp_path / "runs"), "--tasks", "rte",
                   "--sweep", "compute_dtype=float8"])  # a grid's value: refused before the workdir is made
     assert not (tmp_path / "runs").exists()
+    # a distillation setting swept with no teacher: each point trained alike, the grid's value recorded
+    with pytest.raises(sj.errors.InputError, match=r"^--sweep distill.teacher_weight: a distillation setting, which "
+                                                   r"no run reads without --teacher_root"):
+        mod.main(["--init_from", str(tmp_path / "model"), "--workdir", str(tmp_path / "runs"), "--tasks", "rte",
+                  "--sweep", "distill.teacher_weight=0.3,0.6"])
+    assert not (tmp_path / "runs").exists()

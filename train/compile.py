@@ -198,6 +198,10 @@ def main(argv) -> int:
     except aot.TopologyError as e:  # a usage error: exit 2, as for an unknown flag
         cli.report(e)
         return 2
+    if _BYTES.value and target.platform != "tpu":  # XLA:GPU reports no bytes accessed: two compiles for nothing
+        cli.report(InputError(f"--bytes: XLA reports bytes accessed for TPU targets only, not for {target.topology}; "
+                              "--census counts the bytes of a GPU program's kernels"))
+        return 2
     pretrain.check_settings(config, data=False)  # the run's own refusals, one line, before minutes of compiling
     # the parameters' shapes only (no random weights drawn: 3.5 s for the full-size model on a 2-core host)
     model = abstract_model(lambda: pretrain.new_model(config, _vocab_size(config), target.platform))
@@ -289,9 +293,15 @@ def _compile_finetune(config, target) -> int:
     program does not fit."""
     from squeezebert_jax import aot, finetune, glue
     from squeezebert_jax.benchmarks import timing
+    from squeezebert_jax.errors import InputError
     from squeezebert_jax.pretrained import read_model_config
     from squeezebert_jax.model import SqueezeBertConfig
 
+    for flag, setting, value in (("preset", "init_from", config.init_from),
+                                 ("teacher_preset", "distill.teacher", config.distill.teacher)):
+        if value and flags.FLAGS[flag].present:  # which architecture was meant? (the directory's was taken)
+            raise InputError(f"--{flag} {flags.FLAGS[flag].value} beside --config.{setting}={value}: the architecture "
+                             f"is {setting}'s (its config.json); give one of them")
     checked = config.copy_and_resolve_references()  # a --teacher_preset is a teacher: its settings are read
     checked.distill.teacher = checked.distill.teacher or _TEACHER.value
     finetune.check_settings(checked, len(target.devices))  # the run's own refusals, before any compile
