@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import hashlib
+import itertools
 import json
 import logging
 import os
