@@ -139,15 +139,15 @@ def _check_near_misses(d: dict, source: str) -> None:
     """A config.json key that misspells an architecture field the file lacks (``num_hidden_layer``, ``hidden_dropout``)
     would leave that field at its default, without a word: refused, naming both. Keys of another meaning (the
     families' own, transformers' bookkeeping) are none of these: checked against every key of the default configs of
-    transformers' BERT, SqueezeBERT, ALBERT, DistilBERT, ELECTRA and MobileBERT (``tests/test_model.py``)."""
+    transformers' BERT, SqueezeBERT, ALBERT, DistilBERT, ELECTRA and MobileBERT (``tests/test_cli_convert.py``)."""
     fields = [f.name for f in dataclasses.fields(SqueezeBertConfig)
               if f.name not in (*EXECUTION_FIELDS, "family", "id2label", "problem_type")]
     own = _FAMILY_KEYS.get(d.get("model_type"), ()) if isinstance(d.get("model_type"), str) else ()
     absent = [f for f in (*fields, *own) if f not in d]
     for key in d:
         if isinstance(key, str) and key not in fields and key not in own and (near := _near_miss(key, absent)):
-            default = (f"{_json_repr(getattr(SqueezeBertConfig, near))}, the default" if near in fields
-                       else "transformers' default")
+            default = (f"{_json_repr(getattr(SqueezeBertConfig, near))}, the default"
+                       if near in fields and hasattr(SqueezeBertConfig, near) else "transformers' default")
             raise InputError(f"{source}: {key!r} is no setting of a model config; {near!r}, misspelt? (without it "
                              f"{near} would be {default})")
 
