@@ -120,29 +120,15 @@ def _near_miss(key: str, absent: list[str]) -> str | None:
                                                                              key.startswith(f))), None)
 
 
-# Each family's own transformers config keys (beside the fields of ours it shares): no misspelling of a field of ours
-# (MobileBertConfig's use_bottleneck beside a file without use_bottleneck_attention), and each misspelt is refused as
-# ours are (DistilBERT's n_layer, ALBERT's num_hidden_group, MobileBERT's normalisation_type). Every key of the six
-# families' configs, each left out in turn, is checked in tests/test_cli_convert.py.
-_FAMILY_KEYS = {
-    "bert": ("classifier_dropout", "position_embedding_type", "use_cache"),
-    "albert": ("classifier_dropout_prob", "inner_group_num", "num_hidden_groups", "position_embedding_type"),
-    "distilbert": ("activation", "attention_dropout", "dim", "dropout", "hidden_dim", "n_heads", "n_layers",
-                   "qa_dropout", "seq_classif_dropout", "sinusoidal_pos_embds"),
-    "electra": ("classifier_dropout", "position_embedding_type", "summary_activation", "summary_last_dropout",
-                "summary_type", "summary_use_proj", "use_cache"),
-    "mobilebert": ("classifier_dropout", "normalization_type", "true_hidden_size", "use_bottleneck"),
-}
-
-
 def _check_near_misses(d: dict, source: str) -> None:
     """A config.json key that misspells an architecture field the file lacks (``num_hidden_layer``, ``hidden_dropout``)
-    would leave that field at its default, without a word: refused, naming both. Keys of another meaning (the
-    families' own, transformers' bookkeeping) are none of these: checked against every key of the default configs of
+    would leave that field at its default, without a word: refused, naming both; so is one misspelling a key of the
+    family's own (``Family.config_keys``: DistilBERT's n_layers). Keys of another meaning (transformers' bookkeeping)
+    are none of these: checked against every key of the default configs of
     transformers' BERT, SqueezeBERT, ALBERT, DistilBERT, ELECTRA and MobileBERT (``tests/test_cli_convert.py``)."""
     fields = [f.name for f in dataclasses.fields(SqueezeBertConfig)
               if f.name not in (*EXECUTION_FIELDS, "family", "id2label", "problem_type")]
-    own = _FAMILY_KEYS.get(d.get("model_type"), ()) if isinstance(d.get("model_type"), str) else ()
+    own = models.get(d.get("model_type", "squeezebert")).config_keys  # the family's own keys (model_type checked)
     absent = [f for f in (*fields, *own) if f not in d]
     for key in d:
         if isinstance(key, str) and key not in fields and key not in own and (near := _near_miss(key, absent)):

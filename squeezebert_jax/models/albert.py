@@ -52,6 +52,7 @@ def to_transformers(config, d: dict) -> dict:
 
 FAMILY = Family(
     style="albert", prefix="albert.", encoder_table=encoder_table, detect=".albert_layer_groups.",
+    config_keys=("classifier_dropout_prob", "inner_group_num", "num_hidden_groups", "position_embedding_type"),
     config_family="albert", tied=("predictions.decoder.weight", "predictions.decoder.bias", "predictions.bias"),
     head_table=HEAD_TABLE | HEADS, torch_classes=torch_classes("Albert"), heads_without_pooler=HEADS_WITHOUT_POOLER,
     from_transformers=from_transformers, to_transformers=to_transformers,

@@ -43,6 +43,7 @@ def _miniatures() -> dict[str, dict]:
 
 FAMILY = Family(
     style="bert", prefix="bert.", encoder_table=encoder_table, tied=BERT_TIED, detect=".attention.self.query.",
+    config_keys=("classifier_dropout", "position_embedding_type", "use_cache"),
     torch_classes=torch_classes("Bert"), heads_without_pooler=HEADS_WITHOUT_POOLER,
     from_transformers=from_transformers,
     to_transformers=lambda config, d: bert_like_to_transformers(config, d, keep_embedding_size=False),

@@ -54,7 +54,7 @@ def to_transformers(config, d: dict) -> dict:
 
 FAMILY = Family(
     style="distilbert", prefix="distilbert.", encoder_table=encoder_table, detect=".attention.q_lin.",
-    config_family="distilbert",
+    config_family="distilbert", config_keys=(*FIELDS, "qa_dropout", "seq_classif_dropout", "sinusoidal_pos_embds"),
     tied=("vocab_projector.weight", None, None), head_table=HEAD_TABLE | HEADS,
     head_parts={"SqueezeBertForSequenceClassification": ("pre_classifier", "classifier"),
                 "SqueezeBertForMultipleChoice": ("pre_classifier", "classifier")},  # its pooler is the head's own

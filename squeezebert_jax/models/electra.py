@@ -48,6 +48,8 @@ def from_transformers(d: dict, kw: dict, source: str) -> dict:
 FAMILY = Family(
     style="electra", prefix="electra.", encoder_table=encoder_table, config_family="electra",
     detect=None, keys_of="bert",  # BERT's keys: the config decides
+    config_keys=("classifier_dropout", "position_embedding_type", "summary_activation", "summary_last_dropout",
+                 "summary_type", "summary_use_proj", "use_cache"),
     tied=("generator_lm_head.weight", None, None), head_table=HEAD_TABLE | HEADS,
     head_parts={"SqueezeBertForSequenceClassification": ("classifier_dense",),
                 "SqueezeBertForMultipleChoice": ("summary", "classifier")},

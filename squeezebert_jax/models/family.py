@@ -94,6 +94,9 @@ class Family:
     to_transformers: Callable[[Any, dict], dict] | None = None  # (config, our dict) -> their dict
     presets: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> SqueezeBertConfig fields
     config_head_rows: Callable[[Any, str], list[Row]] | None = None  # (config, part) -> rows that depend on the config
+    # transformers' config keys of its own (not SqueezeBertConfig fields): none is a misspelling of a field, and each
+    # misspelt is refused as a field's is (model._check_near_misses)
+    config_keys: tuple[str, ...] = ()
 
     def parts(self, head: str) -> tuple[str, ...]:
         return self.head_parts.get(head, HEAD_PARTS[head])

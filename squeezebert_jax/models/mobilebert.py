@@ -313,6 +313,7 @@ def flops_breakdown(c, s: int, num_labels: int = 0, pooler_every_token: bool = F
 
 FAMILY = Family(
     style="mobilebert", prefix="mobilebert.", encoder_table=encoder_table, tied=BERT_TIED, config_family="mobilebert",
+    config_keys=("classifier_dropout", "normalization_type", "true_hidden_size", "use_bottleneck"),
     detect=".bottleneck.input.dense.", config_head_rows=head_rows, torch_classes=torch_classes("MobileBert"),
     heads_without_pooler=HEADS_WITHOUT_POOLER, from_transformers=from_transformers, to_transformers=to_transformers,
     # transformers' released mobilebert-uncased: 24 layers of a 512 body around a 128 bottleneck, 4 heads, 4 stacked
