@@ -530,8 +530,8 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     hf_dir = os.fspath(hf_dir)
     head = convert.check_head(head)
     config, raw = read_model_config(hf_dir)
-    check_model_dir(os.fspath(model_dir), ("config.json", PARAMS_FILE), tokenizer_files(hf_dir, config.vocab_size),
-                    overwrite)  # before the work
+    tok_files = tokenizer_files(hf_dir, config.vocab_size)  # each read and checked once, before the work
+    check_model_dir(os.fspath(model_dir), ("config.json", PARAMS_FILE), tok_files, overwrite)
     named = {k: v for k, v in (config.id2label or {}).items() if v != f"LABEL_{k}"}
     if label_names and named and [named.get(i) for i in range(len(label_names))] != list(label_names):
         raise InputError(f"--label-names {','.join(label_names)}: {hf_dir}/config.json names the outputs already "
@@ -554,7 +554,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
             raise InputError(f"{hf_dir}: {len(label_names)} label names {label_names} for a "
                              f"{convert.head_name(model)} with {n} outputs (they must be distinct, one per output)")
         model.config.id2label = dict(enumerate(label_names))
-    readable = any(name in TOKENIZER_FILE_NAMES for name, _ in tokenizer_files(hf_dir))  # else the weights alone
+    readable = any(name in TOKENIZER_FILE_NAMES for name, _ in tok_files)  # else the weights alone
     # a classifier run_glue fine-tuned names its GLUE task (finetuning_task): kept as the MODEL_DIR's card, so that it
     # is scored on no other task and predict gives it its task's number of texts
     card = tasks.glue_card(raw.get("finetuning_task")) if isinstance(
