@@ -180,9 +180,10 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     for name in ("patient_weight", "hidden_weight", "attention_weight"):
         need(number(f"distill.{name}", 0), f"distill.{name}", "a finite weight >= 0 (0: off)")
     need(number("prune.target", 0, 1, hi_open=True), "prune.target", "a sparsity in [0, 1) (0: off)")
-    need(number("prune.begin", 0, 1) and number("prune.end", 0, 1) and config.prune.begin <= config.prune.end,
-         "prune.begin", f"a fraction of the run with 0 <= prune.begin <= prune.end <= 1 (prune.end is "
-         f"{config.prune.end!r})")
+    for name in ("prune.begin", "prune.end"):
+        need(number(name, 0, 1), name, "a fraction of the run in [0, 1]")
+    need(config.prune.begin <= config.prune.end, "prune.begin", f"at most prune.end ({config.prune.end!r}): "
+         "pruning starts before it ends")
     need(integer("prune.every", 1), "prune.every", "an integer >= 1")
     for name in ("max_query_length", "doc_stride", "max_answer_length", "n_best"):
         need(integer(f"data.{name}", 1), f"data.{name}", "an integer >= 1")

@@ -74,7 +74,7 @@ class Predictor:
         model's maximum where that is less. ``length_setting``: what the warnings about cut inputs name as setting it
         (fine-tuning's predictions of its test file: ``config.max_seq_length``)."""
         self.length_setting = length_setting
-        tasks.input_length(max_length)  # its form, before the model loads
+        tasks.input_length(max_length, name=length_setting)  # its form, before the model loads
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: an integer >= 1")
         model_dir = path_argument("model_dir", model_dir)
@@ -93,7 +93,7 @@ class Predictor:
                              "another model's")
         self.multilabel = kind == "multilabel" or said == "multi_label_classification"
         self.tokenizer = model_tokenizer(model_dir, self.model.config.vocab_size)
-        self.max_length = tasks.input_length(max_length, self.model.config.max_position_embeddings,
+        self.max_length = tasks.input_length(max_length, self.model.config.max_position_embeddings, length_setting,
                                              model=f"the model at {model_dir}")
         self.batch_size = batch_size
         n = getattr(self.model, "num_labels", 1)

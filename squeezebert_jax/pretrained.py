@@ -16,6 +16,7 @@ tokenizer's own reader before they are copied on (``tokenizer_files``).
 from __future__ import annotations
 
 import collections
+import glob
 import json
 import logging
 import numbers
@@ -225,8 +226,13 @@ def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundE
     if not os.path.lexists(model_dir):  # a text given for the directory, or a typo: not "no config.json"
         return FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR: config.json and the weights)")
     inner = os.path.join(model_dir, "model")
-    hint = (f"; {model_dir} is a training run's workdir: its model is {inner}"
-            if os.path.isfile(os.path.join(inner, "config.json")) else "")
+    if os.path.isfile(os.path.join(inner, "config.json")):
+        return FileNotFoundError(f"{role}{model_dir}: no {lacks}; {model_dir} is a training run's workdir: its model "
+                                 f"is {inner}")
+    found = sorted(os.path.dirname(p) for pattern in ("*/config.json", "*/model/config.json", "*/*/model/config.json")
+                   for p in glob.glob(os.path.join(glob.escape(model_dir), pattern)))  # a GLUE run's or a sweep's root
+    shown = ", ".join(found[:3]) + ", ..." * (len(found) > 3)
+    hint = f"; it holds {len(found)} model{'s' * (len(found) > 1)} ({shown}): give one of them" if found else ""
     return FileNotFoundError(f"{role}{model_dir}: no {lacks}{hint}")
 
 

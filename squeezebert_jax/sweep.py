@@ -156,8 +156,8 @@ def show(value) -> str:
 
 
 def run_name(settings: dict[str, Any], seed: int) -> str:
-    """``lr=1e-05,dropout=0.1,seed=0``: the run dir under WORKDIR/<task>/."""
-    parts = [f"{k}={show(v)}" for k, v in settings.items()] + [f"seed={seed}"]
+    """``lr=1e-05,dropout=0.1,seed=0``: the run dir under WORKDIR/<task>/ (a swept seed is named once, as ``seed``)."""
+    parts = [f"{k}={show(v)}" for k, v in settings.items() if k != "seed"] + [f"seed={seed}"]
     return ",".join(parts).replace(os.sep, "_").replace(" ", "_")
 
 

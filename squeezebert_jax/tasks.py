@@ -73,6 +73,8 @@ def input_length(value, positions: int | None = None, name: str = "max_length", 
         raise InputError(f"{name}={value}: {model} reads at most {positions} tokens (its config.json "
                          f"max_position_embeddings); give {positions} or less")
     return int(value)
+
+
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 # separators mistaken for it, refused inside a multilabel row's label names (config.data.labels could not name one with
 # a comma; "comedy;drama" is a spreadsheet's list)

@@ -340,6 +340,8 @@ def test_pretraining_flags_on_a_finetuning_config_are_one_line(tmp_path):
     # an architecture named twice: the directory's was taken, the preset ignored without a word
     rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--preset", "bert-base-uncased")
     assert rc == 1 and "--preset bert-base-uncased beside --config.init_from=" in err and "give one of them" in err
+    rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--teacher_preset", "bert-bogus")
+    assert rc == 1 and "--teacher_preset: unknown preset 'bert-bogus'; known: " in err and "compiled" not in out
     # --bytes for a GPU target: XLA:GPU reports none (two compiles spent, "0.0 h at the roofline" claimed)
     rc, out, err, _ = _compile(tmp_path, "--topology", "h100:1x1", "--bytes")
     assert rc == 2 and "--bytes: XLA reports bytes accessed for TPU targets only" in err and "compiled" not in out

@@ -305,6 +305,16 @@ def test_a_runs_workdir_given_as_init_from_names_its_model(task, tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_root_of_runs_given_as_a_model_names_the_models_it_holds(task, tmp_path):
+    """A GLUE run's --workdir (one WORKDIR/<task>/model per task) for a model: "no config.json" was all it said."""
+    for name in ("sst2", "mrpc"):
+        shutil.copytree(task[0], tmp_path / "runs" / name / "model")
+    models = f"{tmp_path / 'runs' / 'mrpc' / 'model'}, {tmp_path / 'runs' / 'sst2' / 'model'}"
+    with pytest.raises(FileNotFoundError, match=re.escape(f"runs: no config.json; it holds 2 models ({models}): give "
+                                                          "one of them")):
+        sj.load_pretrained(tmp_path / "runs")
+
+
 @pytest.mark.parametrize("setting, value, msg", [
     ("log_every", 0, r"config.log_every=0: an integer >= 1"),
     ("checkpoint_every", 0, r"config.checkpoint_every=0: an integer >= 1"),

@@ -149,7 +149,7 @@ def test_write_glue_tsv_round_trips_in_the_real_layouts(tmp_path):
                                    None if test else round(float(rng.uniform(0, 5)), 3) if spec.is_regression
                                    else int(rng.integers(spec.num_labels)))
                   for i in rng.permutation(7)]
-            path = glue.write_glue_tsv(name, split, ex, str(tmp_path))
+            glue.write_glue_tsv(name, split, ex, str(tmp_path))
             back = glue.load_examples(name, split, data_dir=str(tmp_path))
             if spec.layouts[split].index is None:  # SST-2/MRPC train and dev, CoLA: idx is the row number
                 ex = [glue.GlueExample(k, e.text_a, e.text_b, e.label) for k, e in enumerate(ex)]

@@ -636,7 +636,7 @@ def test_max_length_past_the_models_positions_is_refused_not_cut(model_dir, tmp_
     (tmp_path / "in.txt").write_text("good\n")
     rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.txt", "--out",
                            tmp_path / "o.jsonl", "--max_length", "512")
-    assert rc == 1 and err.count("\n") == 1 and "max_length=512: the model at" in err, err
+    assert rc == 1 and err.count("\n") == 1 and ": --max_length=512: the model at" in err, err  # the flag named
     assert not (tmp_path / "o.jsonl").exists()
 
 

@@ -308,6 +308,7 @@ def test_grid_parsing(get_config):
     assert (c.learning_rate, c.batch_size, c.distill.teacher_weight, c.progress, c.dropout) == (1e-5, 16, 1.0, False,
                                                                                                   0.1)
     assert sweep.run_name({"lr": 1e-5, "dropout": 0.0}, 3) == "lr=1e-05,dropout=0.0,seed=3"
+    assert sweep.run_name({"lr": 1e-5, "seed": 3}, 3) == "lr=1e-05,seed=3"  # a swept seed named once
     assert sweep.run_key("rte", {"lr": 1e-5, "batch": 8}, 0) == sweep.run_key("rte", {"batch": 8, "lr": 1e-5}, 0)
 
 

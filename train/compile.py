@@ -302,6 +302,11 @@ def _compile_finetune(config, target) -> int:
         if value and flags.FLAGS[flag].present:  # which architecture was meant? (the directory's was taken)
             raise InputError(f"--{flag} {flags.FLAGS[flag].value} beside --config.{setting}={value}: the architecture "
                              f"is {setting}'s (its config.json); give one of them")
+    for flag in ("preset", "teacher_preset"):  # the flag named, before a teacher's settings are read
+        try:
+            flags.FLAGS[flag].value and SqueezeBertConfig.preset(flags.FLAGS[flag].value)
+        except InputError as e:
+            raise InputError(f"--{flag}: {e}") from None
     checked = config.copy_and_resolve_references()  # a --teacher_preset is a teacher: its settings are read
     checked.distill.teacher = checked.distill.teacher or _TEACHER.value
     finetune.check_settings(checked, len(target.devices))  # the run's own refusals, before any compile
