@@ -120,10 +120,29 @@ def _near_miss(key: str, absent: list[str]) -> str | None:
                                                                              key.startswith(f))), None)
 
 
+# Other libraries' names for an architecture field (GPT-2's n_layer, T5's num_layers and d_ff, fairseq's
+# ffn_embed_dim): in a config.json without the field, the file means it, and it would be left at its default
+_SYNONYMS = {**dict.fromkeys(("num_layers", "n_layer", "n_layers", "encoder_layers"), "num_hidden_layers"),
+             **dict.fromkeys(("num_heads", "n_head", "n_heads", "encoder_attention_heads"), "num_attention_heads"),
+             **dict.fromkeys(("d_model", "n_embd", "dim", "embed_dim", "encoder_embed_dim"), "hidden_size"),
+             **dict.fromkeys(("d_ff", "n_inner", "ffn_dim", "mlp_dim", "intermediate_dim", "encoder_ffn_dim",
+                              "ffn_embed_dim", "encoder_ffn_embed_dim"), "intermediate_size"),
+             **dict.fromkeys(("n_positions", "n_ctx", "max_seq_len", "max_sequence_length"),
+                             "max_position_embeddings"),
+             **dict.fromkeys(("n_vocab",), "vocab_size"),
+             **dict.fromkeys(("dropout", "dropout_rate", "resid_pdrop", "hidden_dropout_rate"), "hidden_dropout_prob"),
+             **dict.fromkeys(("attention_dropout", "attn_pdrop", "attention_dropout_rate"),
+                             "attention_probs_dropout_prob"),
+             **dict.fromkeys(("activation_function", "activation", "hidden_activation", "activation_fn"),
+                             "hidden_act"),
+             **dict.fromkeys(("embedding_dim", "embedding_dimension"), "embedding_size")}
+
+
 def _check_near_misses(d: dict, source: str) -> None:
     """A config.json key that misspells an architecture field the file lacks (``num_hidden_layer``, ``hidden_dropout``)
     would leave that field at its default, without a word: refused, naming both; so is one misspelling a key of the
-    family's own (``Family.config_keys``: DistilBERT's n_layers). Keys of another meaning (transformers' bookkeeping)
+    family's own (``Family.config_keys``: DistilBERT's n_layers), and another library's name for a field the file
+    lacks (``_SYNONYMS``: GPT-2's n_layer, T5's num_layers). Keys of another meaning (transformers' bookkeeping)
     are none of these: checked against every key of the default configs of
     transformers' BERT, SqueezeBERT, ALBERT, DistilBERT, ELECTRA and MobileBERT (``tests/test_cli_convert.py``)."""
     fields = [f.name for f in dataclasses.fields(SqueezeBertConfig)
@@ -131,10 +150,14 @@ def _check_near_misses(d: dict, source: str) -> None:
     own = models.get(d.get("model_type", "squeezebert")).config_keys  # the family's own keys (model_type checked)
     absent = [f for f in (*fields, *own) if f not in d]
     for key in d:
-        if isinstance(key, str) and key not in fields and key not in own and (near := _near_miss(key, absent)):
+        if not isinstance(key, str) or key in fields or key in own:
+            continue
+        other = _SYNONYMS.get(key.lower().replace("-", "_"))
+        if near := _near_miss(key, absent) or (other if other in absent else None):
             default = (f"{_json_repr(getattr(SqueezeBertConfig, near))}, the default"
                        if near in fields and hasattr(SqueezeBertConfig, near) else "transformers' default")
-            raise InputError(f"{source}: {key!r} is no setting of a model config; {near!r}, misspelt? (without it "
+            said = "another library's name for it?" if near == other else "misspelt?"
+            raise InputError(f"{source}: {key!r} is no setting of a model config; {near!r}, {said} (without it "
                              f"{near} would be {default})")
 
 

@@ -359,8 +359,13 @@ def test_a_config_key_that_misspells_a_field_is_refused(key, field):
                  "MobileBertConfig"):
         theirs = getattr(transformers, name)(vocab_size=64).to_dict()
         SqueezeBertConfig.from_dict(theirs, source=name)
-        for key in theirs:  # a config written without one of its keys (an older transformers, a smaller one)
+        for key in set(theirs) - {"model_type"}:  # a config without one of its keys (an older transformers)
             model._check_near_misses({k: v for k, v in theirs.items() if k != key}, name)
+    # without its model_type a DistilBERT config reads as SqueezeBERT's, whose fields it names its own way
+    with pytest.raises(InputError, match=r"^D: 'n_layers' is no setting of a model config; 'num_hidden_layers', "
+                                         r"another library's name for it\?"):
+        model._check_near_misses({k: v for k, v in transformers.DistilBertConfig().to_dict().items()
+                                  if k != "model_type"}, "D")
     # a family's own keys misspelt, in that family's config
     for name, odd, own in (("DistilBertConfig", "n_layer", "n_layers"), ("AlbertConfig", "num_hidden_group",
                                                                          "num_hidden_groups"),
@@ -370,6 +375,21 @@ def test_a_config_key_that_misspells_a_field_is_refused(key, field):
         with pytest.raises(InputError, match=rf"^{name}: '{odd}' is no setting of a model config; '{own}', "
                                              r"misspelt\? \(without it .* would be transformers' default\)$"):
             SqueezeBertConfig.from_dict(theirs | {odd: theirs.get(own, 1)}, source=name)
+
+
+
+@pytest.mark.parametrize("key,field", [("num_layers", "num_hidden_layers"), ("n_head", "num_attention_heads"),
+                                       ("d_model", "hidden_size"), ("d_ff", "intermediate_size"),
+                                       ("n_positions", "max_position_embeddings"), ("Dropout", "hidden_dropout_prob"),
+                                       ("activation_function", "hidden_act"), ("embedding_dim", "embedding_size")])
+def test_another_librarys_name_for_a_field_is_refused(key, field):
+    """GPT-2's, T5's or fairseq's name for a field (num_layers: 3), in a config.json without the field, left it at
+    its default (12 layers) without a word: refused, naming both. Beside the field itself, it is another setting."""
+    with pytest.raises(InputError, match=rf"^M/config.json: '{key}' is no setting of a model config; '{field}', "
+                                         rf"another library's name for it\? \(without it {field} would be .*, the "
+                                         r"default\)$"):
+        SqueezeBertConfig.from_dict({"model_type": "squeezebert", key: 3}, source="M/config.json")
+    model._check_near_misses({"model_type": "squeezebert", key: 3, field: 4}, "M/config.json")
 
 
 @pytest.mark.parametrize("field,value", [("layer_norm_eps", 1e-5), ("layer_norm_eps", 0.5), ("initializer_range", 0),
