@@ -20,6 +20,7 @@ Layouts: torch Conv1d weight ``[Cout, Cin/G, 1]`` <-> our ``[G, Cin/G, Cout/G]``
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from typing import Mapping
@@ -209,7 +210,7 @@ class Mapped:
 
 
 def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfig, head: str | None = None, *,
-                  architectures: list[str] | None = None, source: str = "state_dict") -> Mapped:
+                  architectures: list[str] | None = None, source: str = "state_dict", tied=True) -> Mapped:
     """A transformers state_dict (numpy arrays; SqueezeBERT or BERT keys) under our parameter paths.
 
     Names and reshapes only: no model is built and nothing is checked against one (``pretrained.build_model`` does that).
@@ -217,7 +218,9 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     and of the checkpoint's own head are mapped through the name table; ``names`` gives the torch key of every path
     in those tables (so a missing tensor is reported by its torch name), and tensors the table does not name are
     passed through under their torch keys (reported as unexpected). Known buffers are skipped; a tied MLM
-    decoder is checked equal to the embeddings and dropped.
+    decoder is checked equal to the embeddings and dropped. ``tied``: config.json's ``tie_word_embeddings``; false
+    for a head with an MLM is refused (transformers gives such a model a decoder of its own, initialised anew when
+    the file holds none; ours is the word embeddings).
     """
     head = check_head(head)
     sd = {k: np.asarray(v) for k, v in state_dict.items() if not any(k.endswith(b) for b in SKIPPED_BUFFERS)}
@@ -229,6 +232,11 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     saved = infer_head(_strip_prefix(sd, fam, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, fam, head)
+    if tied is not True and "mlm" in fam.parts(head):
+        raise InputError(f"{source}: its config.json says tie_word_embeddings {json.dumps(tied)}: a {head}'s MLM "
+                         "decoder here is its word embeddings, and transformers gives this model a decoder of its own "
+                         "(initialised anew where the file holds none); set it to true if the decoder is the "
+                         "embeddings, or convert another --head")
     word_key = ("" if head == "SqueezeBertModel" else fam.prefix) + "embeddings.word_embeddings.weight"
     _check_tied(sd, word_key, source, fam)
     rows = _table(config, head, fam)

@@ -66,6 +66,10 @@ def student_layer_choice(mapping, num_layers: int, teacher_layers: int) -> list[
     except (TypeError, ValueError):
         raise InputError(f"student layer map {mapping!r}: expected 'skip', 'first' or 1-based teacher layers "
                          f"such as '1,3,5'") from None
+    # numbered from 0, checked alone: before init_from's depth is known, the range would name a placeholder's
+    if (low := next((t for t in chosen if t < 1), None)) is not None:
+        raise InputError(f"student layer map {mapping!r}: teacher layer {low}; the teacher's layers are numbered "
+                         "from 1")
     if len(chosen) != num_layers or not all(1 <= t <= teacher_layers for t in chosen):
         raise InputError(f"student layer map {mapping!r}: expected {num_layers} teacher layers in 1..{teacher_layers}")
     if len(set(chosen)) != len(chosen):  # two student layers of one teacher layer: the weights' map breaks

@@ -272,6 +272,25 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def check_lock_path(lock: str, owner: str) -> None:
+    """A lock file's path (``OUT.lock``, ``WORKDIR/.lock``) holds nothing or a regular file: a symbolic link (to a
+    missing file: ``open`` then fails, and the claim loop retried for ever), a directory or a pipe there is one line
+    naming it, its kind and ``owner`` (what the lock is for), never an OS message or a hang."""
+    try:
+        mode = os.lstat(lock).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISLNK(mode):
+        target = os.readlink(lock)
+        kind = f"a symbolic link to {target}" + ("" if os.path.exists(lock) else ", which does not exist")
+    else:
+        kind = special_kind(lock)
+    raise InputError(f"{lock}: {kind}, where {owner}'s lock file goes (a regular file this program makes); move it "
+                     "away and run again")
+
+
 CLAIM_SUFFIX = ".lock"
 
 
@@ -337,6 +356,7 @@ def _claim(out: str, what: str) -> tuple[int, str]:
 
     lock, host = claim_path(out), socket.gethostname()
     while True:
+        check_lock_path(lock, f"{what} {out}")
         try:
             fd, created = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask()), True
         except FileExistsError:
@@ -528,11 +548,11 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
                                     f"0x{raw[e.start]:02x}); save the file as UTF-8") from None
             if problem := line_problem(line.removesuffix("\n").removesuffix("\r"), lineno):
                 col, what = problem
-                raise DataFileError(f"{name}:{lineno}:{col}: {what}{_LINE_ADVICE[what]}")
+                raise DataFileError(f"{name}:{lineno}:{col}: {what}{LINE_ADVICE[what]}")
             yield lineno, line
 
 
-_LINE_ADVICE = {"a NUL byte": ", which text never holds (a UTF-16 or binary file?); save the file as UTF-8 text",
+LINE_ADVICE = {"a NUL byte": ", which text never holds (a UTF-16 or binary file?); save the file as UTF-8 text",
                 "a byte-order mark inside the file": " (two files joined?); remove it",
                 "a carriage return that ends no line":
                     " (old Mac line ends?); save the file with \\n or \\r\\n line ends"}
@@ -707,11 +727,15 @@ def _pid_alive(pid: int) -> bool:
 
 
 def read_lock(directory: str | os.PathLike) -> dict:
-    """What ``DIR/.lock`` says of the run that holds or last held the directory (``{}``: none, or unreadable)."""
+    """What ``DIR/.lock`` says of the run that holds or last held the directory (``{}``: none, unreadable, or no regular
+    file: a pipe there would block the read; ``RunLock`` refuses it by name)."""
     import json
 
+    path = os.path.join(os.fspath(directory), LOCK_NAME)
+    if os.path.islink(path) or not os.path.isfile(path):
+        return {}
     try:
-        with open(os.path.join(os.fspath(directory), LOCK_NAME), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             info = json.load(f)
         return info if isinstance(info, dict) else {}
     except (OSError, ValueError):
@@ -759,6 +783,7 @@ class RunLock:
         os.makedirs(self.directory, exist_ok=True)
         host = socket.gethostname()
         while True:
+            check_lock_path(self.path, f"the {self.what} in {self.directory}")
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -219,6 +219,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     if not config.prune.target:
         unread(prune.SETTINGS, ("kind", "begin", "end", "every"), "with prune.target 0 (pruning off)", "prune")
     if config.task != "files":
+        glue.get_task(config.task)  # an unknown task named as such first, not as the task that reads its own files
         unread(tasks.DATA_SETTINGS, tasks.DATA_SETTINGS, f"with task {config.task!r}, which reads its own files "
                "(config.data_dir); your own files: train/configs/glue.py:files", "data")
     else:  # what the kind reads: the QA windows only question answering, whose SQuAD files name their own fields

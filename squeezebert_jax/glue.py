@@ -176,7 +176,10 @@ class GlueExample:
 
 
 class UnknownTaskError(InputError, KeyError):
-    """A task name that is not a GLUE task (a KeyError too, for callers that look tasks up)."""
+    """A task name that is not a GLUE task (a KeyError too, for callers that look tasks up). Its text is the message
+    itself, not KeyError's quoted repr of it."""
+
+    __str__ = Exception.__str__
 
 
 class GlueFormatError(InputError):

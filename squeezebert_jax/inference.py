@@ -32,8 +32,7 @@ def model_tokenizer(model_dir: str, vocab_size: int | None = None, role: str = "
     from its config.json when not given): under jax.jit an id past the embedding table is no error, XLA clamps
     the gather and the run goes on with wrong embeddings. ``role`` prefixes messages (e.g. ``"teacher "``)."""
     if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR with config.json, weights and "
-                                f"tokenizer)")
+        raise not_a_model_dir(model_dir, "tokenizer file (vocab.txt or SentencePiece model)", role)
     tok = Tokenizer.from_dir(model_dir)
     if tok is None:
         raise not_a_model_dir(model_dir, "tokenizer file (vocab.txt or SentencePiece model)", role)

@@ -153,6 +153,8 @@ class Predictor:
             elif not isinstance(x, str):
                 raise InputError(f"{name} is {_kind_of(x)}, not a text (str) or a tuple of texts")
             n = 1 if isinstance(x, str) else len(x)
+            if problem := next(filter(None, map(tasks.nul_problem, (x,) if isinstance(x, str) else x)), ""):
+                raise InputError(f"{name} {problem}")  # as a text file's or a JSON cell's NUL is refused
             if n not in arity:
                 raise InputError(f"{name} holds {n} text{'s' * (n != 1)}; this model reads {arity}")
             if first is not None and n != first:

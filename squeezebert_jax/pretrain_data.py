@@ -150,9 +150,10 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
         blank_run = 0
         lines_before, bytes_before, size = stats.invalid_utf8_lines, stats.invalid_utf8_bytes, 0
         next_check = _CHECK_BYTES
-        cut, lost, cr_only, rest = 0, 0, False, False
+        cut, lost, cr_only, rest, lineno = 0, 0, False, False, 0
         with open(path, "rb") as f:
             for raw in iter(lambda: f.readline(cap), b""):
+                lineno += not rest
                 size += len(raw)
                 if size >= next_check:
                     _check_invalid_share(path, stats.invalid_utf8_bytes - bytes_before, size, max_invalid_utf8, False)
@@ -172,8 +173,17 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
                                      "Mac line ends): read so, the file is one line and its documents would be "
                                      "lost; save it with \\n line ends")
                 part = raw[:_utf8_boundary(raw)] if rest else raw
-                truncated = stats.truncated_lines
-                line = _clean(_decode(part, stats), stats, max_line_chars)
+                while lineno == 1 and part.startswith(files.BOM):  # as files.text_lines reads a file's start
+                    part = part.removeprefix(files.BOM)
+                truncated, invalid = stats.truncated_lines, stats.invalid_utf8_lines
+                text = _decode(part, stats)
+                # in a line of text (a line of other bytes is counted, for the share above), a mark inside the file
+                # or a lone CR: refused by line as the tokenizer's trainer refuses them (files.text_lines), not
+                # glued to a word or a sentence
+                if stats.invalid_utf8_lines == invalid and (
+                        problem := files.line_problem(text.removesuffix("\n").removesuffix("\r"), lineno)):
+                    raise InputError(f"{path}:{lineno}:{problem[0]}: {problem[1]}{files.LINE_ADVICE[problem[1]]}")
+                line = _clean(text, stats, max_line_chars)
                 if stats.truncated_lines > truncated or rest:
                     stats.truncated_lines = truncated + 1
                     cut, lost = cut + 1, lost + len(raw.rstrip(b"\r\n")) - len(line.encode("utf-8"))

@@ -220,11 +220,21 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     return model_dir
 
 
+def _is_model_file(path: str) -> bool:
+    """``path`` is one of a MODEL_DIR's own files (its config.json, its weights): its directory was meant."""
+    parent = os.path.dirname(path) or "."
+    return os.path.basename(path) in MODEL_FILES and os.path.isfile(os.path.join(parent, "config.json"))
+
+
 def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundError:
     """The error for a directory given as a MODEL_DIR that lacks ``lacks`` (its config.json, its tokenizer), naming the
     MODEL_DIR inside when it is a training run's workdir (WORKDIR/model: what --config.init_from and --model take)."""
     if not os.path.lexists(model_dir):  # a text given for the directory, or a typo: not "no config.json"
         return FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR: config.json and the weights)")
+    if not os.path.isdir(model_dir):  # its config.json, a data file: "config.json: no config.json" was said
+        hint = f"; give {os.path.dirname(model_dir)}" if _is_model_file(model_dir) else ""
+        return FileNotFoundError(f"{role}{model_dir}: a file, not a MODEL_DIR (a directory: config.json and the "
+                                 f"weights){hint}")
     inner = os.path.join(model_dir, "model")
     if os.path.isfile(os.path.join(inner, "config.json")):
         return FileNotFoundError(f"{role}{model_dir}: no {lacks}; {model_dir} is a training run's workdir: its model "
@@ -321,7 +331,8 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
             raise not_a_model_dir(model_dir, f"{PARAMS_FILE}, model.safetensors or pytorch_model.bin")
         path = convert.torch_checkpoint_file(model_dir)
         mapped = convert.torch_to_flat(convert.read_torch_checkpoint(path), config,
-                                       architectures=raw.get("architectures"), source=path)
+                                       architectures=raw.get("architectures"), source=path,
+                                       tied=raw.get("tie_word_embeddings", True))
         allow_new = True
     model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
                         source=path, resuming=resuming)
@@ -332,7 +343,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
 
 def from_torch_state_dict(state_dict, config: SqueezeBertConfig, head: str | None = None, *,
                           architectures: list[str] | None = None, num_labels: int | None = None, seed: int = 0,
-                          allow_new_heads: bool = False, source: str = "state_dict") -> nnx.Module:
+                          allow_new_heads: bool = False, source: str = "state_dict", tied=True) -> nnx.Module:
     """Build our ``head`` model from a transformers state_dict (numpy arrays; SqueezeBERT or BERT keys).
 
     ``head`` defaults to what the checkpoint holds; a different one drops the checkpoint's own head tensors
@@ -341,7 +352,7 @@ def from_torch_state_dict(state_dict, config: SqueezeBertConfig, head: str | Non
     initialisation and are *reported* (logged, and listed in ``model.newly_initialized`` by their torch names).
     A missing encoder tensor is always an error.
     """
-    mapped = convert.torch_to_flat(state_dict, config, head, architectures=architectures, source=source)
+    mapped = convert.torch_to_flat(state_dict, config, head, architectures=architectures, source=source, tied=tied)
     return build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new_heads,
                        source=source)
 
@@ -549,7 +560,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     new_classifier = head is not None and "Classification" in head and not any(
         "classifier" in k.split(".") for k in state)
     model = from_torch_state_dict(state, config, head, architectures=raw.get("architectures"), source=path,
-                                  allow_new_heads=True,
+                                  tied=raw.get("tie_word_embeddings", True), allow_new_heads=True,
                                   num_labels=len(label_names) if label_names and new_classifier else None)
     if label_names:
         n = getattr(model, "num_labels", None)

@@ -8,7 +8,8 @@
 
 The split defaults to ``train``. Each row is a ``{column: value}`` dict as a CSV or JSON Lines row would be: bytes are
 decoded as UTF-8, a ``ClassLabel`` value is its name (a negative one, TFDS' and datasets' mark of an unlabelled row,
-leaves the column out), a sequence of ``ClassLabel`` values (a tagged sentence's ``ner_tags``) is the list of names.
+is None, as JSON's null: a test row's missing label, refused by row in a training split), a sequence of
+``ClassLabel`` values (a tagged sentence's ``ner_tags``) is the list of names.
 Messages name a row as ``SPEC:ROW`` (1-based), as a file's line is named.
 """
 
@@ -157,13 +158,13 @@ def _unlabelled(value, feature) -> bool:
 
 
 def _row(spec: str, i: int, row: dict, features: dict) -> dict:
-    """One row's columns as plain values (class labels as their names); a row labelled -1 (unlabelled) leaves its
-    label column out. A value that cannot be read is one line naming the split, the row and the column."""
+    """One row's columns as plain values (class labels as their names); a row labelled -1 (unlabelled) holds None
+    (its column left out, a training split's refusal said the dataset had no label column). A value that cannot be
+    read is one line naming the split, the row and the column."""
     out = {}
     for k, v in row.items():
         try:
-            if not _unlabelled(v, features.get(k)):
-                out[k] = _value(v, features.get(k))
+            out[k] = None if _unlabelled(v, features.get(k)) else _value(v, features.get(k))
         except ValueError as e:
             raise DataFileError(f"{spec}:{i}: column {k!r}: {e}") from None
     return out

@@ -886,7 +886,7 @@ def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, pa
 
 
 def text_value(value, path: str, lineno: int, col: str) -> str:
-    """A text cell: a string with something besides white space in it."""
+    """A text cell: a string with something besides white space in it, and no NUL (``nul_problem``)."""
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {files.json_value(value)}, not "
                             f"text")
@@ -894,12 +894,21 @@ def text_value(value, path: str, lineno: int, col: str) -> str:
         held = " (only white space or invisible marks)" if value else ""
         raise DataFileError(f"{path}:{lineno}: column {col!r} is empty{held}; every row needs its text (fill it, or "
                             f"remove the row)")
+    if problem := nul_problem(value):
+        raise DataFileError(f"{path}:{lineno}: column {col!r} {problem}")
     return value
+
+
+def nul_problem(text: str) -> str:
+    """What a text given to a model (a JSON cell's ``"\u0000"``, a Python string) may not hold, as a phrase, or "":
+    a NUL, which no text holds (a text file holding one is refused by line: ``files.line_problem``)."""
+    return f"holds a NUL character at character {text.index(chr(0)) + 1}, which no text holds" if "\0" in text else ""
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _SQUARE_MAX = math.sqrt(_FLOAT32_MAX)  # a regression score above it: MSE overflows float32
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# ASCII digits only: a full-width １ or an Arabic-Indic ١ is no number a data file means (files.number_value)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 
 def label_key(raw, where: str) -> str:
@@ -939,7 +948,8 @@ def label_key(raw, where: str) -> str:
             return text
         value = decimal.Decimal(text) if math.isfinite(float(text)) else None  # 1e400: no float holds it
     elif raw is None:
-        raise DataFileError(f"{where}: the label is null; every training and validation row needs its label")
+        raise DataFileError(f"{where}: the label is null (a dataset's class label -1: unlabelled); every training "
+                            "and validation row needs its label")
     else:
         raise DataFileError(f"{where}: {files.json_value(raw)} is not one label (a row of "
                             f"several labels is data.kind=multilabel)")
@@ -1039,7 +1049,15 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
 
 def declared_labels(text: str, setting: str) -> tuple[str, ...]:
     """Label names a setting gives in id order (``"neg,pos"``), each read by ``label_key``; an empty name or a name
-    given twice (``pos,neg,pos``; ``1,1.0``) is refused, naming the setting."""
+    given twice (``pos,neg,pos``; ``1,1.0``) is refused, naming the setting; so is a JSON or Python list
+    (``["0","1"]``: its brackets and quotes would be read as parts of the names)."""
+    stripped = text.strip()
+    bracketed = len(stripped) > 1 and stripped[0] in "[(" and stripped[-1] in "])"
+    quoted = [x.strip() for x in stripped.strip("[]()").split(",")]
+    if bracketed or any(len(x) > 1 and x[0] in "\"'" and x[-1] == x[0] for x in quoted):
+        plain = ",".join(x.strip("\"'") for x in quoted)
+        raise InputError(f"{setting}={text!r} is written as a list; give the names separated by commas, without "
+                         f"brackets or quotes ({plain})")
     if any(not files.has_text(x) for x in text.split(",")):
         raise InputError(f"{setting}={text!r} has an empty name; give each class a name, in id order, separated by "
                          "commas")

@@ -39,7 +39,7 @@ import numpy as np
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import (atomic_write, check_inputs_not_inside, check_text_files, json_type, json_value,
-                                   make_dirs, read_json, text_lines)
+                                   make_dirs, read_json, special_kind, text_lines)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -70,13 +70,14 @@ def _containment_root(directory: str) -> str:
 
 
 def checkpoint_file(directory: str | os.PathLike, name: str) -> str | None:
-    """``directory/name`` if it is a file, else None: the one way a file of a checkpoint directory or MODEL_DIR
-    (config.json, the weights, vocab.txt and the other tokenizer files) is found.
+    """``directory/name`` if it is a file, None if nothing is there: the one way a file of a checkpoint directory or
+    MODEL_DIR (config.json, the weights, vocab.txt and the other tokenizer files) is found.
 
     A path whose real location lies outside the directory's (a ``vocab.txt`` linked to ``/etc/passwd``, a ``..`` in
-    ``name``) is an ``InputError`` naming both: a checkpoint's files are read (and copied on) from the checkpoint
-    alone. Symlinks that stay inside the directory are followed, as are a Hugging Face hub cache snapshot's links into
-    its model's ``blobs/``.
+    ``name``) is an ``InputError`` naming both: a checkpoint's files are read (and copied on) from the checkpoint alone.
+    So is a ``name`` that is no regular file (a directory, a pipe, a link to nothing): not "no vocab.txt". Symlinks that
+    stay inside the directory are followed, as are a Hugging Face hub cache snapshot's links into its model's
+    ``blobs/``.
     """
     directory = os.fspath(directory)
     path = os.path.join(directory, name)
@@ -86,7 +87,12 @@ def checkpoint_file(directory: str | os.PathLike, name: str) -> str | None:
     if os.path.commonpath([root, real]) != root:
         raise InputError(f"{path} resolves to {real}, outside the checkpoint directory {directory}; a checkpoint's "
                          "files are read from its own directory only: copy the file in instead of linking to it")
-    return path if os.path.isfile(real) else None
+    if os.path.isfile(real):
+        return path
+    kind = (special_kind(real) if os.path.exists(real) else
+            f"a symbolic link to {os.readlink(path)}, which does not exist")
+    raise InputError(f"{path}: {kind}, where the checkpoint's {name} goes (a regular file); put the file there, or "
+                     "remove what is in its place")
 
 
 def warn_truncated(cut: int, total: int, max_length: int, setting: str, what: str = "inputs",

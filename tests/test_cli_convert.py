@@ -398,6 +398,30 @@ def test_config_float_settings_in_range_are_taken(field, value):
     assert getattr(SqueezeBertConfig.from_dict({field: value}), field) == value
 
 
+@pytest.mark.parametrize("value", [False, 0])
+def test_an_untied_mlm_decoder_in_config_json_is_refused_and_a_classifier_converts(tmp_path, run_cli, digest, value):
+    """tie_word_embeddings false: transformers gives the MLM a decoder of its own (initialised anew, the file holding
+    none), ours is the word embeddings: the converted model's MLM outputs were another model's, without a word."""
+    src = hf_dir(tmp_path / "hf")
+    path = os.path.join(src, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    with open(path, "w") as f:
+        json.dump(cfg | {"tie_word_embeddings": value}, f)
+    before = digest(src)
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
+    line = one_error_line(err, "from_pytorch.py")
+    assert rc == 1 and f"config.json says tie_word_embeddings {json.dumps(value)}: a SqueezeBertForMaskedLM's MLM " \
+                       "decoder here is its word embeddings" in line, line
+    assert digest(src) == before and not (tmp_path / "m").exists()
+    with pytest.raises(InputError, match="tie_word_embeddings"):
+        sj.load_pretrained(src)
+    # the encoder under another head reads no decoder: converted
+    rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "enc", "--head",
+                              "SqueezeBertModel")
+    assert rc == 0, err
+
+
 def test_from_pytorch_refuses_a_negative_layer_norm_eps(tmp_path, run_cli, digest):
     src = hf_dir(tmp_path / "hf", head="SqueezeBertForSequenceClassification")
     path = os.path.join(src, "config.json")

@@ -60,6 +60,10 @@ def test_student_layer_map_errors():
         distill.student_layer_choice("1,1", 2, 6)
     with pytest.raises(InputError, match=r"expected 3 teacher layers in 1\.\.6"):
         distill.student_layer_choice("1,3,7", 3, 6)
+    # 0-based, checked with the settings (init_from's depth not yet known): "in 1..10000" was said
+    with pytest.raises(InputError, match=r"^student layer map '0,1': teacher layer 0; the teacher's layers are "
+                                         r"numbered from 1$"):
+        distill.check_map_forms("uniform", "0,1")
     with pytest.raises(InputError, match="'skip', 'first'"):
         distill.student_layer_choice("every", 3, 6)
 

@@ -45,6 +45,35 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_marks_the_end(
         pass
 
 
+@pytest.mark.parametrize("kind", ["dangling link", "link to a file", "directory", "pipe"])
+def test_a_lock_path_that_is_no_regular_file_is_one_line_for_either_lock(tmp_path, kind):
+    """``OUT.lock`` or ``WORKDIR/.lock`` as a symbolic link to nothing (predict's claim retried for ever: a hang), a
+    link, a directory or a named pipe (an OS message, or a read that blocks): one line naming the path and its kind,
+    and nothing on disk changed."""
+    made = {"dangling link": lambda p: os.symlink(tmp_path / "nowhere", p),
+            "link to a file": lambda p: ((tmp_path / "other").write_text("x"), os.symlink(tmp_path / "other", p)),
+            "directory": os.mkdir, "pipe": os.mkfifo}[kind]
+    said = {"dangling link": f"a symbolic link to {tmp_path / 'nowhere'}, which does not exist",
+            "link to a file": f"a symbolic link to {tmp_path / 'other'}", "directory": "a directory",
+            "pipe": r"a named pipe \(FIFO\)"}[kind]
+    (tmp_path / "wd").mkdir()
+    made(str(tmp_path / "out.jsonl.lock"))
+    if kind == "link to a file":
+        os.symlink(tmp_path / "other", tmp_path / "wd" / ".lock")
+    else:
+        made(str(tmp_path / "wd" / ".lock"))
+    before = sorted(os.listdir(tmp_path)), sorted(os.listdir(tmp_path / "wd"))
+    with pytest.raises(errors.InputError, match=rf"^{tmp_path / 'out.jsonl.lock'}: {said}, where --out "
+                                                rf"{tmp_path / 'out.jsonl'}'s lock file goes .*; move it away"):
+        with files.claim_output_file(tmp_path / "out.jsonl"):
+            pass
+    with pytest.raises(errors.InputError, match=rf"^{tmp_path / 'wd' / '.lock'}: {said}, where the fine-tuning in "
+                                                rf"{tmp_path / 'wd'}'s lock file goes"):
+        files.RunLock(tmp_path / "wd", "fine-tuning").acquire()
+    assert files.read_lock(tmp_path / "wd") == {}  # a pipe is not read (the read would block)
+    assert (sorted(os.listdir(tmp_path)), sorted(os.listdir(tmp_path / "wd"))) == before
+
+
 def test_a_run_that_writes_nothing_leaves_no_lock_nor_the_directory_it_made(tmp_path):
     with pytest.raises(RuntimeError):
         with files.RunLock(tmp_path / "new", "pretraining"):

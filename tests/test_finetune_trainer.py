@@ -289,6 +289,15 @@ def test_settings_read_only_by_some_runs_are_checked_in_every_run(path, value, m
         ft.check_settings(c, 1)
 
 
+def test_an_unknown_task_is_named_before_the_files_it_would_not_read():
+    """--config.task foo with a train_file: "train_file: left empty with task 'foo', which reads its own files" was
+    said, though no task foo exists."""
+    c = glue_config("sst2", "init", "data")
+    c.task, c.data.train_file = "foo", "tr.csv"
+    with pytest.raises(sj.errors.InputError, match=r"^unknown GLUE task 'foo'; known: "):
+        ft.check_settings(c, 1)
+
+
 def test_a_runs_workdir_given_as_init_from_names_its_model(task, tmp_path):
     """WORKDIR for WORKDIR/model (what a fine-tuning run exports): "no tokenizer file" used to be all it said."""
     shutil.copytree(task[0], tmp_path / "run" / "model")

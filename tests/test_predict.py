@@ -586,6 +586,18 @@ def test_a_model_dir_that_is_not_there_is_named_as_no_directory(tmp_path):
         Predictor("good movie")
 
 
+def test_a_file_given_as_the_model_dir_is_named_as_a_file(model_dir, tmp_path):
+    """Its config.json for the MODEL_DIR said "config.json: no config.json"; a data file for --config.init_from
+    "no such directory", though it exists."""
+    with pytest.raises(FileNotFoundError, match=rf"^{model_dir / 'config.json'}: a file, not a MODEL_DIR \(a "
+                                                rf"directory: config.json and the weights\); give {model_dir}$"):
+        Predictor(str(model_dir / "config.json"))
+    (tmp_path / "tr.csv").write_text("text,label\ngood,pos\n")
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path / 'tr.csv'}: a file, not a MODEL_DIR \(a directory: "
+                                                r"config.json and the weights\)$"):
+        sj.inference.model_tokenizer(str(tmp_path / "tr.csv"))
+
+
 def test_a_card_and_a_config_of_other_problem_types_are_refused(model_dir, tmp_path):
     """config.json's problem_type (transformers') and task.json's kind must say the same: a multilabel card on a
     single-label classifier would score softmax outputs as sigmoids."""
@@ -652,6 +664,8 @@ def test_a_card_with_an_extra_key_is_one_line_from_the_script(model_dir, tmp_pat
 @pytest.mark.parametrize("inputs, msg", [
     ("", r"^the input is empty"), ("  \u200b ", r"^the input is empty"),
     (["good", "\t"], r"^input 2 is empty"), (("good", ""), r"^the input, text 2, is empty"),
+    ("a\x00b", r"^the input holds a NUL character at character 2, which no text holds"),  # as a file's NUL
+    (["good", "x\x00"], r"^input 2 holds a NUL character at character 2"),
 ])
 def test_an_empty_text_is_refused_not_predicted(model_dir, inputs, msg):
     with pytest.raises(sj.errors.InputError, match=msg):

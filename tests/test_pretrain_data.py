@@ -354,6 +354,26 @@ def test_odd_corpus_input_is_counted_not_fatal(tmp_path, demo):
         pretrain_data.make_pretrain_loader(str(tmp_path / "p"), SEQ, 32, 0, PREDS, shard_index=0, shard_count=3)
 
 
+@pytest.mark.parametrize("text, where", [
+    (b"good great\rvery good .\nthe good .\n", "2:11: a carriage return that ends no line"),
+    (b"the good .\n\xef\xbb\xbfgood great .\n", "3:1: a byte-order mark inside the file"),
+])
+def test_the_corpus_reader_refuses_by_line_what_the_tokenizers_trainer_refuses(tmp_path, text, where):
+    """A lone CR or a byte-order mark inside a corpus: prepare_data read it into a sentence (the mark glued to a
+    word) while train/tokenizer.py refused the same file (files.text_lines): both refuse it, at one line:column. A
+    mark at the file's start is dropped by both."""
+    from squeezebert_jax import tokenizer
+
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"\xef\xbb\xbfone good .\n" + text)
+    with pytest.raises(errors.InputError, match=rf"^{path}:{where}"):
+        list(pretrain_data.read_text_documents([str(path)]))
+    with pytest.raises(errors.InputError, match=rf"^{path}:{where}"):
+        tokenizer.train_tokenizer([str(path)], tmp_path / "tok", vocab_size=40)
+    path.write_bytes(b"\xef\xbb\xbfone good .\r\nthe good .\n")
+    assert list(pretrain_data.read_text_documents([str(path)])) == [["one good .", "the good ."]]
+
+
 def test_sentence_splitter():
     text = ("Dr. Smith went home. He slept! Then J. R. R. Tolkien wrote 3 books? \"Yes,\" she said.\n\n"
             "A new paragraph, e.g. This one... 2 more. done.")

@@ -11,7 +11,7 @@ import pytest
 import squeezebert_jax as sj
 from conftest import VOCAB, WORDS, glue_config, tiny_init
 from squeezebert_jax import finetune as ft
-from squeezebert_jax import sources, squad, tasks
+from squeezebert_jax import errors, sources, squad, tasks
 
 datasets = pytest.importorskip("datasets")
 
@@ -53,6 +53,10 @@ def test_a_saved_datasets_dataset_trains_with_its_class_label_names(saved, tmp_p
     task = tasks.FileTask("r", "classification", {"train": f"hf:{saved}:train", "test": f"hf:{saved}:test"}, ("text",),
                           "label", ("neg", "pos"))
     assert [e.label for e in task.load("test")] == [None] * 4
+    # ... and in a training split it is named by row ("no label column 'label'", though the dataset has one)
+    with pytest.raises(errors.DataFileError, match=rf"^hf:{saved}:test:1: column 'label': the label is null \(a "
+                                                   r"dataset's class label -1: unlabelled\); every training and"):
+        tasks.label_names_of(f"hf:{saved}:test", "label")
 
 
 def test_a_tfds_dataset_reads_in_its_builders_features():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -249,6 +250,13 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ('{"review": "a", "sentiment": "pos"}\n{"review": null, "sentiment": "neg"}\n',
      r"e.jsonl:2: column 'review' holds null, not text"),
     ('{"review": "a", "sentiment": "pos"}\n[1, 2]\n', r"e.jsonl:2: a list \(\[1, 2\]\), not a JSON object"),
+    ('{"review": "a", "sentiment": "pos"}\n{"review": "b\\u0000c", "sentiment": "neg"}\n',
+     r"e.jsonl:2: column 'review' holds a NUL character at character 2, which no text holds"),
+    # a full-width or Arabic-Indic digit is no number (it was merged into the class 1, with a warning only)
+    ("review,sentiment\na,\uff11\nb,1\nc,0\n", r"e.csv:3: column 'sentiment': the label '1' in a column of names "
+                                             "\\('\uff11' at line 2\\)"),
+    ("review,sentiment\na,0\nb,\u0661\nc,2\n", r"e.csv:3: column 'sentiment': the label '\u0661' in a column of "
+                                             "numbers"),
     ("review,sentiment\na,pos\nb,NaN\n", r"e.csv:3: column 'sentiment': the label 'NaN' is not a finite number"),
     ("review,sentiment\na,pos\nb,-inf\n", r"e.csv:3: column 'sentiment': the label '-inf' is not a finite number"),
     ("review,sentiment\na,pos\nb,\u200b\n", r"e.csv:3: .*the label is empty \(only white space or invisible marks\)"),
@@ -408,6 +416,17 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
 def test_declared_labels_name_each_class_once(tmp_path, labels, msg):
     with pytest.raises(sj.errors.InputError, match=rf"config.data.labels={labels!r}.*{msg}"):
         _labels_of(tmp_path, "d.csv", "review,sentiment\na,pos\nb,neg\n", **{"data.labels": labels})
+
+
+@pytest.mark.parametrize("labels, plain", [('["0","1"]', "0,1"), ("('neg', 'pos')", "neg,pos"),
+                                           ('"neg","pos"', "neg,pos"), ("[neg,pos]", "neg,pos")])
+def test_declared_labels_written_as_a_list_are_refused_naming_the_setting(tmp_path, labels, plain):
+    """A JSON or Python list: its brackets and quotes were read as parts of the names, and the data file was blamed
+    ("label '1' is not one of ['[\"0\"', '\"1\"]']")."""
+    with pytest.raises(sj.errors.InputError, match=re.escape(
+            f"config.data.labels={labels!r} is written as a list; give the names separated by commas, without "
+            f"brackets or quotes ({plain})")):
+        _labels_of(tmp_path, "d.csv", "review,sentiment\na,0\nb,1\n", **{"data.labels": labels})
 
 
 @pytest.mark.parametrize("kind", ["regression", "multiple_choice", "question_answering"])

@@ -514,8 +514,16 @@ def test_checkpoint_file_keeps_reads_inside_the_directory(tmp_path, hand_vocab):
     (d / "sub").mkdir()
     assert checkpoint_file(d, "real.txt") == str(d / "real.txt")
     assert checkpoint_file(d, "inside.txt") == str(d / "inside.txt")
-    assert checkpoint_file(d, "absent.txt") is None and checkpoint_file(d, "dangling.txt") is None
-    assert checkpoint_file(d, "sub") is None and checkpoint_file(tmp_path / "no_dir", "x") is None
+    assert checkpoint_file(d, "absent.txt") is None and checkpoint_file(tmp_path / "no_dir", "x") is None
+    # what is there but no file is named, not read as absent ("no tokenizer file" for a vocab.txt directory)
+    with pytest.raises(InputError, match=rf"^{d / 'dangling.txt'}: a symbolic link to {d / 'missing.txt'}, which does "
+                                         r"not exist, where the checkpoint's dangling.txt goes \(a regular file\)"):
+        checkpoint_file(d, "dangling.txt")
+    with pytest.raises(InputError, match=rf"^{d / 'sub'}: a directory, where the checkpoint's sub goes"):
+        checkpoint_file(d, "sub")
+    os.mkfifo(d / "pipe")
+    with pytest.raises(InputError, match=rf"^{d / 'pipe'}: a named pipe \(FIFO\), where"):
+        checkpoint_file(d, "pipe")
     for name in ("vocab.txt", "../ckpt/../elsewhere.txt", "/etc/passwd"):
         if name != "vocab.txt":
             (tmp_path / "elsewhere.txt").write_text("x")
