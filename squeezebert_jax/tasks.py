@@ -974,7 +974,7 @@ _PUNCTUATION_LOOKALIKES = {**dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2
                            **dict.fromkeys(map(ord, "\u201c\u201d\u201f\u2033"), '"')}
 
 
-def check_one_form(names) -> None:
+def check_one_form(names, shown: dict[str, str] | None = None) -> None:
     """Class or tag names (``name -> (where, line)``: the file's place and the line number where each is first
     seen) that differ only in case, in a Unicode compatibility form, in invisible characters, in the white space
     between their words or in letters or punctuation drawn alike, the digits 0 and 1 for the letters O and l too,
@@ -982,7 +982,9 @@ def check_one_form(names) -> None:
     ``pos``; ``B-PER`` and ``b-per``; a full-width ``ｐｏｓ``; ``pos`` with a zero-width space, a byte-order mark, a
     soft hyphen or a Hangul filler in it; ``pos`` with a Cyrillic ``р``; ``NEG`` with a Greek ``Ε``; ``labe1``) are
     refused: one class written two ways would train as two. So are numbers beside names (``0``, ``1`` and ``pos``;
-    ``1000`` and ``1,000``; JSON ``true`` beside ``0``). Naming them in config.data.labels keeps them apart."""
+    ``1000`` and ``1,000``; JSON ``true`` beside ``0``). Naming them in config.data.labels keeps them apart.
+    ``shown``: a name's first spelling in the file, where it differs (``+1`` for ``1``), quoted in the refusals."""
+    shown = shown or {}
     # a number written with a dash autocorrect makes (U+2010 -1) is one: told apart from -1 below, by its dash
     numbers = [n for n in names if _NUMBER.fullmatch(n.translate(_PUNCTUATION_LOOKALIKES))]
     others = [n for n in names if n not in numbers]
@@ -991,8 +993,9 @@ def check_one_form(names) -> None:
                                                                                    ("names", others))}
         kind, odd = max(first.items(), key=lambda kv: names[kv[1]][1])  # the later form is the odd one
         usual = first["names" if kind == "numbers" else "numbers"]
-        raise DataFileError(f"{names[odd][0]}: the label {odd!r} in a column of "
-                            f"{'names' if kind == 'numbers' else 'numbers'} ({usual!r} at line {names[usual][1]}): "
+        raise DataFileError(f"{names[odd][0]}: the label {shown.get(odd, odd)!r} in a column of "
+                            f"{'names' if kind == 'numbers' else 'numbers'} ({shown.get(usual, usual)!r} at line "
+                            f"{names[usual][1]}): "
                             "write each class one way, all numbers or all names, or name every class in "
                             "config.data.labels")
     folded: dict[str, tuple[str, int]] = {}
@@ -1002,7 +1005,8 @@ def check_one_form(names) -> None:
         key = key.translate(_CAPITAL_LOOKALIKES).casefold().translate(_LOOKALIKES).translate(_PUNCTUATION_LOOKALIKES)
         first, at = folded.setdefault(key, (name, line))
         if first != name:
-            raise DataFileError(f"{where}: the label {name!r} differs from {first!r} (line {at}) only in case, "
+            raise DataFileError(f"{where}: the label {shown.get(name, name)!r} differs from "
+                                f"{shown.get(first, first)!r} (line {at}) only in case, "
                                 "form, invisible characters or letters or punctuation drawn alike: write each class "
                                 "one way, or name both in config.data.labels to keep them apart")
 
@@ -1110,7 +1114,7 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
     """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
     naming both keeps them apart."""
-    names, spellings, lines = {}, {}, 0
+    names, spellings, shown, lines = {}, {}, {}, 0
     for lineno, row in read_rows(path):
         lines += 1
         if column not in row:
@@ -1122,9 +1126,11 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
                                     f"takes a row's labels as a JSON list or names separated by {LABEL_SEPARATOR!r}); "
                                     "one class of that name is kept by naming every class in config.data.labels")
             names.setdefault(name, (where, lineno))
+            if not multilabel and isinstance(row[column], str):  # as the file writes it: +1, not 1
+                shown.setdefault(name, row[column].strip())
             if not multilabel and _NUMBER.fullmatch(name):  # the number as the file writes it
                 spellings.setdefault(name, {}).setdefault(str(row[column]).strip(), lineno)
-    check_one_form(names)
+    check_one_form(names, shown)
     for name, forms in spellings.items():
         if len(forms) > 1:  # 007 and 7, 1.1 and 1.10: one value, so one class; codes would be two
             (a, at), (b, bt) = sorted(forms.items(), key=lambda kv: kv[1])[:2]

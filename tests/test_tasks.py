@@ -252,6 +252,9 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ('{"review": "a", "sentiment": "pos"}\n[1, 2]\n', r"e.jsonl:2: a list \(\[1, 2\]\), not a JSON object"),
     ('{"review": "a", "sentiment": "pos"}\n{"review": "b\\u0000c", "sentiment": "neg"}\n',
      r"e.jsonl:2: column 'review' holds a NUL character at character 2, which no text holds"),
+    # quoted as the file writes it ('+1', not the value's '1')
+    ("review,sentiment\na,pos\nb,+1\n", r"e.csv:3: column 'sentiment': the label '\+1' in a column of names \('pos' "
+                                        r"at line 2\)"),
     # a full-width or Arabic-Indic digit is no number (it was merged into the class 1, with a warning only)
     ("review,sentiment\na,\uff11\nb,1\nc,0\n", r"e.csv:3: column 'sentiment': the label '1' in a column of names "
                                              "\\('\uff11' at line 2\\)"),
