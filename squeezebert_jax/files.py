@@ -221,6 +221,9 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     if os.path.isdir(out):
         raise InputError(f"{what} {out} is a directory; give the path of the file to write (a file name inside "
                          "it, say)")
+    if os.path.islink(out) and not os.path.exists(out) and not overwrite:  # "already exists" hid where it writes
+        raise InputError(f"{what} {out} is a symbolic link to {os.readlink(out)}, which does not exist: the output "
+                         "would be written there; pass --overwrite to write through the link, or choose another path")
     if os.path.lexists(out) and not overwrite:
         raise InputError(f"{what} {out} already exists; pass --overwrite to replace it, or choose another path")
     if os.path.exists(out) and not os.path.isfile(out):  # replaced by a file, a pipe or a device would be gone

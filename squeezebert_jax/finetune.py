@@ -297,18 +297,21 @@ def run_inputs(config: ml_collections.ConfigDict) -> dict[str, str]:
 
 
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
-    """A workdir holds one fine-tuning run: its own is resumed; one of another task or model (``RUN_NAMES``) is
-    refused (its model and results would be replaced and the metrics mixed)."""
+    """A workdir holds one fine-tuning run: its own is resumed (its data or model moved, the same bytes, too); one of
+    another task or model (``RUN_NAMES``) is refused (its model and results would be replaced and the metrics
+    mixed)."""
     history = trainer.read_config_history(workdir)
     if not history:
         return
     was = history[-1]["config"]
     now = json.loads(config.to_json_best_effort())
+    stream = trainer.recorded_stream(workdir) or {}
     for key in RUN_NAMES:
         a, b = was, now
         for part in key.split("."):
             a, b = (a or {}).get(part), (b or {}).get(part)
-        if a is not None and a != b and not _same_path(a, b):
+        if a is not None and a != b and not _same_path(a, b) and not trainer.holds_recorded(
+                stream.get(f"config.{key}"), b):  # the same bytes moved elsewhere are the same data
             raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}: use another --workdir "
                              f"(its model, results and checkpoints are left as they are)")
 

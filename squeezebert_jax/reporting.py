@@ -150,8 +150,9 @@ def read_log(path: str, advice: str) -> tuple[list[tuple[int, dict]], bool]:
                     return rows, True
                 raise InputError(f"{path}:{lineno}: {json_type(row)}, not a JSON object; {advice}")
             rows.append((lineno, row))
-    except DataFileError as e:  # text_lines: a byte that is not UTF-8, named FILE:LINE:COL
-        if torn_tail(lineno + 1, "a character cut in two"):
+    except DataFileError as e:  # text_lines: a byte that is not UTF-8 or a NUL, named FILE:LINE:COL
+        why = "NUL bytes, as a crash leaves a file padded" if ": a NUL byte" in str(e) else "a character cut in two"
+        if torn_tail(lineno + 1, why):
             return rows, True
         raise InputError(f"{str(e).rsplit('; save the file', 1)[0]}; {advice}") from None
     return rows, unterminated  # a last row without its line end: rewritten before anything is appended

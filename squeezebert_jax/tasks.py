@@ -235,10 +235,17 @@ def read_rows(path: str):
                 forms = "" if [c.strip() for c in record].count(twice) > 1 else (
                     " (written two ways: in two Unicode forms, or with an invisible character)")
                 raise DataFileError(f"{path}:{start}: the header names the column {twice!r} twice{forms}: {header}")
+            if start == 1 and len(record) <= 2 and re.fullmatch(r"sep=.?", ",".join(record).strip()):
+                raise DataFileError(f"{path}:1: Excel's 'sep=' line ({','.join(record).strip()}), which says the "
+                                    "separator, not the header; delete the line (the header follows it)")
             if not all(header):
                 raise DataFileError(f"{path}:{start}: the header has an empty column name (column "
                                     f"{header.index('') + 1}): {header}")
         elif record:  # an empty line is no row; `""` (CSV, TSV) or a tab (TSV) is a row of empty fields
+            if len(record) != len(header) and not any(files.has_text(c) for c in record):  # blank, not short
+                raise DataFileError(f"{path}:{start}: a line with no text in it ({len(record)} field"
+                                    f"{'s' * (len(record) > 1)}, the header has {len(header)}); delete it, or leave "
+                                    "the line empty (an empty line is skipped)")
             if len(record) != len(header):
                 raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
                                     f"({', '.join(header)})")

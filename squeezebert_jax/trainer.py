@@ -291,14 +291,24 @@ def _is_identity(x) -> bool:
 
 
 def _same(old, new) -> bool:
-    """Whether two records of a stream entry say the same. A directory recorded before its identity named its files
-    (all its files were hashed then) is compared by its path alone."""
+    """Whether two records of a stream entry say the same. Files and directories are compared by what they hold (their
+    sha256: one moved or copied elsewhere is the same data), datasets by their spec; a directory recorded before its
+    identity named its files (all its files were hashed then) by its path alone."""
     if _is_identity(old) and _is_identity(new):
         if "files" in new and "files" not in old:
             return old["path"] == new["path"]
+        if old["sha256"] and new["sha256"] and not sources.is_dataset(new["path"]):
+            return old["sha256"] == new["sha256"] and old.get("bytes") == new.get("bytes")
     elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return all(_same(a, b) for a, b in zip(old, new))
     return old == new
+
+
+def holds_recorded(recorded, path) -> bool:
+    """Whether ``path`` holds what a run recorded (``source_identity``) of a file or directory it named elsewhere: the
+    same bytes moved or copied are the same data (fine-tuning's workdir check; the stream check compares them too)."""
+    return (_is_identity(recorded) and bool(recorded["sha256"]) and isinstance(path, str) and bool(path)
+            and not sources.is_dataset(path) and os.path.exists(path) and _same(recorded, source_identity(path)))
 
 
 def _describe(key: str, old, new) -> str:

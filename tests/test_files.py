@@ -203,6 +203,15 @@ def test_a_pipe_a_device_or_a_link_into_no_directory_is_never_an_output_file(tmp
     with pytest.raises(errors.InputError, match=rf"--out {link} is a link to .*missing/x.jsonl, whose directory does "
                                                 r"not exist"):
         files.check_output_file(link, overwrite=True)
+    # a link to a file yet to be written: where the output would go is said ("already exists" was), and --overwrite
+    # writes through it
+    link = tmp_path / "e.jsonl"
+    link.symlink_to(tmp_path / "not_yet.jsonl")
+    with pytest.raises(errors.InputError, match=rf"^--out {link} is a symbolic link to {tmp_path / 'not_yet.jsonl'}, "
+                                                r"which does not exist: the output would be written there; pass "
+                                                r"--overwrite"):
+        files.check_output_file(link)
+    assert files.check_output_file(link, overwrite=True) == str(link)
     assert files.has_text("a\ufffd") and not files.has_text("\ufffd \u200b")  # U+FFFD alone: BERT drops it
     assert not files.has_text("\u3164\uffa0\u115f\u1160\u2800")  # Hangul fillers, the Braille blank: nothing drawn
     # an output directory (a conversion's --out): an entry a write would go through is refused, --overwrite or not

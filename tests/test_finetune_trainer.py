@@ -443,6 +443,36 @@ def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_chan
     _resume_check(wd, glue_config("sst2", task[0], data, batch_size=8))
 
 
+def test_the_same_files_moved_elsewhere_resume_and_other_bytes_are_named(task, tmp_path):
+    """A run's own files moved or copied (the same bytes at another path) were refused: "holds the fine-tuning run of
+    data.validation_file A, not B". The same bytes are the same run's data; other bytes are still refused."""
+    import shutil
+
+    rows = "text,label\n" + "".join(f"{w} film,{y}\n" for w, y in (("good", "pos"), ("bad", "neg")) * 4)
+    (tmp_path / "a").mkdir()
+    for name in ("train.csv", "dev.csv"):
+        (tmp_path / "a" / name).write_text(rows)
+
+    def config(d):
+        c = glue_config("sst2", task[0], "")
+        c.task, c.data.text_columns = "files", "text"
+        c.data.train_file, c.data.validation_file = str(d / "train.csv"), str(d / "dev.csv")
+        return c
+
+    wd = tmp_path / "run"
+    (wd / "checkpoints" / "3").mkdir(parents=True)
+    trainer.record_config(str(wd), config(tmp_path / "a"), 0, ft.run_stream(config(tmp_path / "a"),
+                                                                             tasks.resolve(config(tmp_path / "a"))))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    ft._check_workdir(str(wd), config(tmp_path / "b"))
+    _resume_check(wd, config(tmp_path / "b"))
+    (tmp_path / "b" / "dev.csv").write_text(rows + "fine film,pos\n")
+    a, b = tmp_path / "a" / "dev.csv", tmp_path / "b" / "dev.csv"
+    with pytest.raises(sj.errors.InputError, match=rf"holds the fine-tuning run of data.validation_file '{a}', not "
+                                                   rf"'{b}'"):
+        ft._check_workdir(str(wd), config(tmp_path / "b"))
+
+
 def test_a_model_directorys_identity_is_its_model_files_named_one_by_one(tmp_path):
     """init_from and a teacher are compared on resume by the files that make the model: predictions or a README
     written beside it are none of them (any new file blocked the resume, naming no file); a changed, added or
@@ -573,14 +603,16 @@ def test_a_damaged_config_history_is_one_line_naming_file_and_line(task, tmp_pat
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
-@pytest.mark.parametrize("tail", [b'{"start_step": 9, "config": {"ta', b'{"start_step": 9, "config": {"task": "\xc3'])
-def test_a_history_line_torn_by_a_crash_is_dropped_with_a_warning_and_mended(tmp_path, caplog, tail):
+@pytest.mark.parametrize("tail, why", [(b'{"start_step": 9, "config": {"ta', "not JSON"),
+                                       (b'{"start_step": 9, "config": {"task": "\xc3', "a character cut in two"),
+                                       (b"\x00\x00\x00", "NUL bytes, as a crash leaves a file padded")])
+def test_a_history_line_torn_by_a_crash_is_dropped_with_a_warning_and_mended(tmp_path, caplog, tail, why):
     path = tmp_path / "config_history.jsonl"
     good = "".join(line + "\n" for line in _history_lines())
     path.write_bytes(good.encode() + tail)
     with caplog.at_level("WARNING", logger="squeezebert_jax.reporting"):
         assert [r["start_step"] for r in trainer.read_config_history(str(tmp_path))] == [0, 1]
-    assert "config_history.jsonl:3: the last line is cut short" in caplog.text
+    assert f"config_history.jsonl:3: the last line is cut short ({why};" in caplog.text
     import ml_collections
 
     trainer.record_config(str(tmp_path), ml_collections.ConfigDict({"task": "sst2"}), 5)

@@ -503,11 +503,19 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     ("n.csv", "review,sentiment\nfine,pos\nba\x00d,neg\n", r"n.csv:3:3: a NUL byte, which text never holds"),
     # a blank line is no row (skipped), a quoted "" is one (refused)
     ("q.csv", 'review,sentiment\nfine,pos\n\n"",neg\n', r"q.csv:4: column 'review' is empty"),
-    ("qq.csv", 'review,sentiment\nfine,pos\n""\nbad,neg\n', r"qq.csv:3: 1 fields, the header has 2"),
-    ("qq.tsv", 'review\tsentiment\nfine\tpos\n""\nbad\tneg\n', r"qq.tsv:3: 1 fields, the header has 2"),
+    ("qq.csv", 'review,sentiment\nfine,pos\n""\nbad,neg\n',
+     r"qq.csv:3: a line with no text in it \(1 field, the header has 2\); delete it"),
+    ("qq.tsv", 'review\tsentiment\nfine\tpos\n""\nbad\tneg\n',
+     r"qq.tsv:3: a line with no text in it \(1 field, the header has 2\); delete it"),
     # TSV alike: an empty line is skipped, a line of a tab (empty fields) or of spaces is a row, refused
     ("q.tsv", "review\tsentiment\nfine\tpos\n\n\t\nbad\tneg\n", r"q.tsv:4: column 'sentiment': the label is empty"),
-    ("s.tsv", "review\tsentiment\nfine\tpos\n   \nbad\tneg\n", r"s.tsv:3: 1 fields, the header has 2"),
+    ("s.csv", "review,sentiment\nfine,pos\n   \nbad,neg\n", r"s.csv:3: a line with no text in it \(1 field, the "
+                                                       r"header has 2\)"),
+    # Excel's first line naming the separator: "the header has an empty column name" was said
+    ("sep.csv", "sep=,\nreview,sentiment\nfine,pos\n", r"sep.csv:1: Excel's 'sep=' line \(sep=,\), which says the "
+                                                     r"separator, not the header; delete the line"),
+    ("s.tsv", "review\tsentiment\nfine\tpos\n   \nbad\tneg\n",
+     r"s.tsv:3: a line with no text in it \(1 field, the header has 2\); delete it"),
     # blank lines before the header are skipped (as pandas does): the header is line 3, a row's line numbers kept
     ("lb.csv", "\n\nreview,sentiment\nfine,pos\n\"\",neg\n", r"lb.csv:5: column 'review' is empty"),
     ("lb.tsv", "\n\t\nreview\tsentiment\nfine\tpos\n\tneg\n", r"lb.tsv:5: column 'review' is empty"),
