@@ -232,7 +232,7 @@ def torch_to_flat(state_dict: Mapping[str, np.ndarray], config: SqueezeBertConfi
     saved = infer_head(_strip_prefix(sd, fam, "SqueezeBertModel"), architectures)
     head = head or saved
     sd = _strip_prefix(sd, fam, head)
-    if tied is not True and "mlm" in fam.parts(head):
+    if not tied and "mlm" in fam.parts(head):  # false, 0 or null: transformers unties the decoder
         raise InputError(f"{source}: its config.json says tie_word_embeddings {json.dumps(tied)}: a {head}'s MLM "
                          "decoder here is its word embeddings, and transformers gives this model a decoder of its own "
                          "(initialised anew where the file holds none); set it to true if the decoder is the "

@@ -556,9 +556,9 @@ def text_lines(path: str | os.PathLike, what: str = "") -> Iterator[tuple[int, s
 
 
 LINE_ADVICE = {"a NUL byte": ", which text never holds (a UTF-16 or binary file?); save the file as UTF-8 text",
-                "a byte-order mark inside the file": " (two files joined?); remove it",
-                "a carriage return that ends no line":
-                    " (old Mac line ends?); save the file with \\n or \\r\\n line ends"}
+               "a byte-order mark inside the file": " (two files joined?); remove it",
+               "a carriage return that ends no line":
+                   " (old Mac line ends?); save the file with \\n or \\r\\n line ends"}
 
 
 def line_problem(line: str, lineno: int) -> tuple[int, str] | None:

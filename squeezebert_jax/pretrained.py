@@ -239,8 +239,11 @@ def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundE
     if os.path.isfile(os.path.join(inner, "config.json")):
         return FileNotFoundError(f"{role}{model_dir}: no {lacks}; {model_dir} is a training run's workdir: its model "
                                  f"is {inner}")
-    found = sorted(os.path.dirname(p) for pattern in ("*/config.json", "*/model/config.json", "*/*/model/config.json")
-                   for p in glob.glob(os.path.join(glob.escape(model_dir), pattern)))  # a GLUE run's or a sweep's root
+    found = sorted(d for pattern in ("*/", "*/model/", "*/*/model/")  # a GLUE run's or a sweep's root: its models
+                   for d in map(os.path.dirname, glob.glob(os.path.join(glob.escape(model_dir), pattern)))
+                   if os.path.isfile(os.path.join(d, "config.json"))  # and its weights: a run's own config.json is none
+                   and any(os.path.isfile(os.path.join(d, n)) for n in (PARAMS_FILE, "model.safetensors",
+                                                                         "pytorch_model.bin")))
     shown = ", ".join(found[:3]) + ", ..." * (len(found) > 3)
     hint = f"; it holds {len(found)} model{'s' * (len(found) > 1)} ({shown}): give one of them" if found else ""
     return FileNotFoundError(f"{role}{model_dir}: no {lacks}{hint}")

@@ -318,6 +318,7 @@ def test_a_root_of_runs_given_as_a_model_names_the_models_it_holds(task, tmp_pat
     """A GLUE run's --workdir (one WORKDIR/<task>/model per task) for a model: "no config.json" was all it said."""
     for name in ("sst2", "mrpc"):
         shutil.copytree(task[0], tmp_path / "runs" / name / "model")
+        (tmp_path / "runs" / name / "config.json").write_text("{}")  # the run's own config: no model
     models = f"{tmp_path / 'runs' / 'mrpc' / 'model'}, {tmp_path / 'runs' / 'sst2' / 'model'}"
     with pytest.raises(FileNotFoundError, match=re.escape(f"runs: no config.json; it holds 2 models ({models}): give "
                                                           "one of them")):
