@@ -401,7 +401,7 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
             from safetensors.torch import load_file
 
             return _torch_to_numpy(load_file(path), path)
-        return {k: v.astype(np.float32) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in out.items()}
+        return {k: _as_float32(v) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in out.items()}
     import torch
 
     with open(path, "rb") as f:
@@ -426,6 +426,14 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return _torch_to_numpy(sd, path)
 
 
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    """A floating tensor as float32, unless float64 values beyond float32's range would become an inf the file does not
+    hold: then as it is, for ``tensor_problem`` to name them as what they are."""
+    with np.errstate(over="ignore"):
+        out = x.astype(np.float32)
+    return x if x.dtype.itemsize > 4 and np.isinf(out).sum() != np.isinf(x).sum() else out
+
+
 def _torch_to_numpy(sd: dict, path: str) -> dict[str, np.ndarray]:
     """torch tensors as numpy: floating ones (bfloat16 too) as float32, the others in their own dtype."""
     import torch
@@ -436,7 +444,8 @@ def _torch_to_numpy(sd: dict, path: str) -> dict[str, np.ndarray]:
             raise InputError(f"{path}: entry {k!r} is a {type(v).__name__}, not a tensor; expected a flat state_dict "
                              "of tensors (as transformers' save_pretrained writes)")
         try:
-            out[k] = (v.float() if v.is_floating_point() else v).numpy()
+            out[k] = _as_float32(v.numpy()) if v.dtype == torch.float64 else (
+                v.float() if v.is_floating_point() else v).numpy()
         except (TypeError, RuntimeError) as e:  # a dtype numpy lacks (e.g. a quantized one)
             raise InputError(f"{path}: tensor {k} has dtype {str(v.dtype).removeprefix('torch.')}, which cannot be "
                              f"read as numpy ({e}); expected {FLOAT_DTYPES} weights") from None

@@ -122,6 +122,11 @@ def _refuse_code(spec: str, name: str) -> None:
 
 
 def _tfds_rows(spec: str, name: str, split: str):
+    if ":" in name:  # huggingface:NAME, kaggle:NAME: TFDS fetches a community dataset, download=False or not
+        raise DataFileError(f"{spec}: {name!r} names a TFDS community namespace ({name.partition(':')[0]}:), whose "
+                            "datasets TFDS fetches from elsewhere (the Hugging Face hub, Kaggle), running their "
+                            "builders; tfds: reads a dataset prepared under $TFDS_DATA_DIR by its name alone (hf:DIR "
+                            "reads one saved with save_to_disk)")
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:

@@ -718,9 +718,12 @@ class ConllTask:
             out["cut_labels"][i, :len(c)] = c
         out["idx"] = np.array([ex.idx for ex in examples], np.int32)
         if (lost := sum(map(len, cut))) and self.files:  # a training's splits: scored, so their entities are missed
-            log.warning("%s: %d words of %d sentences lie past max_seq_length=%d and are not seen by the model (their "
-                        "entities count as missed); raise max_seq_length to see them", self.name, lost,
-                        sum(1 for c in cut if c), max_length)
+            where = next((ex.where for ex, c in zip(examples, cut) if c and ex.where), None)  # the file, not the task
+            at = f"{where[0]}: " if where else f"{self.name}: "
+            first = f" (the first at line {where[1]})" if where and where[1] else ""
+            log.warning("%s%d words of %d sentences%s lie past max_seq_length=%d and are not seen by the model (their "
+                        "entities count as missed); raise max_seq_length to see them", at, lost,
+                        sum(1 for c in cut if c), first, max_length)
         elif lost:  # predict's sentences (no files): those words get no tag
             log.warning("%d words of %d sentences lie past %s=%d and get no tag (null); a larger %s, up to the "
                         "model's positions, tags them", lost, sum(1 for c in cut if c), self.length_setting,

@@ -504,12 +504,22 @@ def test_non_finite_tied_embeddings_are_named_as_such():
         sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
 
 
-def test_float64_beyond_float32_range_is_refused():
+def test_float64_beyond_float32_range_is_refused(tmp_path):
     sd = _sd()
     sd[LN] = sd[LN].astype(np.float64)
     sd[LN][0] = 1e300
     with pytest.raises(sj.errors.InputError, match=r"holds 1 beyond float32's range of its 32 values"):
         sj.pretrained.from_torch_state_dict(sd, sj.SqueezeBertConfig(**TINY))
+    # read from a file (safetensors, and torch's .bin): not cast to float32 first, where 1e300 became an "inf"
+    from safetensors.numpy import save_file
+
+    torch = pytest.importorskip("torch")
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    torch.save({k: torch.from_numpy(v) for k, v in sd.items()}, tmp_path / "pytorch_model.bin")
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        read = sj.convert.read_torch_checkpoint(str(tmp_path / name))
+        with pytest.raises(sj.errors.InputError, match=r"holds 1 beyond float32's range of its 32 values"):
+            sj.pretrained.from_torch_state_dict(read, sj.SqueezeBertConfig(**TINY))
     sd[LN][0] = 0.5  # float64 and float16 weights that fit are taken
     ln0 = LN.replace("layers.1", "layers.0")
     sd[ln0] = sd[ln0].astype(np.float16)

@@ -59,6 +59,24 @@ def test_a_saved_datasets_dataset_trains_with_its_class_label_names(saved, tmp_p
         tasks.label_names_of(f"hf:{saved}:test", "label")
 
 
+@pytest.mark.parametrize("spec", ["tfds:huggingface:evil:train", "tfds:kaggle:someone/data"])
+def test_a_tfds_community_namespace_is_refused_before_any_connection(spec, monkeypatch):
+    """tfds:huggingface:NAME went to the Hugging Face hub (a ConnectError here; a download and its builder where a
+    network is), past hf:'s offline guard: refused by its spec, before TFDS is imported."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tfds(name, *args, **kwargs):
+        assert not name.startswith("tensorflow_datasets"), "TFDS was imported"
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tfds)
+    with pytest.raises(errors.DataFileError, match=rf"^{spec}: '.*' names a TFDS community namespace \(\w+:\), whose "
+                                                   r"datasets TFDS fetches from elsewhere"):
+        list(sources.rows(spec))
+
+
 def test_a_tfds_dataset_reads_in_its_builders_features():
     tfds = pytest.importorskip("tensorflow_datasets")
     import tensorflow as tf

@@ -106,17 +106,21 @@ def test_a_taggers_scores_read_its_tags_in_their_scheme(tags, gold, pred, want):
     assert got["f1"] == pytest.approx(seqeval.f1_score([gold], [pred], **how))
 
 
-def test_words_cut_by_the_length_count_their_entities_as_missed(init, tmp_path):
+def test_words_cut_by_the_length_count_their_entities_as_missed(init, tmp_path, caplog):
     """A sentence longer than max_seq_length: its cut words' entities are gold entities the model missed (seqeval on
-    the whole sentence, the cut words predicted "O"), and a perfect tagger of what it sees scores recall < 1."""
+    the whole sentence, the cut words predicted "O"), and a perfect tagger of what it sees scores recall < 1. The
+    warning names the file and the first cut sentence's line (it named the task, the training file's stem)."""
     lines = ["john B-PER", "smith I-PER", "shot O", "the O", "film O", "in O", "new B-LOC", "york I-LOC", ". O", "",
              "mary B-PER", "shot O", "in O", "york B-LOC", ""]
     (tmp_path / "long.conll").write_text("\n".join(lines) + "\n")
     task = tasks.ConllTask("t", {"validation": str(tmp_path / "long.conll")},
                            tasks.tag_names_of(str(tmp_path / "long.conll")))
     examples = task.load("validation")
-    arrays = task.encode(examples, sj.Tokenizer.from_dir(init), 9)  # [CLS] + 7 pieces + [SEP]: "york" is cut
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        arrays = task.encode(examples, sj.Tokenizer.from_dir(init), 9)  # [CLS] + 7 pieces + [SEP]: "york" is cut
     assert (arrays["cut_labels"] != tasks.IGNORE).sum() == 2  # "york" and "."
+    assert f"{tmp_path / 'long.conll'}: 2 words of 1 sentences (the first at line 1) lie past max_seq_length=9" \
+        in caplog.text
     perfect = np.where(arrays["labels"] == tasks.IGNORE, 0, arrays["labels"])  # the gold tag of every seen word
     got = task.score(perfect, arrays)
     seqeval = pytest.importorskip("seqeval.metrics")
