@@ -17,6 +17,7 @@ from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.convert import target_family, torch_architecture
 from squeezebert_jax.predict import read_card
+from squeezebert_jax.pretrained import not_a_model_dir
 
 
 def main(argv=None):
@@ -32,8 +33,8 @@ def main(argv=None):
                         "ELECTRA, else squeezebert; bert when every group count is 1)")
     args = p.parse_args(argv)
     cli.setup_logging(None)
-    if not os.path.isdir(args.src):
-        raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
+    if not os.path.isdir(args.src):  # a typo, or a file (its .ptl, its config.json), named as such
+        raise not_a_model_dir(args.src, "config.json", "--src ")
     check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
     model = load_pretrained(args.src)
     family = target_family(model.config, args.model_type)

@@ -18,6 +18,7 @@ from squeezebert_jax import cli, load_pretrained
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_file
 from squeezebert_jax.mobile import DEFAULT_TOL, ParityError, export_lite
+from squeezebert_jax.pretrained import not_a_model_dir
 
 
 def main(argv=None) -> int:
@@ -33,8 +34,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-optimize", action="store_true", help="skip optimize_for_mobile even with XNNPACK")
     args = p.parse_args(argv)
     cli.setup_logging(None)
-    if not os.path.isdir(args.src):
-        raise FileNotFoundError(f"--src {args.src}: no such directory (expected a MODEL_DIR)")
+    if not os.path.isdir(args.src):  # a typo, or a file (its .ptl, its config.json), named as such
+        raise not_a_model_dir(args.src, "config.json", "--src ")
     check_output_file(args.out, args.overwrite, inputs=(args.src,))  # before the minute-long export
     model = load_pretrained(args.src)
     choice = type(model).__name__.endswith("ForMultipleChoice")

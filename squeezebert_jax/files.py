@@ -865,6 +865,25 @@ RUN_DIRS = ("checkpoints", "model", "generator", "tb", "data", "demo", "predicti
 DEMO_DIRS = ("data", "demo")  # what pretraining's demo source writes into a workdir before its first checkpoint
 
 
+MODEL_WEIGHTS = ("params.safetensors", "model.safetensors", "pytorch_model.bin")  # a MODEL_DIR's (pretrained.py)
+
+
+def _holds_model(directory: str) -> str:
+    """The weights file of the model ``directory`` holds (its config.json beside it), or ""."""
+    weights = [n for n in MODEL_WEIGHTS if os.path.isfile(os.path.join(directory, n))]
+    return weights[0] if weights and os.path.isfile(os.path.join(directory, "config.json")) else ""
+
+
+def refuse_model_dir(directory: str, what: str, flag: str) -> None:
+    """A directory holding a model (its config.json beside its weights) is no place for ``what`` (prepared data, whose
+    ``--overwrite`` replaces a preparation), ``--overwrite`` or not: its vocabulary would replace the model's and
+    leave a mix of two things that loads as neither."""
+    if weights := _holds_model(directory):
+        raise InputError(f"{flag} {directory} holds a model (config.json, {weights}): {what} there would replace "
+                         f"its files and leave a mix that loads as neither, --overwrite or not; choose another "
+                         f"{flag}")
+
+
 def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False, ours: tuple[str, ...] = (),
                   what_flag: str = "--workdir", inputs: dict[str, str] | None = None) -> str:
     """Refuse, before anything is written, a run directory that cannot be this run's: an empty path, a URL, an
@@ -907,8 +926,11 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     present = sorted(set(os.listdir(workdir)) - {"log.txt", LOCK_NAME, *ours})
     if present:
         listed = ", ".join(present[:5]) + (f", ... ({len(present)} entries)" if len(present) > 5 else "")
+        model = ("; it holds a model, whose config.json the run's own would replace: the model would load no more"
+                 if _holds_model(workdir) else "")
         raise InputError(f"{what_flag} {workdir} already holds files of no {what} run ({listed}); choose a new "
-                         "directory, or pass --overwrite to write the run there (files of the same names are replaced)")
+                         "directory, or pass --overwrite to write the run there (files of the same names are "
+                         f"replaced){model}")
     return workdir
 
 

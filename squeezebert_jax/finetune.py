@@ -167,6 +167,8 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     settings = loop.Settings(config)
     need, number, integer, value = settings.need, settings.number, settings.integer, settings.value
     settings.check_training()
+    for name in ("init_from", "distill.teacher"):  # a path: None was os's TypeError, naming neither
+        need(isinstance(value(name), str), name, "a MODEL_DIR's path (a string)")
     for name in ("num_epochs", "batch_size", "eval_batch_size"):
         need(integer(name, 1), name, "an integer >= 1")
     zero_means = {"max_train_examples": "every row", "student_layers": "init_from's depth"}
@@ -428,7 +430,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = 
     head too. Nothing is written to ``workdir`` before the settings and inputs are checked; one run per workdir
     (``files.RunLock``), and a workdir holding files of no fine-tuning run (a MODEL_DIR, a pretraining run) is refused
     unless ``overwrite``."""
-    workdir = os.fspath(workdir)
+    workdir = files.path_argument("workdir", workdir)  # bytes or None: named, not os's TypeError
 
     # -- Mesh and settings -------------------------------------------------------------------------
     parallel.maybe_initialize_distributed()

@@ -492,7 +492,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, overwrit
     the run stopped early (SIGTERM or ``stop_at_step``) with a checkpoint to resume from and no exported model.
     One run per workdir (``files.RunLock``); a workdir holding files of no pretraining run (a MODEL_DIR, say) is
     refused unless ``overwrite``."""
-    workdir = os.fspath(workdir)
+    workdir = files.path_argument("workdir", workdir)  # bytes or None: named, not os's TypeError
     check_settings(config)
     check_workdir(config, workdir, overwrite)
     check_init_vocabulary(config)

@@ -29,7 +29,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import atomic_write, json_type, json_value, path_argument, read_json
+from squeezebert_jax.files import MODEL_WEIGHTS, atomic_write, json_type, json_value, path_argument, read_json
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, check_tokenizer_config, checkpoint_file
@@ -144,6 +144,8 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
     naming the file. ``overwrite="replace"``: a training run's own MODEL_DIR (WORKDIR/model, written again at each
     export, and after the run's --overwrite): the other model's files are removed instead, with a warning naming them,
     so that an export never fails after the training."""
+    if not any(overwrite is v for v in (True, False)) and overwrite != "replace":  # 'yes' replaced a model
+        raise InputError(f"overwrite={overwrite!r}: True or False")
     if os.path.lexists(dst_dir) and not os.path.isdir(dst_dir):
         raise InputError(f"{dst_dir} is {'a link to nothing' if not os.path.exists(dst_dir) else 'a file'}, not a "
                          "directory: choose a directory for the model")
@@ -182,6 +184,30 @@ def copy_tokenizer_files(src_dir: str | None, dst_dir: str, files: list[tuple[st
     return [name for name, _ in files]
 
 
+def _given_tokenizer(model, tokenizer_dir, needed: bool = True) -> list[tuple[str, str]]:
+    """The tokenizer files of a writer's ``tokenizer_dir`` argument (``save_pretrained``, ``export_torch``), checked
+    with ``model`` before anything is written: a model that is none, a tokenizer_dir that is not there (the model was
+    written without a vocabulary) or that holds no tokenizer this library reads, a bad vocabulary, or one of more
+    tokens than the model has embeddings (``tokenizer_files``) is refused by name. ``needed`` False: a directory with
+    no tokenizer file gives none (an export's checkpoint may go without)."""
+    if not isinstance(model, nnx.Module) or not isinstance(getattr(model, "config", None), SqueezeBertConfig):
+        raise InputError(f"model is {type(model).__name__} {str(model)[:40]!r}, not a model of this library (e.g. "
+                         "load_pretrained's); to copy a MODEL_DIR, load it first")
+    if tokenizer_dir is None:
+        return []
+    tokenizer_dir = path_argument("tokenizer_dir", tokenizer_dir)
+    if not os.path.isdir(tokenizer_dir):
+        raise InputError(f"tokenizer_dir={tokenizer_dir!r}: "
+                         f"{'not a directory' if os.path.exists(tokenizer_dir) else 'no such directory'}; give the "
+                         "directory that holds the model's vocab.txt (or its SentencePiece model), or leave it out")
+    found = tokenizer_files(tokenizer_dir, model.config.vocab_size)
+    if needed and not any(name in TOKENIZER_FILE_NAMES for name, _ in found):
+        raise InputError(f"tokenizer_dir={tokenizer_dir!r}: no tokenizer file this library reads "
+                         f"({', '.join(TOKENIZER_FILE_NAMES)}; transformers 5 saves a WordPiece tokenizer as "
+                         "tokenizer.json alone): the MODEL_DIR could read no text; give the directory of its vocab.txt")
+    return found
+
+
 def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_dir: str | None = None, *,
                     overwrite: bool | str = False, beside: tuple[str, ...] = ()) -> str:
     """Write ``model`` as a MODEL_DIR (config.json, params.safetensors, tokenizer files from ``tokenizer_dir``).
@@ -191,17 +217,7 @@ def save_pretrained(model: nnx.Module, model_dir: str | os.PathLike, tokenizer_d
     from safetensors.numpy import save_file
 
     model_dir = path_argument("model_dir", model_dir)
-    # a tokenizer_dir that is not there saved the model without a vocabulary
-    if tokenizer_dir is not None and not os.path.isdir(path_argument("tokenizer_dir", tokenizer_dir)):
-        raise InputError(f"tokenizer_dir={os.fspath(tokenizer_dir)!r}: "
-                         f"{'not a directory' if os.path.exists(tokenizer_dir) else 'no such directory'}; give the "
-                         "directory that holds the model's vocab.txt (or its SentencePiece model), or leave it out")
-    # a bad vocabulary, or one of more tokens than the model has embeddings, is refused before anything is written
-    tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
-    if tokenizer_dir is not None and not any(name in TOKENIZER_FILE_NAMES for name, _ in tok_files):
-        raise InputError(f"tokenizer_dir={os.fspath(tokenizer_dir)!r}: no tokenizer file this library reads "
-                         f"({', '.join(TOKENIZER_FILE_NAMES)}; transformers 5 saves a WordPiece tokenizer as "
-                         "tokenizer.json alone): the MODEL_DIR could read no text; give the directory of its vocab.txt")
+    tok_files = _given_tokenizer(model, tokenizer_dir)
     check_model_dir(model_dir, ("config.json", PARAMS_FILE) + tuple(beside), tok_files, overwrite)
     if tokenizer_dir is None:  # the tokenizer already there (if any) is read as this model's: one that cannot be is
         tokenizer_files(model_dir, model.config.vocab_size)  # refused (a vocabulary of more tokens than embeddings)
@@ -242,8 +258,7 @@ def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundE
     found = sorted(d for pattern in ("*/", "*/model/", "*/*/model/")  # a GLUE run's or a sweep's root: its models
                    for d in map(os.path.dirname, glob.glob(os.path.join(glob.escape(model_dir), pattern)))
                    if os.path.isfile(os.path.join(d, "config.json"))  # and its weights: a run's own config.json is none
-                   and any(os.path.isfile(os.path.join(d, n)) for n in (PARAMS_FILE, "model.safetensors",
-                                                                         "pytorch_model.bin")))
+                   and any(os.path.isfile(os.path.join(d, n)) for n in MODEL_WEIGHTS))
     shown = ", ".join(found[:3]) + ", ..." * (len(found) > 3)
     hint = f"; it holds {len(found)} model{'s' * (len(found) > 1)} ({shown}): give one of them" if found else ""
     return FileNotFoundError(f"{role}{model_dir}: no {lacks}{hint}")
@@ -337,6 +352,9 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
                                        architectures=raw.get("architectures"), source=path,
                                        tied=raw.get("tie_word_embeddings", True))
         allow_new = True
+    if num_labels is not None and "Classification" not in (head or mapped.head):  # dropped without a word
+        raise InputError(f"num_labels={num_labels}: {model_dir} holds a {head or mapped.head}, which has no "
+                         "classifier; give head= a classifier (e.g. SqueezeBertForSequenceClassification) too")
     model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
                         source=path, resuming=resuming)
     if dtype != jnp.float32:
@@ -518,12 +536,13 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
 
     if overwrite not in (True, False):  # "replace" is for a training run's own model directory, not an export
         raise InputError(f"overwrite={overwrite!r}: True or False")
+    hf_dir = path_argument("hf_dir", hf_dir)
+    _given_tokenizer(model, None)
     fam = convert.target_family(model.config, style)
-    hf_dir = os.fspath(hf_dir)
     sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
-    tok_files = tokenizer_files(tokenizer_dir, model.config.vocab_size)
+    tok_files = _given_tokenizer(model, tokenizer_dir, needed=False)  # a checkpoint may go without one
     check_model_dir(hf_dir, ("config.json", "model.safetensors"), tok_files, overwrite)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
@@ -547,7 +566,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     ``label_names`` names a classifier's outputs 0..n-1 (its ``id2label``) where the checkpoint's config does not
     (LABEL_0, LABEL_1, ...); GLUE evaluation then reorders them into the task's label order.
     """
-    hf_dir = os.fspath(hf_dir)
+    hf_dir, model_dir = path_argument("hf_dir", hf_dir), path_argument("model_dir", model_dir)
     head = convert.check_head(head)
     config, raw = read_model_config(hf_dir)
     tok_files = tokenizer_files(hf_dir, config.vocab_size)  # each read and checked once, before the work

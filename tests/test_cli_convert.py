@@ -113,6 +113,18 @@ def test_to_pytorch_refuses_out_equal_to_src(tmp_path, run_cli, digest, overwrit
     assert type(sj.load_pretrained(src)).__name__ == "SqueezeBertForMaskedLM"  # still loads
 
 
+@pytest.mark.parametrize("script", ["convert/to_pytorch.py", "convert/to_torchscript.py"])
+def test_a_src_that_is_a_file_or_missing_is_named_as_such(tmp_path, run_cli, script):
+    """--src an existing .ptl or config.json was "no such directory"; a typo is one."""
+    src = model_dir(tmp_path / "m")
+    for given, said in ((os.path.join(src, "config.json"), "a file, not a MODEL_DIR"),
+                        (str(tmp_path / "nope"), "no such directory")):
+        rc, stdout, err = run_cli(script, "--src", given, "--out", tmp_path / "o")
+        line = one_error_line(err, os.path.basename(script))
+        assert rc == 1 and f"--src {given}: {said}" in line, line
+    assert not (tmp_path / "o").exists()
+
+
 def test_to_pytorch_refuses_a_non_empty_out_unless_overwrite(tmp_path, run_cli, digest):
     src, out = model_dir(tmp_path / "m"), tmp_path / "hf"
     out.mkdir()
@@ -773,8 +785,22 @@ def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):
     assert not (tmp_path / "hf").exists() and not (tmp_path / "copy").exists()
     # a tokenizer_dir that is not there saved the model without a vocabulary; one of more tokens than the model has
     # embeddings was saved, and refused only when the MODEL_DIR was used
-    with pytest.raises(InputError, match=r"^tokenizer_dir='.*nope': no such directory; give the directory"):
-        sj.save_pretrained(model, tmp_path / "copy", tokenizer_dir=str(tmp_path / "nope"))
+    for write in (sj.save_pretrained, sj.export_torch):  # export_torch wrote a checkpoint without one, silently
+        with pytest.raises(InputError, match=r"^tokenizer_dir='.*nope': no such directory; give the directory"):
+            write(model, tmp_path / "copy", tokenizer_dir=str(tmp_path / "nope"))
+    # the API's other arguments, as a notebook passes them: one line naming the argument, not os's TypeError
+    for call, msg in ((lambda: sj.export_torch(model, b"/tmp/x"), r"^hf_dir is bytes"),
+                      (lambda: sj.export_torch(model, 5), r"^hf_dir is int 5"),
+                      (lambda: sj.import_torch(b"/tmp/x", tmp_path / "y"), r"^hf_dir is bytes"),
+                      (lambda: sj.import_torch(src, None), r"^model_dir is NoneType"),
+                      (lambda: sj.save_pretrained("abc", tmp_path / "copy"), r"^model is str 'abc', not a model of "
+                                                                            r"this library"),
+                      (lambda: sj.save_pretrained(model, tmp_path / "copy", overwrite="yes"),
+                       r"^overwrite='yes': True or False"),
+                      (lambda: sj.load_pretrained(src, num_labels=3),
+                       r"^num_labels=3: .* holds a SqueezeBertForMaskedLM, which has no classifier")):
+        with pytest.raises(InputError, match=msg):
+            call()
     (tmp_path / "m" / "vocab.txt").write_text("\n".join(VOCAB + [f"extra{i}" for i in range(6)]) + "\n")
     with pytest.raises(InputError, match=rf"vocab.txt: {len(VOCAB) + 6} tokens, but the model's vocab_size is "
                                          rf"{model.config.vocab_size}"):

@@ -85,6 +85,22 @@ def test_stray_bytes_below_the_threshold_are_counted_and_reported(files, run_cli
     assert run_cli(SCRIPT, "--input", d / "some.txt", "--vocab", vocab, "--out", d / "o3")[0] == 0  # 17/1.6k bytes
 
 
+def test_a_model_dir_is_no_out_even_with_overwrite(files, run_cli, digest):
+    """--overwrite replaces a preparation: into a MODEL_DIR it replaced the model's vocab.txt with the data's, and the
+    model loaded with it, its ids meaning other words."""
+    d, vocab = files
+    model = d / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "params.safetensors").write_bytes(b"w")
+    (model / "vocab.txt").write_text("[PAD]\n")
+    before = digest(model)
+    rc, _, err = run_cli(SCRIPT, "--input", d / "ok.txt", "--vocab", vocab, "--out", model, "--overwrite")
+    assert rc == 1 and f"--out {model} holds a model (config.json, params.safetensors): prepared data there would " \
+                       "replace its files" in _one_line(err)
+    assert digest(model) == before
+
+
 def test_existing_preparation_needs_overwrite(files, run_cli, digest):
     d, vocab = files
     out = d / "out"

@@ -256,7 +256,8 @@ def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
     workdir given to fine-tuning: refused, naming what is there; --overwrite writes into the first."""
     model = tiny_init(tmp_path / "model", VOCAB)
     with pytest.raises(errors.InputError, match=r"already holds files of no pretraining run \(config.json, "
-                                                r"params.safetensors, vocab.txt\).*--overwrite"):
+                                                r"params.safetensors, vocab.txt\).*--overwrite.*; it holds a model, "
+                                                r"whose config.json the run's own would replace"):
         pretrain.check_workdir(tiny_config(), str(model))
     assert pretrain.check_workdir(tiny_config(), str(model), overwrite=True) == str(model)
     with files.RunLock(tmp_path / "pre", "pretraining"):

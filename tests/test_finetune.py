@@ -453,6 +453,8 @@ def test_an_unknown_compute_dtype_is_refused(tmp_path):
     ("preemption_sync_every", 0, "config.preemption_sync_every=0: an integer >= 1"),
     ("prune.target", 1.0, "config.prune.target=1.0: a sparsity in [0, 1)"),
     ("prune.end", 1.5, "config.prune.end=1.5: a fraction of the run in [0, 1]"),  # named itself, not prune.begin
+    ("init_from", None, "config.init_from=None: a MODEL_DIR's path (a string)"),  # os's TypeError, naming neither
+    ("distill.teacher", None, "config.distill.teacher=None: a MODEL_DIR's path (a string)"),
     ("prune.begin", 0.9, "config.prune.begin=0.9: at most prune.end (0.75)"),
     ("data.doc_stride", 0, "config.data.doc_stride=0: an integer >= 1"),
     ("batch_size", 8 * 10 ** 10, "config.batch_size=80000000000: one batch at max_seq_length 16 would take "

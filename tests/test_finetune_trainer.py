@@ -289,6 +289,18 @@ def test_settings_read_only_by_some_runs_are_checked_in_every_run(path, value, m
         ft.check_settings(c, 1)
 
 
+def test_a_workdir_that_is_no_path_is_named_by_both_trainers():
+    """A notebook's bytes or None for the workdir: os's TypeError ("a bytes-like object is required") named nothing."""
+    from conftest import smoke_config
+
+    from squeezebert_jax import pretrain
+
+    with pytest.raises(sj.errors.InputError, match=r"^workdir is bytes b'/tmp/w'; give a path as a str"):
+        ft.finetune(glue_config("sst2", "init", "data"), b"/tmp/w")
+    with pytest.raises(sj.errors.InputError, match=r"^workdir is NoneType None; give a path as a str"):
+        pretrain.train_and_evaluate(smoke_config(), None)
+
+
 def test_an_unknown_task_is_named_before_the_files_it_would_not_read():
     """--config.task foo with a train_file: "train_file: left empty with task 'foo', which reads its own files" was
     said, though no task foo exists."""
