@@ -352,9 +352,9 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
                                        architectures=raw.get("architectures"), source=path,
                                        tied=raw.get("tie_word_embeddings", True))
         allow_new = True
-    if num_labels is not None and "Classification" not in (head or mapped.head):  # dropped without a word
-        raise InputError(f"num_labels={num_labels}: {model_dir} holds a {head or mapped.head}, which has no "
-                         "classifier; give head= a classifier (e.g. SqueezeBertForSequenceClassification) too")
+    if num_labels is not None and head is None and "Classification" not in mapped.head:  # dropped without a word
+        raise InputError(f"num_labels={num_labels}: {model_dir} holds a {mapped.head}, which has no classifier; give "
+                         "head= a classifier (e.g. SqueezeBertForSequenceClassification) too")
     model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
                         source=path, resuming=resuming)
     if dtype != jnp.float32:
