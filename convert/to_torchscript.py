@@ -26,7 +26,8 @@ def main(argv=None) -> int:
     p.add_argument("--src", required=True, help="MODEL_DIR (or a transformers checkpoint directory)")
     p.add_argument("--out", required=True, help=".ptl file to write")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.add_argument("--seq-len", type=cli.positive_int, default=128)
+    p.add_argument("--seq-len", type=cli.positive_int, default=None,
+                   help="tokens per input traced (default: 128, or the model's max_position_embeddings where fewer)")
     p.add_argument("--batch", type=cli.positive_int, default=1)
     p.add_argument("--num-choices", type=cli.positive_int, default=None,
                    help="choices per example (multiple-choice heads only; default 2)")
@@ -46,7 +47,8 @@ def main(argv=None) -> int:
         print("note: ForPreTraining model: exporting the MLM logits (transformers' MaskedLM class); "
               "the SOP head is not exported")
     try:
-        result = export_lite(model, args.out, batch=args.batch, seq_len=args.seq_len, num_choices=args.num_choices or 2,
+        seq_len = args.seq_len or min(128, model.config.max_position_embeddings)  # a 64-position model: 64
+        result = export_lite(model, args.out, batch=args.batch, seq_len=seq_len, num_choices=args.num_choices or 2,
                              tol=args.tol, optimize=not args.no_optimize, overwrite=args.overwrite)
     except ParityError as e:
         print(f"FAILED: {e}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import types
 
 import numpy as np
 import pytest
@@ -32,6 +33,23 @@ def load_script(*parts):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_the_traced_length_defaults_to_what_the_model_reads(tmp_path, monkeypatch, capsys):
+    """Without --seq-len, a model of 64 positions was refused ("--seq-len 128 > ... 64"): it is traced at 64; a
+    model of more, at 128."""
+    script = load_script("convert", "to_torchscript.py")
+    seen = []
+    monkeypatch.setattr(script, "export_lite", lambda model, out, **kw: seen.append(kw["seq_len"]) or
+                        types.SimpleNamespace(summary=lambda: "traced"))
+    for positions, want in ((64, 64), (512, 128)):
+        model = sj.SqueezeBertModel(sj.SqueezeBertConfig(**{**TINY, "max_position_embeddings": positions}),
+                                    rngs=nnx.Rngs(1))
+        sj.save_pretrained(model, tmp_path / f"m{positions}")
+        assert script.main(["--src", str(tmp_path / f"m{positions}"), "--out", str(tmp_path / "x.ptl")]) == 0
+        assert seen[-1] == want
+    assert script.main(["--src", str(tmp_path / "m64"), "--out", str(tmp_path / "x.ptl"), "--seq-len", "32"]) == 0
+    assert seen[-1] == 32
 
 
 @pytest.mark.parametrize("head,kw", [("SqueezeBertModel", {}),
