@@ -298,6 +298,12 @@ def run_inputs(config: ml_collections.ConfigDict) -> dict[str, str]:
     return out
 
 
+def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> str:
+    """The workdir can hold this fine-tuning run (``files.check_run_dir``, never over the run's inputs): the script
+    runs it before its log file is written there, ``finetune`` again."""
+    return files.check_run_dir(workdir, "fine-tuning", overwrite, inputs=run_inputs(config))
+
+
 def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
     """A workdir holds one fine-tuning run: its own is resumed (its data or model moved, the same bytes, too); one of
     another task or model (``RUN_NAMES``) is refused (its model and results would be replaced and the metrics
@@ -436,7 +442,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = 
     parallel.maybe_initialize_distributed()
     mesh = parallel.make_mesh(config.num_devices or None)
     check_settings(config, mesh.shape["data"])
-    files.check_run_dir(workdir, "fine-tuning", overwrite, inputs=run_inputs(config))
+    check_workdir(config, workdir, overwrite)
     _check_workdir(workdir, config)
     with files.RunLock(workdir, "fine-tuning") if jax.process_index() == 0 else contextlib.nullcontext():
         return _finetune(config, workdir, mesh)

@@ -288,8 +288,10 @@ def test_a_run_never_writes_over_its_inputs_even_with_overwrite(tmp_path):
                              (model / "sub", rf"^--workdir {model}/sub is inside config.init_from {model}")):
         with pytest.raises(errors.InputError, match=message):
             finetune.finetune(c, str(workdir), overwrite=True)
-    with pytest.raises(errors.InputError, match=rf"^--workdir {model} is config.init_from {model}: a run never"):
-        pretrain.check_workdir(tiny_config(init_from=str(model)), str(model), overwrite=True)
+    for check in (pretrain.check_workdir, finetune.check_workdir):  # what each script runs before its log.txt
+        config = tiny_config(init_from=str(model)) if check is pretrain.check_workdir else c  # (finetune.py wrote one)
+        with pytest.raises(errors.InputError, match=rf"^--workdir {model} is config.init_from {model}: a run never"):
+            check(config, str(model), overwrite=True)
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
     run = tmp_path / "run"
     for name, path, entry in (("data.test_file", run / "predictions_test.jsonl", "predictions_test.jsonl"),

@@ -15,8 +15,8 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from squeezebert_jax import cli, files, loop
-from squeezebert_jax.finetune import finetune
+from squeezebert_jax import cli, loop
+from squeezebert_jax.finetune import check_workdir, finetune
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, eval_results.json, model/")
@@ -29,7 +29,7 @@ def main(argv):
     del argv
     if not _CONFIG.value.init_from:
         raise app.UsageError("--config.init_from MODEL_DIR is required")
-    files.check_run_dir(_WORKDIR.value, "fine-tuning", _OVERWRITE.value)  # before log.txt is written there
+    check_workdir(_CONFIG.value, _WORKDIR.value, _OVERWRITE.value)  # before log.txt is written there
     cli.setup_logging(os.path.join(_WORKDIR.value, "log.txt"))
     cli.enable_compilation_cache()
     results = loop.require_finished(finetune(_CONFIG.value, _WORKDIR.value, overwrite=_OVERWRITE.value),
