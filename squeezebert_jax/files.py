@@ -868,7 +868,7 @@ DEMO_DIRS = ("data", "demo")  # what pretraining's demo source writes into a wor
 MODEL_WEIGHTS = ("params.safetensors", "model.safetensors", "pytorch_model.bin")  # a MODEL_DIR's (pretrained.py)
 
 
-def _holds_model(directory: str) -> str:
+def holds_model(directory: str) -> str:
     """The weights file of the model ``directory`` holds (its config.json beside it), or ""."""
     weights = [n for n in MODEL_WEIGHTS if os.path.isfile(os.path.join(directory, n))]
     return weights[0] if weights and os.path.isfile(os.path.join(directory, "config.json")) else ""
@@ -878,7 +878,7 @@ def refuse_model_dir(directory: str, what: str, flag: str) -> None:
     """A directory holding a model (its config.json beside its weights) is no place for ``what`` (prepared data, whose
     ``--overwrite`` replaces a preparation), ``--overwrite`` or not: its vocabulary would replace the model's and
     leave a mix of two things that loads as neither."""
-    if weights := _holds_model(directory):
+    if weights := holds_model(directory):
         raise InputError(f"{flag} {directory} holds a model (config.json, {weights}): {what} there would replace "
                          f"its files and leave a mix that loads as neither, --overwrite or not; choose another "
                          f"{flag}")
@@ -927,7 +927,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if present:
         listed = ", ".join(present[:5]) + (f", ... ({len(present)} entries)" if len(present) > 5 else "")
         model = ("; it holds a model, whose config.json the run's own would replace: the model would load no more"
-                 if _holds_model(workdir) else "")
+                 if holds_model(workdir) else "")
         raise InputError(f"{what_flag} {workdir} already holds files of no {what} run ({listed}); choose a new "
                          "directory, or pass --overwrite to write the run there (files of the same names are "
                          f"replaced){model}")

@@ -29,7 +29,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import MODEL_WEIGHTS, atomic_write, json_type, json_value, path_argument, read_json
+from squeezebert_jax.files import atomic_write, holds_model, json_type, json_value, path_argument, read_json
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, check_tokenizer_config, checkpoint_file
@@ -257,8 +257,7 @@ def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundE
                                  f"is {inner}")
     found = sorted(d for pattern in ("*/", "*/model/", "*/*/model/")  # a GLUE run's or a sweep's root: its models
                    for d in map(os.path.dirname, glob.glob(os.path.join(glob.escape(model_dir), pattern)))
-                   if os.path.isfile(os.path.join(d, "config.json"))  # and its weights: a run's own config.json is none
-                   and any(os.path.isfile(os.path.join(d, n)) for n in MODEL_WEIGHTS))
+                   if holds_model(d))  # config.json beside weights: a run's own config.json is none
     shown = ", ".join(found[:3]) + ", ..." * (len(found) > 3)
     hint = f"; it holds {len(found)} model{'s' * (len(found) > 1)} ({shown}): give one of them" if found else ""
     return FileNotFoundError(f"{role}{model_dir}: no {lacks}{hint}")
@@ -537,12 +536,11 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     if overwrite not in (True, False):  # "replace" is for a training run's own model directory, not an export
         raise InputError(f"overwrite={overwrite!r}: True or False")
     hf_dir = path_argument("hf_dir", hf_dir)
-    _given_tokenizer(model, None)
+    tok_files = _given_tokenizer(model, tokenizer_dir, needed=False)  # a checkpoint may go without one
     fam = convert.target_family(model.config, style)
     sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
-    tok_files = _given_tokenizer(model, tokenizer_dir, needed=False)  # a checkpoint may go without one
     check_model_dir(hf_dir, ("config.json", "model.safetensors"), tok_files, overwrite)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
