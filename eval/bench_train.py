@@ -165,6 +165,8 @@ EXECUTIONS = [("default: layers auto (unrolled on CPU and GPU), remat minimal, f
               ("rbg dropout bits", {"rng_impl": "rbg"}),
               ("dropout off", {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
               ("fused FFN kernel (Pallas)", {"ffn": "fused"}),
+              ("LayerNorm backward kernel (Pallas)", {"layernorm": "fused"}),
+              ("remat none + LayerNorm backward kernel", {"remat": "none", "layernorm": "fused"}),
               ("padding as a mask (the attention kernel reads a bias)", {"padding": "any"})]
 CUDNN_LN, BLOCK_LEVEL = "xla_gpu_enable_cudnn_layer_norm", "xla_gpu_experimental_enable_fusion_block_level_rewriter"
 GPU_EXECUTIONS = [("XLA: cuBLAS for every matmul (no Triton gemm)", {"xla": {"xla_gpu_enable_triton_gemm": False}}),

@@ -354,7 +354,8 @@ def _measured_mfu(config, phase, target: Target) -> float | None:
     (``layers`` auto); None otherwise."""
     m = config.model
     if (m.overrides or config.compute_dtype != "bfloat16" or m.remat != "minimal" or m.get("attention") != "fused"
-            or m.get("layers", "auto") != "auto" or m.get("ffn", "xla") != "xla"):
+            or m.get("layers", "auto") != "auto" or m.get("ffn", "xla") != "xla"
+            or m.get("layernorm", "xla") != "xla"):
         return None
     return chips.MEASURED_MFU.get((target.key, m.preset, phase.seq_len))
 

@@ -1,4 +1,5 @@
-"""Hand-written GPU kernels (Pallas, lowered through Triton): SqueezeBERT's grouped FFN in one kernel.
+"""Hand-written GPU kernels (Pallas, lowered through Triton): SqueezeBERT's grouped FFN in one kernel, and the
+backward of each sublayer's dropout + residual + LayerNorm in one kernel (``dropout_residual_layernorm``, below).
 
 The grouped FFN -- expand (a grouped 1x1 conv, G=4), GELU, contract (grouped, G=4) -- is SqueezeBERT's largest
 memory traffic on a GPU: as XLA compiles it, the [N, 3072] intermediate is written by the expansion's matmul, read
@@ -27,6 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
@@ -192,3 +194,177 @@ def _grouped_ffn_bwd(interpret, tiles, residuals, dy):
 
 
 grouped_ffn.defvjp(_grouped_ffn_fwd, _grouped_ffn_bwd)
+
+
+# --------------------------------------------------------------------------------------------------
+# The dropout + residual + LayerNorm block's backward as one kernel
+# --------------------------------------------------------------------------------------------------
+# Each layer ends its two sublayers in LayerNorm(dropout(z + bias) + residual) (model.ConvDropoutLayerNorm). XLA
+# compiles that block's backward to 14-17 kernels a layer on an H100 target: the row statistics, the two row sums of
+# LayerNorm's gradient, the column sums of the gamma, beta and bias gradients (one over a float32 [N, C] product it
+# writes out and reads back) and the dropout mask's gradient, each reading or writing [N, C] arrays again (1.16 GB a
+# post-attention block at batch 256 x 128, of which its matmuls need 0.22). ``layernorm_backward`` reads the
+# gradient, the saved sum and the mask once and writes the two gradients (the residual's and z's, z's in the
+# group-major layout the grouped conv's backward reads) and per-program column sums: about 0.23 GB.
+
+
+class NormTiles(NamedTuple):
+    """How ``layernorm_backward`` splits its work: ``rows`` rows a step (all C channels of each, in power-of-2
+    chunks), Triton's warps per program, and at most ``programs`` programs, each looping over an equal share of
+    the rows and keeping its column sums in registers. ``SQUEEZEBERT_NORM_TILES="rows,warps,programs"`` picks
+    another (``eval/bench_train.py --executions`` times the step with it)."""
+    rows: int = 8
+    num_warps: int = 8
+    programs: int = 512
+
+
+def norm_tiles() -> NormTiles:
+    """``NormTiles()``, or ``SQUEEZEBERT_NORM_TILES``'s choice (read when a kernel is traced)."""
+    text = os.environ.get("SQUEEZEBERT_NORM_TILES", "").strip()
+    if not text:
+        return NormTiles()
+    try:
+        tiles = NormTiles(*[int(v) for v in text.split(",")])
+        if len(tiles) != len(NormTiles._fields) or text.count(",") != len(NormTiles._fields) - 1:
+            raise ValueError
+    except (ValueError, TypeError):
+        raise InputError(f"SQUEEZEBERT_NORM_TILES={text!r}: three integers, rows,warps,programs (e.g. 8,8,512)"
+                         ) from None
+    if any(v < 1 or v & (v - 1) for v in tiles[:2]) or tiles.rows > 256 or tiles.num_warps > 32 or not (
+            1 <= tiles.programs <= 65536):
+        raise InputError(f"SQUEEZEBERT_NORM_TILES={text!r}: rows a power of 2 up to 256, warps a power of 2 up to "
+                         "32, programs 1 to 65536")
+    return tiles
+
+
+def _norm_chunk(width: int) -> int | None:
+    """The widest power-of-2 chunk (16 to 256 channels) that divides ``width``, or None."""
+    return next((ch for ch in (256, 128, 64, 32, 16) if width % ch == 0), None)
+
+
+def norm_fits(n: int, channels: int, groups: int = 1, tiles: NormTiles | None = None) -> bool:
+    """Whether ``dropout_residual_layernorm`` takes ``n`` rows of ``channels`` (z group-major over ``groups``): the
+    rows a multiple of the tiles' and each group's channels a multiple of 16."""
+    tiles = tiles or norm_tiles()
+    return (n > 0 and n % tiles.rows == 0 and groups >= 1 and channels % groups == 0
+            and _norm_chunk(channels // groups) is not None)
+
+
+def _norm_kernel(*refs, c: int, ch: int, rows: int, blocks: int, eps: float, scale: float, masked: bool,
+                 groups: int):
+    if masked:
+        g_ref, s_ref, gamma_ref, keep_ref, ds_ref, dz_ref, part_ref = refs
+    else:
+        (g_ref, s_ref, gamma_ref, ds_ref, dz_ref, part_ref), keep_ref = refs, None
+    i, width = pl.program_id(0), c // groups
+    cols = [pl.ds(j * ch, ch) for j in range(c // ch)]
+    gamma = [gamma_ref[col].astype(jnp.float32)[None, :] for col in cols]
+
+    def step(b, sums):
+        r = pl.ds(pl.multiple_of((i * blocks + b) * rows, rows), rows)
+        s = [s_ref[r, col].astype(jnp.float32) for col in cols]
+        mean = (sum(x.sum(axis=1) for x in s) / c)[:, None]
+        centred = [x - mean for x in s]
+        rstd = jax.lax.rsqrt((sum((x * x).sum(axis=1) for x in centred) / c)[:, None] + eps)
+        xhat = [x * rstd for x in centred]
+        g = [g_ref[r, col].astype(jnp.float32) for col in cols]
+        gg = [a * w for a, w in zip(g, gamma)]
+        m1 = (sum(x.sum(axis=1) for x in gg) / c)[:, None]
+        m2 = (sum((x * h).sum(axis=1) for x, h in zip(gg, xhat)) / c)[:, None]
+        out = []
+        for j, col in enumerate(cols):
+            ds = rstd * (gg[j] - m1 - xhat[j] * m2)
+            ds_ref[r, col] = ds.astype(ds_ref.dtype)
+            dz = jnp.where(keep_ref[r, col] != 0, ds * scale, 0.0) if masked else ds
+            if groups > 1:  # group-major [G, N, C/G]: what the grouped conv's backward reads
+                dz_ref[j * ch // width, r, pl.ds(j * ch % width, ch)] = dz.astype(dz_ref.dtype)
+            else:
+                dz_ref[r, col] = dz.astype(dz_ref.dtype)
+            dgamma, dbeta, dbias = sums[j]
+            out.append((dgamma + (g[j] * xhat[j]).sum(axis=0), dbeta + g[j].sum(axis=0), dbias + dz.sum(axis=0)))
+        return tuple(out)
+
+    zeros = tuple((jnp.zeros((ch,), jnp.float32),) * 3 for _ in cols)
+    sums = jax.lax.fori_loop(0, blocks, step, zeros)
+    for j, col in enumerate(cols):
+        for k in range(3):
+            part_ref[k, i, col] = sums[j][k]
+
+
+def layernorm_backward(g, s, gamma, keep, *, eps: float, scale: float, groups: int = 1, interpret: bool = False,
+                       tiles: NormTiles | None = None):
+    """The gradients of ``LayerNorm(s) * gamma + beta`` with ``s = dropout(z + bias) + residual``, from ``g`` (the
+    output's, ``[N, C]``), the saved sum ``s`` and the dropout's ``keep`` mask (None: no dropout; the kept elements
+    scaled by ``scale``), as one Pallas kernel: (the residual's, z's, gamma's, beta's, bias's). z's is group-major
+    ``[G, N, C/G]`` for ``groups`` > 1. LayerNorm's statistics are recomputed from ``s`` in float32, as the forward
+    computed them. Sizes: ``norm_fits``."""
+    tiles = tiles or norm_tiles()
+    (n, c), total = s.shape, s.shape[0] // tiles.rows
+    programs = max(p for p in range(1, min(total, tiles.programs) + 1) if total % p == 0)
+    kernel = functools.partial(_norm_kernel, c=c, ch=_norm_chunk(c // groups), rows=tiles.rows,
+                               blocks=total // programs, eps=float(eps), scale=float(scale), masked=keep is not None,
+                               groups=groups)
+    dz_shape = (n, c) if groups == 1 else (groups, n, c // groups)
+    out_shape = (jax.ShapeDtypeStruct((n, c), s.dtype), jax.ShapeDtypeStruct(dz_shape, s.dtype),
+                 jax.ShapeDtypeStruct((3, programs, c), jnp.float32))
+    args = (g, s, gamma) if keep is None else (g, s, gamma, keep.astype(jnp.int8))
+    ds, dz, part = pl.pallas_call(
+        kernel, out_shape=out_shape, grid=(programs,),
+        compiler_params=_COMPILER_PARAMS(num_warps=tiles.num_warps, num_stages=1), interpret=interpret,
+        name="squeezebert_layernorm_backward")(*args)
+    dgamma, dbeta, dbias = part.sum(axis=1)
+    return ds, dz, dgamma, dbeta, dbias
+
+
+def _norm_sum(z, bias, residual, keep, scale):
+    """``dropout(z + bias) + residual`` (z channels-last ``[N, C]`` or group-major ``[G, N, C/G]``), in z's dtype as
+    the model's XLA path computes it (``layers.Dropout``: the kept elements times ``scale``)."""
+    if z.ndim == 3:
+        z = from_groups(z, residual.shape[:1])
+    y = z + bias
+    if keep is not None:
+        y = jax.lax.select(keep, y * jnp.asarray(scale, y.dtype), jnp.zeros_like(y))
+    return y + residual
+
+
+def _norm(s, gamma, beta, eps):
+    """``layers.LayerNorm``'s forward: float32 statistics (two-pass variance), the output in ``s``'s dtype."""
+    x = s.astype(jnp.float32)
+    mean = x.mean(-1, keepdims=True)
+    var = jnp.square(x - mean).mean(-1, keepdims=True)
+    return ((x - mean) * jax.lax.rsqrt(var + eps) * gamma + beta).astype(s.dtype)
+
+
+def dropout_residual_layernorm(z, bias, residual, keep, gamma, beta, *, scale: float, eps: float,
+                               name: str | None = None, interpret: bool = False):
+    """``LayerNorm(dropout(z + bias) + residual)`` over ``[N, C]`` rows: the forward as XLA's ops (the model's XLA
+    path, bit for bit with the same mask), the backward as one Pallas kernel (``layernorm_backward``). ``z`` is the
+    conv's output without its bias, channels-last ``[N, C]`` or group-major ``[G, N, C/G]`` (its gradient in the same
+    layout); ``z``, ``bias`` and ``residual`` in one dtype, ``gamma`` and ``beta`` float32; ``keep``: the dropout's
+    mask (None: nothing dropped), the kept elements scaled by ``scale``. ``name``: the remat name of the sum, kept
+    for the backward under the remat policies that keep it (``layers.SAVED_ACTIVATIONS``). Sizes: ``norm_fits``."""
+    groups = z.shape[0] if z.ndim == 3 else 1
+    return _drl(z, bias, residual, keep, gamma, beta, float(scale), float(eps), name, interpret, groups)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9, 10))
+def _drl(z, bias, residual, keep, gamma, beta, scale, eps, name, interpret, groups):
+    return _norm(_norm_sum(z, bias, residual, keep, scale), gamma, beta, eps)
+
+
+def _drl_fwd(z, bias, residual, keep, gamma, beta, scale, eps, name, interpret, groups):
+    s = _norm_sum(z, bias, residual, keep, scale)
+    if name is not None:
+        s = checkpoint_name(s, name)
+    return _norm(s, gamma, beta, eps), (s, keep, gamma)
+
+
+def _drl_bwd(scale, eps, name, interpret, groups, residuals, g):
+    s, keep, gamma = residuals
+    scale = float(np.asarray(scale, s.dtype))  # what the forward multiplied by: the scale in z's dtype
+    ds, dz, dgamma, dbeta, dbias = layernorm_backward(g, s, gamma, keep, eps=eps, scale=scale, groups=groups,
+                                                      interpret=interpret)
+    return dz, dbias.astype(s.dtype), ds, None, dgamma, dbeta
+
+
+_drl.defvjp(_drl_fwd, _drl_bwd)

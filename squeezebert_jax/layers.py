@@ -87,12 +87,32 @@ class Dropout(nnx.Dropout):
         if det or det is None or not 0.0 < self.rate < 1.0 or self.broadcast_dims or stream is None or not inputs.ndim \
                 or inputs.shape[-1] % 4 or math.prod(inputs.shape[:-1]) >= 2 ** 32:
             return super().__call__(inputs, deterministic=deterministic, rngs=rngs)
-        key = (stream[self.rng_collection]() if isinstance(stream, nnx.Rngs)
-               else stream() if isinstance(stream, nnx.RngStream) else stream)
+        key = self._key(stream)
         if str(jax.random.key_impl(key)) != "threefry2x32":
             return super().__call__(inputs, deterministic=deterministic, rngs=key)
         keep, scale = keep_mask_16(key, inputs.shape, self.rate)
         return jax.lax.select(keep, inputs * jnp.asarray(scale, inputs.dtype), jnp.zeros_like(inputs))
+
+    def _key(self, stream):
+        return (stream[self.rng_collection]() if isinstance(stream, nnx.Rngs)
+                else stream() if isinstance(stream, nnx.RngStream) else stream)
+
+    def drops(self) -> bool:
+        """Whether a call now drops anything: training (not deterministic), 0 < rate < 1, a key stream, no
+        broadcast dimensions (what ``keep_mask`` draws for)."""
+        return (self.deterministic is False and 0.0 < self.rate < 1.0 and not self.broadcast_dims
+                and self.rngs is not None)
+
+    def keep_mask(self, shape: tuple[int, ...]) -> tuple[jax.Array, float]:
+        """(keep mask, the kept elements' scale) that a call on inputs of ``shape`` would apply, drawn from the
+        same key (the stream advances as a call's would), for a kernel that applies the mask itself
+        (``kernels.dropout_residual_layernorm``); only where ``drops()``. With an "rbg" key the mask is
+        ``nnx.Dropout``'s, scaled by ``1 / (1 - rate)`` where ``nnx.Dropout`` divides by ``1 - rate``."""
+        key = self._key(self.rngs)
+        if (str(jax.random.key_impl(key)) == "threefry2x32" and shape and not shape[-1] % 4
+                and math.prod(shape[:-1]) < 2 ** 32):
+            return keep_mask_16(key, shape, self.rate)
+        return jax.random.bernoulli(key, 1.0 - self.rate, shape), 1.0 / (1.0 - self.rate)
 
 
 def keep_mask_16(key: jax.Array, shape: tuple[int, ...], rate: float) -> tuple[jax.Array, float]:
@@ -223,6 +243,7 @@ class LayerNorm(nnx.Module):
 
 ATTENTION = ("fused", "reference")  # SqueezeBertConfig.attention
 FFN = ("fused", "xla")  # SqueezeBertConfig.ffn
+LAYERNORM = ("fused", "xla")  # SqueezeBertConfig.layernorm
 PADDING = ("any", "right")  # SqueezeBertConfig.padding
 
 

@@ -38,6 +38,7 @@ from squeezebert_jax.layers import (  # noqa: F401 (re-exported)
     _ACTIVATIONS,
     ATTENTION,
     FFN,
+    LAYERNORM,
     PADDING,
     Dropout,
     REMAT_POLICIES,
@@ -59,7 +60,7 @@ from squeezebert_jax.models.family import BERT_GROUPS, GROUP_FIELDS
 
 _GROUP_FIELDS = GROUP_FIELDS
 # how to run, not what: kept out of config.json
-EXECUTION_FIELDS = ("scan_layers", "remat", "attention", "ffn", "padding")
+EXECUTION_FIELDS = ("scan_layers", "remat", "attention", "ffn", "layernorm", "padding")
 
 
 # MobileBERT's own fields (family "mobilebert", transformers' MobileBertConfig names); written only for that family
@@ -73,7 +74,7 @@ _FIELD_KINDS = {**dict.fromkeys(_COUNT_FIELDS, "count"), "type_vocab_size": "int
                 "hidden_act": "str", "family": "str",
                 "hidden_dropout_prob": "prob", "attention_probs_dropout_prob": "prob", "initializer_range": "std",
                 "layer_norm_eps": "eps", "id2label": "dict", "scan_layers": "bool", "remat": "str",
-                "attention": "str", "ffn": "str", "padding": "str",
+                "attention": "str", "ffn": "str", "layernorm": "str", "padding": "str",
                 **dict.fromkeys(MOBILEBERT_FIELDS[2:], "bool")}
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")  # transformers' names
 _EXPECTED = {"int": "an integer", "count": "an integer >= 1", "prob": "a number in [0, 1)",
@@ -229,6 +230,11 @@ class SqueezeBertConfig:
     # fp16, sizes kernels.fits), XLA's ops elsewhere. The same function either way (GELU's erf to 5e-7). Not the
     # default: on one H200 the kernel was slower than XLA's FFN (0.404 against 0.370 ms; the train step 0.96x).
     ffn: str = "xla"
+    # "xla": each sublayer's end, LayerNorm(dropout(conv + bias) + residual), as XLA's ops. "fused": on an NVIDIA GPU
+    # its backward as one Pallas kernel (kernels.dropout_residual_layernorm: the residual's, the conv's, gamma's,
+    # beta's and the bias's gradients in one pass over the rows), XLA's ops elsewhere and for the forward. The same
+    # function (gradients within bf16 rounding; the kernel sums in float32). Not the default: not yet timed on a GPU.
+    layernorm: str = "xla"
     # "any": an attention mask may mask any keys. "right": every attention mask is right padding (ones, then zeros),
     # as this package's trainers build and check each batch (``parallel.check_right_padding``); cuDNN's attention then
     # takes each row's key count instead of reading a mask (the same outputs; the H200 step 1.04x faster).
@@ -293,6 +299,8 @@ class SqueezeBertConfig:
             raise InputError(f"attention {self.attention!r} not supported; one of {list(ATTENTION)}")
         if self.ffn not in FFN:
             raise InputError(f"ffn {self.ffn!r} not supported; one of {list(FFN)}")
+        if self.layernorm not in LAYERNORM:
+            raise InputError(f"layernorm {self.layernorm!r} not supported; one of {list(LAYERNORM)}")
         if self.padding not in PADDING:
             raise InputError(f"padding {self.padding!r} not supported; one of {list(PADDING)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
@@ -525,6 +533,15 @@ class SqueezeBertLayer(nnx.Module):
                                         c1.bias[...].astype(dt).reshape(c1.groups, -1), c2.kernel[...].astype(dt),
                                         kernels.interpreted())
                 y = y.reshape(*a.shape[:-1], -1) + c2.bias[...].astype(dt)
+        elif c1.groups == c2.groups and self.output.kernel_takes(a):  # on a GPU: the block's backward as a kernel
+            grouped = c1.groups > 1
+            contract = (lambda h: c2.group_major(h, False)) if grouped else c2.ungrouped
+            expand = (lambda a: c1.group_major(to_groups(a, c1.groups), bias=False)) if grouped else (
+                lambda a: c1.ungrouped(a.reshape(-1, c1.cin)))
+            bias = c1.group_bias() if grouped else c1.bias[...].astype(c1.dtype)
+            z = self._ffn(a, expand, bias, contract)
+            with jax.named_scope("ffn_contract"):
+                return self.output.fused_finish(z, a, name="ffn_sum")
         elif c1.groups == c2.groups > 1:  # SqueezeBERT's 4/4: group-major [G, N, I/G] from expand to contract
             lead = a.shape[:-1]
             expand = lambda a: jax.lax.platform_dependent(  # noqa: E731
@@ -573,14 +590,37 @@ class ConvDropoutLayerNorm(nnx.Module):
         # SqueezeBERT's reference: eps 1e-12 whatever the config says; the other families' layers take the config's
         self.layernorm = LayerNorm(cout, config.layer_norm_eps if config.family else 1e-12, dtype)
         self.dropout = Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
+        self.fused = config.layernorm == "fused"
 
     def __call__(self, x, residual, name: str | None = None):
+        if self.kernel_takes(residual):  # on a GPU: the backward as one kernel
+            c = self.conv1d
+            z = c.ungrouped(x.reshape(-1, c.cin)) if c.groups == 1 else c.group_major(to_groups(x, c.groups), False)
+            return self.fused_finish(z, residual, name)
         return self.finish(self.conv1d(x), residual, name)
 
     def finish(self, y, residual, name: str | None = None):
         """LayerNorm(dropout(y) + residual) of the conv's output ``y``."""
         y = self.dropout(y) + residual
         return self.layernorm(y if name is None else checkpoint_name(y, name))
+
+    def kernel_takes(self, residual) -> bool:
+        """Whether this block runs as ``kernels.dropout_residual_layernorm``: ``layernorm`` "fused", the program
+        traced for an NVIDIA GPU, and sizes the kernel takes (``kernels.norm_fits``). Decided when traced."""
+        c, n = self.conv1d, math.prod(residual.shape[:-1])
+        return (self.fused and kernels.on_gpu() and self.dropout.rate < 1.0 and not self.dropout.broadcast_dims
+                and kernels.norm_fits(n, c.cout, c.groups))
+
+    def fused_finish(self, z, residual, name: str | None = None):
+        """``finish`` of the conv's output without its bias, ``z`` (``[N, C]``, or group-major ``[G, N, C/G]`` for a
+        grouped conv), through ``kernels.dropout_residual_layernorm``. The same mask as ``finish`` draws."""
+        c, dt, ln = self.conv1d, self.conv1d.dtype, self.layernorm
+        keep, scale = self.dropout.keep_mask(residual.shape) if self.dropout.drops() else (None, 1.0)
+        out = kernels.dropout_residual_layernorm(
+            z.astype(dt), c.bias[...].astype(dt), residual.reshape(-1, c.cout).astype(dt),
+            None if keep is None else keep.reshape(-1, c.cout), ln.scale[...], ln.bias[...], scale=scale,
+            eps=ln.eps, name=name, interpret=kernels.interpreted())
+        return out.reshape(residual.shape).astype(ln.dtype)
 
 
 def _draws_dropout(module: nnx.Module) -> bool:
@@ -973,7 +1013,7 @@ def generator_config(config: SqueezeBertConfig, fraction: float) -> SqueezeBertC
         max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         initializer_range=config.initializer_range, layer_norm_eps=config.layer_norm_eps,
         pad_token_id=config.pad_token_id, family="electra", scan_layers=config.scan_layers, remat=config.remat,
-        attention=config.attention, ffn=config.ffn, padding=config.padding,
+        attention=config.attention, ffn=config.ffn, layernorm=config.layernorm, padding=config.padding,
         **BERT_GROUPS)
 
 
@@ -1007,11 +1047,12 @@ def scan_layers_on(layers: str, platform: str) -> bool:
 
 
 def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str | None = None,
-                  attention: str | None = None, ffn: str | None = None, padding: str | None = None) -> nnx.Module:
+                  attention: str | None = None, ffn: str | None = None, padding: str | None = None,
+                  layernorm: str | None = None) -> nnx.Module:
     """Choose how every encoder in ``model`` runs (``SqueezeBertConfig.scan_layers`` / ``remat`` / ``attention`` /
-    ``ffn`` / ``padding``) after it was built, e.g. for a model loaded from disk; the weights are unchanged, and so
-    are the outputs (with dropout off: "fused" attention drops nothing out of the attention probabilities).
-    Returns ``model``."""
+    ``ffn`` / ``padding`` / ``layernorm``) after it was built, e.g. for a model loaded from disk; the weights are
+    unchanged, and so are the outputs (with dropout off: "fused" attention drops nothing out of the attention
+    probabilities). Returns ``model``."""
     if remat is not None and remat not in REMAT_POLICIES:
         raise InputError(f"remat {remat!r} not supported; one of {list(REMAT_POLICIES)}")
     if attention is not None and attention not in ATTENTION:
@@ -1020,8 +1061,10 @@ def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str
         raise InputError(f"ffn {ffn!r} not supported; one of {list(FFN)}")
     if padding is not None and padding not in PADDING:
         raise InputError(f"padding {padding!r} not supported; one of {list(PADDING)}")
+    if layernorm is not None and layernorm not in LAYERNORM:
+        raise InputError(f"layernorm {layernorm!r} not supported; one of {list(LAYERNORM)}")
     changes = {k: v for k, v in (("scan_layers", scan_layers), ("remat", remat), ("attention", attention),
-                                 ("ffn", ffn), ("padding", padding)) if v is not None}
+                                 ("ffn", ffn), ("padding", padding), ("layernorm", layernorm)) if v is not None}
     for _, m in nnx.iter_graph(model):
         if isinstance(m, Encoder):
             m.scan_layers = m.scan_layers if scan_layers is None else bool(scan_layers)
@@ -1032,6 +1075,8 @@ def set_execution(model: nnx.Module, scan_layers: bool | None = None, remat: str
             m.right_padded = padding == "right"
         if isinstance(m, SqueezeBertLayer) and ffn is not None:
             m.ffn_kernel = ffn == "fused"
+        if isinstance(m, ConvDropoutLayerNorm) and layernorm is not None:
+            m.fused = layernorm == "fused"
         if isinstance(m, (SqueezeBertModel, _Head)) and changes:
             m.config = m.config.replace(**changes)
     return model

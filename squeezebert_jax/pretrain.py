@@ -125,9 +125,10 @@ def get_phases(config) -> list[Phase]:
 
 def model_config(config: ml_collections.ConfigDict, platform: str | None = None) -> SqueezeBertConfig:
     """The architecture of ``config.model`` (preset + overrides) with its execution choices: ``model.layers`` on
-    ``platform`` (default: this process's backend; a compile target's for ``aot``), remat, attention and ffn."""
+    ``platform`` (default: this process's backend; a compile target's for ``aot``), remat, attention, ffn and
+    layernorm."""
     overrides = dict(config.model.overrides)
-    for field in ("remat", "attention", "ffn"):
+    for field in ("remat", "attention", "ffn", "layernorm"):
         if field in config.model:
             overrides.setdefault(field, config.model[field])
     overrides.setdefault("padding", "right")  # every batch is right padding (parallel.global_batch checks it)
@@ -533,7 +534,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, mesh, f
                                 seed=config.seed)
         execution = model_config(config)  # the config's scan/remat/attention (model.overrides may set them)
         set_execution(model, execution.scan_layers, execution.remat, execution.attention, execution.ffn,
-                      execution.padding)
+                      execution.padding, execution.layernorm)
     else:
         model = new_model(config, tokenizer.vocab_size)
     cfg = model.config

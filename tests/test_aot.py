@@ -61,7 +61,7 @@ def test_projections_use_the_mfu_measured_on_that_chip_for_the_step_timed():
     assert aot._measured_mfu(config, phase, a100) is None
     assert aot._measured_mfu(config, types.SimpleNamespace(seq_len=512), h100) is None  # not timed on an H100
     for key, value in (("remat", "none"), ("attention", "reference"), ("overrides", {"num_hidden_layers": 3}),
-                       ("layers", "scan")):
+                       ("layers", "scan"), ("ffn", "fused"), ("layernorm", "fused")):
         changed = config.copy_and_resolve_references()
         changed.model[key] = value
         assert aot._measured_mfu(changed, phase, h100) is None, key

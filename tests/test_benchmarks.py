@@ -247,8 +247,9 @@ def test_bench_train_executions_table(capsys):
     assert mod.preset("bert-base-uncased", True).scan_layers is False  # as the trainer runs it here (CPU: unrolled)
     with pytest.raises(sj.errors.InputError, match=r"^--executions 'flash': no execution choice here is named so; "
                                                    r"they are: default: .*; rbg dropout bits; dropout off; fused FFN "
-                                                   r"kernel \(Pallas\); padding as a mask \(the attention kernel reads "
-                                                   r"a bias\)$"):
+                                                   r"kernel \(Pallas\); LayerNorm backward kernel \(Pallas\); "
+                                                   r"remat none \+ LayerNorm backward kernel; padding as a mask "
+                                                   r"\(the attention kernel reads a bias\)$"):
         mod.main(["--tiny", "--executions", "flash"])
     assert mod.main(["--tiny", "--executions", "RBG", "as a mask", "--batch", "8", "--steps", "1", "--seq-lens", "32",
                      "--dtype", "float32", "--repeats", "2"]) == 0

@@ -661,8 +661,8 @@ def test_a_setting_out_of_range_is_refused_before_anything_is_written(tmp_path, 
 
 def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_runs(tmp_path):
     """A pretraining run from init_from builds init_from's model (its config.json): an override of what the model is
-    (hidden_size, a dropout rate) would not be read, so it is refused; how it runs (remat, attention, ffn, scan_layers,
-    padding) is read. Checked before anything is written."""
+    (hidden_size, a dropout rate) would not be read, so it is refused; how it runs (remat, attention, ffn, layernorm,
+    scan_layers, padding) is read. Checked before anything is written."""
     model = tmp_path / "model"
     model.mkdir()
     SqueezeBertConfig.preset("squeezebert-uncased", num_hidden_layers=2, vocab_size=99).to_json(model / "config.json")
@@ -672,8 +672,8 @@ def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_run
                                         str(tmp_path / "run"))
         shape = ", ".join(k for k in overrides if k != "remat")
         assert str(e.value) == (f"config.model.overrides={overrides!r}: only how the model runs (scan_layers, "
-                                f"remat, attention, ffn, padding) with init_from: the model is init_from's, as its "
-                                f"config.json describes it, so {shape} would not be read")
+                                f"remat, attention, ffn, layernorm, padding) with init_from: the model is "
+                                f"init_from's, as its config.json describes it, so {shape} would not be read")
     assert not (tmp_path / "run").exists()
     pretrain.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"}}), data=False)
 

@@ -31,10 +31,11 @@ def get_config(variant: str = "demo") -> ml_collections.ConfigDict:
     # out of the attention probabilities (the paper's recipe drops 10% of them; the hidden-state dropout stays);
     # "reference" keeps that dropout, computing the probabilities explicitly (docs/results.md: what each costs).
     # ffn: "xla" (XLA's ops) or "fused" (on an NVIDIA GPU, the grouped FFN as one Pallas kernel: opt-in, it was
-    # slower on an H200; docs/results.md). The same numbers either way.
+    # slower on an H200; docs/results.md). layernorm: "xla" or "fused" (on an NVIDIA GPU, the backward of each
+    # dropout + residual + LayerNorm as one Pallas kernel: opt-in, not yet timed on a GPU). The same numbers either way.
     c.model = ml_collections.ConfigDict({"preset": "squeezebert-uncased", "overrides": {},
                                          "vocab_from_tokenizer": False, "layers": "auto", "remat": "minimal",
-                                         "attention": "fused", "ffn": "xla"})
+                                         "attention": "fused", "ffn": "xla", "layernorm": "xla"})
     c.init_from = ""  # a MODEL_DIR to start from (e.g. a converted checkpoint)
     c.compute_dtype = "bfloat16"
     # The paper (via LAMB, You et al.): global batch 8192, lr 2.5e-3, warmup 28%, then polynomial decay.
