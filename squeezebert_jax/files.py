@@ -603,13 +603,25 @@ def _json_object(pairs: list[tuple[str, object]]) -> dict:
 
 def file_sha256(path: str | os.PathLike) -> str:
     """The sha256 of a file's bytes, read in 1 MiB pieces."""
+    return file_sha256s(path)[0]
+
+
+def file_sha256s(path: str | os.PathLike) -> tuple[str, str]:
+    """(the sha256 of a file's bytes, the sha256 of its text as ``text_lines`` reads it: its line ends as ``\n``
+    whether written ``\r\n`` or ``\n``, a byte-order mark before the first line dropped), in one pass of 1 MiB
+    pieces. The second is the same for a file saved again with other line ends (by Excel, say)."""
+    import codecs
     import hashlib
 
-    h = hashlib.sha256()
+    raw, text, carry, first = hashlib.sha256(), hashlib.sha256(), b"", True
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+            raw.update(chunk)
+            piece, first = (carry + chunk).removeprefix(codecs.BOM_UTF8 if first else b""), False
+            carry = b"\r" if piece.endswith(b"\r") else b""  # a \r\n may straddle two pieces
+            text.update(piece[:len(piece) - len(carry)].replace(b"\r\n", b"\n"))
+    text.update(carry)
+    return raw.hexdigest(), text.hexdigest()
 
 
 def parse_json(text: str, where: str):

@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from squeezebert_jax import optim, reporting, sources
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import atomic_write, file_sha256, json_text, read_text
+from squeezebert_jax.files import atomic_write, file_sha256, file_sha256s, json_text, read_text
 from squeezebert_jax.parallel import any_process, batch_sharding, state_shardings
 from squeezebert_jax.pretrained import MODEL_FILES, TOKENIZER_FILES
 
@@ -233,7 +233,8 @@ STREAM_VERSION = 4
 
 def source_identity(source: str) -> dict:
     """What a data source is, as a resume compares it: ``{"path", "sha256", "bytes"}``. A file:
-    the sha256 of its bytes; a directory (a MODEL_DIR, a transformers checkpoint): of the files that make the model
+    the sha256 of its bytes, and of its text (``text_sha256``: the same for the file saved again with other line
+    ends); a directory (a MODEL_DIR, a transformers checkpoint): of the files that make the model
     (``pretrained.MODEL_FILES`` and ``TOKENIZER_FILES``), each also in ``files`` (name: sha256) so that a resume names
     the one that changed; a file of anything else there (predictions written beside the model, a README) is none of
     it; a dataset spec
@@ -252,7 +253,7 @@ def source_identity(source: str) -> dict:
     path = os.path.realpath(source)  # one file, however the path to it is spelt (a link, a relative path)
     out["path"] = path
     if os.path.isfile(path):
-        out["sha256"], out["bytes"] = file_sha256(path), os.path.getsize(path)
+        (out["sha256"], out["text_sha256"]), out["bytes"] = file_sha256s(path), os.path.getsize(path)
     elif os.path.isdir(path):
         names = sorted(n for n in MODEL_FILES + TOKENIZER_FILES if os.path.isfile(os.path.join(path, n)))
         out["files"] = {n: file_sha256(os.path.join(path, n)) for n in names}
@@ -298,6 +299,8 @@ def _same(old, new) -> bool:
         if "files" in new and "files" not in old:
             return old["path"] == new["path"]
         if old["sha256"] and new["sha256"] and not sources.is_dataset(new["path"]):
+            if old.get("text_sha256") and old.get("text_sha256") == new.get("text_sha256"):
+                return True  # the same text, its line ends written otherwise (files.file_sha256s)
             return old["sha256"] == new["sha256"] and old.get("bytes") == new.get("bytes")
     elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return all(_same(a, b) for a, b in zip(old, new))

@@ -172,7 +172,8 @@ def test_compile_demo_step_for_tpu_v5e_and_an_oversized_batch(tmp_path):
         for k in ("argument_gib", "output_gib", "temp_gib", "code_gib", "bytes_accessed", "roofline_s"):
             assert r[k] > 0, (k, r)
         assert abs(r["xla_flops"] / r["analytic_flops"] - 1) <= 0.15, r  # XLA's HLO FLOPs vs the analytic count
-        assert r["per chip"] == "8" and r["micro"] == "1"
+        assert r["per chip"] == 8 and r["micro"] == 1 and r["seq"] == r["seq_len"]  # the cells: numbers as numbers
+        assert isinstance(r["XLA/analytic"], float) and r["h at measured MFU"] is None and r["fits"] is True
     # an oversized batch: one line per phase with what XLA asked for, exit 1 (in this test, so that the suite's TPU
     # compiles run one after the other, not on both xdist workers at once)
     rc, out, err, rows = _compile(tmp_path, "--topology", "v5e:2x2", "--config.global_batch_size=1048576")
@@ -323,7 +324,7 @@ def test_compile_the_finetuning_step_with_a_teacher_for_tpu(tmp_path):
     assert "fine-tuning mnli (392702 examples x 3 epochs = 73632 steps of batch 16, seq 32)" in out
     assert [r["phase"] for r in rows] == ["finetune mnli + teacher", "teacher logits"]
     assert all(r["fits"] and r["peak_gib"] > 0 for r in rows)
-    assert rows[0]["per chip"] == "4" and rows[0]["num_steps"] == 73632 and rows[1]["num_steps"] == -(-392702 // 64)
+    assert rows[0]["per chip"] == 4 and rows[0]["num_steps"] == 73632 and rows[1]["num_steps"] == -(-392702 // 64)
     rc, out, err, layer = _compile_finetune(tmp_path, "--topology", "v5e:2x2", teacher, "--config.distill.hidden_weight=1",
                                             "--config.distill.layer_map=uniform")
     assert rc == 0, err[-3000:]

@@ -511,6 +511,27 @@ def test_a_model_directorys_identity_is_its_model_files_named_one_by_one(tmp_pat
         == []
 
 
+def test_a_data_file_saved_again_with_other_line_ends_is_the_same_data(tmp_path):
+    """A training file saved again with CRLF line ends (or a byte-order mark) holds the rows it held, as every reader
+    reads it: a resume takes it (it was refused as changed data). Other bytes still change the data; a record made
+    before identities held the text's sha256 compares the bytes alone."""
+    f = tmp_path / "train.csv"
+    f.write_bytes(b"text,label\ngood film,pos\nbad film,neg\n")
+    old = trainer.source_identity(str(f))
+    f.write_bytes(b"\xef\xbb\xbftext,label\r\ngood film,pos\r\nbad film,neg\r\n")
+    new = trainer.source_identity(str(f))
+    assert new["sha256"] != old["sha256"] and new["text_sha256"] == old["text_sha256"]
+    assert list(tasks.read_rows(str(f))) == [(2, {"text": "good film", "label": "pos"}),
+                                            (3, {"text": "bad film", "label": "neg"})]
+    assert trainer.stream_changes({"config.data.train_file": old}, {"config.data.train_file": new}) == []
+    legacy = {k: v for k, v in old.items() if k != "text_sha256"}
+    assert trainer.stream_changes({"config.data.train_file": legacy}, {"config.data.train_file": new})
+    for changed in (b"text,label\r\ngood film,neg\r\nbad film,neg\r\n", b"text,label\rgood film,pos\rbad film,neg\r"):
+        f.write_bytes(changed)  # a label changed; lone CRs (lines the readers refuse)
+        assert trainer.stream_changes({"config.data.train_file": old},
+                                      {"config.data.train_file": trainer.source_identity(str(f))}), changed
+
+
 def test_a_resume_of_a_files_task_checks_its_files_columns_and_label_names(task, tmp_path):
     train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
     rows = ["text,label"] + [f"{w} x y,{'pos' if i % 2 else 'neg'}" for i, w in enumerate(VOCAB[5:25])]

@@ -277,12 +277,28 @@ def _inputs(config) -> list[str]:
                                                   and not v.startswith(("hf:", "tfds:")))]
 
 
+def _json_cell(value):
+    """A table cell as JSON: a number as a number (``"256"`` -> 256, ``"1.026"`` -> 1.026), ``-`` (nothing to
+    say) as null, any other text (``"0.013 / 79.10"``, ``"yes"``) as it reads."""
+    if isinstance(value, (int, float)) or value is None:
+        return value
+    if value == "-":
+        return None
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        return number if math.isfinite(number) else value  # "nan" and "inf" are no JSON numbers
+    return value
+
+
 def _write_json(rows, target) -> None:
     from squeezebert_jax import aot, files
 
     if _JSON.value:
         files.atomic_write(_JSON.value, "".join(
-            json.dumps(dict(zip(aot.REPORT_HEADERS, map(str, aot.report_row(r))))
+            json.dumps(dict(zip(aot.REPORT_HEADERS, map(_json_cell, aot.report_row(r))))
                        | {k: v for k, v in vars(r).items() if k not in ("chip", "hlo")}
                        | {"topology": target.topology, "fits": r.fits, "roofline_s": r.roofline_s}) + "\n"
             for r in rows))
