@@ -251,11 +251,12 @@ def norm_fits(n: int, channels: int, groups: int = 1, tiles: NormTiles | None = 
 
 
 def _norm_kernel(*refs, c: int, ch: int, rows: int, blocks: int, eps: float, scale: float, masked: bool,
-                 groups: int):
-    if masked:
-        g_ref, s_ref, gamma_ref, keep_ref, ds_ref, dz_ref, part_ref = refs
-    else:
-        (g_ref, s_ref, gamma_ref, ds_ref, dz_ref, part_ref), keep_ref = refs, None
+                 two: bool, groups: int):
+    refs = list(refs)
+    g_ref, g2_ref = refs.pop(0), refs.pop(0) if two else None
+    s_ref, gamma_ref = refs.pop(0), refs.pop(0)
+    keep_ref = refs.pop(0) if masked else None
+    ds_ref, dz_ref, part_ref = refs
     i, width = pl.program_id(0), c // groups
     cols = [pl.ds(j * ch, ch) for j in range(c // ch)]
     gamma = [gamma_ref[col].astype(jnp.float32)[None, :] for col in cols]
@@ -267,7 +268,8 @@ def _norm_kernel(*refs, c: int, ch: int, rows: int, blocks: int, eps: float, sca
         centred = [x - mean for x in s]
         rstd = jax.lax.rsqrt((sum((x * x).sum(axis=1) for x in centred) / c)[:, None] + eps)
         xhat = [x * rstd for x in centred]
-        g = [g_ref[r, col].astype(jnp.float32) for col in cols]
+        g = [g_ref[r, col].astype(jnp.float32) + (g2_ref[r, col].astype(jnp.float32) if two else 0.0)
+             for col in cols]
         gg = [a * w for a, w in zip(g, gamma)]
         m1 = (sum(x.sum(axis=1) for x in gg) / c)[:, None]
         m2 = (sum((x * h).sum(axis=1) for x, h in zip(gg, xhat)) / c)[:, None]
@@ -291,23 +293,24 @@ def _norm_kernel(*refs, c: int, ch: int, rows: int, blocks: int, eps: float, sca
             part_ref[k, i, col] = sums[j][k]
 
 
-def layernorm_backward(g, s, gamma, keep, *, eps: float, scale: float, groups: int = 1, interpret: bool = False,
-                       tiles: NormTiles | None = None):
+def layernorm_backward(g, s, gamma, keep, *, eps: float, scale: float, groups: int = 1, g2=None,
+                       interpret: bool = False, tiles: NormTiles | None = None):
     """The gradients of ``LayerNorm(s) * gamma + beta`` with ``s = dropout(z + bias) + residual``, from ``g`` (the
     output's, ``[N, C]``), the saved sum ``s`` and the dropout's ``keep`` mask (None: no dropout; the kept elements
     scaled by ``scale``), as one Pallas kernel: (the residual's, z's, gamma's, beta's, bias's). z's is group-major
     ``[G, N, C/G]`` for ``groups`` > 1. LayerNorm's statistics are recomputed from ``s`` in float32, as the forward
-    computed them. Sizes: ``norm_fits``."""
+    computed them. ``g2``: a second gradient of the output, added to ``g`` as it is read (the output's two uses'
+    gradients, which XLA would otherwise add in a kernel of their own). Sizes: ``norm_fits``."""
     tiles = tiles or norm_tiles()
     (n, c), total = s.shape, s.shape[0] // tiles.rows
     programs = max(p for p in range(1, min(total, tiles.programs) + 1) if total % p == 0)
     kernel = functools.partial(_norm_kernel, c=c, ch=_norm_chunk(c // groups), rows=tiles.rows,
                                blocks=total // programs, eps=float(eps), scale=float(scale), masked=keep is not None,
-                               groups=groups)
+                               two=g2 is not None, groups=groups)
     dz_shape = (n, c) if groups == 1 else (groups, n, c // groups)
     out_shape = (jax.ShapeDtypeStruct((n, c), s.dtype), jax.ShapeDtypeStruct(dz_shape, s.dtype),
                  jax.ShapeDtypeStruct((3, programs, c), jnp.float32))
-    args = (g, s, gamma) if keep is None else (g, s, gamma, keep.astype(jnp.int8))
+    args = ((g,) if g2 is None else (g, g2)) + (s, gamma) + (() if keep is None else (keep.astype(jnp.int8),))
     ds, dz, part = pl.pallas_call(
         kernel, out_shape=out_shape, grid=(programs,),
         compiler_params=_COMPILER_PARAMS(num_warps=tiles.num_warps, num_stages=1), interpret=interpret,
@@ -336,33 +339,38 @@ def _norm(s, gamma, beta, eps):
 
 
 def dropout_residual_layernorm(z, bias, residual, keep, gamma, beta, *, scale: float, eps: float,
-                               name: str | None = None, interpret: bool = False):
+                               name: str | None = None, interpret: bool = False, twice: bool = False):
     """``LayerNorm(dropout(z + bias) + residual)`` over ``[N, C]`` rows: the forward as XLA's ops (the model's XLA
     path, bit for bit with the same mask), the backward as one Pallas kernel (``layernorm_backward``). ``z`` is the
     conv's output without its bias, channels-last ``[N, C]`` or group-major ``[G, N, C/G]`` (its gradient in the same
     layout); ``z``, ``bias`` and ``residual`` in one dtype, ``gamma`` and ``beta`` float32; ``keep``: the dropout's
     mask (None: nothing dropped), the kept elements scaled by ``scale``. ``name``: the remat name of the sum, kept
-    for the backward under the remat policies that keep it (``layers.SAVED_ACTIVATIONS``). Sizes: ``norm_fits``."""
+    for the backward under the remat policies that keep it (``layers.SAVED_ACTIVATIONS``). ``twice``: the output
+    twice, one array for each of two uses (the layer's FFN and its residual): the kernel reads their two gradients
+    and adds them, where autodiff would add them in a kernel of its own. Sizes: ``norm_fits``."""
     groups = z.shape[0] if z.ndim == 3 else 1
-    return _drl(z, bias, residual, keep, gamma, beta, float(scale), float(eps), name, interpret, groups)
+    return _drl(z, bias, residual, keep, gamma, beta, float(scale), float(eps), name, interpret, groups, twice)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9, 10))
-def _drl(z, bias, residual, keep, gamma, beta, scale, eps, name, interpret, groups):
-    return _norm(_norm_sum(z, bias, residual, keep, scale), gamma, beta, eps)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9, 10, 11))
+def _drl(z, bias, residual, keep, gamma, beta, scale, eps, name, interpret, groups, twice):
+    out = _norm(_norm_sum(z, bias, residual, keep, scale), gamma, beta, eps)
+    return (out, out) if twice else out
 
 
-def _drl_fwd(z, bias, residual, keep, gamma, beta, scale, eps, name, interpret, groups):
+def _drl_fwd(z, bias, residual, keep, gamma, beta, scale, eps, name, interpret, groups, twice):
     s = _norm_sum(z, bias, residual, keep, scale)
     if name is not None:
         s = checkpoint_name(s, name)
-    return _norm(s, gamma, beta, eps), (s, keep, gamma)
+    out = _norm(s, gamma, beta, eps)
+    return (out, out) if twice else out, (s, keep, gamma)
 
 
-def _drl_bwd(scale, eps, name, interpret, groups, residuals, g):
+def _drl_bwd(scale, eps, name, interpret, groups, twice, residuals, g):
     s, keep, gamma = residuals
+    g, g2 = g if twice else (g, None)
     scale = float(np.asarray(scale, s.dtype))  # what the forward multiplied by: the scale in z's dtype
-    ds, dz, dgamma, dbeta, dbias = layernorm_backward(g, s, gamma, keep, eps=eps, scale=scale, groups=groups,
+    ds, dz, dgamma, dbeta, dbias = layernorm_backward(g, s, gamma, keep, eps=eps, scale=scale, groups=groups, g2=g2,
                                                       interpret=interpret)
     return dz, dbias.astype(s.dtype), ds, None, dgamma, dbeta
 

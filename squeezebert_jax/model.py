@@ -524,7 +524,8 @@ class SqueezeBertLayer(nnx.Module):
 
     def _after_attention(self, x, y):
         with jax.named_scope("post_attention"):
-            a = self.post_attention(y, x, name="attention_sum")
+            # one array for the FFN, one for the residual: with the LayerNorm kernel its backward adds their gradients
+            a, residual = self.post_attention(y, x, name="attention_sum", twice=True)
         c1, c2 = self.intermediate["conv1d"], self.output.conv1d
         if self._kernel_takes(a, c1, c2):  # on a GPU: one kernel, the activation kept on chip
             with jax.named_scope("ffn_kernel"):
@@ -541,7 +542,7 @@ class SqueezeBertLayer(nnx.Module):
             bias = c1.group_bias() if grouped else c1.bias[...].astype(c1.dtype)
             z = self._ffn(a, expand, bias, contract)
             with jax.named_scope("ffn_contract"):
-                return self.output.fused_finish(z, a, name="ffn_sum")
+                return self.output.fused_finish(z, residual, name="ffn_sum")
         elif c1.groups == c2.groups > 1:  # SqueezeBERT's 4/4: group-major [G, N, I/G] from expand to contract
             lead = a.shape[:-1]
             expand = lambda a: jax.lax.platform_dependent(  # noqa: E731
@@ -556,7 +557,7 @@ class SqueezeBertLayer(nnx.Module):
         else:
             y = self._ffn(a, c1, None, c2)
         with jax.named_scope("ffn_contract"):
-            return self.output.finish(y, a, name="ffn_sum")
+            return self.output.finish(y, residual, name="ffn_sum")
 
     def _kernel_takes(self, a, c1, c2) -> bool:
         """Whether this layer's FFN runs as ``kernels.grouped_ffn``: ``ffn`` "fused", exact GELU, the program traced
@@ -592,12 +593,14 @@ class ConvDropoutLayerNorm(nnx.Module):
         self.dropout = Dropout(config.hidden_dropout_prob if dropout_prob is None else dropout_prob, rngs=rngs)
         self.fused = config.layernorm == "fused"
 
-    def __call__(self, x, residual, name: str | None = None):
+    def __call__(self, x, residual, name: str | None = None, twice: bool = False):
+        """LayerNorm(dropout(conv(x)) + residual); ``twice``: that output twice (``fused_finish``)."""
         if self.kernel_takes(residual):  # on a GPU: the backward as one kernel
             c = self.conv1d
             z = c.ungrouped(x.reshape(-1, c.cin)) if c.groups == 1 else c.group_major(to_groups(x, c.groups), False)
-            return self.fused_finish(z, residual, name)
-        return self.finish(self.conv1d(x), residual, name)
+            return self.fused_finish(z, residual, name, twice)
+        out = self.finish(self.conv1d(x), residual, name)
+        return (out, out) if twice else out
 
     def finish(self, y, residual, name: str | None = None):
         """LayerNorm(dropout(y) + residual) of the conv's output ``y``."""
@@ -611,15 +614,18 @@ class ConvDropoutLayerNorm(nnx.Module):
         return (self.fused and kernels.on_gpu() and self.dropout.rate < 1.0 and not self.dropout.broadcast_dims
                 and kernels.norm_fits(n, c.cout, c.groups))
 
-    def fused_finish(self, z, residual, name: str | None = None):
+    def fused_finish(self, z, residual, name: str | None = None, twice: bool = False):
         """``finish`` of the conv's output without its bias, ``z`` (``[N, C]``, or group-major ``[G, N, C/G]`` for a
-        grouped conv), through ``kernels.dropout_residual_layernorm``. The same mask as ``finish`` draws."""
+        grouped conv), through ``kernels.dropout_residual_layernorm``. The same mask as ``finish`` draws. ``twice``:
+        the output twice, for two uses whose gradients the kernel adds as it reads them."""
         c, dt, ln = self.conv1d, self.conv1d.dtype, self.layernorm
         keep, scale = self.dropout.keep_mask(residual.shape) if self.dropout.drops() else (None, 1.0)
         out = kernels.dropout_residual_layernorm(
             z.astype(dt), c.bias[...].astype(dt), residual.reshape(-1, c.cout).astype(dt),
             None if keep is None else keep.reshape(-1, c.cout), ln.scale[...], ln.bias[...], scale=scale,
-            eps=ln.eps, name=name, interpret=kernels.interpreted())
+            eps=ln.eps, name=name, interpret=kernels.interpreted(), twice=twice)
+        if twice:
+            return tuple(o.reshape(residual.shape).astype(ln.dtype) for o in out)
         return out.reshape(residual.shape).astype(ln.dtype)
 
 
