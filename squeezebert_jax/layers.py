@@ -98,16 +98,17 @@ class Dropout(nnx.Dropout):
                 else stream() if isinstance(stream, nnx.RngStream) else stream)
 
     def drops(self) -> bool:
-        """Whether a call now drops anything: training (not deterministic), 0 < rate < 1, a key stream, no
-        broadcast dimensions (what ``keep_mask`` draws for)."""
-        return (self.deterministic is False and 0.0 < self.rate < 1.0 and not self.broadcast_dims
-                and self.rngs is not None)
+        """Whether a call now drops anything: training (not deterministic), 0 < rate < 1, no broadcast dimensions
+        (what ``keep_mask`` draws for)."""
+        return self.deterministic is False and 0.0 < self.rate < 1.0 and not self.broadcast_dims
 
     def keep_mask(self, shape: tuple[int, ...]) -> tuple[jax.Array, float]:
         """(keep mask, the kept elements' scale) that a call on inputs of ``shape`` would apply, drawn from the
         same key (the stream advances as a call's would), for a kernel that applies the mask itself
         (``kernels.dropout_residual_layernorm``); only where ``drops()``. With an "rbg" key the mask is
         ``nnx.Dropout``'s, scaled by ``1 / (1 - rate)`` where ``nnx.Dropout`` divides by ``1 - rate``."""
+        if self.rngs is None:
+            raise ValueError("Dropout in training mode has no rngs to draw its mask from")
         key = self._key(self.rngs)
         if (str(jax.random.key_impl(key)) == "threefry2x32" and shape and not shape[-1] % 4
                 and math.prod(shape[:-1]) < 2 ** 32):
