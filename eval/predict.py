@@ -15,10 +15,24 @@ work when it exists (unless --overwrite), when its directory does not exist, whe
 squeezebert_jax.predict.Predictor(MODEL_DIR)(["a text", ...]) (a list of results; one str: one result).
 """
 
+import argparse
 import sys
 
-from squeezebert_jax import cli
+from squeezebert_jax import cli, tasks
+from squeezebert_jax.errors import InputError
 from squeezebert_jax.predict import predict_file
+
+
+def _max_length(text: str) -> int:
+    """argparse type: tokens per input, as ``tasks.input_length`` takes them (the model's own bound comes later)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    try:
+        return tasks.input_length(value, name="--max_length")
+    except InputError as e:  # below the special tokens and a word of each text: one rule for every value
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--max_length=")) from None
 
 
 def main(argv=None):
@@ -27,7 +41,7 @@ def main(argv=None):
     p.add_argument("--input", required=True, help=".txt, .csv, .tsv or .jsonl")
     p.add_argument("--out", required=True, help="JSON lines to write (one per input), in an existing directory")
     p.add_argument("--text_columns", default="", help="the input's text column, or two for pairs (csv/jsonl)")
-    p.add_argument("--max_length", type=cli.positive_int, default=None,
+    p.add_argument("--max_length", type=_max_length, default=None,
                    help="tokens per input, at most the model's max_position_embeddings (default: 128, or that "
                         "maximum where it is less)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")

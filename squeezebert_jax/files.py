@@ -608,19 +608,24 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def file_sha256s(path: str | os.PathLike) -> tuple[str, str]:
     """(the sha256 of a file's bytes, the sha256 of its text as ``text_lines`` reads it: its line ends as ``\n``
-    whether written ``\r\n`` or ``\n``, a byte-order mark before the first line dropped), in one pass of 1 MiB
-    pieces. The second is the same for a file saved again with other line ends (by Excel, say)."""
+    whether written ``\r\n`` or ``\n``, a byte-order mark before the first line dropped, the last line ended
+    whether its end was written or not), in one pass of 1 MiB pieces. The second is the same for a file saved again
+    with other line ends (by Excel, say)."""
     import codecs
     import hashlib
 
-    raw, text, carry, first = hashlib.sha256(), hashlib.sha256(), b"", True
+    raw, text, carry, first, last = hashlib.sha256(), hashlib.sha256(), b"", True, b"\n"
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             raw.update(chunk)
             piece, first = (carry + chunk).removeprefix(codecs.BOM_UTF8 if first else b""), False
             carry = b"\r" if piece.endswith(b"\r") else b""  # a \r\n may straddle two pieces
-            text.update(piece[:len(piece) - len(carry)].replace(b"\r\n", b"\n"))
+            piece = piece[:len(piece) - len(carry)].replace(b"\r\n", b"\n")
+            text.update(piece)
+            last = piece[-1:] or last
     text.update(carry)
+    if (carry or last) != b"\n":
+        text.update(b"\n")
     return raw.hexdigest(), text.hexdigest()
 
 

@@ -318,10 +318,13 @@ def _check_workdir(workdir: str, config: ml_collections.ConfigDict) -> None:
         a, b = was, now
         for part in key.split("."):
             a, b = (a or {}).get(part), (b or {}).get(part)
-        if a is not None and a != b and not _same_path(a, b) and not trainer.holds_recorded(
-                stream.get(f"config.{key}"), b):  # the same bytes moved elsewhere are the same data
-            raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}: use another --workdir "
-                             f"(its model, results and checkpoints are left as they are)")
+        recorded = stream.get(f"config.{key}")
+        if a is not None and a != b and not _same_path(a, b) and not trainer.holds_recorded(recorded, b):
+            # the same bytes moved elsewhere are the same data; other bytes are said to be so
+            other = (" (it holds other data than the run recorded)" if isinstance(b, str) and os.path.isfile(b)
+                     and isinstance(recorded, dict) and recorded.get("sha256") else "")
+            raise InputError(f"{workdir} holds the fine-tuning run of {key} {a!r}, not {b!r}{other}: use another "
+                             f"--workdir (its model, results and checkpoints are left as they are)")
 
 
 def _check_best_model(model_dir: str) -> None:

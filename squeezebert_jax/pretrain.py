@@ -403,6 +403,7 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         shape = sorted(set(config.model.overrides or {}) - set(EXECUTION_FIELDS))  # what init_from's config.json sets
         need(not shape, "model.overrides", f"only how the model runs ({', '.join(EXECUTION_FIELDS)}) with init_from: "
              f"the model is init_from's, as its config.json describes it, so {', '.join(shape)} would not be read")
+        model_config(config, platform="cpu")  # the values of how it runs, checked as without init_from
     else:
         # any platform: only the architecture is read, and no backend may start before jax.distributed
         positions = model_config(config, platform="cpu").max_position_embeddings

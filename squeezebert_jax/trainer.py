@@ -335,7 +335,15 @@ def _describe(key: str, old, new) -> str:
         return "; ".join(_describe(key, a, b) for a, b in zip(old, new) if not _same(a, b))
     plain = [[x["path"] for x in v] if isinstance(v, list) and all(map(_is_identity, v)) else
              v["path"] if _is_identity(v) else v for v in (old, new)]
-    return f"{key} changed since the run began ({json.dumps(plain[0])} -> {json.dumps(plain[1])})"
+    return f"{key} changed since the run began ({_short(plain[0])} -> {_short(plain[1])})"
+
+
+def _short(value, most: int = 8) -> str:
+    """``value`` as JSON, a list of more than ``most`` items cut to its first ``most`` and its length (a label
+    column read as texts: one line, not every text)."""
+    if isinstance(value, list) and len(value) > most:
+        return json.dumps(value[:most])[:-1] + f", ... ({len(value)} in all)]"
+    return json.dumps(value)
 
 
 def stream_changes(old: dict, new: dict) -> list[str]:

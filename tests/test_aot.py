@@ -343,6 +343,8 @@ def test_pretraining_flags_on_a_finetuning_config_are_one_line(tmp_path):
     assert rc == 1 and "--preset bert-base-uncased beside --config.init_from=" in err and "give one of them" in err
     rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--teacher_preset", "bert-bogus")
     assert rc == 1 and "--teacher_preset: unknown preset 'bert-bogus'; known: " in err and "compiled" not in out
+    rc, out, err, _ = _compile_finetune(tmp_path, "--topology", "v5e:2x2", "--config.task=files")  # your own data
+    assert rc == 1 and "config.task 'files': compile.py compiles the fine-tuning step of a GLUE task" in err, err
     # --bytes for a GPU target: XLA:GPU reports none (two compiles spent, "0.0 h at the roofline" claimed)
     rc, out, err, _ = _compile(tmp_path, "--topology", "h100:1x1", "--bytes")
     assert rc == 2 and "--bytes: XLA reports bytes accessed for TPU targets only" in err and "compiled" not in out
@@ -382,6 +384,10 @@ def test_existing_json_and_config_typos_are_one_line(tmp_path):
     assert rc == 1 and len(err) == 1 and "is not a directory; give a directory" in err[0], err
     rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--hlo", str(out / "sub"))  # under a file
     assert rc == 1 and len(err) == 1 and f"--hlo {out}/sub: {out} is a file, not a directory" in err[0], err
+    both = tmp_path / "both"  # the rows' file as the programs' directory (it was found after the compiles)
+    rc, err = run("--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--hlo", str(both), "--json",
+                  str(tmp_path / "hlo" / ".." / "both"))
+    assert rc == 1 and len(err) == 1 and "give each its own path" in err[0] and not both.exists(), err
     # an output is never an input, --overwrite or not: the config file, or a file of the MODEL_DIR it starts from
     model = tmp_path / "model"
     model.mkdir()

@@ -482,8 +482,17 @@ def test_the_same_files_moved_elsewhere_resume_and_other_bytes_are_named(task, t
     (tmp_path / "b" / "dev.csv").write_text(rows + "fine film,pos\n")
     a, b = tmp_path / "a" / "dev.csv", tmp_path / "b" / "dev.csv"
     with pytest.raises(sj.errors.InputError, match=rf"holds the fine-tuning run of data.validation_file '{a}', not "
-                                                   rf"'{b}'"):
+                                                   rf"'{b}' \(it holds other data than the run recorded\): use"):
         ft._check_workdir(str(wd), config(tmp_path / "b"))
+
+
+def test_a_changed_list_in_a_resume_refusal_is_cut_to_its_first_items():
+    """A label column read as texts (the text and label columns swapped on resume) names its first 8 labels and
+    their number, not every text on one line."""
+    labels = [f"review {i}" for i in range(64)]
+    (line,) = trainer.stream_changes({"task labels": ["neg", "pos"]}, {"task labels": labels})
+    assert line == ('task labels changed since the run began (["neg", "pos"] -> ["review 0", "review 1", "review 2", '
+                    '"review 3", "review 4", "review 5", "review 6", "review 7", ... (64 in all)])')
 
 
 def test_a_model_directorys_identity_is_its_model_files_named_one_by_one(tmp_path):
@@ -512,9 +521,9 @@ def test_a_model_directorys_identity_is_its_model_files_named_one_by_one(tmp_pat
 
 
 def test_a_data_file_saved_again_with_other_line_ends_is_the_same_data(tmp_path):
-    """A training file saved again with CRLF line ends (or a byte-order mark) holds the rows it held, as every reader
-    reads it: a resume takes it (it was refused as changed data). Other bytes still change the data; a record made
-    before identities held the text's sha256 compares the bytes alone."""
+    """A training file saved again with CRLF line ends, a byte-order mark or no end to its last line holds the rows it
+    held, as every reader reads it: a resume takes it (it was refused as changed data). Other bytes still change the
+    data; a record made before identities held the text's sha256 compares the bytes alone."""
     f = tmp_path / "train.csv"
     f.write_bytes(b"text,label\ngood film,pos\nbad film,neg\n")
     old = trainer.source_identity(str(f))
@@ -524,6 +533,8 @@ def test_a_data_file_saved_again_with_other_line_ends_is_the_same_data(tmp_path)
     assert list(tasks.read_rows(str(f))) == [(2, {"text": "good film", "label": "pos"}),
                                             (3, {"text": "bad film", "label": "neg"})]
     assert trainer.stream_changes({"config.data.train_file": old}, {"config.data.train_file": new}) == []
+    f.write_bytes(b"text,label\ngood film,pos\nbad film,neg")
+    assert trainer.source_identity(str(f))["text_sha256"] == old["text_sha256"]
     legacy = {k: v for k, v in old.items() if k != "text_sha256"}
     assert trainer.stream_changes({"config.data.train_file": legacy}, {"config.data.train_file": new})
     for changed in (b"text,label\r\ngood film,neg\r\nbad film,neg\r\n", b"text,label\rgood film,pos\rbad film,neg\r"):

@@ -650,6 +650,10 @@ def test_max_length_past_the_models_positions_is_refused_not_cut(model_dir, tmp_
                            tmp_path / "o.jsonl", "--max_length", "512")
     assert rc == 1 and err.count("\n") == 1 and ": --max_length=512: the model at" in err, err  # the flag named
     assert not (tmp_path / "o.jsonl").exists()
+    for low in ("0", "2"):  # one rule below the model's bound, as in Python (0 said ">= 1", 2 said ">= 4")
+        rc, out, err = run_cli("eval/predict.py", "--model", model_dir, "--input", tmp_path / "in.txt", "--out",
+                               tmp_path / "o.jsonl", "--max_length", low)
+        assert rc == 2 and f"argument --max_length: {low}: an integer >= 4" in err.splitlines()[-1], err
 
 
 def test_a_card_with_an_extra_key_is_one_line_from_the_script(model_dir, tmp_path, run_cli):

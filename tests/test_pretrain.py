@@ -676,6 +676,11 @@ def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_run
                                 f"init_from's, as its config.json describes it, so {shape} would not be read")
     assert not (tmp_path / "run").exists()
     pretrain.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"}}), data=False)
+    # the values of how it runs are checked there too (a bad one was refused only after the data was tokenized)
+    for changes, message in (({"model.overrides": {"layernorm": "bogus"}}, "layernorm 'bogus' not supported"),
+                             ({"model.overrides": {}, "model.remat": None}, "remat")):
+        with pytest.raises(errors.InputError, match=rf"^config.model: .*{message}"):
+            pretrain.check_settings(tiny_config(init_from=str(model), **changes), data=False)
 
 
 def test_num_devices_is_checked_in_one_place_against_the_devices_there_are():

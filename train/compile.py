@@ -188,6 +188,9 @@ def main(argv) -> int:
             return 2
         phases = [p for p in phases if p.name in _PHASE.value]
     if _HLO.value:  # before minutes of compiling
+        if _JSON.value and _same_or_inside(_JSON.value, _HLO.value):
+            raise InputError(f"--json {_JSON.value} and --hlo {_HLO.value}: the rows' file would be the programs' "
+                             "directory or inside it; give each its own path")
         if os.path.exists(_HLO.value) and not os.path.isdir(_HLO.value):
             raise InputError(f"--hlo {_HLO.value} is not a directory; give a directory for the programs")
         files.check_output_dir(_HLO.value, overwrite=True, what="--hlo", entries=False)  # under a file, a dead link
@@ -293,6 +296,12 @@ def _json_cell(value):
     return value
 
 
+def _same_or_inside(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` or a path inside it, however either is spelt (links, ``..``)."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
 def _write_json(rows, target) -> None:
     from squeezebert_jax import aot, files
 
@@ -313,6 +322,10 @@ def _compile_finetune(config, target) -> int:
     from squeezebert_jax.pretrained import read_model_config
     from squeezebert_jax.model import SqueezeBertConfig
 
+    if config.task not in glue.TRAIN_EXAMPLES:  # its step's sizes and steps come from the task's card
+        raise InputError(f"config.task {config.task!r}: compile.py compiles the fine-tuning step of a GLUE task (one "
+                         f"of {', '.join(sorted(glue.TRAIN_EXAMPLES))}); a classifier on your own files compiles as "
+                         "the GLUE task with as many labels (sst2: 2, mnli: 3) at your max_seq_length and batch_size")
     for flag, setting, value in (("preset", "init_from", config.init_from),
                                  ("teacher_preset", "distill.teacher", config.distill.teacher)):
         if value and flags.FLAGS[flag].present:  # which architecture was meant? (the directory's was taken)
