@@ -205,7 +205,8 @@ grouped_ffn.defvjp(_grouped_ffn_fwd, _grouped_ffn_bwd)
 # writes out and reads back) and the dropout mask's gradient, each reading or writing [N, C] arrays again (1.16 GB a
 # post-attention block at batch 256 x 128, of which its matmuls need 0.22). ``layernorm_backward`` reads the
 # gradient, the saved sum and the mask once and writes the two gradients (the residual's and z's, z's in the
-# group-major layout the grouped conv's backward reads) and per-program column sums: about 0.23 GB.
+# group-major layout the grouped conv's backward reads) and per-program column sums: about 0.23 GB (0.28 with a
+# second gradient to add: ``twice``). docs/results.md, "The LayerNorm backward as one kernel".
 
 
 class NormTiles(NamedTuple):
