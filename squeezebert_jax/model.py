@@ -512,17 +512,25 @@ class SqueezeBertLayer(nnx.Module):
         self.output = ConvDropoutLayerNorm(i, h, c.output_groups, c, dtype=dtype, rngs=rngs,
                                            dropout_prob=0.0 if c.family == "albert" else None)
 
-    def __call__(self, x, mask_bias, with_probs: bool = False):
-        """The layer's output, or (output, attention probabilities [B, heads, S, S] before dropout) ``with_probs``."""
+    def __call__(self, x, mask_bias, with_probs: bool = False, twice: bool = False):
+        """The layer's output, or (output, attention probabilities [B, heads, S, S] before dropout) ``with_probs``.
+        ``x`` may be a pair, one array for the attention and one for the residual (the previous layer's output
+        ``twice``: with the LayerNorm kernel, that layer's backward adds their gradients as it reads them)."""
         # Named scopes (one per Table 1 component) label the HLO, so an XLA profile reads by component
         # (benchmarks.profile_table.op_profile, eval/profile_table1.py); they cost nothing at run time.
+        x, x_residual = x if isinstance(x, tuple) else (x, x)
         y = self.attention(x, mask_bias, with_probs)
         if with_probs:
             y, probs = y
-            return self._after_attention(x, y), probs
-        return self._after_attention(x, y)
+            return self._after_attention(x_residual, y, twice), probs
+        return self._after_attention(x_residual, y, twice)
 
-    def _after_attention(self, x, y):
+    def passes_twice(self, x) -> bool:
+        """Whether a chain of these layers should pass each output on twice (``twice``): where the output block's
+        backward is the LayerNorm kernel, which then adds the next layer's two gradients as it reads them."""
+        return self.output.kernel_takes(x)
+
+    def _after_attention(self, x, y, twice: bool = False):
         with jax.named_scope("post_attention"):
             # one array for the FFN, one for the residual: with the LayerNorm kernel its backward adds their gradients
             a, residual = self.post_attention(y, x, name="attention_sum", twice=True)
@@ -542,7 +550,7 @@ class SqueezeBertLayer(nnx.Module):
             bias = c1.group_bias() if grouped else c1.bias[...].astype(c1.dtype)
             z = self._ffn(a, expand, bias, contract)
             with jax.named_scope("ffn_contract"):
-                return self.output.fused_finish(z, residual, name="ffn_sum")
+                return self.output.fused_finish(z, residual, name="ffn_sum", twice=twice)
         elif c1.groups == c2.groups > 1:  # SqueezeBERT's 4/4: group-major [G, N, I/G] from expand to contract
             lead = a.shape[:-1]
             expand = lambda a: jax.lax.platform_dependent(  # noqa: E731
@@ -557,7 +565,8 @@ class SqueezeBertLayer(nnx.Module):
         else:
             y = self._ffn(a, c1, None, c2)
         with jax.named_scope("ffn_contract"):
-            return self.output.finish(y, residual, name="ffn_sum")
+            out = self.output.finish(y, residual, name="ffn_sum")
+        return (out, out) if twice else out
 
     def _kernel_takes(self, a, c1, c2) -> bool:
         """Whether this layer's FFN runs as ``kernels.grouped_ffn``: ``ffn`` "fused", exact GELU, the program traced
@@ -656,17 +665,25 @@ class Encoder(nnx.Module):
         """The last layer's output; with ``collect``, ``(output, EncoderStates)``: every layer's hidden states and
         attention probabilities, for layer-wise distillation (the default path computes and keeps neither)."""
         policy = REMAT_POLICIES[self.remat]
+        # with the LayerNorm kernel each layer passes its output on twice (SqueezeBertLayer.passes_twice)
+        pairs = isinstance(self.layers[0], SqueezeBertLayer) and self.layers[0].passes_twice(x)
+        first = (x, x) if pairs else x
         if not self.scan_layers or len(self.layers) < 2:
             # unrolled; a shared layer (ALBERT) runs num_layers times, its gradient the sum over the calls
-            call = lambda layer, h: layer(h, mask_bias, collect)  # noqa: E731
-            run = call if self.remat == "none" else nnx.remat(call, policy=policy)
+            def layer_call(twice: bool):
+                extra = (True,) if twice else ()  # (MobileBERT's layers take no twice)
+                return lambda layer, h: layer(h, mask_bias, collect, *extra)
+
+            calls = {twice: layer_call(twice) for twice in (False, True)}
+            run = {t: c if self.remat == "none" else nnx.remat(c, policy=policy) for t, c in calls.items()}
             hidden, probs = [x], []
             layers = self.layers if len(self.layers) == self.num_layers else [self.layers[0]] * self.num_layers
-            for layer in layers:
-                x = run(layer, x)
+            x = first
+            for i, layer in enumerate(layers):
+                x = run[pairs and i < len(layers) - 1](layer, x)  # the last layer's output has one use
                 if collect:
                     x, p = x
-                    hidden.append(x)
+                    hidden.append(x[0] if isinstance(x, tuple) else x)
                     probs.append(p)
             return (x, EncoderStates(jnp.stack(hidden), jnp.stack(probs))) if collect else x
         splits = [nnx.split(layer, nnx.Param, ...) for layer in self.layers]
@@ -680,16 +697,18 @@ class Encoder(nnx.Module):
 
         def body(h, layer_state):
             layer = nnx.merge(graphdef, *layer_state)
+            twice = (True,) if pairs else ()  # (MobileBERT's layers take no twice)
             if not collect:
-                h = layer(h, mask_bias)
+                h = layer(h, mask_bias, False, *twice)
                 return h, nnx.state(layer, nnx.Not(nnx.Param))
-            h, p = layer(h, mask_bias, True)
-            return h, (nnx.state(layer, nnx.Not(nnx.Param)), h, p)
+            h, p = layer(h, mask_bias, True, *twice)
+            return h, (nnx.state(layer, nnx.Not(nnx.Param)), h[0] if pairs else h, p)
 
         if policy is not None:
             body = jax.checkpoint(body, policy=policy, prevent_cse=False)
         x0 = x
-        x, ys = jax.lax.scan(body, x, (params, rest))
+        x, ys = jax.lax.scan(body, first, (params, rest))
+        x = x[0] if pairs else x  # the last layer's second output unused: a zero gradient for its kernel to add
         new_rest = ys[0] if collect else ys
         if _draws_dropout(self.layers[0]):  # the dropout streams advance as in the unrolled loop
             for i, layer in enumerate(self.layers):
