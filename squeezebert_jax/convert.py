@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 from typing import Mapping
@@ -370,6 +371,10 @@ def torch_checkpoint_file(path: str | os.PathLike) -> str:
     for name in ("model.safetensors", "pytorch_model.bin"):
         found = checkpoint_file(path, name)
         if found is not None:
+            if name == "model.safetensors" and checkpoint_file(path, "pytorch_model.bin") is not None:
+                logging.getLogger(__name__).warning(
+                    "%s holds both model.safetensors and pytorch_model.bin: reading model.safetensors (as "
+                    "transformers does); the other is not read", path)
             return found
     for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if checkpoint_file(path, index) is not None:

@@ -123,14 +123,18 @@ def _utf8_boundary(raw: bytes) -> int:
     return len(raw) if len(raw) - i >= need else i
 
 
-def _report_cut_lines(path: str, cut: int, lost: int, size: int, max_line_chars: int, cr_only: bool) -> None:
-    """A file whose lines were cut at ``max_line_chars``: a warning on the console, or a refusal when more than
-    ``MAX_CUT_SHARE`` of its bytes would be lost (a file with no usable line breaks)."""
+def _report_cut_lines(path: str, cut: int, lost: int, size: int, max_line_chars: int, cr_only: bool,
+                      first: int = 0) -> None:
+    """A file whose lines were cut at ``max_line_chars`` (the first of them line ``first``): a warning on the
+    console, or a refusal when more than ``MAX_CUT_SHARE`` of its bytes would be lost (a file with no usable line
+    breaks)."""
     share = lost / max(size, 1)
     why = ("; its lines end in CR alone (an old Mac file?): convert them first, e.g. tr '\\r' '\\n' < IN > OUT"
            if cr_only else "; one sentence per line is expected")
-    msg = (f"{path}: {cut} line{'s' if cut > 1 else ''} longer than max_line_chars ({max_line_chars}) cut, losing "
-           f"{lost} of its {size} bytes ({share:.1%}){why}")
+    where = f"{path}:{first}" if first else path
+    msg = (f"{where}: {cut} line{'s' if cut > 1 else ''} longer than max_line_chars ({max_line_chars}) cut"
+           f"{f' (the first: line {first})' if first and cut > 1 else ''}, losing {lost} of its {size} bytes "
+           f"({share:.1%}){why}")
     if share > MAX_CUT_SHARE:
         raise InputError(f"{msg}; refused (more than {MAX_CUT_SHARE:.0%} of the file would be lost): fix its line "
                          "breaks, or raise --max_line_chars")
@@ -150,7 +154,7 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
         blank_run = 0
         lines_before, bytes_before, size = stats.invalid_utf8_lines, stats.invalid_utf8_bytes, 0
         next_check = _CHECK_BYTES
-        cut, lost, cr_only, rest, lineno = 0, 0, False, False, 0
+        cut, lost, cr_only, rest, lineno, first_cut, texts = 0, 0, False, False, 0, 0, 0
         with open(path, "rb") as f:
             for raw in iter(lambda: f.readline(cap), b""):
                 lineno += not rest
@@ -187,7 +191,9 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
                 if stats.truncated_lines > truncated or rest:
                     stats.truncated_lines = truncated + 1
                     cut, lost = cut + 1, lost + len(raw.rstrip(b"\r\n")) - len(line.encode("utf-8"))
+                    first_cut = first_cut or lineno
                 if line:
+                    texts += 1
                     doc.append(line)
                     blank_run = 0
                     continue
@@ -200,7 +206,10 @@ def read_text_documents(paths: Sequence[str | os.PathLike], stats: CorpusStats |
         bad = stats.invalid_utf8_bytes - bytes_before
         _check_invalid_share(path, bad, size, max_invalid_utf8, True)
         if cut:
-            _report_cut_lines(path, cut, lost, size, max_line_chars, cr_only)
+            _report_cut_lines(path, cut, lost, size, max_line_chars, cr_only, first_cut)
+        if not texts and len(paths) > 1:  # alone, it is "no document"; beside others it would add none unsaid
+            raise InputError(f"{path}: no text ({'empty' if not size else 'blank lines only'}): a corpus file holds "
+                             "documents (a failed download or copy?); fix it, or leave it out of the inputs")
         if stats.invalid_utf8_lines > lines_before:
             log.warning("%s: %d lines hold %d bytes (%.3f%% of the file) that are not UTF-8 text; kept with U+FFFD "
                         "replacement characters", path, stats.invalid_utf8_lines - lines_before, bad, 100 * bad / size)

@@ -272,8 +272,13 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     if path is None:
         raise not_a_model_dir(model_dir, "config.json")
     raw = read_json(path)
+    arch = raw.get("architectures") if isinstance(raw, dict) else None
+    if (isinstance(raw, dict) and "model_type" not in raw and isinstance(arch, list) and arch
+            and isinstance(arch[0], str) and not arch[0].startswith("SqueezeBert")):  # else read as SqueezeBERT's
+        raise InputError(f"{path}: no model_type, and architectures names a {arch[0]}: a config.json without "
+                         "model_type is read as SqueezeBERT's; add the model's own (e.g. \"model_type\": \"bert\"; "
+                         f"one of {', '.join(models.BY_STYLE)})")
     config = SqueezeBertConfig.from_dict(raw, source=path)
-    arch = raw.get("architectures")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
         raise InputError(f"{path}: architectures is {json.dumps(arch)[:60]}; expected a list of class names, "
                          'e.g. ["SqueezeBertForMaskedLM"]')
@@ -355,7 +360,7 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         raise InputError(f"num_labels={num_labels}: {model_dir} holds a {mapped.head}, which has no classifier; give "
                          "head= a classifier (e.g. SqueezeBertForSequenceClassification) too")
     model = build_model(mapped, config, head, num_labels=num_labels, seed=seed, allow_new_heads=allow_new,
-                        source=path, resuming=resuming)
+                        source=path, resuming=resuming, declared_labels=raw.get("num_labels"))
     if dtype != jnp.float32:
         model = cast_compute_dtype(model, dtype)
     return model
@@ -387,7 +392,7 @@ def _is_head_param(path: str) -> bool:
 
 def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | None = None, *,
                 num_labels: int | None = None, seed: int = 0, allow_new_heads: bool = False,
-                source: str = "", resuming: bool = False) -> nnx.Module:
+                source: str = "", resuming: bool = False, declared_labels: int | None = None) -> nnx.Module:
     """The one place a model is built from weights: ``head`` (default: the saved one) from ``mapped``'s tensors.
 
     Every parameter must be in the checkpoint, every tensor used, every shape right, every tensor taken floating-point
@@ -396,7 +401,8 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     the saved head's tensors that ``head`` has no use for are dropped (logged); with ``allow_new_heads``, task-head
     and pooler parameters the checkpoint lacks keep their random initialisation (logged, and listed in
     ``model.newly_initialized``), as does a classifier when ``num_labels`` differs from the saved one. A missing
-    encoder tensor is always an error. A classifier's size is ``num_labels``, else the saved classifier's.
+    encoder tensor is always an error. A classifier's size is ``num_labels``, else the saved classifier's; the labels
+    config.json declares (its ``id2label``, else its ``num_labels``: ``declared_labels``) are as many.
     """
     saved = mapped.head
     head = convert.check_head(head) or saved
@@ -404,11 +410,12 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     kernel = src.get("classifier/kernel")
     saved_labels = int(kernel.shape[-1]) if kernel is not None and kernel.ndim == 2 else None
     kwargs = {"num_labels": num_labels or saved_labels} if "Classification" in head else {}
-    names_given = len(config.id2label or {})
+    names_given = len(config.id2label or {}) or declared_labels
     if ("Classification" in head and head == saved and saved_labels and names_given and not num_labels
             and names_given != saved_labels):
+        field = "id2label" if config.id2label else "num_labels"
         raise InputError(f"{source}: the saved classifier has {saved_labels} outputs, but config.json names "
-                         f"{names_given} labels (id2label): a prediction would read another label's name, or none; "
+                         f"{names_given} labels ({field}): a prediction would read another label's name, or none; "
                          "give each output its name")
     if "Classification" in head and allow_new_heads and num_labels and saved_labels not in (None, num_labels):
         # e.g. MNLI (3 labels) -> RTE (2): the encoder transfers, the classifier is new.

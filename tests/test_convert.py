@@ -682,3 +682,33 @@ def test_a_tokenizer_json_that_keeps_case_beside_an_uncased_vocab_is_refused(tmp
     with pytest.raises(sj.errors.InputError, match=r"tokenizer.json: its normalizer keeps case or accents \(lowercase "
                                                    r"a boolean false, strip_accents null\)"):
         sj.pretrained.tokenizer_files(str(src))
+
+
+def test_a_config_json_without_model_type_is_read_as_squeezebert_only_when_its_architecture_says_so(tmp_path):
+    """transformers writes model_type; a config.json that lost it was read as SqueezeBERT's, so a BERT checkpoint's
+    failed on an unrelated field (embedding_size). One line naming what is missing, from the one reader."""
+    from squeezebert_jax.pretrained import read_model_config
+
+    cfg = {"architectures": ["BertForSequenceClassification"], "hidden_size": 32, "num_hidden_layers": 2,
+           "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 99}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(sj.errors.InputError, match=r"config.json: no model_type, and architectures names a "
+                                                   r"BertForSequenceClassification: .* \"model_type\": \"bert\""):
+        read_model_config(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "bert"}))
+    assert read_model_config(tmp_path)[0].hidden_size == 32
+    cfg.pop("architectures")  # no class named: read as SqueezeBERT's, as before
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "embedding_size": 32}))
+    assert read_model_config(tmp_path)[0].q_groups == 4
+
+
+def test_a_checkpoint_with_both_weights_files_says_which_it_reads(tmp_path, caplog):
+    """model.safetensors is read where pytorch_model.bin is there too (as transformers does), and the console says
+    so: the two may hold different weights."""
+    import logging
+
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        (tmp_path / name).write_bytes(b"weights")
+    with caplog.at_level(logging.WARNING):
+        assert convert.torch_checkpoint_file(tmp_path) == str(tmp_path / "model.safetensors")
+    assert "holds both model.safetensors and pytorch_model.bin: reading model.safetensors" in caplog.text

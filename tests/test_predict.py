@@ -685,6 +685,8 @@ def test_a_config_json_that_is_not_the_weights_own_is_refused(model_dir, tmp_pat
     for change, message in (
             (lambda c: c.update(id2label={"0": "neg", "1": "pos", "2": "mixed"}, num_labels=3),
              r"the saved classifier has 2 outputs, but config.json names 3 labels \(id2label\)"),
+            (lambda c: (c.pop("id2label", None), c.update(num_labels=3)),  # the labels said by number alone
+             r"the saved classifier has 2 outputs, but config.json names 3 labels \(num_labels\)"),
             (lambda c: c.update(architectures=["SqueezeBertForTokenClassification"]),
              r"config.json: architectures says SqueezeBertForTokenClassification, but params.safetensors holds the "
              r"weights of a SqueezeBertForSequenceClassification")):

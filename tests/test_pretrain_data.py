@@ -517,7 +517,15 @@ def test_lines_cut_at_max_line_chars_are_a_warning_and_a_file_with_no_line_break
     (tmp_path / "long.txt").write_text(GOOD + "x" * 300 + "\n" + GOOD)
     with caplog.at_level(logging.WARNING):
         pretrain_data.prepare([str(tmp_path / "long.txt")], tok, tmp_path / "p", progress=False, max_line_chars=200)
-    assert "long.txt: 1 line longer than max_line_chars (200) cut, losing 100 of its" in caplog.text
+    line = GOOD.count("\n") + 1  # the long line named by number (a 1.5 MB line was named by file alone)
+    assert f"long.txt:{line}: 1 line longer than max_line_chars (200) cut, losing 100 of its" in caplog.text
+    # an empty or blank file beside others adds no document: named, not passed over (alone it is "no document")
+    for name, text in (("empty.txt", ""), ("blank.txt", "\n \n\t\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(errors.InputError, match=rf"{name}: no text \((empty|blank lines only)\): a corpus file"):
+            pretrain_data.prepare([str(tmp_path / "long.txt"), str(tmp_path / name)], tok, tmp_path / "e",
+                                  progress=False, max_line_chars=200)
+        assert not (tmp_path / "e").exists()
     (tmp_path / "mac.txt").write_bytes((GOOD * 40).replace("\n", "\r").encode())  # CR-only line ends
     with pytest.raises(errors.InputError, match=r"mac.txt:1:19: lines end in a carriage return alone \(old Mac"):
         pretrain_data.prepare([str(tmp_path / "mac.txt")], tok, tmp_path / "q", progress=False, max_line_chars=200)
