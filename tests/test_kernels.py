@@ -201,7 +201,8 @@ def kernel_calls(jaxpr, name="squeezebert_layernorm_backward") -> list:
     order, every sub-program counted as often as it is called (a printed jaxpr shows a shared sub-program once)."""
     found = []
     for eqn in jaxpr.jaxpr.eqns if hasattr(jaxpr, "jaxpr") else jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call" and name in str(eqn.params.get("name", "")):
+        if eqn.primitive.name == "pallas_call" and name in str(eqn.params.get("name", eqn.params.get(
+                "name_and_src_info", ""))):  # (the parameter's name in other jax versions)
             found.append((tuple(eqn.outvars[1].aval.shape), len(eqn.invars)))
             continue
         for param in eqn.params.values():
