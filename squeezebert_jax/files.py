@@ -93,7 +93,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     ``claim_output_files``). Returns ``out``."""
     out = os.fspath(out)
     if src is not None:
-        if where := _within(out, src):
+        if where := within(out, src):
             raise InputError(f"{what} {out} {where} the source directory {os.fspath(src)}; a conversion never writes "
                              f"into its source: choose another {what} directory")
     _refuse_broken_link(out, what)
@@ -111,7 +111,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     return out
 
 
-def _within(path: str | os.PathLike, directory: str | os.PathLike) -> str:
+def within(path: str | os.PathLike, directory: str | os.PathLike) -> str:
     """"is" when ``path`` is ``directory``, "is inside" when it lies under it (both through their links), else ""."""
     p, d = os.path.realpath(os.fspath(path)), os.path.realpath(os.fspath(directory))
     return "is" if p == d else "is inside" if p.startswith(d.rstrip(os.sep) + os.sep) else ""
@@ -144,7 +144,7 @@ def _check_entries(out: str, what: str) -> None:
             path = os.path.join(d, name)
             if os.path.islink(path):
                 target = os.path.realpath(path)
-                if not _within(target, root):
+                if not within(target, root):
                     raise InputError(f"{what} {out} holds {path}, a link to {target} outside it: a file written there "
                                      "would replace the link's target; remove the link, or choose another directory")
             elif not os.path.isdir(path) and not os.path.isfile(path):
@@ -215,7 +215,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
         if _same_file(out, src):
             raise InputError(f"{what} {out} is {src}, an input of this command; an output never replaces "
                              f"an input (not even with --overwrite): choose another {what} path")
-        if os.path.isdir(src) and _within(out, src) == "is inside":
+        if os.path.isdir(src) and within(out, src) == "is inside":
             raise InputError(f"{what} {out} is inside {src}, an input directory of this command; an output is "
                              f"never written among its inputs (not even with --overwrite): choose another {what} path")
     if os.path.isdir(out):
@@ -474,7 +474,7 @@ def check_inputs_not_inside(out_dir: str, inputs: Iterable[str], what: str = "--
     inputs there, ``--overwrite`` or not: a corpus at OUT/vocab.txt would be replaced by the vocabulary trained on
     it."""
     for path in inputs:
-        if _within(path, out_dir):
+        if within(path, out_dir):
             raise InputError(f"{path} is an input inside {what} {out_dir}, which this command writes into (its "
                              f"files replaced or removed, --overwrite or not); move the input out, or choose another "
                              f"{what}")
@@ -602,8 +602,14 @@ def _json_object(pairs: list[tuple[str, object]]) -> dict:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB pieces."""
-    return file_sha256s(path)[0]
+    """The sha256 of a file's bytes, read in 1 MiB pieces (a prepared shard's: no text hash beside it)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def file_sha256s(path: str | os.PathLike) -> tuple[str, str]:
@@ -961,10 +967,10 @@ def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = 
     for name, path in inputs.items():
         if not isinstance(path, str) or not path.strip() or re.match(r"^(hf|tfds):", path):
             continue
-        if where := _within(workdir, path):
+        if where := within(workdir, path):
             raise InputError(f"{what_flag} {workdir} {where} config.{name} {path}: a run never writes into what it "
                              f"reads (not even with --overwrite); choose another {what_flag}")
-        if _within(path, workdir) == "is inside":
+        if within(path, workdir) == "is inside":
             entry = os.path.relpath(os.path.realpath(path), os.path.realpath(workdir)).split(os.sep)[0]
             if entry in writes or entry.startswith("predictions_"):
                 raise InputError(f"config.{name} {path} is in {os.path.join(workdir, entry)}, which the run in "

@@ -84,8 +84,8 @@ class Dropout(nnx.Dropout):
     def __call__(self, inputs, *, deterministic: bool | None = None, rngs=None):
         det = self.deterministic if deterministic is None else deterministic
         stream = self.rngs if rngs is None else rngs
-        if det or det is None or not 0.0 < self.rate < 1.0 or self.broadcast_dims or stream is None or not inputs.ndim \
-                or inputs.shape[-1] % 4 or math.prod(inputs.shape[:-1]) >= 2 ** 32:
+        if det or det is None or not 0.0 < self.rate < 1.0 or self.broadcast_dims or stream is None \
+                or not _draws_16(inputs.shape):
             return super().__call__(inputs, deterministic=deterministic, rngs=rngs)
         key = self._key(stream)
         if str(jax.random.key_impl(key)) != "threefry2x32":
@@ -110,10 +110,14 @@ class Dropout(nnx.Dropout):
         if self.rngs is None:
             raise ValueError("Dropout in training mode has no rngs to draw its mask from")
         key = self._key(self.rngs)
-        if (str(jax.random.key_impl(key)) == "threefry2x32" and shape and not shape[-1] % 4
-                and math.prod(shape[:-1]) < 2 ** 32):
+        if str(jax.random.key_impl(key)) == "threefry2x32" and _draws_16(shape):
             return keep_mask_16(key, shape, self.rate)
         return jax.random.bernoulli(key, 1.0 - self.rate, shape), 1.0 / (1.0 - self.rate)
+
+
+def _draws_16(shape: tuple[int, ...]) -> bool:
+    """Whether ``keep_mask_16`` draws a mask of ``shape``: a last axis of a multiple of 4, rows countable in 32 bits."""
+    return bool(shape) and not shape[-1] % 4 and math.prod(shape[:-1]) < 2 ** 32
 
 
 def keep_mask_16(key: jax.Array, shape: tuple[int, ...], rate: float) -> tuple[jax.Array, float]:

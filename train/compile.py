@@ -188,7 +188,7 @@ def main(argv) -> int:
             return 2
         phases = [p for p in phases if p.name in _PHASE.value]
     if _HLO.value:  # before minutes of compiling
-        if _JSON.value and _same_or_inside(_JSON.value, _HLO.value):
+        if _JSON.value and files.within(_JSON.value, _HLO.value):
             raise InputError(f"--json {_JSON.value} and --hlo {_HLO.value}: the rows' file would be the programs' "
                              "directory or inside it; give each its own path")
         if os.path.exists(_HLO.value) and not os.path.isdir(_HLO.value):
@@ -294,12 +294,6 @@ def _json_cell(value):
             continue
         return number if math.isfinite(number) else value  # "nan" and "inf" are no JSON numbers
     return value
-
-
-def _same_or_inside(path: str, directory: str) -> bool:
-    """Whether ``path`` is ``directory`` or a path inside it, however either is spelt (links, ``..``)."""
-    path, directory = os.path.realpath(path), os.path.realpath(directory)
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def _write_json(rows, target) -> None:
