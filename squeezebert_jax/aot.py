@@ -19,7 +19,8 @@ import re
 import time
 from typing import Any
 
-from squeezebert_jax import chips, distill, finetune, glue, inference, kernels, losses, parallel, pretrain, trainer
+from squeezebert_jax import (chips, distill, finetune, glue, inference, kernels, losses, parallel, pretrain,
+                             pretrain_settings, trainer)
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.finetune import layer_execution
 from squeezebert_jax.flops import flops as analytic
@@ -309,8 +310,8 @@ def compile_phase(config, phase, target: Target, model=None, costs: bool = True,
 
     model = model if model is not None else abstract_model(lambda: pretrain.new_model(config, platform=target.platform))
     n_chips = len(target.devices)
-    pretrain.check_batch_division(config, phase, n_chips)
-    k = pretrain.microbatches(config, phase)
+    pretrain_settings.check_batch_division(config, phase, n_chips)
+    k = pretrain_settings.microbatches(config, phase)
     mesh = parallel.make_mesh(devices=target.devices, num_slices=target.num_slices)
     rng = jax.eval_shape(lambda: trainer.run_key(0, config.rng_impl))
     t0 = time.perf_counter()

@@ -171,7 +171,7 @@ def config_layer_loss(d, student_layers: int, teacher_layers: int) -> LayerLoss 
 
 
 # config.distill and config.student_layer_map with their defaults (train/configs/glue.py builds its sections from
-# these): without a teacher, fine-tuning's validator refuses the others changed (finetune.check_settings)
+# these): without a teacher, fine-tuning's validator refuses the others changed (finetune_settings.check_settings)
 SETTINGS = {"teacher": "", "teacher_weight": 0.5, "cache_dir": "", "patient_weight": 0.0, "hidden_weight": 0.0,
             "attention_weight": 0.0, "layer_map": "skip", "transfer_text": ""}
 STUDENT_LAYER_MAP = "skip"

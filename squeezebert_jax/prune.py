@@ -35,7 +35,7 @@ from squeezebert_jax.pretrained import flat_params
 
 KINDS = ("unstructured", "heads", "ffn")
 # config.prune and its defaults (train/configs/glue.py builds its section from these): target 0 is off, and then
-# fine-tuning's validator refuses the others changed (finetune.check_settings), which nothing would read
+# fine-tuning's validator refuses the others changed (finetune_settings.check_settings), which nothing would read
 SETTINGS = {"target": 0.0, "kind": "unstructured", "begin": 0.0, "end": 0.75, "every": 10}
 _LAYER = re.compile(r"^(?:transformer/)?encoder/layers/(\d+)/(.+)/kernel$")
 _KERNELS = ("attention/query", "attention/key", "attention/value", "post_attention/conv1d", "intermediate/conv1d",

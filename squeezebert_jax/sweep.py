@@ -29,7 +29,7 @@ from typing import Any
 import ml_collections
 from tqdm.auto import tqdm
 
-from squeezebert_jax import distill, evaluation, files, glue, loop, trainer
+from squeezebert_jax import distill, evaluation, files, finetune_settings, glue, loop, trainer
 from squeezebert_jax import finetune as ft
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import atomic_write
@@ -386,7 +386,7 @@ def check_points(make_config: Callable[[str], ml_collections.ConfigDict], grid: 
         for s in expand(grid):
             c = with_teacher(apply(make_config(task), s), teacher_root, task)
             try:
-                ft.check_settings(c, num_devices=1)
+                finetune_settings.check_settings(c, num_devices=1)
             except InputError as e:
                 raise InputError(f"sweep point {task} {run_name(s, int(c.seed))}: {e}") from None
 
@@ -414,7 +414,8 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
             for name, (was, now) in (config_changes(row["config"], c.to_dict()).items()
                                      if row and row.get("config") else ()):
                 if name not in _PER_RUN:  # what changes the run's meaning (fine-tuning's resume refuses it) or not
-                    (refused if name in ft.RUN_SETTINGS else drift)[f"{name}: {show(was)} -> {show(now)}"] = None
+                    kind = refused if name in finetune_settings.RUN_SETTINGS else drift
+                    kind[f"{name}: {show(was)} -> {show(now)}"] = None
             # the model it starts from and its teacher, per run (with --transfer, MNLI's model: its own record)
             now = {"init_from": None if transfer and task not in ("mnli", "cola") else c.init_from,
                    "teacher": c.distill.teacher}
@@ -537,7 +538,7 @@ def _check_recorded_sources(record: str, recorded: list, transfer: bool) -> None
         then = trainer.recorded_stream(run_dir)
         if then is None:
             continue
-        now = ft.run_stream(c, spec_of(c), identity)
+        now = finetune_settings.run_stream(c, spec_of(c), identity)
         # the row's own settings were checked against this command's above (refused): a setting of the directory's
         # run that differs is the row pointing at another run (reported as "the labels changed": the wrong cause)
         other = next((k for k, v in then.items() if k.startswith("config.") and k in now and v != now[k]

@@ -49,7 +49,7 @@ KINDS = ("classification", "regression", "multilabel", "token_classification", "
          "multiple_choice")
 # config.data: the settings of your own files (task "files") and their defaults, from which train/configs/glue.py
 # builds its data section. A GLUE task reads its own files: fine-tuning's validator refuses any of these changed
-# beside one (finetune.check_settings), where they would be ignored.
+# beside one (finetune_settings.check_settings), where they would be ignored.
 DATA_SETTINGS = {"train_file": "", "validation_file": "", "test_file": "", "text_columns": "sentence",
                  "label_column": "label", "kind": "classification", "labels": "", "name": "", "choice_columns": "",
                  "max_query_length": 64, "doc_stride": 32, "max_answer_length": 30, "n_best": 20,

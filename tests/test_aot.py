@@ -18,7 +18,7 @@ import sys
 import pytest
 from conftest import one_error_line
 
-from squeezebert_jax import aot, chips, cli, parallel, pretrain
+from squeezebert_jax import aot, chips, cli, parallel, pretrain_settings
 from squeezebert_jax.benchmarks import hlo_census, step_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -424,7 +424,7 @@ def test_fit_finds_the_fewest_microbatches(monkeypatch):
 
     monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
     config = ml_collections.ConfigDict({"global_batch_size": 1024, "num_microbatches": 1})
-    phase = pretrain.Phase("phase1", 0, 0, 10, 128, 20)
+    phase = pretrain_settings.Phase("phase1", 0, 0, 10, 128, 20)
     cli.flags.FLAGS(["compile.py", "--config", f"{CONFIGS}:smoke", "--topology", "v5e:2x2", "--fit"])
     bad = []
     r, k = cli._compile_phase(config, phase, target, None, bad)
@@ -492,7 +492,8 @@ def test_max_per_chip_batch_finds_the_largest_that_fits(monkeypatch, refuses):
 
     monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
     config = ml_collections.ConfigDict({"global_batch_size": 8192, "num_microbatches": 4})
-    b, tried = aot.max_per_chip_batch(config, pretrain.Phase("p", 0, 0, 10, 128, 20, num_microbatches=4), target)
+    phase = pretrain_settings.Phase("p", 0, 0, 10, 128, 20, num_microbatches=4)
+    b, tried = aot.max_per_chip_batch(config, phase, target)
     assert b == 368 and len(tried) <= 6, tried
     assert aot.fewest_microbatches(8192, 4, b) == 8  # 2048 per chip -> 8 x 256
 
@@ -516,7 +517,7 @@ def test_max_per_chip_batch_tries_no_batch_past_its_token_cap(monkeypatch):
 
     monkeypatch.setattr(aot, "compile_or_oom", fake_compile)
     config = ml_collections.ConfigDict({"global_batch_size": 16, "num_microbatches": 1})
-    b, tried = aot.max_per_chip_batch(config, pretrain.Phase("p", 0, 0, 10, 32, 5), target)
+    b, tried = aot.max_per_chip_batch(config, pretrain_settings.Phase("p", 0, 0, 10, 32, 5), target)
     assert b == aot.MAX_TOKENS_PER_CHIP // 32 == max(seen) and len(tried) <= 6, tried
 
 

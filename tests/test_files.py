@@ -16,7 +16,7 @@ import uuid
 import pytest
 from conftest import ROOT, VOCAB, fill, one_error_line, run_script, tiny_config, tiny_init, write_sst2
 
-from squeezebert_jax import corpus, errors, files, pretrain, pretrain_data
+from squeezebert_jax import corpus, errors, files, finetune_settings, pretrain, pretrain_data, pretrain_settings
 
 PRETRAIN = os.path.join(ROOT, "train", "pretrain.py")
 FINETUNE = os.path.join(ROOT, "train", "finetune.py")
@@ -258,15 +258,15 @@ def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
     with pytest.raises(errors.InputError, match=r"already holds files of no pretraining run \(config.json, "
                                                 r"params.safetensors, vocab.txt\).*--overwrite.*; it holds a model, "
                                                 r"whose config.json the run's own would replace"):
-        pretrain.check_workdir(tiny_config(), str(model))
-    assert pretrain.check_workdir(tiny_config(), str(model), overwrite=True) == str(model)
+        pretrain_settings.check_workdir(tiny_config(), str(model))
+    assert pretrain_settings.check_workdir(tiny_config(), str(model), overwrite=True) == str(model)
     with files.RunLock(tmp_path / "pre", "pretraining"):
         (tmp_path / "pre" / "config_history.jsonl").write_text("")
     with pytest.raises(errors.InputError, match=r"holds a pretraining run, not a fine-tuning one"):
         files.check_run_dir(tmp_path / "pre", "fine-tuning", overwrite=True)
     # a demo workdir killed while writing its data (no history yet) is the same run: accepted
     (tmp_path / "demo_wd" / "data").mkdir(parents=True)
-    assert pretrain.check_workdir(tiny_config(), str(tmp_path / "demo_wd"))
+    assert pretrain_settings.check_workdir(tiny_config(), str(tmp_path / "demo_wd"))
 
 
 def test_a_run_never_writes_over_its_inputs_even_with_overwrite(tmp_path):
@@ -288,8 +288,9 @@ def test_a_run_never_writes_over_its_inputs_even_with_overwrite(tmp_path):
                              (model / "sub", rf"^--workdir {model}/sub is inside config.init_from {model}")):
         with pytest.raises(errors.InputError, match=message):
             finetune.finetune(c, str(workdir), overwrite=True)
-    for check in (pretrain.check_workdir, finetune.check_workdir):  # what each script runs before its log.txt
-        config = tiny_config(init_from=str(model)) if check is pretrain.check_workdir else c  # (finetune.py wrote one)
+    # what each script runs before its log.txt (finetune.py wrote one)
+    for check in (pretrain_settings.check_workdir, finetune_settings.check_workdir):
+        config = tiny_config(init_from=str(model)) if check is pretrain_settings.check_workdir else c
         with pytest.raises(errors.InputError, match=rf"^--workdir {model} is config.init_from {model}: a run never"):
             check(config, str(model), overwrite=True)
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before

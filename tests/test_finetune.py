@@ -17,6 +17,7 @@ from conftest import VOCAB, WORDS, glue_config as _config, write_sst2 as _write_
 
 from squeezebert_jax import batching, distill, errors, evaluation, inference, losses
 from squeezebert_jax import finetune as ft
+from squeezebert_jax import finetune_settings
 
 
 
@@ -439,7 +440,7 @@ def test_an_unknown_compute_dtype_is_refused(tmp_path):
     model = _tiny_model_dir(tmp_path / "m", head="SqueezeBertForSequenceClassification")
     c = _config("sst2", str(model), str(tmp_path / "glue"), compute_dtype="float16")
     with pytest.raises(sj.errors.InputError, match="^config.compute_dtype='float16': bfloat16 or float32$"):
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
     with pytest.raises(sj.errors.InputError, match="^config.compute_dtype='float16': bfloat16 or float32$"):
         ft.finetune(c, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run")

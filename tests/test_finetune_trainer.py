@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 
 from conftest import ROOT, VOCAB, glue_config, write_sst2
 from squeezebert_jax import checkpointing, finetune as ft, inference, reporting, tasks
-from squeezebert_jax import trainer
+from squeezebert_jax import finetune_settings, trainer
 
 import squeezebert_jax as sj
 from flax import nnx
@@ -147,8 +147,9 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
         first = ft.finetune(_config(task, async_checkpoints=False), str(wd))
     assert first["preempted"] and first["history"] == []
     assert checkpointing.Checkpointer(str(wd / "checkpoints"), with_data=False).all_steps() == [4]
-    # the checkpoint's JSON item (the epochs' results so far) read and checked with its state (ft.check_meta): cut
-    # short, or a field of another type, it is a damaged checkpoint -- the only one here, so the rerun is refused
+    # the checkpoint's JSON item (the epochs' results so far) read and checked with its state
+    # (finetune_settings.check_meta): cut short, or a field of another type, it is a damaged checkpoint -- the only
+    # one here, so the rerun is refused
     # before anything is written (it used to record its start, then fail with a traceback at the epoch's end)
     meta = wd / "checkpoints" / "4" / "meta" / "metadata"
     none = r"checkpoints at steps \[4\] but none can "
@@ -206,10 +207,10 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
     c = glue_config(task_name, "init", "data")
     c.task, c.data.kind, c.data[field] = task_name, kind, value
     with pytest.raises(sj.errors.InputError, match="^" + msg):
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
     c.data.kind = "classification" if task_name != "files" else kind
     c.data[field] = tasks.DATA_SETTINGS[field] if task_name != "files" else ""
-    ft.check_settings(c, 1)
+    finetune_settings.check_settings(c, 1)
 
 
 @pytest.mark.parametrize("path, value, msg", [
@@ -238,22 +239,22 @@ def test_settings_nothing_reads_without_their_feature_are_refused(path, value, m
         c.data.train_file, c.distill.teacher, c.distill.layer_map = "train.csv", "teacher", value
         with pytest.raises(sj.errors.InputError, match=r"^config.distill.layer_map='last': left at its default 'skip' "
                                                        r"with every layer loss's weight 0"):
-            ft.check_settings(c, 1)
+            finetune_settings.check_settings(c, 1)
         c.distill.hidden_weight = 1.0
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
     c = glue_config("files", "init", "data")
     c.data.train_file = "train.csv"
     section, _, name = path.rpartition(".")
     (c[section] if section else c)[name] = value
     with pytest.raises(sj.errors.InputError, match="^" + msg):
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
     c.data.kind, c.data.text_columns = "question_answering", "review"
     if path.startswith("data."):  # question answering reads its windows, and no column names
         with pytest.raises(sj.errors.InputError, match=r"^config.data.text_columns='review': left at its default "
                                                        r"'sentence' with data.kind 'question_answering' \(SQuAD"):
-            ft.check_settings(c, 1)
+            finetune_settings.check_settings(c, 1)
         c.data.text_columns = "sentence"
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
 
 
 def test_column_names_beside_conll_files_are_refused():
@@ -266,11 +267,11 @@ def test_column_names_beside_conll_files_are_refused():
         with pytest.raises(sj.errors.InputError, match=rf"^config.data.{field}='{value}': left at its default "
                                                        rf"'{tasks.DATA_SETTINGS[field]}' with data.kind "
                                                        r"'token_classification' on CoNLL files"):
-            ft.check_settings(c, 1)
+            finetune_settings.check_settings(c, 1)
         c.data.train_file = "hf:conll2003:train"  # a dataset split reads its words and tags by column
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
         c.data.train_file, c.data[field] = "train.conll", tasks.DATA_SETTINGS[field]
-    ft.check_settings(c, 1)
+    finetune_settings.check_settings(c, 1)
 
 
 @pytest.mark.parametrize("path, value, msg", [
@@ -286,7 +287,7 @@ def test_settings_read_only_by_some_runs_are_checked_in_every_run(path, value, m
     node, *rest = path.split(".")
     (c[node] if rest else c).__setitem__(rest[0] if rest else node, value)
     with pytest.raises(sj.errors.InputError, match="^" + msg):
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
 
 
 def test_a_workdir_that_is_no_path_is_named_by_both_trainers():
@@ -307,7 +308,7 @@ def test_an_unknown_task_is_named_before_the_files_it_would_not_read():
     c = glue_config("sst2", "init", "data")
     c.task, c.data.train_file = "foo", "tr.csv"
     with pytest.raises(sj.errors.InputError, match=r"^unknown GLUE task 'foo'; known: "):
-        ft.check_settings(c, 1)
+        finetune_settings.check_settings(c, 1)
 
 
 def test_a_runs_workdir_given_as_init_from_names_its_model(task, tmp_path):
@@ -397,12 +398,12 @@ def _recorded_run(task, tmp_path, **kw):
     config = glue_config("sst2", task[0], data, **kw)
     wd = tmp_path / "run"
     (wd / "checkpoints" / "3").mkdir(parents=True)
-    trainer.record_config(str(wd), config, 0, ft.run_stream(config, tasks.resolve(config)))
+    trainer.record_config(str(wd), config, 0, finetune_settings.run_stream(config, tasks.resolve(config)))
     return wd, data, config
 
 
 def _resume_check(wd, config):
-    stream = ft.run_stream(config, tasks.resolve(config))
+    stream = finetune_settings.run_stream(config, tasks.resolve(config))
     trainer.check_stream(str(wd), stream, bool(checkpointing.steps_on_disk(str(wd / "checkpoints"))))
 
 
@@ -420,7 +421,7 @@ def test_a_resume_on_changed_data_or_stream_settings_is_refused_naming_what_chan
     os.symlink(data, tmp_path / "link")  # the same data by another spelling: a relative path, a link
     for spelling in (os.path.relpath(data), tmp_path / "link"):
         same = glue_config("sst2", task[0], spelling)
-        ft._check_workdir(str(wd), same)
+        finetune_settings.check_same_run(str(wd), same)
         _resume_check(wd, same)
 
     before = train.read_bytes()
@@ -474,16 +475,16 @@ def test_the_same_files_moved_elsewhere_resume_and_other_bytes_are_named(task, t
 
     wd = tmp_path / "run"
     (wd / "checkpoints" / "3").mkdir(parents=True)
-    trainer.record_config(str(wd), config(tmp_path / "a"), 0, ft.run_stream(config(tmp_path / "a"),
+    trainer.record_config(str(wd), config(tmp_path / "a"), 0, finetune_settings.run_stream(config(tmp_path / "a"),
                                                                              tasks.resolve(config(tmp_path / "a"))))
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    ft._check_workdir(str(wd), config(tmp_path / "b"))
+    finetune_settings.check_same_run(str(wd), config(tmp_path / "b"))
     _resume_check(wd, config(tmp_path / "b"))
     (tmp_path / "b" / "dev.csv").write_text(rows + "fine film,pos\n")
     a, b = tmp_path / "a" / "dev.csv", tmp_path / "b" / "dev.csv"
     with pytest.raises(sj.errors.InputError, match=rf"holds the fine-tuning run of data.validation_file '{a}', not "
                                                    rf"'{b}' \(it holds other data than the run recorded\): use"):
-        ft._check_workdir(str(wd), config(tmp_path / "b"))
+        finetune_settings.check_same_run(str(wd), config(tmp_path / "b"))
 
 
 def test_a_changed_list_in_a_resume_refusal_is_cut_to_its_first_items():
@@ -558,7 +559,7 @@ def test_a_resume_of_a_files_task_checks_its_files_columns_and_label_names(task,
 
     wd = tmp_path / "run"
     (wd / "checkpoints" / "6").mkdir(parents=True)
-    trainer.record_config(str(wd), cfg(), 0, ft.run_stream(cfg(), tasks.resolve(cfg())))
+    trainer.record_config(str(wd), cfg(), 0, finetune_settings.run_stream(cfg(), tasks.resolve(cfg())))
     _resume_check(wd, cfg())
     with pytest.raises(sj.errors.InputError, match=r"^task labels changed since the run began "
                                                    r"\(\[\"neg\", \"pos\"\] -> \[\"pos\", \"neg\"\]\)"):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import COMPILE_FLAGS, ROOT, RUN_FLAGS, fill, losses, one_error_line, smoke_config, tiny_config
 
-from squeezebert_jax import checkpointing, errors, parallel, pretrain, reporting, trainer
+from squeezebert_jax import checkpointing, errors, parallel, pretrain, pretrain_settings, reporting, trainer
 from squeezebert_jax.model import SqueezeBertConfig
 from squeezebert_jax.tokenizer import Tokenizer
 
@@ -57,7 +57,7 @@ def _train_steps(config, num_devices: int, fsdp: bool = False, num_microbatches:
     model = pretrain.new_model(config, len(corpus.demo_vocab()))
     graphdef, params, rest = pretrain.split_model(model)
     mesh = parallel.make_mesh(num_devices)
-    phase = dataclasses.replace(pretrain.get_phases(config)[0], num_microbatches=num_microbatches)
+    phase = dataclasses.replace(pretrain_settings.get_phases(config)[0], num_microbatches=num_microbatches)
     ps = pretrain.build_phase_step(config, phase, params, graphdef, rest, mesh, fsdp)
     state = jax.device_put(ps.init(params), ps.shardings)
     rng, b, s, p = np.random.default_rng(0), config.global_batch_size, phase.seq_len, phase.max_predictions_per_seq
@@ -123,7 +123,7 @@ def test_the_jitted_step_is_reused_only_for_the_same_program():
     from squeezebert_jax.model import set_execution
 
     c = smoke_config()
-    phase = pretrain.get_phases(c)[0]
+    phase = pretrain_settings.get_phases(c)[0]
 
     def step(config=c, phase=phase, num_devices=8, fsdp=False, model=None):
         model = model or pretrain.new_model(config, len(corpus.demo_vocab()))
@@ -161,13 +161,13 @@ def test_a_phase_may_set_its_own_microbatches(tmp_path):
     """A seq-512 phase needs more accumulation than a seq-128 one: a phase's num_microbatches overrides the config's,
     and a count the global batch cannot split over the devices is refused naming the phase."""
     c = smoke_config(num_microbatches=2)
-    phases = pretrain.get_phases(c)
-    assert [pretrain.microbatches(c, p) for p in phases] == [2, 2]
+    phases = pretrain_settings.get_phases(c)
+    assert [pretrain_settings.microbatches(c, p) for p in phases] == [2, 2]
     phases[1] = dataclasses.replace(phases[1], num_microbatches=4)
-    assert [pretrain.microbatches(c, p) for p in phases] == [2, 4]
-    pretrain.check_batch_division(c, phases[1], 4)  # 16 rows = 4 devices x 4 microbatches x 1
+    assert [pretrain_settings.microbatches(c, p) for p in phases] == [2, 4]
+    pretrain_settings.check_batch_division(c, phases[1], 4)  # 16 rows = 4 devices x 4 microbatches x 1
     with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x 4\)"):
-        pretrain.check_batch_division(c, phases[1], 8)
+        pretrain_settings.check_batch_division(c, phases[1], 8)
     wd = tmp_path / "run"  # refused before the demo data is made: nothing left behind
     with pytest.raises(ValueError, match=r"phase1: global_batch_size 16 must divide by devices x microbatches "
                                          r"\(1 x 3\)"):
@@ -675,12 +675,13 @@ def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_run
                                 f"remat, attention, ffn, layernorm, padding) with init_from: the model is "
                                 f"init_from's, as its config.json describes it, so {shape} would not be read")
     assert not (tmp_path / "run").exists()
-    pretrain.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"}}), data=False)
+    pretrain_settings.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"}}),
+                                     data=False)
     # the values of how it runs are checked there too (a bad one was refused only after the data was tokenized)
     for changes, message in (({"model.overrides": {"layernorm": "bogus"}}, "layernorm 'bogus' not supported"),
                              ({"model.overrides": {}, "model.remat": None}, "remat")):
         with pytest.raises(errors.InputError, match=rf"^config.model: .*{message}"):
-            pretrain.check_settings(tiny_config(init_from=str(model), **changes), data=False)
+            pretrain_settings.check_settings(tiny_config(init_from=str(model), **changes), data=False)
 
 
 def test_num_devices_is_checked_in_one_place_against_the_devices_there_are():
@@ -708,8 +709,8 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
     not. No checkpoint yet: nothing is a resume."""
     wd = tmp_path / "run"
     (wd / "checkpoints" / "2").mkdir(parents=True)
-    trainer.record_config(str(wd), tiny_config(), 0, pretrain.run_stream(tiny_config()))
-    resume = lambda c: trainer.check_stream(str(wd), pretrain.run_stream(c), True)  # noqa: E731
+    trainer.record_config(str(wd), tiny_config(), 0, pretrain_settings.run_stream(tiny_config()))
+    resume = lambda c: trainer.check_stream(str(wd), pretrain_settings.run_stream(c), True)  # noqa: E731
     resume(tiny_config(learning_rate=1e-4, log_every=1, checkpoint_every=1, stop_at_step=3, num_devices=0,
                        num_microbatches=2, **{"model.overrides": {**tiny_config().model.overrides,
                                                                   "hidden_dropout_prob": 0.0}}))
@@ -733,20 +734,21 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
         with pytest.raises(errors.InputError) as e:
             resume(tiny_config(**change))
         assert str(e.value).startswith(message) and "start a new --workdir" in str(e.value), str(e.value)
-    trainer.check_stream(str(wd), pretrain.run_stream(tiny_config(global_batch_size=8)), False)
+    trainer.check_stream(str(wd), pretrain_settings.run_stream(tiny_config(global_batch_size=8)), False)
     # RTD's generator width and loss weight are the run's (an MLM + SOP run has neither: its rtd block may change)
     resume(tiny_config(**{"rtd.weight": 5.0, "rtd.generator_fraction": 0.5}))
     rtd = tmp_path / "rtd"
     (rtd / "checkpoints" / "2").mkdir(parents=True)
-    trainer.record_config(str(rtd), tiny_config(objective="rtd"), 0, pretrain.run_stream(tiny_config(objective="rtd")))
+    trainer.record_config(str(rtd), tiny_config(objective="rtd"), 0,
+                          pretrain_settings.run_stream(tiny_config(objective="rtd")))
     for change, message in (({"rtd.weight": 5.0}, "config.rtd.weight changed since the run began (50.0 -> 5.0)"),
                             ({"rtd.generator_fraction": 0.5},
                              "config.rtd.generator_fraction changed since the run began (0.25 -> 0.5)")):
         with pytest.raises(errors.InputError) as e:
-            trainer.check_stream(str(rtd), pretrain.run_stream(tiny_config(objective="rtd", **change)), True)
+            trainer.check_stream(str(rtd), pretrain_settings.run_stream(tiny_config(objective="rtd", **change)), True)
         assert str(e.value).startswith(message), str(e.value)
     # the stream each checkpoint holds (Checkpointer.newest_stream) is checked when the history is gone
     (wd / "config_history.jsonl").unlink()
     with pytest.raises(errors.InputError, match=r"^config.seed changed since the run began \(0 -> 3\)"):
-        trainer.check_stream(str(wd), pretrain.run_stream(tiny_config(seed=3)), True,
-                             pretrain.run_stream(tiny_config()))
+        trainer.check_stream(str(wd), pretrain_settings.run_stream(tiny_config(seed=3)), True,
+                             pretrain_settings.run_stream(tiny_config()))

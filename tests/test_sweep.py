@@ -16,6 +16,7 @@ from flax import nnx
 import squeezebert_jax as sj
 from squeezebert_jax import corpus, sweep
 from squeezebert_jax import finetune as ft
+from squeezebert_jax import finetune_settings
 from squeezebert_jax.errors import InputError
 
 
@@ -153,7 +154,7 @@ class FakeFinetune:
         os.makedirs(workdir, exist_ok=True)
         open(os.path.join(workdir, "half_written"), "w").close()
         # the start's record, as fine-tuning writes it: what the sweep checks a recorded run's data against
-        sj.trainer.record_config(workdir, config, 0, ft.run_stream(config, sj.tasks.resolve(config)))
+        sj.trainer.record_config(workdir, config, 0, finetune_settings.run_stream(config, sj.tasks.resolve(config)))
         self.calls.append((config.task, config.learning_rate, config.dropout, config.seed))
         self.sources[(config.task, config.dropout)] = (config.init_from, config.distill.teacher)
         if len(self.calls) == self.crash_at:

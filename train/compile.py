@@ -91,7 +91,7 @@ def _hlo_path(phase: str) -> str:
 def _compile_phase(config, phase, target, model, bad: list[str]):
     """(report, microbatches) of ``phase``; with --fit, the fewest microbatches (powers of two times the config's)
     that fit. (None or a report that does not fit, k) when it does not fit, with the reason appended to ``bad``."""
-    from squeezebert_jax import aot, pretrain
+    from squeezebert_jax import aot, pretrain_settings
 
     n = len(target.devices)
 
@@ -106,7 +106,7 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
                 f", a {target.chip.name} has {target.chip.hbm_gib:.2f} GiB (XLA: {str(e)[:200]})"
             return None, e.required_gib, why
 
-    k, failed = pretrain.microbatches(config, phase), 0
+    k, failed = pretrain_settings.microbatches(config, phase), 0
     while True:
         per_micro = config.global_batch_size // n // k
         r, need, why = attempt(k)
@@ -152,7 +152,7 @@ def main(argv) -> int:
     del argv
     import jax
 
-    from squeezebert_jax import aot, cli, files, pretrain
+    from squeezebert_jax import aot, cli, files, pretrain, pretrain_settings
     from squeezebert_jax.benchmarks import timing
     from squeezebert_jax.benchmarks.timing import format_table
     from squeezebert_jax.errors import InputError
@@ -179,7 +179,7 @@ def main(argv) -> int:
             cli.report(e)
             return 2
         return _compile_finetune(config, target)
-    phases = pretrain.get_phases(config)
+    phases = pretrain_settings.get_phases(config)
     if _PHASE.value:
         unknown = sorted(set(_PHASE.value) - {p.name for p in phases})
         if unknown:  # a usage error, before any compile
@@ -205,7 +205,7 @@ def main(argv) -> int:
         cli.report(InputError(f"--bytes: XLA reports bytes accessed for TPU targets only, not for {target.topology}; "
                               "--census counts the bytes of a GPU program's kernels"))
         return 2
-    pretrain.check_settings(config, data=False)  # the run's own refusals, one line, before minutes of compiling
+    pretrain_settings.check_settings(config, data=False)  # the run's own refusals, one line, before any compile
     # the parameters' shapes only (no random weights drawn: 3.5 s for the full-size model on a 2-core host)
     model = abstract_model(lambda: pretrain.new_model(config, _vocab_size(config), target.platform))
     n = len(target.devices)
@@ -222,7 +222,7 @@ def main(argv) -> int:
             continue
         rows.append(r)
         note = ""
-        if _FIT.value and k != pretrain.microbatches(config, phase):  # --fit changed it
+        if _FIT.value and k != pretrain_settings.microbatches(config, phase):  # --fit changed it
             note = (f" (--fit: fits with num_microbatches={k}: set --config.phases[{phase.index}].num_microbatches={k})")
         print(f"compiled {phase.name} in {r.compile_s:.0f} s{note}", flush=True)
         if _HLO.value:
@@ -310,7 +310,7 @@ def _write_json(rows, target) -> None:
 def _compile_finetune(config, target) -> int:
     """The fine-tuning step (and a distillation teacher's logits pass) on ``target``: one table, exit 1 when a
     program does not fit."""
-    from squeezebert_jax import aot, finetune, glue
+    from squeezebert_jax import aot, finetune_settings, glue
     from squeezebert_jax.benchmarks import timing
     from squeezebert_jax.errors import InputError
     from squeezebert_jax.pretrained import read_model_config
@@ -332,7 +332,7 @@ def _compile_finetune(config, target) -> int:
             raise InputError(f"--{flag}: {e}") from None
     checked = config.copy_and_resolve_references()  # a --teacher_preset is a teacher: its settings are read
     checked.distill.teacher = checked.distill.teacher or _TEACHER.value
-    finetune.check_settings(checked, len(target.devices))  # the run's own refusals, before any compile
+    finetune_settings.check_settings(checked, len(target.devices))  # the run's own refusals, before any compile
     model_cfg = read_model_config(config.init_from)[0] if config.init_from else SqueezeBertConfig.preset(_PRESET.value)
     teacher_cfg = (read_model_config(config.distill.teacher)[0] if config.distill.teacher else
                    SqueezeBertConfig.preset(_TEACHER.value) if _TEACHER.value else None)

@@ -16,7 +16,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from squeezebert_jax import cli, loop
-from squeezebert_jax.finetune import check_workdir, finetune
+from squeezebert_jax.finetune import finetune
+from squeezebert_jax.finetune_settings import check_workdir
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:task", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, eval_results.json, model/")

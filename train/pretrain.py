@@ -13,7 +13,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from squeezebert_jax import cli, loop
-from squeezebert_jax.pretrain import check_settings, check_workdir, train_and_evaluate
+from squeezebert_jax.pretrain import train_and_evaluate
+from squeezebert_jax.pretrain_settings import check_settings, check_workdir
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "run directory: config, checkpoints, metrics.jsonl, model/")

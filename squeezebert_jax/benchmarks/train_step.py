@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from squeezebert_jax import optim, parallel, pretrain, pretrain_data, reporting, trainer
+from squeezebert_jax import optim, parallel, pretrain, pretrain_data, pretrain_settings, reporting, trainer
 from squeezebert_jax.benchmarks.timing import time_interleaved, time_steps
 from squeezebert_jax.model import SqueezeBertConfig, SqueezeBertForPreTraining
 from squeezebert_jax.tokenizer import Tokenizer
@@ -124,7 +124,7 @@ def feeding_benchmark(config, workdir: str, steps_per_run: int = 10, runs: int =
     ``workdir`` receives the demo data when ``config.data.source`` is "demo"."""
 
     data_dir = pretrain_data.prepare_demo(workdir, config.data) if config.data.source == "demo" else config.data.path
-    phase = pretrain.get_phases(config)[0]
+    phase = pretrain_settings.get_phases(config)[0]
     mesh = parallel.make_mesh(config.num_devices or None)
     model = pretrain.new_model(config, Tokenizer.from_dir(data_dir).vocab_size)
     graphdef, params, rest = pretrain.split_model(model)
