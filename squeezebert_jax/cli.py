@@ -170,6 +170,7 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
     def parse_flags(argv):  # absl's own parser prints "FATAL Flags parsing error" and a config file's traceback
         try:
             rest = flags.FLAGS(argv)
+            merge_sections(flags.FLAGS)
             if rest[1:]:  # none of the scripts takes a positional argument: a stray value is a flag misspelt
                 raise flags.Error(stray_argument_line(rest[1], argv))
             for name in flags.FLAGS:  # a config file that failed to load raises only when first read: read it now
@@ -180,7 +181,7 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
                 if flag.present and isinstance(value, str) and not value.strip() and flag.default != "":
                     raise flags.Error(f"flag --{name}: {EMPTY_VALUE}")
             return rest
-        except (flags.Error, AttributeError, KeyError, SyntaxError, ValueError, IndexError) as e:
+        except (flags.Error, AttributeError, KeyError, SyntaxError, ValueError, IndexError, InputError) as e:
             if debug_requested(argv[1:]):
                 raise
             prog = os.path.basename(argv[0] or "squeezebert_jax")
@@ -189,6 +190,45 @@ def run_absl(main: Callable[[list[str]], int | None]) -> None:
             sys.exit(2)
 
     app.run(main_with_exit, flags_parser=parse_flags)
+
+
+# The config sections whose keys are the user's to choose (the model fields the preset's values are overridden with);
+# every other section holds its config file's keys only.
+OPEN_SECTIONS = ("model.overrides",)
+
+
+def file_config(spec: str):
+    """The config ``--config PATH:VARIANT`` names, as its file makes it (no command-line override applied)."""
+    path, _, variant = spec.partition(":")
+    module = config_module(path)
+    return module.get_config(variant) if variant else module.get_config()
+
+
+def merge_sections(flag_values) -> None:
+    """A config section given whole on the command line (``--config.model.overrides="{'q_groups': 2}"``) is added to
+    the config file's section, the keys given replacing the file's: ml_collections replaced the section, so the file's
+    other keys went without a word (the smoke config's widths: a full-size model trained). A key the file's section
+    does not hold is refused, but in ``OPEN_SECTIONS``."""
+    from ml_collections import ConfigDict
+    from ml_collections.config_flags import config_flags, config_path
+
+    for name in flag_values:
+        flag = flag_values[name]
+        if not config_flags.is_config_flag(flag) or flag.value is None or not flag.present:
+            continue
+        given = {p: v for p, v in config_flags.get_override_values(flag).items() if isinstance(v, (dict, ConfigDict))}
+        base = file_config(config_flags.get_config_filename(flag)) if given else None
+        for path, value in given.items():
+            was = config_path.get_value(path, base)
+            if not isinstance(was, (dict, ConfigDict)):
+                continue
+            was = was.to_dict() if isinstance(was, ConfigDict) else dict(was)
+            value = value.to_dict() if isinstance(value, ConfigDict) else dict(value)
+            new = sorted(set(value) - set(was))
+            if new and path not in OPEN_SECTIONS:
+                raise InputError(f"--{name}.{path}: {', '.join(map(repr, new))} is no field of {name}.{path} (its "
+                                 f"fields: {', '.join(sorted(was)) or 'none'})")
+            config_path.set_value(path, flag.value, was | value)
 
 
 def stray_argument_line(value: str, argv: list[str]) -> str:
@@ -232,6 +272,11 @@ def flag_error_line(e: BaseException, argv: list[str] = ()) -> str:
         given = [a for a in argv[1:] if a.startswith("--") and key in a.split("=", 1)[0].split(".")[1:]]
         alt = re.search(r'Did you mean "([^"]+)"', text)
         hint = f"; did you mean {alt.group(1)!r}?" if alt else " (its config file lists the fields)"
+        flag, _, section = given[0].split("=", 1)[0].lstrip("-").rpartition(f".{key}")[0].partition(".") if given \
+            else ("", "", "")
+        if section in OPEN_SECTIONS:  # a key the file's section does not hold yet: added with the section given whole
+            hint = (f": a key {flag}.{section} does not hold yet goes in with the section, "
+                    f"--{flag}.{section}=\"{{'{key}': VALUE}}\" (added to the config file's)")
         return f"{given[0] if given else key}: the config has no field {key!r}{hint}"
     msg = str(e)
     if "Traceback (most recent call last)" in msg:

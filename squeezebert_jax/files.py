@@ -673,7 +673,9 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
         if not isinstance(row, dict):
-            raise DataFileError(f"{path}:{lineno}: {json_type(row)} ({json_repr(row)}), not a JSON object")
+            rows = ("; the line is a JSON array of rows: JSON Lines holds one object per line, not an array"
+                    if isinstance(row, list) and row and all(isinstance(r, dict) for r in row) else "")
+            raise DataFileError(f"{path}:{lineno}: {json_type(row)} ({json_repr(row)}), not a JSON object{rows}")
         if isinstance(row.get("data"), list) and any(isinstance(a, dict) and "paragraphs" in a for a in row["data"]):
             raise DataFileError(f"{path}:{lineno}: a SQuAD file (articles of paragraphs under \"data\"), where one "
                                 "row per line is read: a question-answering run trains on it "
@@ -898,8 +900,8 @@ def holds_model(directory: str) -> str:
 
 
 def refuse_model_dir(directory: str, what: str, flag: str) -> None:
-    """A directory holding a model (its config.json beside its weights) is no place for ``what`` (prepared data, whose
-    ``--overwrite`` replaces a preparation), ``--overwrite`` or not: its vocabulary would replace the model's and
+    """A directory holding a model (its config.json beside its weights) is no place for ``what`` (prepared data, a
+    training run), ``--overwrite`` or not: the data's vocabulary or the run's config.json would replace the model's and
     leave a mix of two things that loads as neither."""
     if weights := holds_model(directory):
         raise InputError(f"{flag} {directory} holds a model (config.json, {weights}): {what} there would replace "
@@ -911,9 +913,10 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
                   what_flag: str = "--workdir", inputs: dict[str, str] | None = None) -> str:
     """Refuse, before anything is written, a run directory that cannot be this run's: an empty path, a URL, an
     existing file, a path under a file or an unwritable one, a ``checkpoints`` entry that is not a directory, a
-    directory another kind of job ran in (its ``.lock``), or a directory holding files of no run at all (a
-    MODEL_DIR, say) unless ``overwrite``; and, ``overwrite`` or not, one that would write over the run's ``inputs``
-    (``{setting: path}``, ``check_inputs_outside``). A directory of the same job is accepted (the job resumes or
+    directory another kind of job ran in (its ``.lock``), or a directory holding files of no run at all unless
+    ``overwrite``; and, ``overwrite`` or not, a model's directory (the run's config.json would replace the model's:
+    ``refuse_model_dir``) and one that would write over the run's ``inputs`` (``{setting: path}``,
+    ``check_inputs_outside``). A directory of the same job is accepted (the job resumes or
     refuses by its own rules); so is one holding only ``log.txt``, ``.lock`` and the names in ``ours``. Returns the
     path."""
     workdir = os.fspath(workdir) if workdir is not None else ""
@@ -944,16 +947,15 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if owner and owner != what:
         raise InputError(f"{what_flag} {workdir} holds a {owner} run, not a {what} one: choose another directory "
                          "(its files are left as they are)")
-    if owner or os.path.exists(os.path.join(workdir, "config_history.jsonl")) or overwrite:
+    if owner or os.path.exists(os.path.join(workdir, "config_history.jsonl")):
         return workdir
+    refuse_model_dir(workdir, f"a {what} run", what_flag)
     present = sorted(set(os.listdir(workdir)) - {"log.txt", LOCK_NAME, *ours})
-    if present:
+    if present and not overwrite:
         listed = ", ".join(present[:5]) + (f", ... ({len(present)} entries)" if len(present) > 5 else "")
-        model = ("; it holds a model, whose config.json the run's own would replace: the model would load no more"
-                 if holds_model(workdir) else "")
         raise InputError(f"{what_flag} {workdir} already holds files of no {what} run ({listed}); choose a new "
                          "directory, or pass --overwrite to write the run there (files of the same names are "
-                         f"replaced){model}")
+                         "replaced)")
     return workdir
 
 

@@ -165,10 +165,11 @@ class TaskData:
     tests: dict[str, list] = dataclasses.field(default_factory=dict)  # your own data's test rows, read before training
 
 
-def load_task_data(config: ml_collections.ConfigDict, tok: Tokenizer, workdir: str, mesh) -> TaskData:
-    """The task's splits, encoded; with a teacher, its logits on the training rows (cached; computed on ``mesh``);
-    with ``distill.transfer_text``, the unlabeled rows on the teacher's soft labels alone."""
-    task = tasks.resolve(config)
+def load_task_data(config: ml_collections.ConfigDict, task: tasks.Task, tok: Tokenizer, workdir: str,
+                   mesh) -> TaskData:
+    """``task``'s splits (``tasks.resolve(config)``), encoded; with a teacher, its logits on the training rows
+    (cached; computed on ``mesh``); with ``distill.transfer_text``, the unlabeled rows on the teacher's soft labels
+    alone."""
     load = task.load
     encode = lambda ex: task.encode(ex, tok, config.max_seq_length)  # noqa: E731
     if (config.distill.teacher or config.distill.transfer_text) and task.kind not in ("classification", "regression"):
@@ -259,7 +260,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, mesh) -> dict[str
     ckpt_dir = os.path.join(workdir, "checkpoints")
     resuming = bool(checkpointing.steps_on_disk(ckpt_dir))
     trainer.check_stream(workdir, stream, resuming, checkpointing.newest_stream(ckpt_dir))
-    data = load_task_data(config, tok, workdir, mesh)
+    data = load_task_data(config, spec, tok, workdir, mesh)
 
     overrides = {k: v for k, v in (("hidden_dropout_prob", config.dropout),
                                    ("attention_probs_dropout_prob", config.attention_dropout)) if v is not None}

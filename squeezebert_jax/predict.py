@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -39,6 +40,8 @@ from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifie
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained, read_model_config
 from squeezebert_jax.tokenizer import checkpoint_file, warn_truncated
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,9 +425,12 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         out.append((lineno, tuple(texts) if n > 1 else texts[0]))
 
     if txt:
+        blank = []
         for lineno, line in text_lines(path):
             line = line.rstrip("\r\n")
-            if has_text(line):  # a line of white space or invisible marks alone is blank: skipped
+            if not has_text(line):  # a line of white space or invisible marks alone is blank: skipped, and said so
+                blank.append(lineno)
+            else:
                 cols = line.split("\t")
                 if (empty := next((i for i, c in enumerate(cols) if not has_text(c)), None)) is not None:
                     raise DataFileError(f"{path}:{lineno}: text {empty + 1} of the line is empty (or only white "
@@ -433,6 +439,10 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
                     "; a text holding a tab goes in a .csv or .jsonl file")
         if not out:
             raise DataFileError(f"{path}: no lines")
+        if blank:
+            shown = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
+            log.warning("%s: %d blank line%s skipped (line %s): %d inputs, each output naming its line", path,
+                        len(blank), "s" * (len(blank) > 1), shown, len(out))
         return out
     columns = [tasks.Row._key(c.strip()) for c in text_columns.split(",")] if text_columns.strip() else []
     if not all(columns) or len(set(columns)) != len(columns):

@@ -136,6 +136,10 @@ def _squad_json_rows(path: str, raw: str, doc: dict):
                 qid = qa.get("id")
                 seen = lines.get(qid) if isinstance(qid, str) else None
                 where = f"{path}:{seen.pop(0) if len(seen) > 1 else seen[0]}" if seen else f"{at}.qas[{q}]"
+                if v1 and qa.get("is_impossible") is True and qa.get("answers"):  # the row's own contradiction first
+                    raise DataFileError(f"{where}: question {qid!r} is marked is_impossible but has answers (and "
+                                        f"\"version\" {json.dumps(doc['version'])} has no unanswerable question): "
+                                        "drop the one that is wrong")
                 if v1 and (qa.get("answers") == [] or qa.get("is_impossible") is True):
                     raise DataFileError(f"{where}: question {qid!r} has no answer, but the file says \"version\": "
                                         f"{json.dumps(doc['version'])}, where every question has one (an unanswerable "

@@ -429,7 +429,8 @@ class FileTask:
             try:
                 value = files.number_value(raw)
             except ValueError:
-                raise DataFileError(f"{where}: {raw!r} is not a number (a regression task)") from None
+                shown = repr(raw) if isinstance(raw, str) else files.json_value(raw)  # JSON's true, not Python's
+                raise DataFileError(f"{where}: {shown} is not a number (a regression task)") from None
             if not math.isfinite(value) or abs(value) > _FLOAT32_MAX:
                 shown = raw if len(str(raw)) < 40 else f"{str(raw)[:20]}... ({len(str(raw))} characters)"
                 raise DataFileError(f"{where}: {shown!r} is not a finite number a float32 holds (|x| < 3.4e38; the "
@@ -809,8 +810,14 @@ class ChoiceTask:
                 raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
             texts, label = row_fields(path, lineno, row, (*self.text_columns, *self.choice_columns), self.label_column,
                                       self._label, split)
-            lead = texts[1] if len(self.text_columns) == 2 else None
-            out.append(ChoiceExample(len(out), texts[0], lead, tuple(texts[len(self.text_columns):]), label))
+            lead, endings = texts[1] if len(self.text_columns) == 2 else None, texts[len(self.text_columns):]
+            seen = {}
+            for column, text in zip(self.choice_columns, endings):  # two choices the model cannot tell apart
+                if (first := seen.setdefault(words := " ".join(text.split()), column)) != column:
+                    raise DataFileError(f"{path}:{lineno}: ending columns {first!r} and {column!r} hold the same text "
+                                        f"({words[:40]!r}): no label can pick one of them; each choice is a "
+                                        "text of its own")
+            out.append(ChoiceExample(len(out), texts[0], lead, tuple(endings), label))
         if not out:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
         return out
@@ -1024,8 +1031,8 @@ def check_one_form(names, shown: dict[str, str] | None = None) -> None:
 def label_keys(raw, where: str) -> tuple[str, ...]:
     """A multilabel row's labels, each read by ``label_key``: a JSON list, a cell holding a JSON list
     (``["comedy", "drama"]``), or a cell of names split on ``LABEL_SEPARATOR`` (``comedy|drama``); an empty cell or
-    an empty list is a row with no label on. A label named twice in a row counts once; a label holding a comma
-    (``comedy,drama``: the separator mistaken) is refused."""
+    an empty list is a row with no label on. A label named twice in a row (``comedy|comedy``; ``[1, 1.0]``: one
+    value) and a label holding a comma (``comedy,drama``: the separator mistaken) are refused."""
     if isinstance(raw, str) and raw.strip().startswith("["):
         try:
             raw = json.loads(raw)
@@ -1048,7 +1055,13 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
         raise DataFileError(f"{where}: {shown} holds an empty label beside the others (a separator {LABEL_SEPARATOR!r} "
                             "or a list item with no name); a row's labels are names, as comedy|drama or "
                             "[\"comedy\", \"drama\"]")
-    keys = tuple(dict.fromkeys(label_key(x, where) for x in items))
+    named = [label_key(x, where) for x in items]
+    keys = tuple(dict.fromkeys(named))
+    if len(keys) < len(named):  # a copy slip, or two spellings of one value: which was meant is not for us to guess
+        twice = next(k for k in keys if named.count(k) > 1)
+        shown = repr(raw.strip()) if isinstance(raw, str) else files.json_value(raw)
+        raise DataFileError(f"{where}: {shown} names the label {twice!r} {named.count(twice)} times; name each of a "
+                            "row's labels once")
     # "comedy,drama", "comedy;drama": two labels with the separator mistaken, or a class of its own? Refused either way
     if mistaken := next(((k, c) for k in keys for c in MISTAKEN_SEPARATORS if c in k), None):
         (name, char), word = mistaken, MISTAKEN_SEPARATORS[mistaken[1]]
@@ -1182,9 +1195,10 @@ def resolve(config) -> Task:
                                            "multiple_choice": "the right ending's index"}[d.kind]
                          + "); leave it empty")
     name = d.name or re.sub(r"[^\w.-]+", "_", os.path.splitext(os.path.basename(files["train"].rstrip("/")))[0])
-    if "validation" in files and _same_file(files["train"], files["validation"]):
-        log.warning("config.data.validation_file is the training file (%s): each epoch is scored, and the best one "
-                    "picked, on the rows it trained on", files["train"])
+    for split, what in (("validation", "each epoch is scored, and the best one picked, on the rows it trained on"),
+                        ("test", "the best model's predictions are of rows it trained on")):
+        if split in files and _same_file(files["train"], files[split]):
+            log.warning("config.data.%s_file is the training file (%s): %s", split, files["train"], what)
     if d.kind != "question_answering":  # (QA's settings are checked first: they need no file)
         _check_data_files(files, d.kind)
     if d.kind == "token_classification":

@@ -178,3 +178,16 @@ def test_an_ending_column_the_header_lacks_names_choice_columns(tmp_path):
                                                       r"sent1, sent2, ending0, ending1, label\); name yours with "
                                                       r"config.data.choice_columns$"):
         task.load("train")
+
+
+@pytest.mark.parametrize("same, at", [(("the sea .", "the sea ."), "'ending1' and 'ending3'"),
+                                      (("the sea .", " the  sea . "), "'ending1' and 'ending3'")])
+def test_two_endings_of_one_text_are_refused_by_line(tmp_path, same, at):
+    """Two choices of the same text (white space aside): no label can pick one of them, in any split."""
+    rows = _rows(3, 0)
+    rows[1][3], rows[1][5] = same
+    path = _write(tmp_path / "s.csv", rows)
+    task = tasks.ChoiceTask("s", {"train": str(path)}, ("sent1", "sent2"), tuple(HEADER[2:6]), "label")
+    with pytest.raises(sj.errors.DataFileError, match=rf"s.csv:3: ending columns {at} hold the same text "
+                                                      rf"\('{same[0].strip()}'\): no label can pick one of them"):
+        task.load("train")

@@ -95,3 +95,41 @@ def test_an_empty_argument_is_refused_by_name_in_argparse_scripts(capsys):
         with pytest.raises(SystemExit) as e:
             p.parse_args(argv)
         assert e.value.code == 2 and f"error: {name}: {cli.EMPTY_VALUE}" in capsys.readouterr().err
+
+
+def test_a_config_section_given_whole_adds_to_the_files_section(monkeypatch):
+    """``--config.model.overrides="{...}"`` replaced the config file's whole section in ml_collections: the smoke
+    config's widths went without a word and a full-size model trained. The keys given now join the file's (replacing
+    those of the same name); a key a closed section does not hold is refused by name, and one set by its path in an
+    open section says how to add it."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    from squeezebert_jax.errors import InputError
+
+    def parse(*overrides):
+        argv = ["prog", "--config", SMOKE, *overrides]
+        monkeypatch.setattr("sys.argv", argv)  # (ml_collections reads the overrides' flags from sys.argv)
+        fv = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True)
+        fv(argv)
+        cli.merge_sections(fv)
+        return fv.config
+
+    smoke = parse().model.overrides.to_dict()
+    assert smoke["hidden_size"] == 32
+    assert parse("--config.model.overrides={'q_groups': 2}").model.overrides.to_dict() == smoke | {"q_groups": 2}
+    assert parse("--config.model.overrides={'hidden_size': 64}").model.overrides.to_dict() == smoke | {
+        "hidden_size": 64}
+    data = parse("--config.data={'num_workers': 1}").data.to_dict()
+    assert data == parse().data.to_dict() | {"num_workers": 1}
+    with pytest.raises(InputError, match=r"^--config.data: 'foo' is no field of config.data \(its fields: "
+                                         r"demo_num_docs, .*whole_word_masking\)$"):
+        parse("--config.data={'foo': 1, 'num_workers': 1}")
+    argv = ["prog", "--config.model.overrides.q_groups=2"]
+    with pytest.raises((AttributeError, KeyError)) as e:
+        parse(argv[1])
+    assert cli.flag_error_line(e.value, argv) == (
+        "--config.model.overrides.q_groups=2: the config has no field 'q_groups': a key config.model.overrides does "
+        "not hold yet goes in with the section, --config.model.overrides=\"{'q_groups': VALUE}\" (added to the config "
+        "file's)")

@@ -253,13 +253,26 @@ def test_a_read_only_directory_is_named_before_any_work(tmp_path):
 
 def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
     """A MODEL_DIR given as a pretraining workdir (its vocab.txt would be replaced by the demo's), a pretraining
-    workdir given to fine-tuning: refused, naming what is there; --overwrite writes into the first."""
+    workdir given to fine-tuning: refused, naming what is there. --overwrite writes into a directory of other files,
+    never into a model's (the run's config.json would replace the model's: it would load no more), by either
+    trainer, and leaves the model as it was."""
+    from conftest import glue_config
+
     model = tiny_init(tmp_path / "model", VOCAB)
-    with pytest.raises(errors.InputError, match=r"already holds files of no pretraining run \(config.json, "
-                                                r"params.safetensors, vocab.txt\).*--overwrite.*; it holds a model, "
-                                                r"whose config.json the run's own would replace"):
-        pretrain_settings.check_workdir(tiny_config(), str(model))
-    assert pretrain_settings.check_workdir(tiny_config(), str(model), overwrite=True) == str(model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    for overwrite in (False, True):
+        with pytest.raises(errors.InputError, match=r"^--workdir .*model holds a model \(config.json, "
+                                                    r"params.safetensors\): a pretraining run there would replace"):
+            pretrain_settings.check_workdir(tiny_config(), str(model), overwrite=overwrite)
+    c = glue_config("files", tmp_path / "other_model", "")
+    with pytest.raises(errors.InputError, match=r"holds a model .*: a fine-tuning run there .*--overwrite or not"):
+        finetune_settings.check_workdir(c, str(model), overwrite=True)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("mine")
+    with pytest.raises(errors.InputError, match=r"already holds files of no pretraining run \(a.txt\).*--overwrite"):
+        pretrain_settings.check_workdir(tiny_config(), str(tmp_path / "notes"))
+    assert pretrain_settings.check_workdir(tiny_config(), str(tmp_path / "notes"), overwrite=True)
     with files.RunLock(tmp_path / "pre", "pretraining"):
         (tmp_path / "pre" / "config_history.jsonl").write_text("")
     with pytest.raises(errors.InputError, match=r"holds a pretraining run, not a fine-tuning one"):

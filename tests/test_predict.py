@@ -340,11 +340,18 @@ def test_a_txt_input_drops_its_bom_and_the_script_names_a_bad_byte(model_dir, tm
     assert f"{tmp_path / 'latin.txt'}:2:8: not UTF-8 text (byte 0xe9)" in err and not (tmp_path / "o.jsonl").exists()
 
 
-def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_named(tmp_path):
-    """A line of white space or invisible marks alone is skipped like a blank one (the "line" field keeps the
-    alignment); an empty text beside another is refused by file and line; a directory is named as one."""
-    (tmp_path / "z.txt").write_text("good\n\u200b\u200d\n \t \nbad\n")
-    assert numbered_inputs(str(tmp_path / "z.txt")) == [(1, "good"), (4, "bad")]
+def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_named(tmp_path, caplog):
+    """A line of white space or invisible marks alone is skipped like a blank one, and the skipped lines are counted
+    in a warning naming them (the "line" field keeps the alignment); an empty text beside another is refused by file
+    and line; a directory is named as one."""
+    (tmp_path / "z.txt").write_text("good\n\u200b\u200d\n \t \nbad\n\n")
+    with caplog.at_level("WARNING", logger="squeezebert_jax.predict"):
+        assert numbered_inputs(str(tmp_path / "z.txt")) == [(1, "good"), (4, "bad")]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'z.txt'}: 3 blank lines skipped (line 2, 3, 5): 2 inputs, each output naming its line"]
+    caplog.clear()
+    (tmp_path / "y.txt").write_text("good\nbad\n")  # a last line's newline is no blank line
+    assert numbered_inputs(str(tmp_path / "y.txt")) == [(1, "good"), (2, "bad")] and not caplog.records
     (tmp_path / "sq.json").write_text('{"version": "v1.1", "data": [{"title": "t", "paragraphs": []}]}\n')
     with pytest.raises(sj.errors.DataFileError, match=r"sq.json:1: a SQuAD file .*predict reads a JSON Lines file of "
                                                       r"\{\"question\": ..., \"context\": ...\} objects"):

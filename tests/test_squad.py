@@ -295,6 +295,11 @@ def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_p
                      (text.replace('"is_impossible": false', '"is_impossible": "false"'),
                       r"sq.json:\d+: question 'q1': \"is_impossible\" is \"false\"; it is true or false"),
                      (text.replace('"v2.0"', '"1.1"').replace('"is_impossible": false', '"is_impossible": true'),
+                      r"sq.json:\d+: question 'q1' is marked is_impossible but has answers \(and \"version\" \"1.1\" "
+                      r"has no unanswerable question\): drop the one that is wrong"),
+                     (json.dumps(good | {"version": "1.1", "data": [{"title": "t", "paragraphs": [{
+                         "context": "John went home", "qas": [{"id": "q1", "question": "who?", "answers": [],
+                                                              "is_impossible": True}]}]}]}, indent=1),
                       r"sq.json:\d+: question 'q1' has no answer, but the file says \"version\": \"1.1\""),
                      (text.replace('"is_impossible": false', '"is_impossible": false, "answers": []'),
                       r"sq.json: the key 'answers' appears twice in one object"),

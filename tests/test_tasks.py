@@ -173,6 +173,9 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score3c.csv:2: column 'sentiment': '\u0967.\u096b' is not a number"),
     ("score3d.jsonl", '{"review": "a", "sentiment": "1,5"}\n', {"data.kind": "regression"},
      r"score3d.jsonl:1: column 'sentiment': '1,5' is not a number"),
+    # a JSON value shown as the file writes it (JSON's true, not Python's True)
+    ("score3e.jsonl", '{"review": "a", "sentiment": true}\n', {"data.kind": "regression"},
+     r"score3e.jsonl:1: column 'sentiment': a boolean true is not a number"),
     ("score4.csv", "review,sentiment\nfoo,1\nbar,1e39\n", {"data.kind": "regression"},
      r"score4.csv:3: column 'sentiment': '1e39' is not a finite number a float32 holds"),
     ("score5.jsonl", '{"review": "a", "sentiment": 1' + "0" * 400 + '}\n', {"data.kind": "regression"},
@@ -208,6 +211,13 @@ def test_regression_scores_that_do_not_vary(tmp_path, caplog):
     # the training file as the validation file, by another name: the best epoch picked on trained rows (a warning)
     tasks.resolve(_files_config("unused", train, tmp_path / "." / "train.csv", **{"data.kind": "regression"}))
     assert f"config.data.validation_file is the training file ({train})" in caplog.text
+    # ... and as the test file: its predictions are of trained rows (a warning, once per resolve)
+    caplog.clear()
+    c = _files_config("unused", train, tmp_path / "dev.csv", **{"data.kind": "regression"})
+    c.data.test_file = str(tmp_path / "." / "train.csv")
+    tasks.resolve(c)
+    assert caplog.text.count(f"config.data.test_file is the training file ({train}): the best model's predictions "
+                             "are of rows it trained on") == 1 and "validation_file is" not in caplog.text
 
 
 def _load_all(config):
@@ -249,7 +259,11 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
      r"e.jsonl:2: column 'review' holds a boolean true, not text"),
     ('{"review": "a", "sentiment": "pos"}\n{"review": null, "sentiment": "neg"}\n',
      r"e.jsonl:2: column 'review' holds null, not text"),
-    ('{"review": "a", "sentiment": "pos"}\n[1, 2]\n', r"e.jsonl:2: a list \(\[1, 2\]\), not a JSON object"),
+    ('{"review": "a", "sentiment": "pos"}\n[1, 2]\n', r"e.jsonl:2: a list \(\[1, 2\]\), not a JSON object$"),
+    # a .json array of records on one line: named as such (JSON Lines holds an object per line)
+    ('[{"review": "a", "sentiment": "pos"}, {"review": "b", "sentiment": "neg"}]\n',
+     r"e.jsonl:1: a list .*, not a JSON object; the line is a JSON array of rows: JSON Lines holds one object per "
+     r"line"),
     ('{"review": "a", "sentiment": "pos"}\n{"review": "b\\u0000c", "sentiment": "neg"}\n',
      r"e.jsonl:2: column 'review' holds a NUL character at character 2, which no text holds"),
     # quoted as the file writes it ('+1', not the value's '1')
@@ -276,7 +290,7 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     ('review,sentiment\na,pos\nb, "pos"\n', r"e.csv:3: field 2 \('\"pos\"'\) opens its quote after a space"),
 ])
 def test_a_row_without_one_label_is_refused(tmp_path, body, msg):
-    name = "e.jsonl" if body.startswith("{") else "e.csv"
+    name = "e.jsonl" if body.startswith(("{", "[{")) else "e.csv"
     with pytest.raises(sj.errors.DataFileError, match=msg):
         _labels_of(tmp_path, name, body)
 
@@ -388,11 +402,11 @@ def test_labels_that_differ_only_in_case_are_refused_unless_declared(tmp_path):
 
 def test_multilabel_cells_are_lists_of_values(tmp_path):
     multilabel = {"data.kind": "multilabel", "data.label_column": "genres"}
-    body = 'review,genres\na,"[""comedy"", ""drama""]"\nb,comedy|drama|comedy\nc,[]\nd,\n'
+    body = 'review,genres\na,"[""comedy"", ""drama""]"\nb,drama|comedy\nc,[]\nd,\n'
     task, rows = _labels_of(tmp_path, "m.csv", body, **multilabel)
     assert task.labels == ("comedy", "drama")
     assert [e.label for e in rows] == [(0, 1), (0, 1), (), ()]
-    task, rows = _labels_of(tmp_path, "k.csv", 'review,genres\na,"[1, 1.0]"\nb,2|1\n', **multilabel)
+    task, rows = _labels_of(tmp_path, "k.csv", 'review,genres\na,"[1.0]"\nb,2|1\n', **multilabel)
     assert task.labels == ("1", "2") and [e.label for e in rows] == [(0,), (0, 1)]
     for bad, msg in (('a,"[""comedy"", [""x""]]"', r'a list \["x"\] in the row\'s labels is not a label'),
                      ("a,[comedy", r"starts like a JSON list but is not one"),
@@ -405,7 +419,11 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
                      ('a,"[""comedy"", 7]"', r"the label '7' in a column of names \('comedy' at line 2\)"),
                      # a stray separator, or an empty item: not "the label is empty" (the row has one)
                      ("a,comedy|", r"'comedy\|' holds an empty label beside the others"),
-                     ('a,"[""comedy"", "" ""]"', r'\["comedy", " "\] holds an empty label beside the others')):
+                     ('a,"[""comedy"", "" ""]"', r'\["comedy", " "\] holds an empty label beside the others'),
+                     # a label named twice in a row: a copy slip, or two spellings of one value
+                     ("a,comedy|drama|comedy", r"'comedy\|drama\|comedy' names the label 'comedy' 2 times; name each"),
+                     ('a,"[1, 1.0]"', r"\[1, 1.0\] names the label '1' 2 times"),
+                     ('a,"[""x"", "" x"", ""x""]"', r"names the label 'x' 3 times")):
         with pytest.raises(sj.errors.DataFileError, match=rf"n.csv:2: column 'genres': .*{msg}"):
             _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n", **multilabel)
 

@@ -171,7 +171,8 @@ def test_a_taggers_test_file_is_checked_before_training(init, tmp_path):
     c = _config(init, train, train)
     c.data.test_file = str(tmp_path / "test.conll")
     with pytest.raises(sj.errors.DataFileError, match=rf"^{tmp_path / 'test.conll'}:2: word 2 of the sentence"):
-        finetune.load_task_data(c, sj.Tokenizer.from_dir(init), str(tmp_path / "run"), parallel.make_mesh(1))
+        finetune.load_task_data(c, tasks.resolve(c), sj.Tokenizer.from_dir(init), str(tmp_path / "run"),
+                                parallel.make_mesh(1))
 
 
 def test_a_tagger_learns_the_entities_and_keeps_its_tag_names(init, tmp_path):
