@@ -296,7 +296,7 @@ def profile(args, report: Report) -> None:
 def peers(args, report: Report, ours: dict[tuple[str, int], float]) -> None:
     """transformers' train step (eager, torch.compile) and both frameworks' bf16 inference at the first --seq-lens
     (128 by default) on the same device, beside ``ours`` (``throughput``'s), with the ratios the targets name."""
-    from squeezebert_jax.benchmarks import peer
+    from squeezebert_jax.benchmarks import peer  # lazy: torch and transformers, only for --peer
 
     seq_len = (args.seq_lens or [128])[0]
     preds = 20 if seq_len <= 128 else 77

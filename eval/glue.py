@@ -16,13 +16,12 @@ import sys
 from squeezebert_jax import cli, files, glue
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.evaluation import TaskMismatchError, evaluate, predict_test
+from squeezebert_jax.pretrained import read_model_config
 
 
 def _submission_files(plan: list[tuple[str, str]]) -> list[str]:
     """The GLUE-server files the planned tasks write: only these are refused in --out (without --overwrite). A single
     MODEL_DIR for every task writes no file for a task whose label count its classifier does not have."""
-    from squeezebert_jax.pretrained import read_model_config
-
     names = []
     for task, model_dir in plan:
         try:

@@ -19,10 +19,13 @@ import shutil
 import sys
 import time
 
-from squeezebert_jax import cli, loop
+from squeezebert_jax import cli, loop, pretrain, pretrain_data
 from squeezebert_jax.benchmarks import real_text
 from squeezebert_jax.benchmarks.timing import cpu_model, format_table
 from squeezebert_jax.files import atomic_write, check_output_dir, check_output_file
+from squeezebert_jax.pretrained import save_pretrained
+from squeezebert_jax.reporting import read_metrics
+from squeezebert_jax.tokenizer import Tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,10 +68,6 @@ def main(argv=None):
         for name in ("prepared", "pretrain", "random_init", "ft_pretrained", "ft_random"):
             shutil.rmtree(os.path.join(args.workdir, name), ignore_errors=True)
     cli.setup_logging(os.path.join(args.workdir, "log.txt"))
-    from squeezebert_jax import pretrain, pretrain_data
-    from squeezebert_jax.pretrained import save_pretrained
-    from squeezebert_jax.reporting import read_metrics
-    from squeezebert_jax.tokenizer import Tokenizer
 
     hf_dir, snippets = real_text.fetch(args.cache)
     sotu = real_text.fetch_sotu(args.cache)

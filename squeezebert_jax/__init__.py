@@ -70,7 +70,7 @@ __all__ = [
 
 def __getattr__(name):  # Tokenizer imports `tokenizers`/`sentencepiece` lazily
     if name == "Tokenizer":
-        from squeezebert_jax.tokenizer import Tokenizer
+        from squeezebert_jax.tokenizer import Tokenizer  # lazy: tokenizers and sentencepiece load on first use
 
         return Tokenizer
     raise AttributeError(name)

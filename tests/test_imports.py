@@ -1,5 +1,7 @@
 """Imports run one way (STYLE.md rule 10): the package's import graph has no cycle, no library module imports
-squeezebert_jax.benchmarks, no script edits sys.path, and no file is named after a standard-library module.
+squeezebert_jax.benchmarks, no script edits sys.path, and no file is named after a standard-library module. The
+package's own modules are imported at the top, where the reader sees the edges; a function-local one says why on its
+line (``# lazy: ...``: it guards a heavy optional dependency).
 
 The graph is read from the source (ast), every import counted: module-level, function-local and relative ones.
 ``from squeezebert_jax import x`` is an edge to the submodule ``x`` where there is one, else to the package itself.
@@ -132,6 +134,26 @@ def sys_path_edits(root: str = ROOT) -> list[str]:
     return out
 
 
+def hidden_own_imports(root: str = ROOT) -> list[str]:
+    """``file:line`` of each import of the package inside a function or class (an edge the top of the file does not
+    show) whose line gives no ``# lazy:`` reason."""
+    out = []
+    for f in (f for top in (PACKAGE, *SCRIPT_DIRS) for f in python_files(root, top)):
+        with open(os.path.join(root, f), encoding="utf-8") as fh:
+            text = fh.read()
+        lines, tree = text.splitlines(), ast.parse(text, f)
+        for scope in ast.walk(tree):
+            if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            for n in ast.walk(scope):
+                names = ([a.name for a in n.names] if isinstance(n, ast.Import)
+                         else [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
+                if any(x == PACKAGE or x.startswith(PACKAGE + ".") for x in names) \
+                        and "# lazy:" not in lines[n.lineno - 1]:
+                    out.append(f"{f}:{n.lineno}")
+    return sorted(set(out))
+
+
 # -- the rules, on this tree ------------------------------------------------------------------------------------------
 
 def test_the_package_import_graph_has_no_cycle():
@@ -150,6 +172,10 @@ def test_no_file_is_named_after_a_standard_module():
 
 def test_no_script_edits_sys_path():
     assert sys_path_edits() == []
+
+
+def test_the_package_is_imported_at_the_top_unless_a_line_says_why():
+    assert hidden_own_imports() == []
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -213,3 +239,4 @@ def test_the_checks_see_function_local_relative_and_from_package_imports(tmp_pat
     assert core_importing_benchmarks(graph) == [f"{PACKAGE}.mobile imports {BENCHMARKS}.timing"]
     assert stdlib_named_files(root) == [os.path.join(PACKAGE, "profile.py")]
     assert sorted(sys_path_edits(root)) == [os.path.join("eval", "x.py") + ":2", os.path.join("train", "y.py") + ":2"]
+    assert hidden_own_imports(root) == [os.path.join(PACKAGE, "mobile.py") + ":2"]

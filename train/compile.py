@@ -43,8 +43,19 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host computes nothing; the targets are compile-only devices
 
+import jax  # noqa: E402
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+
+from squeezebert_jax import (aot, cli, corpus, files, finetune_settings, glue, parallel, pretrain,  # noqa: E402
+                             pretrain_settings, trainer)
+from squeezebert_jax.benchmarks import timing  # noqa: E402
+from squeezebert_jax.benchmarks.hlo_census import census  # noqa: E402
+from squeezebert_jax.benchmarks.timing import format_table  # noqa: E402
+from squeezebert_jax.errors import InputError  # noqa: E402
+from squeezebert_jax.model import SqueezeBertConfig, abstract_model  # noqa: E402
+from squeezebert_jax.pretrained import read_model_config  # noqa: E402
+from squeezebert_jax.tokenizer import Tokenizer  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "ml_collections config file:variant", lock_config=False)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "CHIP:AxB[xC]: v5e/v6e AxB (v5e:2x4), v4/v5p AxBxC (v4:2x2x1), a GPU "
@@ -72,9 +83,6 @@ _LOG_PATH = os.path.join(tempfile.gettempdir(), "squeezebert_compile.log")
 
 def _vocab_size(config) -> int | None:
     """The tokenizer's size where the config takes the vocabulary from it (the demo corpus, or a prepared dataset)."""
-    from squeezebert_jax import corpus
-    from squeezebert_jax.tokenizer import Tokenizer
-
     if not config.model.vocab_from_tokenizer:
         return None
     if config.data.source == "demo":
@@ -91,8 +99,6 @@ def _hlo_path(phase: str) -> str:
 def _compile_phase(config, phase, target, model, bad: list[str]):
     """(report, microbatches) of ``phase``; with --fit, the fewest microbatches (powers of two times the config's)
     that fit. (None or a report that does not fit, k) when it does not fit, with the reason appended to ``bad``."""
-    from squeezebert_jax import aot, pretrain_settings
-
     n = len(target.devices)
 
     def attempt(k):
@@ -132,9 +138,6 @@ def _compile_phase(config, phase, target, model, bad: list[str]):
 def _target(config, log_path: str):
     """--topology's compile-only devices (``aot.Target``); the program is compiled for every one of them, so a
     config.num_devices other than 0 (all) or their count is refused (a TopologyError: exit 2)."""
-    from squeezebert_jax import aot, parallel
-    from squeezebert_jax.errors import InputError
-
     target = aot.get_target(_TOPOLOGY.value, _SLICES.value, log_path=log_path)
     n, asked = len(target.devices), config.get("num_devices", 0)
     try:
@@ -150,14 +153,6 @@ def _target(config, log_path: str):
 
 def main(argv) -> int:
     del argv
-    import jax
-
-    from squeezebert_jax import aot, cli, files, pretrain, pretrain_settings
-    from squeezebert_jax.benchmarks import timing
-    from squeezebert_jax.benchmarks.timing import format_table
-    from squeezebert_jax.errors import InputError
-    from squeezebert_jax.model import abstract_model
-
     config = _CONFIG.value
     log_path = _LOG_PATH
     cli.setup_logging(log_path)
@@ -229,7 +224,6 @@ def main(argv) -> int:
             os.makedirs(_HLO.value, exist_ok=True)
             files.atomic_write(_hlo_path(phase.name), r.hlo)
         if _CENSUS.value:
-            from squeezebert_jax.benchmarks.hlo_census import census
 
             print(f"{phase.name} kernels (the program XLA compiled for {target.topology}):\n{census(r.hlo)}", flush=True)
     if rows:
@@ -269,8 +263,6 @@ def main(argv) -> int:
 def _inputs(config) -> list[str]:
     """What the command reads, which an output never replaces: the config file and the paths the config names (a
     MODEL_DIR to start from, a teacher, the data)."""
-    from squeezebert_jax import trainer
-
     keys = ("init_from", "distill.teacher", "data_dir", "data.path", "data.train_file", "data.validation_file",
             "data.test_file")
     named = [trainer.config_value(config, k) for k in keys]
@@ -297,8 +289,6 @@ def _json_cell(value):
 
 
 def _write_json(rows, target) -> None:
-    from squeezebert_jax import aot, files
-
     if _JSON.value:
         files.atomic_write(_JSON.value, "".join(
             json.dumps(dict(zip(aot.REPORT_HEADERS, map(_json_cell, aot.report_row(r))))
@@ -310,12 +300,6 @@ def _write_json(rows, target) -> None:
 def _compile_finetune(config, target) -> int:
     """The fine-tuning step (and a distillation teacher's logits pass) on ``target``: one table, exit 1 when a
     program does not fit."""
-    from squeezebert_jax import aot, finetune_settings, glue
-    from squeezebert_jax.benchmarks import timing
-    from squeezebert_jax.errors import InputError
-    from squeezebert_jax.pretrained import read_model_config
-    from squeezebert_jax.model import SqueezeBertConfig
-
     if config.task not in glue.TRAIN_EXAMPLES:  # its step's sizes and steps come from the task's card
         raise InputError(f"config.task {config.task!r}: compile.py compiles the fine-tuning step of a GLUE task (one "
                          f"of {', '.join(sorted(glue.TRAIN_EXAMPLES))}); a classifier on your own files compiles as "
@@ -378,6 +362,4 @@ def _compile_finetune(config, target) -> int:
 
 
 if __name__ == "__main__":
-    from squeezebert_jax import cli
-
     cli.run_absl(main)
