@@ -60,8 +60,10 @@ def get_phases(config) -> list[Phase]:
 def model_config(config: ml_collections.ConfigDict, platform: str | None = None) -> SqueezeBertConfig:
     """The architecture of ``config.model`` (preset + overrides) with its execution choices: ``model.layers`` on
     ``platform`` (default: this process's backend; a compile target's for ``aot``), remat, attention, ffn and
-    layernorm."""
-    overrides = dict(config.model.overrides)
+    layernorm. A field given both as ``config.model.X`` and in ``model.overrides`` with another value is refused (the
+    override won without a word)."""
+    given = dict(config.model.overrides)
+    overrides = dict(given)
     for field in ("remat", "attention", "ffn", "layernorm"):
         if field in config.model:
             overrides.setdefault(field, config.model[field])
@@ -72,9 +74,14 @@ def model_config(config: ml_collections.ConfigDict, platform: str | None = None)
                          "hidden_size, num_hidden_layers, hidden_dropout_prob)")
     try:
         overrides.setdefault("scan_layers", scan_layers_on(config.model.layers, platform or jax.default_backend()))
-        return SqueezeBertConfig.preset(config.model.preset, **overrides)
+        cfg = SqueezeBertConfig.preset(config.model.preset, **overrides)
     except InputError as e:  # the model's own validator; the refusal names the config section it read
         raise InputError(f"config.model: {e}") from None
+    if twice := next((f for f in ("remat", "attention", "ffn", "layernorm")
+                      if f in given and f in config.model and given[f] != config.model[f]), None):
+        raise InputError(f"config.model.overrides sets {twice} {given[twice]!r}, and config.model.{twice} is "
+                         f"{config.model[twice]!r}: set it in one place (config.model.{twice})")
+    return cfg
 
 
 def microbatches(config, phase: Phase) -> int:

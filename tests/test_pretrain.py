@@ -675,8 +675,13 @@ def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_run
                                 f"remat, attention, ffn, layernorm, padding) with init_from: the model is "
                                 f"init_from's, as its config.json describes it, so {shape} would not be read")
     assert not (tmp_path / "run").exists()
-    pretrain_settings.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"}}),
-                                     data=False)
+    pretrain_settings.check_settings(tiny_config(init_from=str(model), **{"model.overrides": {"remat": "none"},
+                                                                           "model.remat": "none"}), data=False)
+    # the same field as config.model.remat and in model.overrides, two values: which one runs is not for us to pick
+    with pytest.raises(errors.InputError, match=r"^config.model.overrides sets remat 'none', and config.model.remat "
+                                                r"is 'minimal': set it in one place \(config.model.remat\)$"):
+        pretrain_settings.check_settings(tiny_config(**{"model.overrides": {"remat": "none"},
+                                                        "model.remat": "minimal"}), data=False)
     # the values of how it runs are checked there too (a bad one was refused only after the data was tokenized)
     for changes, message in (({"model.overrides": {"layernorm": "bogus"}}, "layernorm 'bogus' not supported"),
                              ({"model.overrides": {}, "model.remat": None}, "remat")):
