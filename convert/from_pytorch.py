@@ -50,7 +50,7 @@ def main(argv=None):
     check_head(args.head, "--head")
     if not os.path.isdir(args.src):
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a transformers checkpoint directory)")
-    check_output_dir(args.out, args.src, args.overwrite)
+    check_output_dir(args.out, args.src, args.overwrite, writes=None)
     if not args.no_tokenizer and not any(n in TOKENIZER_FILE_NAMES for n, _ in tokenizer_files(args.src)):
         raise InputError(f"--src {args.src}: no tokenizer file ({', '.join(TOKENIZER_FILE_NAMES)}); a MODEL_DIR reads "
                          "text with it: add the checkpoint's vocabulary, or pass --no-tokenizer for the weights alone")

@@ -35,7 +35,8 @@ def main(argv=None):
     cli.setup_logging(None)
     if not os.path.isdir(args.src):  # a typo, or a file (its .ptl, its config.json), named as such
         raise not_a_model_dir(args.src, "config.json", "--src ")
-    check_output_dir(args.out, args.src, args.overwrite)  # before any work: never into MODEL_DIR, nor over files
+    # before any work: never into MODEL_DIR, nor over files (a model there: replaced with --overwrite)
+    check_output_dir(args.out, args.src, args.overwrite, writes=None)
     model = load_pretrained(args.src)
     family = target_family(model.config, args.model_type)
     card = read_card(args.src, "classifier", model.num_labels) if hasattr(model, "num_labels") else {}

@@ -68,9 +68,21 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # Tokenizer imports `tokenizers`/`sentencepiece` lazily
+def __getattr__(name):
+    """``Tokenizer`` and ``Predictor`` (their modules load ``tokenizers``/``sentencepiece`` on first use), and any
+    submodule by its name, imported on first use: ``squeezebert_jax.predict.Predictor(MODEL_DIR)`` after a bare
+    ``import squeezebert_jax`` (an AttributeError before)."""
     if name == "Tokenizer":
         from squeezebert_jax.tokenizer import Tokenizer  # lazy: tokenizers and sentencepiece load on first use
 
         return Tokenizer
-    raise AttributeError(name)
+    if name == "Predictor":
+        from squeezebert_jax.predict import Predictor  # lazy: as Tokenizer
+
+        return Predictor
+    import importlib
+    import importlib.util
+
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import logging
 import math
@@ -83,14 +84,17 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
 
 
 def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = None, overwrite: bool = False,
-                     what: str = "--out", ignore: tuple[str, ...] = (), entries: bool = True) -> str:
+                     what: str = "--out", ignore: tuple[str, ...] = (), entries: bool = True,
+                     writes: str | None = "this command's files") -> str:
     """Refuse, before any work, an output directory that would lose something: ``src`` itself or a directory inside
     it (always: a conversion never writes into its source), an existing file, or a directory that already holds
     files other than ``ignore`` (unless ``overwrite``: then the files written replace those of the same name). An
     entry of an existing ``out`` that a write would go through to something else is refused, ``overwrite`` or not:
     a link that leads out of ``out`` (into ``src``, say: a conversion would replace its source's files), a pipe, a
     device or a socket (not with ``entries`` False: a command that names the files it writes checks those alone,
-    ``claim_output_files``). Returns ``out``."""
+    ``claim_output_files``). A model's directory is refused, ``overwrite`` or not (``refuse_model_dir``: ``writes``
+    there would leave a mix that loads as neither), but where ``writes`` is None (a model's own writer: a conversion
+    replaces a model with ``overwrite``). Returns ``out``."""
     out = os.fspath(out)
     if src is not None:
         if where := within(out, src):
@@ -101,6 +105,8 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
         raise InputError(f"{what} {out} is an existing file, not a directory; choose a directory to write into")
     if os.path.isdir(out) and entries:
         _check_entries(out, what)
+    if os.path.isdir(out) and writes is not None:
+        refuse_model_dir(out, writes, what)
     if os.path.isdir(out) and not overwrite:
         present = sorted(set(os.listdir(out)) - set(ignore))
         if present:
@@ -329,7 +335,8 @@ def claim_output_files(out_dir: str | os.PathLike, names: Iterable[str], overwri
     those are refused when they exist (unless ``overwrite``), other files there are left alone and are no reason to
     refuse (GLUE's server wants every task's file in one folder). ``out_dir`` is created before the work if missing
     (its files' locks live there), and removed again at the end if nothing was written into it. Yields the paths."""
-    out_dir = check_output_dir(out_dir, overwrite=True, what=what, entries=False)  # its files: each claimed below
+    # its files: each claimed below (named, they replace none of a model's)
+    out_dir = check_output_dir(out_dir, overwrite=True, what=what, entries=False, writes=None)
     missing, d = [], os.path.abspath(out_dir)
     while not os.path.exists(d):
         missing.append(d)
@@ -500,7 +507,11 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
         if os.path.isdir(p):
             raise InputError(f"{p} is a directory; give the text files in it (e.g. {os.path.join(p, '*.txt')})")
         if not os.path.exists(p):
-            hint = ": a pattern that matched no file" if any(c in p for c in "*?[") else ""
+            hint = ""
+            if any(c in p for c in "*?["):  # the shell expands a pattern; quoted, it arrives as itself
+                matches = len(glob.glob(p))
+                hint = (f": a pattern the shell did not expand (it was quoted), which matches {matches} file"
+                        f"{'s' * (matches != 1)}: leave it unquoted" if matches else ": a pattern that matched no file")
             raise FileNotFoundError(2, f"no such corpus file{hint}", p)
         st = os.stat(p)
         mode = st.st_mode
@@ -901,11 +912,11 @@ def holds_model(directory: str) -> str:
 
 def refuse_model_dir(directory: str, what: str, flag: str) -> None:
     """A directory holding a model (its config.json beside its weights) is no place for ``what`` (prepared data, a
-    training run), ``--overwrite`` or not: the data's vocabulary or the run's config.json would replace the model's and
-    leave a mix of two things that loads as neither."""
+    training run, a tokenizer, a command's outputs), ``--overwrite`` or not: the data's vocabulary or the run's
+    config.json would replace the model's and leave a mix of two things that loads as neither."""
     if weights := holds_model(directory):
         raise InputError(f"{flag} {directory} holds a model (config.json, {weights}): {what} there would replace "
-                         f"its files and leave a mix that loads as neither, --overwrite or not; choose another "
+                         f"or join its files and leave a mix that loads as neither, --overwrite or not; choose another "
                          f"{flag}")
 
 

@@ -15,6 +15,7 @@ batches and its boundary (a phase's end; an epoch's evaluation) as ``Hooks``; th
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -30,6 +31,8 @@ from squeezebert_jax import checkpointing, parallel, reporting, trainer
 from squeezebert_jax.errors import CheckpointMismatchError, InputError, StoppedEarly
 from squeezebert_jax.files import json_text
 from squeezebert_jax.pretrained import atomic_write, save_pretrained
+
+log = logging.getLogger(__name__)
 
 # Checked on the host for every step before anything is logged or saved: the loss (of the params before the step's
 # update), and the gradient and parameter norms (the latter of the params after it: the state a checkpoint holds).
@@ -212,14 +215,19 @@ def run(state, start: int, end: int, hooks: Hooks, *, config: ml_collections.Con
         checkpointer: checkpointing.Checkpointer, writer: reporting.MetricsWriter, preempt: trainer.PreemptionFlag,
         final_step: int, desc: str) -> tuple[Any, bool]:
     """Steps ``start..end`` (``end <= final_step``, the run's last step), or until a signal or ``config.stop_at_step``
-    stops the run before ``final_step``. Returns ``(state, stopped)``. Every ``log_every`` steps, at ``end`` and on a
-    stop, the window of checked metrics becomes a row; checkpoints every ``checkpoint_every`` steps, at each boundary
-    and on a stop. The device metrics are fetched only at those points (one transfer each), and every step's
-    ``FINITE_METRICS`` are checked before a row or a checkpoint is written."""
+    stops the run before ``final_step`` (a ``stop_at_step`` the restored ``start`` has reached already: stopped
+    before any step, nothing trained or saved). Returns ``(state, stopped)``. Every ``log_every`` steps, at ``end``
+    and on a stop, the window of checked metrics becomes a row; checkpoints every ``checkpoint_every`` steps, at
+    each boundary and on a stop. The device metrics are fetched only at those points (one transfer each), and every
+    step's ``FINITE_METRICS`` are checked before a row or a checkpoint is written."""
     pending: list[tuple[int, dict, Any]] = []  # (step, device metrics, info) not yet fetched and checked
     window: list[tuple[dict, Any]] = []  # checked host metrics since the last row
     timer, stop = reporting.Timer(), False
     stop_at = config.stop_at_step
+    if 0 < stop_at <= start < min(end, final_step):  # it used to train one step past it, and save that
+        log.warning("config.stop_at_step=%d: the run is at step %d already (its checkpoint); nothing trained", stop_at,
+                    start)
+        return state, True
 
     def fetch_and_check():
         host = jax.device_get([m for _, m, _ in pending])

@@ -411,6 +411,9 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
                          f"two of a document): read {stats.documents} documents, {stats.one_sentence_documents} of "
                          "them of one sentence; a document is a run of lines, a sentence per line, documents "
                          "separated by a blank line")
+    if num_docs < num_shards:  # a shard holds whole documents
+        log.warning("num_shards=%d: more shards than the %d documents written, so %d shards are empty; fewer shards "
+                    "(at most %d) hold the same data", num_shards, num_docs, num_shards - num_docs, num_docs)
     meta_path = os.path.join(out_dir, "meta.json")
     shard_sha256 = {n: file_sha256(p) for p, n in zip(tmp, names)}  # what a resume compares (data_fingerprint)
     try:

@@ -39,7 +39,7 @@ import numpy as np
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import (atomic_write, check_inputs_not_inside, check_text_files, json_type, json_value,
-                                   make_dirs, read_json, special_kind, text_lines)
+                                   make_dirs, read_json, refuse_model_dir, special_kind, text_lines)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -608,7 +608,10 @@ def load(path: str | os.PathLike) -> Tokenizer:
     (SentencePiece)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise IsADirectoryError(f"{path} is a directory; use Tokenizer.from_dir to find the tokenizer file in it")
+        found = [os.path.join(path, n) for n in TOKENIZER_FILE_NAMES if os.path.isfile(os.path.join(path, n))]
+        raise IsADirectoryError(f"{path} is a directory; give the tokenizer file in it ({found[0]})" if found else
+                                f"{path} is a directory holding no tokenizer file ({', '.join(TOKENIZER_FILE_NAMES)}); "
+                                "give the tokenizer file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"tokenizer file not found: {path}")
     if path.endswith(".txt"):
@@ -716,6 +719,8 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     check_inputs_not_inside(out_dir, files)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise InputError(f"--out {out_dir} is a file; give the directory to write the tokenizer into")
+    if os.path.isdir(out_dir):  # a new vocabulary beside the model's embeddings would read other words
+        refuse_model_dir(out_dir, "a new tokenizer", "--out")
     target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")
     present = [os.path.join(out_dir, n) for n in TOKENIZER_FILE_NAMES if os.path.exists(os.path.join(out_dir, n))]
     if present and not overwrite:  # another kind's file too: Tokenizer.from_dir would go on reading that one

@@ -97,7 +97,7 @@ def test_a_model_dir_is_no_out_even_with_overwrite(files, run_cli, digest):
     before = digest(model)
     rc, _, err = run_cli(SCRIPT, "--input", d / "ok.txt", "--vocab", vocab, "--out", model, "--overwrite")
     assert rc == 1 and f"--out {model} holds a model (config.json, params.safetensors): prepared data there would " \
-                       "replace its files" in _one_line(err)
+                       "replace or join its files" in _one_line(err)
     assert digest(model) == before
 
 

@@ -474,3 +474,30 @@ def test_an_output_directory_that_is_a_broken_link_is_named_before_any_work(tmp_
             check(str(tmp_path / "dangling"))
         with pytest.raises(errors.InputError, match=r"loop is a link that leads back to itself"):
             check(str(tmp_path / "loop"))
+
+
+def test_no_command_writes_its_outputs_into_a_models_directory(tmp_path):
+    """``files.check_output_dir`` (every script's output directory: compile.py's --hlo, the eval scripts' workdirs,
+    bench_train's --profile, prepared data): a model's directory is refused, --overwrite or not; a model's own writer
+    (a conversion, ``writes=None``) replaces a model with --overwrite."""
+    model = tiny_init(tmp_path / "model", VOCAB)
+    for overwrite in (False, True):
+        with pytest.raises(errors.InputError, match=rf"^--hlo {model} holds a model \(config.json, "
+                                                    r"params.safetensors\): the compiled programs there would "
+                                                    r"replace or join its files"):
+            files.check_output_dir(model, overwrite=overwrite, what="--hlo", writes="the compiled programs")
+    with pytest.raises(errors.InputError, match=r"holds a model .*: this command's files there"):
+        files.check_output_dir(model, overwrite=True)
+    assert files.check_output_dir(model, overwrite=True, writes=None) == str(model)
+
+
+def test_a_corpus_pattern_the_shell_did_not_expand_is_named_as_such(tmp_path):
+    """A quoted --input 'dir/*.txt' arrives as itself: it said "a pattern that matched no file" where two did."""
+    (tmp_path / "a.txt").write_text("x\n")
+    (tmp_path / "b.txt").write_text("y\n")
+    with pytest.raises(FileNotFoundError, match=r"a pattern the shell did not expand \(it was quoted\), which matches "
+                                                r"2 files: leave it unquoted"):
+        files.check_text_files([str(tmp_path / "*.txt")])
+    with pytest.raises(FileNotFoundError, match=r"no such corpus file: a pattern that matched no file"):
+        files.check_text_files([str(tmp_path / "*.md")])
+    assert files.check_text_files([str(tmp_path / "a.txt")]) == [str(tmp_path / "a.txt")]

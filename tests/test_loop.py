@@ -125,6 +125,12 @@ def test_a_signal_or_stop_at_step_stops_with_a_row_and_a_checkpoint_but_never_at
     assert stopped and seen["saves"][-1][0] == 10
     _, stopped, seen = _run(0, 10, 10, stop_at_step=10)
     assert not stopped and seen["saves"][-1][0] == 10
+    # resumed at or past stop_at_step: stopped before any step (it trained one step past it, and saved that)
+    for start, stop_at in ((4, 4), (6, 3)):
+        state, stopped, seen = _run(start, 20, 20, stop_at_step=stop_at)
+        assert (state, stopped) == (start, True) and seen["saves"] == seen["rows"] == seen["checked"] == []
+    # ... but a run at its last step finishes (and a range already done runs nothing)
+    assert _run(20, 20, 20, stop_at_step=3)[:2] == (20, False)
 
 
 def test_a_non_finite_step_stops_the_loop_before_any_row_or_checkpoint_holds_it():

@@ -738,3 +738,15 @@ def test_a_glue_models_card_gives_its_text_count_and_reads_a_users_file_as_docum
     with pytest.raises(InputError, match=r"task.json: 'text_columns' names 2 but sst2 reads 1 \(sentence\); put back "
                                          r"the task.json its fine-tuning wrote"):
         Predictor(str(bad))
+
+
+def test_the_predictor_is_reached_from_a_bare_package_import():
+    """``import squeezebert_jax; squeezebert_jax.predict.Predictor(...)`` as the README writes it (an AttributeError
+    after a bare import): the package's submodules and ``Predictor`` load on first use; another name is refused."""
+    import squeezebert_jax
+    from squeezebert_jax import predict
+
+    assert squeezebert_jax.__getattr__("predict") is predict
+    assert squeezebert_jax.__getattr__("Predictor") is predict.Predictor is squeezebert_jax.Predictor
+    with pytest.raises(AttributeError, match="module 'squeezebert_jax' has no attribute 'predictor'"):
+        squeezebert_jax.__getattr__("predictor")

@@ -327,7 +327,7 @@ def test_whole_word_masking_masks_whole_words(tmp_path):
 
 # -- odd input, TFDS, CLI -------------------------------------------------------------------------
 
-def test_odd_corpus_input_is_counted_not_fatal(tmp_path, demo):
+def test_odd_corpus_input_is_counted_not_fatal(tmp_path, demo, caplog):
     tok = demo[1]
     raw = (b"first doc one .\r\nfirst doc two .\n\n\n  \nonly one sentence .\n\n"
            b"bad bytes \xff\xfe here .\n" + b"x" * 30_000 + b"\n\x07\x07\n\n"
@@ -339,6 +339,11 @@ def test_odd_corpus_input_is_counted_not_fatal(tmp_path, demo):
     assert s["invalid_utf8_lines"] == 1 and s["truncated_lines"] == 1 and s["documents"] == 4
     assert s["invalid_utf8_bytes"] == 2  # \xff \xfe: two stray bytes, far below the refusal threshold
     assert meta["num_docs"] == 3 and meta["num_sentences"] == 6
+    assert "empty" not in caplog.text
+    # more shards than documents: the empty ones are counted in a warning (a shard holds whole documents)
+    meta = pretrain_data.prepare([str(tmp_path / "odd.txt")], tok, tmp_path / "p5", num_shards=5, progress=False)
+    assert meta["shard_num_records"].count(0) == 2 and ("num_shards=5: more shards than the 3 documents written, so "
+                                                        "2 shards are empty; fewer shards (at most 3)") in caplog.text
     src_docs = [["ok one .", "bad \ud800 surrogate ."], [" ", ""], ["lonely ."]]
     meta = pretrain_data.prepare(src_docs, tok, tmp_path / "p", num_shards=1, progress=False)
     assert meta["stats"]["invalid_utf8_lines"] == 1 and meta["stats"]["empty_documents"] == 1

@@ -267,7 +267,7 @@ def test_errors(tmp_path, hand_vocab):
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(ValueError, match="unknown tokenizer file extension"):
         Tokenizer.from_file(tmp_path / "tokenizer.json")
-    with pytest.raises(IsADirectoryError, match="from_dir"):
+    with pytest.raises(IsADirectoryError, match="is a directory holding no tokenizer file"):
         Tokenizer.from_file(tmp_path)
     no_mask = tmp_path / "nomask" / "vocab.txt"
     no_mask.parent.mkdir()
@@ -450,6 +450,22 @@ def test_an_existing_tokenizer_is_replaced_only_with_overwrite(corpus_file, tmp_
     assert Tokenizer.from_file(out / name).vocab_size == 150 and not [p for p in os.listdir(out) if p.startswith(".")]
 
 
+def test_a_models_directory_never_gets_a_new_tokenizer_even_with_overwrite(corpus_file, tmp_path, digest):
+    """A vocab.txt beside a model's config.json and weights is the vocabulary its embeddings were trained for: a new
+    one there (of another size: ids past the embedding table) is refused, --overwrite or not, the model untouched."""
+    from conftest import tiny_init
+
+    from squeezebert_jax.errors import InputError
+
+    model = tiny_init(tmp_path / "model", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "film"])
+    before = digest(model)
+    for kind in ("wordpiece", "sentencepiece"):
+        with pytest.raises(InputError, match=rf"^--out {model} holds a model \(config.json, "
+                                                       r"params.safetensors\): a new tokenizer there would replace"):
+            train_tokenizer([corpus_file], model, 150, kind=kind, overwrite=True)
+    assert digest(model) == before
+
+
 def test_a_wordpiece_vocabulary_smaller_than_the_corpus_alphabet_is_refused(corpus_file, tmp_path, run_cli):
     """The trainer keeps every character (and its ## form) whatever the size asked: refused, naming the size needed,
     instead of a vocab.txt larger than asked."""
@@ -553,3 +569,15 @@ def test_a_tokenizer_of_the_other_kind_is_not_left_beside_a_new_one(tmp_path, ru
                          "--kind", "sentencepiece", "--overwrite")
     assert rc == 0, err
     assert "vocab.txt" not in os.listdir(out) and Tokenizer.from_dir(out).kind == "sentencepiece"
+
+
+def test_a_directory_given_for_a_tokenizer_file_names_the_file_to_give(tmp_path):
+    """``--vocab DIR`` (prepare_data.py) or ``Tokenizer.from_file(DIR)``: the file in it is named, not a Python API."""
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError, match=rf"^{tmp_path / 'd'} is a directory holding no tokenizer file "
+                                                r"\(vocab.txt, spiece.model, .*\); give the tokenizer file$"):
+        Tokenizer.from_file(tmp_path / "d")
+    (tmp_path / "d" / "vocab.txt").write_text("".join(t + "\n" for t in HAND_VOCAB))
+    with pytest.raises(IsADirectoryError, match=rf"^{tmp_path / 'd'} is a directory; give the tokenizer file in it "
+                                                rf"\({tmp_path / 'd' / 'vocab.txt'}\)$"):
+        Tokenizer.from_file(tmp_path / "d")

@@ -188,7 +188,8 @@ def main(argv) -> int:
                              "directory or inside it; give each its own path")
         if os.path.exists(_HLO.value) and not os.path.isdir(_HLO.value):
             raise InputError(f"--hlo {_HLO.value} is not a directory; give a directory for the programs")
-        files.check_output_dir(_HLO.value, overwrite=True, what="--hlo", entries=False)  # under a file, a dead link
+        files.check_output_dir(_HLO.value, overwrite=True, what="--hlo", entries=False,
+                               writes="the compiled programs")  # under a file, a dead link
         for phase in phases if os.path.isdir(_HLO.value) else ():
             files.check_output_file(_hlo_path(phase.name), _OVERWRITE.value, "--hlo", inputs=inputs)
     try:

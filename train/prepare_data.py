@@ -80,9 +80,7 @@ def check_out(out: str, overwrite: bool) -> None:
     if (os.path.isdir(out) and files.read_lock(out).get("what") == WHAT
             and not os.path.exists(os.path.join(out, "meta.json"))):
         ignore += tuple(n for n in os.listdir(out) if n.startswith(("shard-", ".tmp")) or n in TOKENIZER_FILE_NAMES)
-    files.check_output_dir(out, overwrite=overwrite, ignore=ignore)
-    if os.path.isdir(out):
-        files.refuse_model_dir(out, "prepared data", "--out")  # its vocab.txt would replace the model's
+    files.check_output_dir(out, overwrite=overwrite, ignore=ignore, writes="prepared data")  # (never into a model)
 
 
 if __name__ == "__main__":
