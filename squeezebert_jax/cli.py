@@ -218,17 +218,17 @@ def merge_sections(flag_values) -> None:
             continue
         given = {p: v for p, v in config_flags.get_override_values(flag).items() if isinstance(v, (dict, ConfigDict))}
         base = file_config(config_flags.get_config_filename(flag)) if given else None
-        for path, value in given.items():
-            was = config_path.get_value(path, base)
-            if not isinstance(was, (dict, ConfigDict)):
+        for path in given:
+            was, now = config_path.get_value(path, base), config_path.get_value(path, flag.value)
+            if not isinstance(was, (dict, ConfigDict)) or not isinstance(now, (dict, ConfigDict)):
                 continue
-            was = was.to_dict() if isinstance(was, ConfigDict) else dict(was)
-            value = value.to_dict() if isinstance(value, ConfigDict) else dict(value)
-            new = sorted(set(value) - set(was))
+            # the section as the overrides left it (the dict, and any key set by its path after it), over the file's
+            was, now = ({**(x.to_dict() if isinstance(x, ConfigDict) else x)} for x in (was, now))
+            new = sorted(set(now) - set(was))
             if new and path not in OPEN_SECTIONS:
                 raise InputError(f"--{name}.{path}: {', '.join(map(repr, new))} is no field of {name}.{path} (its "
                                  f"fields: {', '.join(sorted(was)) or 'none'})")
-            config_path.set_value(path, flag.value, was | value)
+            config_path.set_value(path, flag.value, was | now)
 
 
 def stray_argument_line(value: str, argv: list[str]) -> str:
