@@ -804,7 +804,9 @@ class ChoiceTask:
         check_columns("config.data", text=self.text_columns, choice=self.choice_columns, label=(self.label_column,))
 
     def load(self, split: str) -> list[ChoiceExample]:
-        path, out = self.files[split], []
+        """The split's rows; rows holding two endings of one text (white space aside: no label can pick one of them)
+        are kept and counted in a warning naming the first."""
+        path, out, same = self.files[split], [], []
         for lineno, row in read_rows(path):
             if missing := next((c for c in self.choice_columns if c not in row), None):
                 raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
@@ -814,12 +816,15 @@ class ChoiceTask:
             seen = {}
             for column, text in zip(self.choice_columns, endings):  # two choices the model cannot tell apart
                 if (first := seen.setdefault(words := " ".join(text.split()), column)) != column:
-                    raise DataFileError(f"{path}:{lineno}: ending columns {first!r} and {column!r} hold the same text "
-                                        f"({words[:40]!r}): no label can pick one of them; each choice is a "
-                                        "text of its own")
+                    same.append((lineno, first, column, words))
+                    break
             out.append(ChoiceExample(len(out), texts[0], lead, tuple(endings), label))
         if not out:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        if same:
+            lineno, first, column, words = same[0]
+            log.warning("%s: %d of %d rows hold two endings of the same text, which no label can pick apart (the "
+                        "first: line %d, %s and %s, %r)", path, len(same), len(out), lineno, first, column, words[:40])
         return out
 
     def _label(self, raw, path: str, lineno: int) -> int:

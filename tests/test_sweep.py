@@ -370,15 +370,15 @@ def test_the_script_prints_one_line_and_writes_nothing(tmp_path, run_cli, argv, 
 
 
 def test_the_workdir_is_checked_as_every_run_directory_is(tmp_path, run_cli, digest):
-    """files.check_run_dir before anything is written: a MODEL_DIR (files of no sweep) unless --overwrite, a file."""
+    """files.check_run_dir before anything is written: a MODEL_DIR (never, --overwrite or not), a file."""
     model = tmp_path / "model"
     sj.save_pretrained(sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(
         vocab_size=16, hidden_size=32, embedding_size=32, num_hidden_layers=1, num_attention_heads=4,
         intermediate_size=64, max_position_embeddings=32), rngs=nnx.Rngs(0)), model)
     (tmp_path / "file").write_text("x")
     before = digest(tmp_path)
-    for workdir, msg in ((model, "holds files of no GLUE sweep run (config.json"), (tmp_path / "file",
-                                                                                  "is an existing file")):
+    for workdir, msg in ((model, "holds a model (config.json, params.safetensors): a GLUE sweep run there would"),
+                         (tmp_path / "file", "is an existing file")):
         rc, out, err = run_cli("train/glue_recipe.py", "--init_from", model, "--workdir", workdir, "--tasks", "rte")
         lines = err.strip().splitlines()
         assert rc == 1 and len(lines) == 1 and msg in lines[0], err
