@@ -52,8 +52,12 @@ def main(argv=None):
         raise FileNotFoundError(f"--src {args.src}: no such directory (expected a transformers checkpoint directory)")
     check_output_dir(args.out, args.src, args.overwrite, writes=None)
     if not args.no_tokenizer and not any(n in TOKENIZER_FILE_NAMES for n, _ in tokenizer_files(args.src)):
-        raise InputError(f"--src {args.src}: no tokenizer file ({', '.join(TOKENIZER_FILE_NAMES)}); a MODEL_DIR reads "
-                         "text with it: add the checkpoint's vocabulary, or pass --no-tokenizer for the weights alone")
+        fast = (" (its tokenizer.json, a fast tokenizer's file, is not read here: transformers writes the vocabulary "
+                "beside it with AutoTokenizer.from_pretrained(SRC).save_pretrained(SRC, legacy_format=True))"
+                if os.path.isfile(os.path.join(args.src, "tokenizer.json")) else "")
+        raise InputError(f"--src {args.src}: no tokenizer file ({', '.join(TOKENIZER_FILE_NAMES)}){fast}; a MODEL_DIR "
+                         "reads text with it: add the checkpoint's vocabulary, or pass --no-tokenizer for the weights "
+                         "alone")
     # each name read as config.data.labels reads them: none empty, none twice (1 and 1.0 are one)
     names = list(declared_labels(args.label_names, "--label-names")) if args.label_names is not None else None
     model = import_torch(args.src, args.out, head=args.head, label_names=names, overwrite=args.overwrite)

@@ -418,7 +418,7 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
         sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         # torch's own text advises loading the file unsafely: only what it found is passed on
-        found = re.search(r"Unsupported (?:global|operand): (?:GLOBAL )?\S+", str(e))
+        found = re.search(r"Unsupported (?:global|operand): (?:GLOBAL )?\S+|unsupported GLOBAL \S+", str(e))
         if found is None:
             text = " ".join(str(e).split())
             detail = f"{type(e).__name__}{': ' + text.split('. ')[0][:120] if text else ''}"

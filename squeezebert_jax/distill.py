@@ -181,6 +181,9 @@ LAYER_MAPS = ("skip", "last", "uniform")  # the named layer maps (layer_pairs); 
 def layer_pairs(spec, student_layers: int, teacher_layers: int) -> tuple[tuple[int, int], ...]:
     """(student layer, teacher layer) pairs of a layer map (see the module docstring); 0 is the embeddings."""
     s, t = student_layers, teacher_layers
+    if spec in LAYER_MAPS and s > t:  # "last" paired student layer 1 with teacher layer -1, "skip" two with one
+        raise InputError(f"layer map {spec!r} maps a student onto a deeper teacher, and this {s}-layer student is "
+                         f"deeper than the {t}-layer teacher: give the pairs 'student:teacher,...' (e.g. '{s}:{t}')")
     if spec == "skip":
         pairs = [(i, i * t // s) for i in range(1, s)]
     elif spec == "last":

@@ -85,7 +85,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[str], No
 
 def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = None, overwrite: bool = False,
                      what: str = "--out", ignore: tuple[str, ...] = (), entries: bool = True,
-                     writes: str | None = "this command's files") -> str:
+                     writes: str | None = "this command's files", job: str | None = "") -> str:
     """Refuse, before any work, an output directory that would lose something: ``src`` itself or a directory inside
     it (always: a conversion never writes into its source), an existing file, or a directory that already holds
     files other than ``ignore`` (unless ``overwrite``: then the files written replace those of the same name). An
@@ -94,7 +94,10 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     device or a socket (not with ``entries`` False: a command that names the files it writes checks those alone,
     ``claim_output_files``). A model's directory is refused, ``overwrite`` or not (``refuse_model_dir``: ``writes``
     there would leave a mix that loads as neither), but where ``writes`` is None (a model's own writer: a conversion
-    replaces a model with ``overwrite``). Returns ``out``."""
+    replaces a model with ``overwrite``). So is the directory of a job other than ``job`` (this command's, as its
+    ``RunLock`` names it): a training run's (its lock, or its ``config_history.jsonl``), whose config.json and model
+    a conversion's --overwrite replaced (not with ``job`` None: a command that writes named files beside others).
+    Returns ``out``."""
     out = os.fspath(out)
     if src is not None:
         if where := within(out, src):
@@ -107,6 +110,12 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
         _check_entries(out, what)
     if os.path.isdir(out) and writes is not None:
         refuse_model_dir(out, writes, what)
+    other = (read_lock(out).get("what") or ("training" if os.path.isfile(os.path.join(out, "config_history.jsonl"))
+                                            else "")) if os.path.isdir(out) and job is not None else ""
+    if other and other != job:
+        raise InputError(f"{what} {out} is the directory of a {other} run: its config, checkpoints and model are that "
+                         f"run's, and this command's files would replace or join them, --overwrite or not; choose "
+                         f"another {what}")
     if os.path.isdir(out) and not overwrite:
         present = sorted(set(os.listdir(out)) - set(ignore))
         if present:
@@ -336,7 +345,7 @@ def claim_output_files(out_dir: str | os.PathLike, names: Iterable[str], overwri
     refuse (GLUE's server wants every task's file in one folder). ``out_dir`` is created before the work if missing
     (its files' locks live there), and removed again at the end if nothing was written into it. Yields the paths."""
     # its files: each claimed below (named, they replace none of a model's)
-    out_dir = check_output_dir(out_dir, overwrite=True, what=what, entries=False, writes=None)
+    out_dir = check_output_dir(out_dir, overwrite=True, what=what, entries=False, writes=None, job=None)
     missing, d = [], os.path.abspath(out_dir)
     while not os.path.exists(d):
         missing.append(d)

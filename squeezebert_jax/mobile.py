@@ -318,31 +318,38 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     tm = to_transformers(model)
     frozen, optimized, note = trace_frozen(tm, example_inputs(cfg, batch, seq_len, seed, nc), len(names), optimize)
     path = os.fspath(path)
+    # written and checked beside ``path``, then put in place: a file it replaces (--overwrite) stays until the new
+    # export has passed its check, and a failed one is kept for inspection without taking the good one's place
     partial = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.partial")
     try:
         with warnings.catch_warnings():  # deprecated in favour of ExecuTorch, but it is the paper's runtime
             warnings.filterwarnings("ignore", message="Lite Interpreter is deprecated", category=DeprecationWarning)
             frozen._save_for_lite_interpreter(partial)
+        lite = load_lite(partial)
+        ids, mask, tt = example_inputs(cfg, batch, seq_len, seed + 1, nc)
+        got = run_torch(lite, ids, mask, tt)
+        want = ([np.asarray(x, np.float32) for x in flax_forward(ids, mask, tt)] if flax_forward is not None
+                else flax_outputs(model, ids, mask, tt))
+        why, diffs = None, {}
+        if len(got) != len(want):
+            why = f"lite module returned {len(got)} outputs, expected {len(want)} ({names})"
+        for name, g, w in zip(names, got, want) if why is None else ():
+            if g.shape != w.shape:
+                why = f"output {name} has shape {g.shape}, the Flax model gives {w.shape}"
+                break
+            diffs[name] = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if g.size else 0.0
+        bad = {k: v for k, v in diffs.items() if not v <= tol}
+        if bad and why is None:
+            why = (f"lite-interpreter outputs differ from the Flax model by more than {tol}: "
+                   + ", ".join(f"{k} {v:.3e}" for k, v in bad.items()))
+        if why is not None:
+            kept = path if not os.path.lexists(path) else f"{path}.failed"
+            os.replace(partial, kept)
+            earlier = f"; the earlier {path} is left as it was" if kept != path else ""
+            raise ParityError(f"{path}: {why}{earlier}; the new export is kept for inspection at {kept} (delete it, "
+                              "or --overwrite, to export again)")
         os.replace(partial, path)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    lite = load_lite(path)
-    ids, mask, tt = example_inputs(cfg, batch, seq_len, seed + 1, nc)
-    got = run_torch(lite, ids, mask, tt)
-    want = ([np.asarray(x, np.float32) for x in flax_forward(ids, mask, tt)] if flax_forward is not None
-            else flax_outputs(model, ids, mask, tt))
-    if len(got) != len(want):
-        raise ParityError(f"{path}: lite module returned {len(got)} outputs, expected {len(want)} ({names})")
-    diffs = {}
-    for name, g, w in zip(names, got, want):
-        if g.shape != w.shape:
-            raise ParityError(f"{path}: output {name} has shape {g.shape}, the Flax model gives {w.shape}")
-        diffs[name] = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if g.size else 0.0
-    result = ExportResult(path, torch_class_name(model), names, ids.shape, diffs, optimized, note)
-    bad = {k: v for k, v in diffs.items() if not v <= tol}
-    if bad:
-        raise ParityError(f"{path}: lite-interpreter outputs differ from the Flax model by more than {tol}: "
-                          + ", ".join(f"{k} {v:.3e}" for k, v in bad.items())
-                          + "; the file is kept for inspection (delete it, or --overwrite, to export again)")
-    return result
+    return ExportResult(path, torch_class_name(model), names, ids.shape, diffs, optimized, note)

@@ -467,8 +467,14 @@ def _run_sweep(make_config, grid, workdir, tasks, transfer, teacher_root, predic
                     f"({wall:.0f} s; elapsed {_clock(elapsed)}, ETA {_clock(eta)})")
             echo(line)
             log.info(line)
-    rows = [r for r in read_rows(record) if r["task"] in tasks and run_key(r["task"], r["settings"], r["seed"]) in
+    recorded = read_rows(record)
+    rows = [r for r in recorded if r["task"] in tasks and run_key(r["task"], r["settings"], r["seed"]) in
             {run_key(*p) for p in plan}]
+    if others := sorted({r["task"] for r in recorded} - set(tasks)):  # an earlier sweep's tasks: their rows stay
+        log.warning("%s also holds runs of %s (an earlier sweep in this workdir): table.md, results.json and "
+                    "chosen.json summarise this sweep's tasks (%s) alone; sweep those tasks again here to summarise "
+                    "them too (their recorded runs are not trained again)", record, ", ".join(others),
+                    ", ".join(tasks))
     choices = choose(rows, settings_list)
     label = ("this run" if not grid else "best of sweep") + (" (D)" if teacher_root else "") + \
         (" (S)" if transfer else "")

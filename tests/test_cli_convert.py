@@ -745,12 +745,16 @@ def test_tokenizer_side_files_the_model_dir_could_not_use_are_refused(tmp_path, 
 
 
 def test_from_pytorch_without_a_tokenizer_file_is_refused_unless_asked(tmp_path, run_cli, digest):
+    """... and a fast tokenizer's tokenizer.json alone (not read here) is named, with how to write the vocabulary."""
     src = hf_dir(tmp_path / "hf")
     os.remove(os.path.join(src, "vocab.txt"))
+    with open(os.path.join(src, "tokenizer.json"), "w") as f:
+        f.write('{"model": {"type": "WordPiece", "vocab": {"[PAD]": 0}}}')
     before = digest(src)
     rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m")
     line = one_error_line(err, "from_pytorch.py")
     assert rc == 1 and f"--src {src}: no tokenizer file (vocab.txt, " in line and "--no-tokenizer" in line, line
+    assert "(its tokenizer.json, a fast tokenizer's file, is not read here: transformers writes the vocabulary " in line
     assert digest(src) == before and not (tmp_path / "m").exists()
     rc, stdout, err = run_cli("convert/from_pytorch.py", "--src", src, "--out", tmp_path / "m", "--no-tokenizer")
     assert rc == 0 and (tmp_path / "m" / "params.safetensors").exists() and not (tmp_path / "m" / "vocab.txt").exists()

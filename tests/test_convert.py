@@ -258,6 +258,13 @@ def test_pickle_checkpoint_refused(tmp_path):
                                          r"global: GLOBAL test_convert.Evil\); this converter loads weights only") as e:
         sj.load_pretrained(str(d))
     assert "weights_only" not in str(e.value) and "trust" not in str(e.value)
+    # a global from a module torch blocks outright (os.system: another wording of torch's), named the same way
+    torch.save({"x": Shell()}, d / "pytorch_model.bin")
+    with pytest.raises(ValueError, match=r"pytorch_model.bin: not a PyTorch checkpoint of tensors alone \(unsupported "
+                                         r"GLOBAL (posix|nt).system\); this converter loads weights only") as e:
+        sj.load_pretrained(str(d))
+    assert "weights_only" not in str(e.value) and "damaged" not in str(e.value)
+    torch.save({"x": object.__new__(Evil)}, d / "pytorch_model.bin")
     good = (d / "pytorch_model.bin").read_bytes()
     for data, msg in ((b"not a pickle at all", r"not a PyTorch checkpoint \(neither torch.save's zip archive nor a "
                                                 r"pickle\)"),
@@ -274,6 +281,15 @@ def test_pickle_checkpoint_refused(tmp_path):
 
 class Evil:
     pass
+
+
+class Shell:
+    """Unpickled, it would run a shell command (``os.system``): never, with weights-only loading."""
+
+    def __reduce__(self):
+        import os
+
+        return os.system, ("true",)
 
 
 def test_missing_encoder_tensor_is_an_error_even_when_new_heads_are_allowed(tmp_path):

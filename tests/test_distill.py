@@ -95,6 +95,13 @@ def test_layer_maps():
         distill.layer_pairs("skip", 1, 6)
     with pytest.raises(InputError, match=r"layer map '1:2,1:2': pair 1:2 given twice"):  # its loss counted twice
         distill.layer_pairs("1:2,1:2", 2, 6)
+    # a student deeper than its teacher: "last" paired student layer 1 with teacher layer -1 (Python's last), "skip"
+    # and "uniform" two student layers with one teacher layer; explicit pairs say what is meant
+    for spec in ("skip", "last", "uniform"):
+        with pytest.raises(InputError, match=rf"^layer map '{spec}' maps a student onto a deeper teacher, and this "
+                                             r"4-layer student is deeper than the 2-layer teacher: give the pairs"):
+            distill.layer_pairs(spec, 4, 2)
+    assert distill.layer_pairs("last", 2, 2) == ((1, 1),) and distill.layer_pairs("2:2,4:2", 4, 2) == ((2, 2), (4, 2))
     # the forms, checked with the settings whether or not a teacher uses them
     distill.check_map_forms("uniform", "skip")
     distill.check_map_forms("1:2,2:4", "1,3")

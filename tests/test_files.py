@@ -501,3 +501,20 @@ def test_a_corpus_pattern_the_shell_did_not_expand_is_named_as_such(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no such corpus file: a pattern that matched no file"):
         files.check_text_files([str(tmp_path / "*.md")])
     assert files.check_text_files([str(tmp_path / "a.txt")]) == [str(tmp_path / "a.txt")]
+
+
+def test_no_command_writes_into_a_training_runs_directory(tmp_path):
+    """A conversion's --out (a model's own writer) that is a fine-tuning run's workdir: its --overwrite replaced the
+    run's config.json with the model's, leaving a directory that is neither. Refused for every command, --overwrite
+    or not, the run recognised by its lock or its config history; a command's own job's directory is its to rewrite."""
+    run, old = tmp_path / "run", tmp_path / "old"
+    run.mkdir()
+    old.mkdir()
+    (old / "config_history.jsonl").write_text("{}\n")  # a finished run: its lock is gone, its history stays
+    with files.RunLock(run, "fine-tuning"):  # a run going on
+        for directory, kind in ((run, "fine-tuning"), (old, "training")):
+            for writes in (None, "this command's files"):
+                with pytest.raises(errors.InputError, match=rf"^--out {directory} is the directory of a {kind} run: "
+                                                            r"its config, checkpoints and model are that run's"):
+                    files.check_output_dir(directory, overwrite=True, writes=writes)
+        assert files.check_output_dir(run, overwrite=True, job="fine-tuning") == str(run)

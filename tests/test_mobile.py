@@ -101,10 +101,20 @@ def test_pretraining_exports_mlm_logits_of_bert_layout(tmp_path):
 
 
 def test_parity_failure_exits_nonzero(tmp_path, monkeypatch, capsys):
+    """A failed check exits 1 and keeps the export for inspection; with --overwrite, the earlier good file stays in
+    place until a new export passes (it was replaced before the check) and the failed one goes beside it."""
     model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), num_labels=2, rngs=nnx.Rngs(0))
     sj.save_pretrained(model, tmp_path / "m")
     real = mobile.flax_outputs
-    monkeypatch.setattr(mobile, "flax_outputs", lambda *a: [x + 1e-3 for x in real(*a)])
     script = load_script("convert", "to_torchscript.py")
+    good = tmp_path / "good.ptl"
+    assert script.main(["--src", str(tmp_path / "m"), "--out", str(good), "--seq-len", "8"]) == 0
+    before = good.read_bytes()
+    monkeypatch.setattr(mobile, "flax_outputs", lambda *a: [x + 1e-3 for x in real(*a)])
     assert script.main(["--src", str(tmp_path / "m"), "--out", str(tmp_path / "x.ptl"), "--seq-len", "8"]) == 1
-    assert "FAILED" in capsys.readouterr().err
+    assert "FAILED" in capsys.readouterr().err and (tmp_path / "x.ptl").exists()
+    assert script.main(["--src", str(tmp_path / "m"), "--out", str(good), "--seq-len", "8", "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert f"the earlier {good} is left as it was; the new export is kept for inspection at {good}.failed" in err
+    assert good.read_bytes() == before and (tmp_path / "good.ptl.failed").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.ptl", "good.ptl.failed", "m", "x.ptl"]

@@ -241,7 +241,7 @@ def test_a_restart_skips_recorded_runs_and_resumes_an_unfinished_one(tmp_path, g
     assert not (tmp_path / "t").exists()
 
 
-def test_mnli_is_chosen_by_matched_accuracy_and_seeds_are_averaged(tmp_path, get_config, monkeypatch):
+def test_mnli_is_chosen_by_matched_accuracy_and_seeds_are_averaged(tmp_path, get_config, monkeypatch, caplog):
     scores = {(1e-5, 0.0): (0.6, 0.9), (1e-5, 0.1): (0.7, 0.5)}  # by (m + mm) / 2 the first would win
     monkeypatch.setattr(ft, "finetune", FakeFinetune(scores))
     grid = sweep.parse_grid("lr=1e-5;dropout=0.0,0.1;seed=0,1", get_config("mnli"))
@@ -253,6 +253,13 @@ def test_mnli_is_chosen_by_matched_accuracy_and_seeds_are_averaged(tmp_path, get
     lines = table.splitlines()
     assert lines[1].split()[3:5] == ["70.0", "50.0"]  # MNLI-m, MNLI-mm of the chosen setting
     assert lines[-3].split() == ["best", "epoch", "2/2"] and lines[-1].split() == ["runs", "4"]
+    # another task swept later into the same workdir: the summary files are this sweep's, and the warning says so
+    rte = sweep.parse_grid("lr=1e-5;dropout=0.0,0.1", get_config("rte"))
+    with caplog.at_level("WARNING", logger="squeezebert_jax.sweep"):
+        sweep.run_sweep(recipe_configs(get_config, tmp_path), rte, str(tmp_path / "w"), ["rte"], echo=lambda s: None)
+    assert "also holds runs of mnli (an earlier sweep in this workdir): table.md, results.json and chosen.json " \
+           "summarise this sweep's tasks (rte) alone" in caplog.text
+    assert list(read_json(os.path.join(tmp_path / "w", "chosen.json"))) == ["rte"]
 
 
 def test_transfer_starts_tasks_from_mnlis_chosen_run_and_teachers_come_from_the_root(tmp_path, get_config,

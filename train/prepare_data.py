@@ -80,7 +80,8 @@ def check_out(out: str, overwrite: bool) -> None:
     if (os.path.isdir(out) and files.read_lock(out).get("what") == WHAT
             and not os.path.exists(os.path.join(out, "meta.json"))):
         ignore += tuple(n for n in os.listdir(out) if n.startswith(("shard-", ".tmp")) or n in TOKENIZER_FILE_NAMES)
-    files.check_output_dir(out, overwrite=overwrite, ignore=ignore, writes="prepared data")  # (never into a model)
+    # never into a model, nor into another job's directory
+    files.check_output_dir(out, overwrite=overwrite, ignore=ignore, writes="prepared data", job=WHAT)
 
 
 if __name__ == "__main__":
