@@ -16,7 +16,8 @@ import sys
 from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.convert import target_family, torch_architecture
-from squeezebert_jax.predict import read_card
+from squeezebert_jax.model import HEADS
+from squeezebert_jax.predict import KINDS, read_card
 from squeezebert_jax.pretrained import not_a_model_dir
 
 
@@ -39,9 +40,11 @@ def main(argv=None):
     check_output_dir(args.out, args.src, args.overwrite, writes=None)
     model = load_pretrained(args.src)
     family = target_family(model.config, args.model_type)
-    card = read_card(args.src, "classifier", model.num_labels) if hasattr(model, "num_labels") else {}
+    kind = next((k for k, head in KINDS.items() if isinstance(model, HEADS[head])), None)
+    card = read_card(args.src, kind, getattr(model, "num_labels", None)) if kind else {}
     export_torch(model, args.out, style=family, tokenizer_dir=args.src, overwrite=args.overwrite,
-                 finetuning_task=card.get("glue_task"))  # a GLUE model's task, where run_glue writes it
+                 finetuning_task=card.get("glue_task"),  # a GLUE model's task, where run_glue writes it
+                 card=card or None)  # and the task.json beside it, which from_pytorch takes back
     print(f"wrote {args.out}: {torch_architecture(model, family)} (model_type {family.style})")
 
 

@@ -373,6 +373,11 @@ def read_card(model_dir: str, kind: str | None = None, num_labels: int | None = 
         want = glue.get_task(card["glue_task"]).text_columns
         raise InputError(f"{path}: 'text_columns' names {len(card.get('text_columns', ()))} but {card['glue_task']} "
                          f"reads {len(want)} ({', '.join(want)}); put back the task.json its fine-tuning wrote")
+    task = (read_model_config(model_dir)[1].get("finetuning_task") if "glue_task" in card
+            and os.path.isfile(os.path.join(model_dir, "config.json")) else None)
+    if task is not None and task != card["glue_task"]:  # a converted checkpoint carries both (to_pytorch)
+        raise InputError(f"{path}: 'glue_task' is {card['glue_task']!r}, but config.json's finetuning_task is "
+                         f"{task!r}: which task the model was fine-tuned on is not for us to pick; make them agree")
     if overlap := ({tasks.Row._key(c) for c in card.get("text_columns", ())}
                    & {tasks.Row._key(c) for c in card.get("choice_columns", ())}):
         raise InputError(f"{path}: 'choice_columns' repeats the text column {sorted(overlap)[0]!r}; a column is a "

@@ -22,6 +22,7 @@ import logging
 import numbers
 import os
 import shutil
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -533,11 +534,13 @@ def cast_compute_dtype(model: nnx.Module, dtype) -> nnx.Module:
 
 def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | models.Family | None = None,
                  tokenizer_dir: str | None = None, *, overwrite: bool = False,
-                 finetuning_task: str | None = None) -> str:
+                 finetuning_task: str | None = None, card: dict | None = None) -> str:
     """Write a transformers checkpoint dir (config.json with ``architectures`` + model.safetensors); ``style``: a
     family's transformers layout, "squeezebert", "bert", "albert", ... or its record (default:
     ``convert.target_family``). A directory holding a model is replaced only with ``overwrite`` (True), and never
-    where a file of the other model would stay (``check_model_dir``)."""
+    where a file of the other model would stay (``check_model_dir``). ``card``: the MODEL_DIR's task.json (checked:
+    ``predict.read_card``), written beside, which transformers ignores and ``import_torch`` takes back (how predict
+    reads a multiple-choice model's columns went missing in a round trip)."""
     from safetensors.numpy import save_file
 
     if overwrite not in (True, False):  # "replace" is for a training run's own model directory, not an export
@@ -548,7 +551,8 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
-    check_model_dir(hf_dir, ("config.json", "model.safetensors"), tok_files, overwrite)
+    check_model_dir(hf_dir, ("config.json", "model.safetensors") + ((tasks.TASK_CARD,) if card else ()), tok_files,
+                    overwrite)
     os.makedirs(hf_dir, exist_ok=True)
     d["tie_word_embeddings"] = True
     if finetuning_task:  # the GLUE task a classifier was fine-tuned on, where transformers' run_glue writes it
@@ -560,13 +564,18 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
             d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
     atomic_write(os.path.join(hf_dir, "model.safetensors"), lambda tmp: save_file(sd, tmp, metadata={"format": "pt"}))
     _write_json(os.path.join(hf_dir, "config.json"), d)
+    if card:
+        _write_json(os.path.join(hf_dir, tasks.TASK_CARD), card)
     copy_tokenizer_files(tokenizer_dir, hf_dir, tok_files)
     return hf_dir
 
 
 def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None,
-                 label_names: list[str] | None = None, *, overwrite: bool | str = False) -> nnx.Module:
-    """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model.
+                 label_names: list[str] | None = None, *, overwrite: bool | str = False,
+                 card: dict | None = None, check: Callable[[nnx.Module], None] | None = None) -> nnx.Module:
+    """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model. ``card``: the task.json
+    ``export_torch`` wrote beside the checkpoint (checked: ``predict.read_card``), the MODEL_DIR's again; ``check``:
+    called with the model built, before anything is written (the card against the model it describes).
 
     ``label_names`` names a classifier's outputs 0..n-1 (its ``id2label``) where the checkpoint's config does not
     (LABEL_0, LABEL_1, ...); GLUE evaluation then reorders them into the task's label order.
@@ -601,8 +610,10 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     readable = any(name in TOKENIZER_FILE_NAMES for name, _ in tok_files)  # else the weights alone
     # a classifier run_glue fine-tuned names its GLUE task (finetuning_task): kept as the MODEL_DIR's card, so that it
     # is scored on no other task and predict gives it its task's number of texts
-    card = tasks.glue_card(raw.get("finetuning_task")) if isinstance(
-        model, HEADS["SqueezeBertForSequenceClassification"]) else None
+    card = card or (tasks.glue_card(raw.get("finetuning_task")) if isinstance(
+        model, HEADS["SqueezeBertForSequenceClassification"]) else None)
+    if check is not None:
+        check(model)
     save_pretrained(model, model_dir, tokenizer_dir=hf_dir if readable else None, overwrite=overwrite,
                     beside=(tasks.TASK_CARD,) if card else ())
     if card:

@@ -827,8 +827,39 @@ def test_a_glue_models_task_goes_through_conversion_both_ways(tmp_path, run_cli)
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["finetuning_task"] == "sst2"
     rc, _, err = run_cli("convert/from_pytorch.py", "--src", tmp_path / "hf", "--out", tmp_path / "back")
     assert rc == 0 and json.loads((tmp_path / "back" / "task.json").read_text()) == card, err
+    assert json.loads((tmp_path / "hf" / "task.json").read_text()) == card  # beside it, as to_pytorch writes it
     hf = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf | {"finetuning_task": "mrpc"}))
+    with pytest.raises(InputError, match=r"task.json: 'glue_task' is 'sst2', but config.json's finetuning_task is "
+                                         r"'mrpc': which task"):
+        Predictor(str(tmp_path / "hf"))
+    os.remove(tmp_path / "hf" / "task.json")  # transformers' run_glue writes none: config.json's task alone
     with pytest.raises(InputError, match=r"^the input holds 1 text; this model reads a pair of texts"):
         Predictor(str(tmp_path / "hf"))("a story")
     assert set(Predictor(str(tmp_path / "hf"))(("a story", "the story"))) == {"label", "probabilities"}
+
+
+def test_a_round_trip_through_transformers_keeps_the_task_card(tmp_path, run_cli, digest):
+    """to_pytorch writes the MODEL_DIR's task.json beside the checkpoint (transformers ignores it) and from_pytorch
+    takes it back: a multiple-choice model's text and ending columns came back missing, and predict read ``sent2`` as
+    one more ending. A card of another kind of model beside the checkpoint is refused by name."""
+    src = tmp_path / "mc"
+    sj.save_pretrained(sj.HEADS["SqueezeBertForMultipleChoice"](SqueezeBertConfig(**TINY), rngs=nnx.Rngs(0)), src)
+    (src / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    card = {"kind": "multiple_choice", "text_columns": ["sent1", "sent2"], "choice_columns": ["ending0", "ending1"]}
+    (src / "task.json").write_text(json.dumps(card))
+    rc, _, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "hf")
+    assert rc == 0 and json.loads((tmp_path / "hf" / "task.json").read_text()) == card, err
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", tmp_path / "hf", "--out", tmp_path / "back")
+    assert rc == 0 and json.loads((tmp_path / "back" / "task.json").read_text()) == card, err
+    from squeezebert_jax.predict import Predictor
+
+    assert Predictor(str(tmp_path / "back")).columns == "sent1,sent2,ending0,ending1"
+    # the export again over its own directory: its task.json is this export's file, not another model's
+    rc, _, err = run_cli("convert/to_pytorch.py", "--src", src, "--out", tmp_path / "hf", "--overwrite")
+    assert rc == 0, err
+    (tmp_path / "hf" / "task.json").write_text(json.dumps({"kind": "token_classification", "text_columns": ["t"]}))
+    before = digest(tmp_path)
+    rc, _, err = run_cli("convert/from_pytorch.py", "--src", tmp_path / "hf", "--out", tmp_path / "back2")
+    assert rc == 1 and "task.json: 'kind' is 'token_classification', but" in one_error_line(err, "from_pytorch.py")
+    assert digest(tmp_path) == before and not (tmp_path / "back2").exists()
