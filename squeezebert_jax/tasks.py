@@ -848,10 +848,17 @@ class ChoiceTask:
         first = [ex.context for ex in examples for _ in range(c)]
         second = [f"{ex.lead} {e}" if ex.lead is not None else e for ex in examples for e in ex.endings]
         enc = tokenizer.encode_batch(first, second, max_length=max_length)
-        warn_truncated(getattr(tokenizer, "last_truncated", 0), len(first), max_length,
-                       "max_seq_length (predict: --max_length)")
+        setting = "max_seq_length (predict: --max_length)"
+        warn_truncated(getattr(tokenizer, "last_truncated", 0), len(first), max_length, setting,
+                       what=f"choices (a context and an ending each; {c} a row)")
         out = {k: np.asarray(enc[k], np.int32).reshape(n, c, max_length)
                for k in ("input_ids", "attention_mask", "token_type_ids")}
+        ids = out["input_ids"]
+        if n and c > 1 and (same := int(np.all(ids == ids[:, :1], axis=(1, 2)).sum())):
+            # every choice of a row read the same after the cut (the endings cut away): its answer is a coin's
+            log.warning("%d of %d rows read the same in every choice after the cut to %d tokens (the endings were cut "
+                        "away): the model cannot tell their choices apart; a larger %s keeps them", same, n,
+                        max_length, setting)
         out["labels"] = np.array([ex.label or 0 for ex in examples], np.int32)
         return out
 

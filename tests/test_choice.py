@@ -80,17 +80,23 @@ def test_choices_are_run_swags_pairs_and_buckets_keep_the_logits(init, tmp_path)
 
 def test_choices_cut_to_max_length_are_counted_in_a_warning(init, tmp_path, caplog):
     """A context and ending longer than max_length lose their end: never without a word (tokenizer.warn_truncated,
-    the message classification and predict give)."""
+    the message classification and predict give), counted as choices (a row has four); rows whose endings were cut
+    away, so that every choice reads the same, are counted too (predict reported one of them as the answer)."""
     import logging
 
     task = tasks.ChoiceTask("a", {"train": str(_write(tmp_path / "a.csv", _rows(10, 0)))}, ("sent1", "sent2"),
                             tuple(HEADER[2:6]), "label")
     examples = task.load("train")
-    with caplog.at_level(logging.WARNING, logger="squeezebert_jax.tokenizer"):
+    with caplog.at_level(logging.WARNING):
         task.encode(examples, sj.Tokenizer.from_dir(init), 32)
         assert not caplog.records
         task.encode(examples, sj.Tokenizer.from_dir(init), 6)
-    assert caplog.records[0].getMessage().startswith("40 of 40 inputs (100.0%) are longer than 6 tokens and were cut")
+        assert [r.getMessage()[:103] for r in caplog.records] == [
+            "40 of 40 choices (a context and an ending each; 4 a row) (100.0%) are longer than 6 tokens and were cut"]
+        caplog.clear()
+        task.encode(examples, sj.Tokenizer.from_dir(init), 5)  # the lead "then john left for" keeps, the ending goes
+    assert caplog.records[-1].getMessage().startswith("10 of 10 rows read the same in every choice after the cut to 5 "
+                                                      "tokens (the endings were cut away): the model cannot tell")
 
 
 def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
