@@ -93,7 +93,8 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
              "is refused by file and line; only GLUE's TSV reader skips rows)")
         if value("data.choice_columns"):
             need(config.data.kind == "multiple_choice", "data.choice_columns",
-                 f"left empty with data.kind {config.data.kind!r} (only multiple_choice reads the ending columns)")
+                 f"read by no run: leave it empty with data.kind {config.data.kind!r} (only multiple_choice reads "
+                 f"the ending columns)")
         if config.data.kind != "question_answering":
             unread(tasks.DATA_SETTINGS, tasks.QA_SETTINGS, f"with data.kind {config.data.kind!r} (only "
                    "question_answering reads it)", "data")

@@ -64,13 +64,15 @@ class Settings:
 
     def unread(self, defaults: dict, names, why: str, section: str = "") -> None:
         """Settings no run of this config reads (``why``: beside what), refused unless at their ``defaults``: one line,
-        ``config.SECTION.NAME=value: left at its default D WHY`` (``left empty`` for ""), never silently ignored."""
+        ``config.SECTION.NAME=value: read by no run: leave it at its default D WHY`` (``leave it empty`` for ""), never
+        silently ignored (it said "left at its default", which read as if the setting had not been given)."""
         for name in names:
             path = f"{section}.{name}" if section else name
             if name in (self.config[section] if section else self.config):
                 default = defaults[name]
                 self.need(self.value(path) == default, path,
-                          f"left {'empty' if default == '' else f'at its default {default!r}'} {why}")
+                          f"read by no run: leave it {'empty' if default == '' else f'at its default {default!r}'} "
+                          f"{why}")
 
     def number(self, name: str, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False) -> bool:
         """A finite int or float (never a bool) in the range: ``lo``/``hi`` closed unless ``*_open``."""

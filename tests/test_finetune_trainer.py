@@ -186,21 +186,29 @@ def test_sigterm_saves_stops_and_the_rerun_resumes_exactly(task, tmp_path, monke
 
 @pytest.mark.parametrize("task_name, kind, field, value, msg", [
     # a GLUE task reads its own files: your file beside it trained on GLUE's SST-2 without a word
-    ("sst2", "classification", "train_file", "mine.csv", r"config.data.train_file='mine.csv': left empty with task "
+    ("sst2", "classification", "train_file", "mine.csv", r"config.data.train_file='mine.csv': read by no run: leave "
+                                                         r"it empty with task "
                                                          r"'sst2', which reads its own files \(config.data_dir\)"),
-    ("mnli", "classification", "labels", "a,b,c", r"config.data.labels='a,b,c': left empty with task 'mnli'"),
-    ("rte", "classification", "test_file", "t.csv", r"config.data.test_file='t.csv': left empty with task 'rte'"),
+    ("mnli", "classification", "labels", "a,b,c", r"config.data.labels='a,b,c': read by no run: leave it empty with "
+                                                  r"task 'mnli'"),
+    ("rte", "classification", "test_file", "t.csv", r"config.data.test_file='t.csv': read by no run: leave it empty "
+                                                    r"with task 'rte'"),
     # and the settings whose defaults are not empty (their files' columns, kind and QA windows)
-    ("sst2", "classification", "text_columns", "review", r"config.data.text_columns='review': left at its default "
+    ("sst2", "classification", "text_columns", "review", r"config.data.text_columns='review': read by no run: leave "
+                                                         r"it at its default "
                                                          r"'sentence' with task 'sst2', which reads its own files"),
-    ("stsb", "regression", "kind", "regression", r"config.data.kind='regression': left at its default "
+    ("stsb", "regression", "kind", "regression", r"config.data.kind='regression': read by no run: leave it at its "
+                                                 r"default "
                                                  r"'classification' with task 'stsb'"),
-    ("qnli", "classification", "doc_stride", 64, r"config.data.doc_stride=64: left at its default 32 with task "
+    ("qnli", "classification", "doc_stride", 64, r"config.data.doc_stride=64: read by no run: leave it at its "
+                                                 r"default 32 with task "
                                                  r"'qnli'"),
     # ending columns with a kind that reads none
-    ("files", "classification", "choice_columns", "a,b", r"config.data.choice_columns='a,b': left empty with "
+    ("files", "classification", "choice_columns", "a,b", r"config.data.choice_columns='a,b': read by no run: leave "
+                                                         r"it empty with "
                                                          r"data.kind 'classification' \(only multiple_choice"),
-    ("files", "regression", "choice_columns", "a,b", r"config.data.choice_columns='a,b': left empty with data.kind "
+    ("files", "regression", "choice_columns", "a,b", r"config.data.choice_columns='a,b': read by no run: leave it "
+                                                     r"empty with data.kind "
                                                      r"'regression'"),
 ])
 def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, field, value, msg):
@@ -215,29 +223,38 @@ def test_settings_no_run_of_the_task_or_kind_reads_are_refused(task_name, kind, 
 
 @pytest.mark.parametrize("path, value, msg", [
     # distillation's settings with no teacher, pruning's with pruning off, a student's layer map at init_from's depth
-    ("distill.teacher_weight", 0.9, r"config.distill.teacher_weight=0.9: left at its default 0.5 without a "
+    ("distill.teacher_weight", 0.9, r"config.distill.teacher_weight=0.9: read by no run: leave it at its default "
+                                    r"0.5 without a "
                                     r"distill.teacher \(only distillation reads it\)"),
-    ("distill.layer_map", "last", r"config.distill.layer_map='last': left at its default 'skip' without a "
+    ("distill.layer_map", "last", r"config.distill.layer_map='last': read by no run: leave it at its default 'skip' "
+                                  r"without a "
                                   r"distill.teacher"),
-    ("student_layer_map", "first", r"config.student_layer_map='first': left at its default 'skip' with "
+    ("student_layer_map", "first", r"config.student_layer_map='first': read by no run: leave it at its default "
+                                   r"'skip' with "
                                    r"student_layers 0"),
-    ("prune.kind", "heads", r"config.prune.kind='heads': left at its default 'unstructured' with prune.target 0 "
+    ("prune.kind", "heads", r"config.prune.kind='heads': read by no run: leave it at its default 'unstructured' "
+                            r"with prune.target 0 "
                             r"\(pruning off\)"),
-    ("prune.every", 5, r"config.prune.every=5: left at its default 10 with prune.target 0"),
+    ("prune.every", 5, r"config.prune.every=5: read by no run: leave it at its default 10 with prune.target 0"),
     # your own files: the QA windows read by question answering alone, and SQuAD's fields are its own
-    ("data.doc_stride", 7, r"config.data.doc_stride=7: left at its default 32 with data.kind 'classification' "
+    ("data.doc_stride", 7, r"config.data.doc_stride=7: read by no run: leave it at its default 32 with data.kind "
+                           r"'classification' "
                            r"\(only question_answering reads it\)"),
-    ("data.null_threshold", 3.0, r"config.data.null_threshold=3.0: left at its default 0.0 with data.kind"),
-    ("distill.cache_dir", "/tmp/cache", r"config.distill.cache_dir='/tmp/cache': left empty without a distill.teacher"),
+    ("data.null_threshold", 3.0, r"config.data.null_threshold=3.0: read by no run: leave it at its default 0.0 with "
+                                 r"data.kind"),
+    ("distill.cache_dir", "/tmp/cache", r"config.distill.cache_dir='/tmp/cache': read by no run: leave it empty "
+                                        r"without a distill.teacher"),
     # a GLUE task's own settings beside your files
-    ("data_dir", "/data/glue", r"config.data_dir='/data/glue': left empty with task 'files' \(only a GLUE task"),
+    ("data_dir", "/data/glue", r"config.data_dir='/data/glue': read by no run: leave it empty with task 'files' "
+                               r"\(only a GLUE task"),
     ("skip_malformed", True, r"config.skip_malformed=True: False with task 'files' \(a malformed row of your own"),
 ])
 def test_settings_nothing_reads_without_their_feature_are_refused(path, value, msg):
     if path == "distill.layer_map":  # with a teacher too: only the layer losses read it, every weight 0 by default
         c = glue_config("files", "init", "data")
         c.data.train_file, c.distill.teacher, c.distill.layer_map = "train.csv", "teacher", value
-        with pytest.raises(sj.errors.InputError, match=r"^config.distill.layer_map='last': left at its default 'skip' "
+        with pytest.raises(sj.errors.InputError, match=r"^config.distill.layer_map='last': read by no run: leave it "
+                                                       r"at its default 'skip' "
                                                        r"with every layer loss's weight 0"):
             finetune_settings.check_settings(c, 1)
         c.distill.hidden_weight = 1.0
@@ -250,7 +267,8 @@ def test_settings_nothing_reads_without_their_feature_are_refused(path, value, m
         finetune_settings.check_settings(c, 1)
     c.data.kind, c.data.text_columns = "question_answering", "review"
     if path.startswith("data."):  # question answering reads its windows, and no column names
-        with pytest.raises(sj.errors.InputError, match=r"^config.data.text_columns='review': left at its default "
+        with pytest.raises(sj.errors.InputError, match=r"^config.data.text_columns='review': read by no run: leave "
+                                                       r"it at its default "
                                                        r"'sentence' with data.kind 'question_answering' \(SQuAD"):
             finetune_settings.check_settings(c, 1)
         c.data.text_columns = "sentence"
@@ -264,7 +282,8 @@ def test_column_names_beside_conll_files_are_refused():
     c.data.kind, c.data.train_file, c.data.validation_file = "token_classification", "train.conll", "dev.conll"
     for field, value in (("label_column", "ner"), ("text_columns", "words")):
         c.data[field] = value
-        with pytest.raises(sj.errors.InputError, match=rf"^config.data.{field}='{value}': left at its default "
+        with pytest.raises(sj.errors.InputError, match=rf"^config.data.{field}='{value}': read by no run: leave it "
+                                                       rf"at its default "
                                                        rf"'{tasks.DATA_SETTINGS[field]}' with data.kind "
                                                        r"'token_classification' on CoNLL files"):
             finetune_settings.check_settings(c, 1)
@@ -303,8 +322,8 @@ def test_a_workdir_that_is_no_path_is_named_by_both_trainers():
 
 
 def test_an_unknown_task_is_named_before_the_files_it_would_not_read():
-    """--config.task foo with a train_file: "train_file: left empty with task 'foo', which reads its own files" was
-    said, though no task foo exists."""
+    """--config.task foo with a train_file: "train_file: read by no run: leave it empty with task 'foo', which reads its
+    own files" was said, though no task foo exists."""
     c = glue_config("sst2", "init", "data")
     c.task, c.data.train_file = "foo", "tr.csv"
     with pytest.raises(sj.errors.InputError, match=r"^unknown GLUE task 'foo'; known: "):

@@ -166,7 +166,8 @@ def test_a_phase_may_set_its_own_microbatches(tmp_path):
     phases[1] = dataclasses.replace(phases[1], num_microbatches=4)
     assert [pretrain_settings.microbatches(c, p) for p in phases] == [2, 4]
     pretrain_settings.check_batch_division(c, phases[1], 4)  # 16 rows = 4 devices x 4 microbatches x 1
-    with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x 4\)"):
+    with pytest.raises(ValueError, match=r"phase2: global_batch_size 16 must divide by devices x microbatches \(8 x "
+                                         r"4\)"):
         pretrain_settings.check_batch_division(c, phases[1], 8)
     wd = tmp_path / "run"  # refused before the demo data is made: nothing left behind
     with pytest.raises(ValueError, match=r"phase1: global_batch_size 16 must divide by devices x microbatches "
@@ -638,10 +639,13 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     # settings nothing reads: the processes without a coordinator, the RTD block beside MLM + SOP (its NaN was written
     # into config.json), a data.path beside the demo corpus, a model field no model has
     ({"num_processes": 2, "process_id": 1}, "config.num_processes=2: left at 0 without coordinator_address"),
-    ({"rtd.weight": float("nan")}, "config.rtd.weight=nan: left at its default 50.0 with objective 'mlm_sop' (only "
+    ({"rtd.weight": float("nan")}, "config.rtd.weight=nan: read by no run: leave it at its default 50.0 with "
+                                   "objective 'mlm_sop' (only "
                                    "objective=rtd reads it)"),
-    ({"rtd.generator_fraction": 7.0}, "config.rtd.generator_fraction=7.0: left at its default 0.25"),
-    ({"data.path": "/data/corpus"}, "config.data.path='/data/corpus': left empty with data.source=demo"),
+    ({"rtd.generator_fraction": 7.0}, "config.rtd.generator_fraction=7.0: read by no run: leave it at its default "
+                                      "0.25"),
+    ({"data.path": "/data/corpus"}, "config.data.path='/data/corpus': read by no run: leave it empty with "
+                                    "data.source=demo"),
     ({"model.overrides": {"bogus_field": 1}}, "config.model.overrides: 'bogus_field' is no model field"),
     ({"rng_impl": "philox"}, "config.rng_impl='philox': threefry2x32 or rbg"),
     ({"model.attention": "flash"}, "config.model: attention 'flash' not supported; one of ['fused', 'reference']"),
