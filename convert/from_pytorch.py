@@ -28,8 +28,7 @@ from squeezebert_jax import cli, count_params, import_torch
 from squeezebert_jax.convert import check_head, head_name
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_dir
-from squeezebert_jax.model import HEADS
-from squeezebert_jax.predict import KINDS, read_card
+from squeezebert_jax.predict import model_kind, read_card
 from squeezebert_jax.pretrained import tokenizer_files
 from squeezebert_jax.tasks import declared_labels
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES
@@ -65,8 +64,7 @@ def main(argv=None):
     # a task.json to_pytorch wrote beside the checkpoint (how predict reads the model's inputs), checked before the work
     card = read_card(args.src) if os.path.lexists(os.path.join(args.src, "task.json")) else None
     def check(model):  # ... and against the model it describes, before the MODEL_DIR is written
-        read_card(args.src, next((k for k, h in KINDS.items() if isinstance(model, HEADS[h])), None),
-                  getattr(model, "num_labels", None))
+        read_card(args.src, model_kind(model), getattr(model, "num_labels", None))
 
     model = import_torch(args.src, args.out, head=args.head, label_names=names, overwrite=args.overwrite, card=card,
                          check=check if card else None)

@@ -16,8 +16,7 @@ import sys
 from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.convert import target_family, torch_architecture
-from squeezebert_jax.model import HEADS
-from squeezebert_jax.predict import KINDS, read_card
+from squeezebert_jax.predict import model_kind, read_card
 from squeezebert_jax.pretrained import not_a_model_dir
 
 
@@ -40,7 +39,7 @@ def main(argv=None):
     check_output_dir(args.out, args.src, args.overwrite, writes=None)
     model = load_pretrained(args.src)
     family = target_family(model.config, args.model_type)
-    kind = next((k for k, head in KINDS.items() if isinstance(model, HEADS[head])), None)
+    kind = model_kind(model)
     card = read_card(args.src, kind, getattr(model, "num_labels", None)) if kind else {}
     export_torch(model, args.out, style=family, tokenizer_dir=args.src, overwrite=args.overwrite,
                  finetuning_task=card.get("glue_task"),  # a GLUE model's task, where run_glue writes it

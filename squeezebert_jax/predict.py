@@ -82,7 +82,7 @@ class Predictor:
             raise InputError(f"batch_size={batch_size!r}: an integer >= 1")
         model_dir = path_argument("model_dir", model_dir)
         self.model, self.model_dir = load_pretrained(model_dir), model_dir
-        self.kind = next((k for k, head in KINDS.items() if isinstance(self.model, HEADS[head])), None)
+        self.kind = model_kind(self.model)
         if self.kind is None:
             raise NoClassifierError(f"{model_dir}: the model ({type(self.model).__name__}) has no classifier, tagger, "
                                     f"question-answering or multiple-choice head: fine-tune it first "
@@ -291,6 +291,14 @@ def _kind_of(x) -> str:
 
 KINDS = {"classifier": "SqueezeBertForSequenceClassification", "tagger": "SqueezeBertForTokenClassification",
          "qa": "SqueezeBertForQuestionAnswering", "choice": "SqueezeBertForMultipleChoice"}
+
+
+def model_kind(model) -> str | None:
+    """The ``KINDS`` name of ``model``'s head (what its task.json describes: ``read_card``'s ``kind``), or None for
+    a head predict has no method of (a pretraining or bare encoder model)."""
+    return next((k for k, head in KINDS.items() if isinstance(model, HEADS[head])), None)
+
+
 _KIND_WORDS = {"classifier": "a sequence classifier", "tagger": "a tagger (token classification)",
                "qa": "a question-answering model", "choice": "a multiple-choice model"}
 
