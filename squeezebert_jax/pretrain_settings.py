@@ -206,15 +206,17 @@ def run_stream(config: ml_collections.ConfigDict) -> dict:
     """The fingerprint of this run's training stream (``trainer.run_stream``): ``RUN_SETTINGS``, each phase's
     ``PHASE_STREAM`` fields and the model's architecture (``config.model``'s preset and overrides as the fields they
     resolve to, but for ``ARCHITECTURE_FREE``: another head count or group count has the same shapes and would load
-    the checkpoint's weights into another function) and, for RTD, ``RTD_STREAM``. The data itself is fingerprinted
-    by ``pretrain_data``."""
+    the checkpoint's weights into another function), after the preset itself (a resume on another preset names it,
+    not only the fields it changes) and, for RTD, ``RTD_STREAM``. The data itself is fingerprinted by
+    ``pretrain_data``."""
     phases = {f"config.phases[{p.index}].{f}": getattr(p, f) for p in get_phases(config) for f in PHASE_STREAM}
     arch = {f"config.model.{k}": v for k, v in model_config(config, "cpu").to_dict().items()
             if k not in ARCHITECTURE_FREE}
     # RTD's generator (its width: its weights' shapes) and its loss's weight: what the run is trained towards
     rtd = {f"config.rtd.{k}": trainer.config_value(config, f"rtd.{k}") for k in RTD_STREAM} \
         if config.objective == "rtd" else {}
-    return trainer.run_stream(config, RUN_SETTINGS, derived=phases | arch | rtd)
+    preset = {"config.model.preset": config.model.preset}
+    return trainer.run_stream(config, RUN_SETTINGS, derived=preset | phases | arch | rtd)
 
 
 DEMO_ENTRIES = files.DEMO_DIRS  # what the demo source writes into a workdir before its first checkpoint

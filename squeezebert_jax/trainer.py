@@ -226,9 +226,9 @@ def record_config(workdir: str, config: ml_collections.ConfigDict, start_step: i
 # --------------------------------------------------------------------------------------------------
 
 # the layout of a stream record; records of another version are compared on their common keys (3: pretraining records
-# model.vocab_from_tokenizer and, for RTD, rtd.*; 4: both record rng_impl, the dropout bits' generator, so a run begun
-# before resumes on what both record)
-STREAM_VERSION = 4
+# model.vocab_from_tokenizer and, for RTD, rtd.*; 4: both record rng_impl, the dropout bits' generator; 5: pretraining
+# records model.preset, named before the fields it resolves to; so a run begun before resumes on what both record)
+STREAM_VERSION = 5
 
 
 def source_identity(source: str) -> dict:

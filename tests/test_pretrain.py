@@ -739,7 +739,11 @@ def test_a_resume_on_another_stream_is_refused_and_other_settings_may_change(tmp
             ({"model.overrides": {**tiny_config().model.overrides, "num_attention_heads": 4}},
              "config.model.num_attention_heads changed since the run began (2 -> 4)"),
             ({"model.overrides": {**tiny_config().model.overrides, "hidden_act": "relu"}},
-             "config.model.hidden_act changed since the run began (\"gelu\" -> \"relu\")")):
+             "config.model.hidden_act changed since the run began (\"gelu\" -> \"relu\")"),
+            # another preset: named first, then the fields it resolves to (it named q_groups, ... alone)
+            ({"model.preset": "bert-base-uncased"}, "config.model.preset changed since the run began "
+                                                    "(\"squeezebert-uncased\" -> \"bert-base-uncased\"); "
+                                                    "config.model.q_groups changed")):
         with pytest.raises(errors.InputError) as e:
             resume(tiny_config(**change))
         assert str(e.value).startswith(message) and "start a new --workdir" in str(e.value), str(e.value)
