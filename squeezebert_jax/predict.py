@@ -206,7 +206,8 @@ class Predictor:
             raise InputError("a tagger labels single texts (its words split on whitespace), not pairs")
         examples = [tasks.TokenExample(i, tuple(t.split()), None, (*where[i], False) if where else None)
                     for i, t in enumerate(texts)]
-        arrays = tasks.ConllTask("predict", {}, tuple(self.labels), length_setting=self.length_setting).encode(
+        arrays = tasks.ConllTask("predict", {}, tuple(self.labels), length_setting=self.length_setting,
+                                 positions=self.model.config.max_position_embeddings).encode(
             examples, self.tokenizer, self.max_length)
         ids = self._logits(arrays).argmax(-1)
         out = []

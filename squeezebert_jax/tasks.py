@@ -645,6 +645,7 @@ class ConllTask:
     labels: tuple[str, ...]
     columns: tuple[str, str] = ("tokens", "ner_tags")  # a dataset split's words and tags (CoNLL files: unused)
     length_setting: str = "--max_length"  # what sets the length, for predict's warning (fine-tuning's own setting)
+    positions: int | None = None  # predict's model's positions: no setting tags past them
 
     kind, head, loss = "token_classification", "SqueezeBertForTokenClassification", "token_cross_entropy"
     is_regression = False
@@ -726,9 +727,11 @@ class ConllTask:
                         "entities count as missed); raise max_seq_length to see them", at, lost,
                         sum(1 for c in cut if c), first, max_length)
         elif lost:  # predict's sentences (no files): those words get no tag
-            log.warning("%d words of %d sentences lie past %s=%d and get no tag (null); a larger %s, up to the "
-                        "model's positions, tags them", lost, sum(1 for c in cut if c), self.length_setting,
-                        max_length, self.length_setting)
+            fix = (f"the model reads at most {self.positions} tokens (its positions): split longer sentences to tag "
+                   "all their words" if self.positions is not None and max_length >= self.positions else
+                   f"a larger {self.length_setting}, up to the model's positions, tags them")
+            log.warning("%d words of %d sentences lie past %s=%d and get no tag (null); %s", lost,
+                        sum(1 for c in cut if c), self.length_setting, max_length, fix)
         return out
 
     def tag_sequences(self, predictions, labels, cut_labels=None) -> tuple[list[list[str]], list[list[str]]]:

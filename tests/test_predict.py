@@ -131,6 +131,11 @@ def test_a_tagger_gives_a_tag_per_word_from_its_first_piece(tmp_path, caplog):
         Predictor(str(tmp_path / "tagger"), max_length=4,
                   length_setting="config.max_seq_length")(["the movie was good"])
     assert "lie past config.max_seq_length=4 and get no tag (null); a larger config.max_seq_length" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # at the model's positions no setting tags more: it says so
+        Predictor(str(tmp_path / "tagger"))([" ".join(["the movie was good"] * 20)])
+    assert ("lie past max_length=64 and get no tag (null); the model reads at most 64 tokens (its positions): split "
+            "longer sentences") in caplog.text
     # a word the tokenizer reads as nothing: named by the file's line (a blank line before it), not "input 2"
     (tmp_path / "in.txt").write_text("the movie was good\n\nthe \x07 movie\n")
     with pytest.raises(sj.errors.DataFileError, match=r"in.txt:3: word 2 of the sentence \('\\x07'\) holds nothing"):
