@@ -110,9 +110,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
         _check_entries(out, what)
     if os.path.isdir(out) and writes is not None:
         refuse_model_dir(out, writes, what)
-    other = (read_lock(out).get("what") or ("training" if os.path.isfile(os.path.join(out, "config_history.jsonl"))
-                                            else "")) if os.path.isdir(out) and job is not None else ""
-    if other and other != job:
+    if job is not None and (other := run_of(out)) and other != job:
         raise InputError(f"{what} {out} is the directory of a {other} run: its config, checkpoints and model are that "
                          f"run's, and this command's files would replace or join them, --overwrite or not; choose "
                          f"another {what}")
@@ -774,6 +772,15 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def run_of(directory: str | os.PathLike) -> str:
+    """The job whose directory ``directory`` is: its lock's (``RunLock``: a job going on, or one that died), else
+    "training" where a training run's start is recorded (``config_history.jsonl``: a run that ended), else ""."""
+    if not os.path.isdir(directory):
+        return ""
+    return read_lock(directory).get("what") or (
+        "training" if os.path.isfile(os.path.join(os.fspath(directory), "config_history.jsonl")) else "")
+
+
 def read_lock(directory: str | os.PathLike) -> dict:
     """What ``DIR/.lock`` says of the run that holds or last held the directory (``{}``: none, unreadable, or no regular
     file: a pipe there would block the read; ``RunLock`` refuses it by name)."""
@@ -967,7 +974,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if owner and owner != what:
         raise InputError(f"{what_flag} {workdir} holds a {owner} run, not a {what} one: choose another directory "
                          "(its files are left as they are)")
-    if owner or os.path.exists(os.path.join(workdir, "config_history.jsonl")):
+    if run_of(workdir):  # this job's (the check above), locked or with a history
         return workdir
     refuse_model_dir(workdir, f"a {what} run", what_flag)
     present = sorted(set(os.listdir(workdir)) - {"log.txt", LOCK_NAME, *ours})
