@@ -610,6 +610,20 @@ def _json_float(text: str) -> float:
     return value
 
 
+def _json_int(text: str) -> int:
+    """A JSON integer, except one beyond a float's range (a label, an offset or a size that long is no value any
+    reader here takes; Python refuses past 4,300 digits with a message naming no line)."""
+    if len(text.lstrip("-")) > 308:
+        raise _HugeNumber(text)
+    return int(text)
+
+
+def _json_loads(text: str):
+    """``json.loads`` as every reader of a user's JSON calls it: a key named twice in one object raises
+    ``_DuplicateKey``, a number beyond a float's range ``_HugeNumber``."""
+    return json.loads(text, object_pairs_hook=_json_object, parse_float=_json_float, parse_int=_json_int)
+
+
 def _json_object(pairs: list[tuple[str, object]]) -> dict:
     out = {}
     for k, v in pairs:
@@ -658,10 +672,15 @@ def parse_json(text: str, where: str):
     named twice in one object is refused (``json`` keeps the last value without a word), and a syntax error names its
     line and column. ``DataFileError`` ("WHERE:LINE:COL: ...")."""
     try:
-        return json.loads(text, object_pairs_hook=_json_object)
+        return _json_loads(text)
     except _DuplicateKey as e:
         raise DataFileError(f"{where}: the key {e.args[0]!r} appears twice in one object (json would keep the last "
                             "without a word); keep one") from None
+    except _HugeNumber as e:
+        at = text.find(e.args[0])
+        line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        raise DataFileError(f"{where}:{line}:{col}: the number {e.args[0][:40]}{'...' if len(e.args[0]) > 40 else ''} "
+                            "is beyond a float's range (|x| < 1.8e308)") from None
     except json.JSONDecodeError as e:
         raise DataFileError(f"{where}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
@@ -679,14 +698,14 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
         if not line.strip():
             continue
         try:
-            row = json.loads(line, object_pairs_hook=_json_object, parse_float=_json_float)
+            row = _json_loads(line)
         except _DuplicateKey as e:
             raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
                                 f"meant?)") from None
         except _HugeNumber as e:
-            raise DataFileError(f"{path}:{lineno}: the number {e.args[0][:40]} is beyond a float's range "
-                                "(|x| < 1.8e308)") from None
-        except ValueError as e:
+            raise DataFileError(f"{path}:{lineno}: the number {e.args[0][:40]}{'...' if len(e.args[0]) > 40 else ''} "
+                                "is beyond a float's range (|x| < 1.8e308)") from None
+        except json.JSONDecodeError as e:
             whole = "; the file is one JSON array or object across lines: JSON Lines holds one object per line" \
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
@@ -734,13 +753,29 @@ def number_value(raw) -> float:
     """A score cell's number: a JSON number, or text that ``_NUMBER_TEXT`` reads (white space around it dropped); a
     ValueError for anything else (a boolean, text such as ``0_5`` or ``1,5``). The one reader of a score: your own
     regression files and GLUE's STS-B alike."""
+    if isinstance(raw, str):
+        raw = raw.strip().replace("\u2212", "-")  # U+2212, the minus sign: -1.5 typeset
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)) or (
-            isinstance(raw, str) and not _NUMBER_TEXT.fullmatch(raw.strip())):
+            isinstance(raw, str) and not _NUMBER_TEXT.fullmatch(raw)):
         raise ValueError(f"{raw!r} is not a number")
     try:
         return float(raw)
     except OverflowError:  # a JSON integer of hundreds of digits
         return math.inf
+
+
+def text_problem(text: str) -> str:
+    """What a text given to a model (a JSON cell's ``"\u0000"`` or ``"\udc80"``, a Python string) may not hold, as a
+    phrase, or "": a NUL, which no text holds (a text file holding one is refused by line: ``line_problem``),
+    and a lone surrogate, which is no character (JSON's escape of half a pair; the tokenizers cannot encode it)."""
+    if "\0" in text:
+        return f"holds a NUL character at character {text.index(chr(0)) + 1}, which no text holds"
+    try:
+        text.encode("utf-8")  # at C speed: every row's text passes here
+    except UnicodeEncodeError as e:
+        return (f"holds a lone surrogate {text[e.start]!r} at character {e.start + 1}, which is not a character (half "
+                "of a JSON \\uXXXX pair); write the text in valid Unicode")
+    return ""
 
 
 def has_text(value: str) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 from squeezebert_jax import glue, squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text, json_type,
-                                   path_argument, read_json, text_lines)
+                                   path_argument, read_json, text_lines, text_problem)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.model import HEADS
 from squeezebert_jax.pretrained import load_pretrained, read_model_config
@@ -156,7 +156,7 @@ class Predictor:
             elif not isinstance(x, str):
                 raise InputError(f"{name} is {_kind_of(x)}, not a text (str) or a tuple of texts")
             n = 1 if isinstance(x, str) else len(x)
-            if problem := next(filter(None, map(tasks.nul_problem, (x,) if isinstance(x, str) else x)), ""):
+            if problem := next(filter(None, map(text_problem, (x,) if isinstance(x, str) else x)), ""):
                 raise InputError(f"{name} {problem}")  # as a text file's or a JSON cell's NUL is refused
             if n not in arity:
                 raise InputError(f"{name} holds {n} text{'s' * (n != 1)}; this model reads {arity}")

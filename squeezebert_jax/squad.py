@@ -77,7 +77,9 @@ def _examples(rows, path: str, labelled: bool) -> list[QAExample]:
     for where, row in rows:
         ex = _example(len(out), where, row, labelled)
         if ex.id in seen:
-            raise DataFileError(f"{where}: question id {ex.id!r} appears twice (also at {seen[ex.id]})")
+            lined = ex.id in (where.rsplit(":", 1)[-1], seen[ex.id].rsplit(":", 1)[-1])  # a line without an "id"
+            raise DataFileError(f"{where}: question id {ex.id!r} appears twice (also at {seen[ex.id]})"
+                                + ("; a line without an \"id\" takes its line number as its id" if lined else ""))
         seen[ex.id] = where
         out.append(ex)
     if not out:
@@ -94,6 +96,12 @@ def _squad_json(path: str, raw: str):
     try:
         doc = files.parse_json(raw, path)
     except DataFileError as error:
+        try:
+            json.loads(raw)  # JSON, refused for what it holds (a key given twice), not for its layout: said so
+        except ValueError:
+            pass
+        else:
+            raise error from None
         try:  # one object per line: JSON Lines, read (and checked) line by line
             first = json.loads(raw.lstrip().split("\n", 1)[0])
         except ValueError:
@@ -158,6 +166,8 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     for key in ("question", "context"):
         if not isinstance(row.get(key), str) or not files.has_text(row[key]):
             raise DataFileError(f"{where}: no {key!r} text (has {', '.join(map(str, row))})")
+        if problem := files.text_problem(row[key]):
+            raise DataFileError(f"{where}: the {key} {problem}")
     if isinstance(row.get("id"), bool) or not isinstance(row.get("id"), (str, int)) or (
             isinstance(row["id"], str) and not files.has_text(row["id"])):
         raise DataFileError(f"{where}: the question's \"id\" is {json.dumps(row.get('id'))[:60]}; an id is a string "

@@ -223,7 +223,7 @@ def read_rows(path: str):
         for at, row in files.json_lines(path, lines):
             yield at, Row.of(row, f"{path}:{at}")
         return
-    records = _tsv_records(lines) if fmt == "tsv" else _csv_records(path, lines)
+    records = _tsv_records(path, lines) if fmt == "tsv" else _csv_records(path, lines)
     header = None
     for start, record in records:
         if header is None and not any(files.has_text(c) for c in record):
@@ -249,9 +249,9 @@ def read_rows(path: str):
             if len(record) != len(header):
                 raise DataFileError(f"{path}:{start}: {len(record)} fields, the header has {len(header)} "
                                     f"({', '.join(header)})")
-            if [c.strip() for c in record] == header:
-                raise DataFileError(f"{path}:{start}: the header line again ({', '.join(header)}), read as a row: "
-                                    "files joined together? Remove it")
+            if [Row._key(c).casefold() for c in record] == [c.casefold() for c in header]:  # Text,Label too
+                raise DataFileError(f"{path}:{start}: the header line again ({', '.join(map(Row._key, record))}), read "
+                                    "as a row: files joined together? Remove it")
             row = Row(zip(header, record))
             row.header_at = header_at  # a column it lacks is the header's to name
             yield start, row
@@ -302,12 +302,46 @@ def file_format(path: str) -> str:
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 
-def _tsv_records(lines):
-    for lineno, line in lines:
+def _opens_quote(field: str) -> bool:
+    """A field that starts a quote it does not close (an odd count of quotes): CSV's quoting, cut by a separator."""
+    return field.startswith('"') and field.count('"') % 2 == 1
+
+
+def _closes_quote(field: str) -> bool:
+    return field.endswith('"') and field.count('"') % 2 == 1
+
+
+QUOTE_LOOKAHEAD = 20  # lines read past a field that opens a quote, for the line that closes it
+
+
+def _tsv_records(path: str, lines):
+    """(line, fields) per line. A text quoted as CSV quotes one, with a tab or a line break inside (pandas'
+    ``to_csv(sep="\\t")`` writes so), is refused by line: read as TSV it would be cut into fields or rows that
+    the header's count may not catch (a one-column test file). A text merely starting with a quote stays as it is."""
+    lines, ahead = iter(lines), []
+    while True:
+        if not ahead and (nxt := next(lines, None)) is not None:
+            ahead.append(nxt)
+        if not ahead:
+            return
+        lineno, line = ahead.pop(0)
         if not line.rstrip("\r\n"):
             yield lineno, []  # an empty line: no fields (as the csv module reads one)
             continue
         fields = line.rstrip("\r\n").split("\t")
+        opened = next((i for i, f in enumerate(fields) if _opens_quote(f)), None)
+        if opened is not None and any(_closes_quote(f) for f in fields[opened + 1:]):
+            raise DataFileError(f"{path}:{lineno}: a text in quotes holds a tab (field {opened + 1} opens the quote, a "
+                                f"later one closes it), as CSV quotes it: a .tsv here has no quoting, each tab "
+                                "separates fields; remove the tabs from the text, or save the file as .csv or .jsonl")
+        if opened is not None and opened == len(fields) - 1:  # a quote open at the line's end: a line break in it?
+            while len(ahead) < QUOTE_LOOKAHEAD and (nxt := next(lines, None)) is not None:
+                ahead.append(nxt)
+            if close := next((at for at, ln in ahead if _closes_quote(ln.rstrip("\r\n").split("\t")[0])), None):
+                raise DataFileError(f"{path}:{lineno}: a text in quotes runs on to line {close} (a line break inside "
+                                    "it, as CSV quotes one; pandas' to_csv(sep='\\t') writes so): a .tsv here is "
+                                    "one record per line, with no quoting; replace the text's line breaks, or save "
+                                    "the file as .csv or .jsonl")
         yield lineno, [m[1].replace('""', '"') if (m := _QUOTED.fullmatch(f)) else f for f in fields]
 
 
@@ -392,8 +426,11 @@ class FileTask:
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
-        if self.is_regression and split != "test" and len({e.label for e in examples}) == 1:
-            what = (f"all {len(examples)} scores are {examples[0].label:g}" if len(examples) > 1
+        # as the model trains on them: float32 (1e-50 and 2e-50 are both 0 there)
+        if self.is_regression and split != "test" and len({np.float32(e.label) for e in examples}) == 1:
+            held = (f" ({np.float32(examples[0].label):g} in float32, as the model trains)"
+                    if any(float(np.float32(e.label)) != e.label for e in examples) else "")
+            what = (f"all {len(examples)} scores are {examples[0].label:g}{held}" if len(examples) > 1
                     else f"one row (score {examples[0].label:g})")
             if split != "train":  # Pearson and Spearman divide by the scores' spread: no epoch could be scored
                 raise DataFileError(f"{path}: {what}: Pearson and Spearman correlation are undefined on scores that "
@@ -498,15 +535,21 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
         if parts and parts[0].upper() == "-DOCSTART-" and words:
             raise DataFileError(f"{path}:{lineno}: -DOCSTART- inside a sentence (from line {start}); a document "
                                 "marker stands between sentences: put a blank line before it")
+        if parts and parts[0].upper() != "-DOCSTART-" and re.fullmatch(r"\W*DOCSTART\W*", parts[0], re.I):
+            raise DataFileError(f"{path}:{lineno}: {parts[0]!r} reads as CoNLL's document marker written otherwise "
+                                "(it would train as a word of a sentence): write -DOCSTART-, or remove the line")
         if not parts or parts[0].upper() == "-DOCSTART-":
             if words:
                 sentences.append((start, words, tags if fields > 1 else None))
             words, tags, start = [], [], None
             continue
         if fields is None:
-            fields, first = len(parts), lineno
+            fields, first, first_word = len(parts), lineno, parts[0]
         if len(parts) != fields:
             which = (f"; or line {first} lacks a column (an empty tag)" if len(parts) > fields else "")
+            if comment := first if first_word.startswith("#") else lineno if parts[0].startswith("#") else None:
+                which = (f"; line {comment} is a comment line (# ...), which a CoNLL file here does not hold "
+                         "(CoNLL-U's sent_id and text lines): remove the comments")  # "# sent_id = 1": 4 fields
             raise DataFileError(f"{path}:{lineno}: {len(parts)} fields, the file's first word line ({first}) has "
                                 f"{fields}; every line holds one word and its columns (a word cannot hold a space)"
                                 f"{which}")
@@ -891,14 +934,29 @@ def entity_scores(gold: list[list[str]], pred: list[list[str]], scheme: str | No
         ("precision", seqeval.precision_score), ("recall", seqeval.recall_score), ("f1", seqeval.f1_score))}
 
 
+def _shown_name(name) -> str:
+    """A column's name as a message shows it: quoted where it holds a tab or a line end (shown as a space, a tab
+    between two names reads as two names)."""
+    return repr(name) if isinstance(name, str) and any(ch.isspace() and ch != " " for ch in name) else str(name)
+
+
 def missing_column(path: str, lineno, row: dict, column: str, what: str = "column", setting: str = "") -> DataFileError:
     """The refusal of a record without ``column``, for every reader of a user's rows: a CSV / TSV row's columns are
     its header's, so the header's line is named (the rows after it were blamed); a JSON Lines record or a dataset
     row is named by its own line or row. ``setting`` is what names another column."""
     header_at = getattr(row, "header_at", None)
     where = f"{path}:{header_at}: the header has" if header_at else f"{path}:{lineno}:"
-    return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(str, row)) or 'no fields'})"
-                         + (f"; name yours with {setting}" if setting else ""))
+    names = [c for c in row if isinstance(c, str)]
+    ext = os.path.splitext(path)[1].lower()
+    separated = next((name for sep, name in (("\t", "tab"), (",", "comma"), (";", "semicolon"))
+                      if header_at and ext in (".csv", ".tsv") and sep != {".csv": ",", ".tsv": "\t"}[ext]
+                      and any(sep in c for c in names)), None)
+    return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(_shown_name, row)) or 'no fields'})"
+                         + (f"; the header is {separated}-separated, but a {ext} file is read "
+                            f"{'comma' if ext == '.csv' else 'tab'}-separated: "
+                            + {"tab": "name the file .tsv", "comma": "name the file .csv",
+                               "semicolon": "save it comma-separated"}[separated] if separated else "")
+                         + (f"; name yours with {setting}" if setting and not separated else ""))
 
 
 def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
@@ -918,7 +976,7 @@ def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, pa
 
 
 def text_value(value, path: str, lineno: int, col: str) -> str:
-    """A text cell: a string with something besides white space in it, and no NUL (``nul_problem``)."""
+    """A text cell: a string with something besides white space in it, and no NUL (``files.text_problem``)."""
     if not isinstance(value, str):
         raise DataFileError(f"{path}:{lineno}: column {col!r} holds {files.json_value(value)}, not "
                             f"text")
@@ -926,15 +984,9 @@ def text_value(value, path: str, lineno: int, col: str) -> str:
         held = " (only white space or invisible marks)" if value else ""
         raise DataFileError(f"{path}:{lineno}: column {col!r} is empty{held}; every row needs its text (fill it, or "
                             f"remove the row)")
-    if problem := nul_problem(value):
+    if problem := files.text_problem(value):
         raise DataFileError(f"{path}:{lineno}: column {col!r} {problem}")
     return value
-
-
-def nul_problem(text: str) -> str:
-    """What a text given to a model (a JSON cell's ``"\u0000"``, a Python string) may not hold, as a phrase, or "":
-    a NUL, which no text holds (a text file holding one is refused by line: ``files.line_problem``)."""
-    return f"holds a NUL character at character {text.index(chr(0)) + 1}, which no text holds" if "\0" in text else ""
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -973,6 +1025,8 @@ def label_key(raw, where: str) -> str:
             return text.lower()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's
             raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
+        if _NUMBER.fullmatch(minus := text.replace("\u2212", "-")):  # U+2212, the minus sign: -1 typeset
+            text = minus
         if not _NUMBER.fullmatch(text):
             if "_" in text and _NUMBER.fullmatch(text.replace("_", "")):  # Python's 1_000: a number, or a name?
                 raise DataFileError(f"{where}: the label {raw!r} is a number written with '_'; write it without "
@@ -1106,6 +1160,11 @@ def declared_labels(text: str, setting: str) -> tuple[str, ...]:
     names = tuple(label_key(x, f"{setting}={text!r}") for x in text.split(","))
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise InputError(f"{setting}={text!r} names the label {twice[0]!r} twice; each class is named once, in id order")
+    seen: dict[str, str] = {}  # case tells two declared classes apart (Pos, pos); what draws nothing does not
+    for n in names:
+        if (first := seen.setdefault(" ".join(files.drop_invisible(unicodedata.normalize("NFKC", n)).split()), n)) != n:
+            raise InputError(f"{setting}={text!r} names {first!r} and {n!r}, which differ only in invisible characters "
+                             "or white space: one class named twice; each class is named once, in id order")
     return names
 
 
@@ -1148,6 +1207,13 @@ def _looks_like_list(text: str) -> bool:
         return False
 
 
+# a missing value as spreadsheets, pandas (its default na_values) and databases write one: no class's name; a label
+# that merely reads so ("none", "NA") is a class, named in config.data.labels
+MISSING_MARKERS = frozenset(m.casefold() for m in (
+    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NULL", "NaT", "None", "NA",
+    "nil", "undefined"))
+
+
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
     """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
@@ -1169,6 +1235,15 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
             if not multilabel and _NUMBER.fullmatch(name):  # the number as the file writes it
                 spellings.setdefault(name, {}).setdefault(str(row[column]).strip(), lineno)
     check_one_form(names, shown)
+    if marker := next((n for n in names if n.casefold() in MISSING_MARKERS), None):
+        raise DataFileError(f"{names[marker][0]}: the label {shown.get(marker, marker)!r} is how spreadsheets and "
+                            "pandas write a missing value, not a class: give the row its label, or remove it; a class "
+                            "of that name is kept by naming every class in config.data.labels")
+    if not multilabel and len(names) > 2 and all(_NUMBER.fullmatch(n) for n in names) and (
+            len(names) > lines / 2 or any("." in n or "e" in n for n in names)):  # 0.2, 1.7, 3.4: scores?
+        log.warning("%s: the %d classes of column %r are numbers (%s): each becomes a class of its own; scores to "
+                    "predict as a number are config.data.kind=regression", path, len(names), column,
+                    ", ".join(sorted_labels(names)[:5]) + (", ..." if len(names) > 5 else ""))
     for name, forms in spellings.items():
         if len(forms) > 1:  # 007 and 7, 1.1 and 1.10: one value, so one class; codes would be two
             (a, at), (b, bt) = sorted(forms.items(), key=lambda kv: kv[1])[:2]

@@ -252,6 +252,16 @@ BAD = [
      '{"id": "a", "question": "Who?", "context": "John shot it.", "answers": []}',
      r"bad.jsonl:2: question id 'a' appears twice \(also at .*bad.jsonl:1\)"),
     ('{"id": "a", "context": "John shot it.", "answers": []}', r"bad.jsonl:1: no 'question' text"),
+    # what no text holds, as every reader of texts refuses it (files.text_problem): a NUL, a lone surrogate
+    ('{"id": "a", "question": "Who\\u0000?", "context": "John shot it.", "answers": []}',
+     r"bad.jsonl:1: the question holds a NUL character at character 4"),
+    ('{"id": "a", "question": "Who?", "context": "John \\ud800shot it.", "answers": []}',
+     r"bad.jsonl:1: the context holds a lone surrogate '\\ud800' at character 6"),
+    # a line without an id takes its line number: a clash with another's id says so
+    ('{"question": "Who?", "context": "John shot it.", "answers": []}\n'
+     '{"id": "1", "question": "Who?", "context": "John shot it.", "answers": []}',
+     r"bad.jsonl:2: question id '1' appears twice \(also at .*bad.jsonl:1\); a line without an \"id\" takes its line "
+     r"number as its id"),
     # the same letters in two Unicode forms (a composed é in the answer, e and a combining accent in the context)
     ('{"id": "a", "question": "Where?", "context": "the cafe\u0301 bar", "answers": [{"text": "caf\u00e9", '
      '"answer_start": 4}]}',
@@ -303,6 +313,9 @@ def test_an_official_layout_that_is_not_valid_json_is_named_by_line_or_key(tmp_p
                       r"sq.json:\d+: question 'q1' has no answer, but the file says \"version\": \"1.1\""),
                      (text.replace('"is_impossible": false', '"is_impossible": false, "answers": []'),
                       r"sq.json: the key 'answers' appears twice in one object"),
+                     # ... on one line: that, not "more text after the SQuAD JSON object"
+                     (json.dumps(good).replace('"question": ', '"question": "who?", "question": '),
+                      r"sq.json: the key 'question' appears twice in one object"),
                      # answerable by its mark, unanswerable by its answers: neither is taken (it made the task v2.0)
                      (json.dumps(good).replace('"answers": [{"text": "John", "answer_start": 0}]', '"answers": []'),
                       r"sq.json:\d+: question 'q1' is marked \"is_impossible\": false but has no answers"),

@@ -179,11 +179,35 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
     ("score4.csv", "review,sentiment\nfoo,1\nbar,1e39\n", {"data.kind": "regression"},
      r"score4.csv:3: column 'sentiment': '1e39' is not a finite number a float32 holds"),
     ("score5.jsonl", '{"review": "a", "sentiment": 1' + "0" * 400 + '}\n', {"data.kind": "regression"},
-     r"score5.jsonl:1: column 'sentiment': '10000000000000000000... \(401 characters\)' is not a finite number a"),
+     r"score5.jsonl:1: the number 1000000000000000000000000000000000000000\.\.\. is beyond a float's range"),
     # a score float32 holds whose squared error it does not: the first step's loss would be inf
     ("score6.csv", "review,sentiment\nfoo,1\nbar,-1e30\n", {"data.kind": "regression"},
      r"score6.csv:3: column 'sentiment': '-1e30' is too large a score to train on: its squared error overflows"),
     ("data.txt", "foo\n", {}, r"data.txt: unknown file type '.txt'"),
+    # a missing value as spreadsheets and pandas write one is no class (unless config.data.labels names it)
+    ("marker.csv", "review,sentiment\nfoo,positive\nbar,#N/A\nbaz,negative\n", {},
+     r"marker.csv:3: column 'sentiment': the label '#N/A' is how spreadsheets and pandas write a missing value"),
+    ("marker2.jsonl", '{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "NULL"}\n', {},
+     r"marker2.jsonl:2: column 'sentiment': the label 'NULL' is how"),
+    # an integer no float holds: one line, not Python's digit limit (4,300) traceback nor a crash in the message
+    ("bigint.jsonl", '{"review": "a", "sentiment": 1' + "0" * 5000 + '}\n', {},
+     r"bigint.jsonl:1: the number 1000000000000000000000000000000000000000\.\.\. is beyond a float's range"),
+    # a text no tokenizer encodes, in any split: named by file, line and column when read
+    ("surrogate.jsonl", '{"review": "bad \\udc80 film", "sentiment": "pos"}\n', {"data.labels": "neg,pos"},
+     r"surrogate.jsonl:1: column 'review' holds a lone surrogate '\\udc80' at character 5"),
+    # a file whose separator is not its extension's: the header as one name, told as such
+    ("tabs.csv", "review\tsentiment\nfoo\tpos\n", {},
+     r"tabs.csv:1: the header has no label column 'sentiment' \(has 'review\\tsentiment'\); the header is "
+     r"tab-separated, but a .csv file is read comma-separated: name the file .tsv$"),
+    ("semi.csv", "review;sentiment\nfoo;pos\n", {}, r"semi.csv:1: .*semicolon-separated.*save it comma-separated"),
+    ("commas.tsv", "review,sentiment\nfoo,pos\n", {}, r"commas.tsv:1: .*comma-separated.*name the file .csv"),
+    # CSV's quoting in a TSV (pandas' to_csv(sep="\t")): a quoted line break or tab, refused where it starts
+    ("quoted_break.tsv", 'review\tsentiment\n"first line\nsecond"\tpos\nok\tneg\n', {},
+     r"quoted_break.tsv:2: a text in quotes runs on to line 3"),
+    ("quoted_tab.tsv", 'review\tsentiment\n"a\tb"\tpos\n', {}, r"quoted_tab.tsv:2: a text in quotes holds a tab"),
+    # declared classes that differ only in what draws nothing: one class named twice
+    ("zwsp.csv", "review,sentiment\nfoo,pos\nbar,neg\n", {"data.labels": "neg,pos,pos\u200b"},
+     r"config.data.labels='neg,pos,pos\\u200b' names 'pos' and 'pos\\u200b', which differ only in invisible"),
 ])
 def test_loader_errors_name_file_line_and_column(tmp_path, name, text, kw, msg):
     path = tmp_path / name
@@ -199,6 +223,9 @@ def test_regression_scores_that_do_not_vary(tmp_path, caplog):
     train = tmp_path / "train.csv"
     train.write_text("review,sentiment\na,1\nb,2.5\nc,4\n")
     for body, what in (("review,sentiment\nx,3\ny,3.0\nz,3e0\n", "all 3 scores are 3"),
+                       # scores that differ only below float32's range: all 0 as the model trains
+                       ("review,sentiment\nx,1e-50\ny,2e-50\n", r"all 2 scores are 1e-50 \(0 in float32, as the model "
+                                                                 r"trains\)"),
                        ("review,sentiment\nx,2\n", r"one row \(score 2\)")):
         (tmp_path / "dev.csv").write_text(body)
         with pytest.raises(sj.errors.DataFileError, match=rf"dev.csv: {what}: Pearson and Spearman correlation are "
@@ -247,6 +274,22 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     assert b_task.labels == ("false", "true")
     f_task, _ = _labels_of(tmp_path, "f.csv", "review,sentiment\na,0.5\nb,0.50\nc,2\n")
     assert f_task.labels == ("0.5", "2")  # numbers sort by value
+    # the minus sign as typesetting writes it (U+2212) is a minus: one class with -1, and a score of -1.5
+    m_task, m_rows = _labels_of(tmp_path, "m.csv", "review,sentiment\na,\u22121\nb,-1\nc,1\n")
+    assert m_task.labels == ("-1", "1") and [e.label for e in m_rows] == [0, 0, 1]
+    _, r_rows = _labels_of(tmp_path, "r.csv", "review,sentiment\na,\u22121.5\nb,2\n", **{"data.kind": "regression"})
+    assert [e.label for e in r_rows] == [-1.5, 2.0]
+
+
+def test_numbers_as_many_classes_are_named_in_a_warning(tmp_path, caplog):
+    """Scores given to a classifier (data.kind's default): each value a class of its own, one row each."""
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        task, _ = _labels_of(tmp_path, "s.csv", "review,sentiment\na,0.2\nb,1.7\nc,3.4\nd,4.8\n")
+        _labels_of(tmp_path, "c.csv", "review,sentiment\na,0\nb,1\nc,2\nd,1\ne,0\nf,2\nh,1\n")  # classes 0-2
+    assert task.labels == ("0.2", "1.7", "3.4", "4.8")
+    assert [r.getMessage() for r in caplog.records if "are numbers" in r.getMessage()] == [
+        f"{tmp_path / 's.csv'}: the 4 classes of column 'sentiment' are numbers (0.2, 1.7, 3.4, 4.8): each becomes a "
+        "class of its own; scores to predict as a number are config.data.kind=regression"]
 
 
 @pytest.mark.parametrize("body, msg", [
@@ -476,10 +519,16 @@ def test_a_column_has_one_role(tmp_path, kw, msg):
 # ---- rows are read as written: tasks.read_rows over files.text_lines ----------------------------------------------
 
 def test_a_tsv_is_a_row_per_line_whatever_its_quotes(tmp_path):
-    lines = ['"quoted start\t1', 'plain\t0', 'say "hi" there\t1', '"whole ""field"" quoted"\t0', '"\t1', 'x"\t0']
+    lines = ['"quoted start\t1', 'plain\t0', 'say "hi" there\t1', '"whole ""field"" quoted"\t0', '"\t1', 'x"\t0',
+             '"Hi," she said\t1']
     task, rows = _labels_of(tmp_path, "q.tsv", "review\tsentiment\n" + "\n".join(lines) + "\n")
-    assert [e.text_a for e in rows] == ['"quoted start', "plain", 'say "hi" there', 'whole "field" quoted', '"', 'x"']
-    assert [e.label for e in rows] == [1, 0, 1, 0, 1, 0]
+    assert [e.text_a for e in rows] == ['"quoted start', "plain", 'say "hi" there', 'whole "field" quoted', '"', 'x"',
+                                        '"Hi," she said']
+    assert [e.label for e in rows] == [1, 0, 1, 0, 1, 0, 1]
+    # a one-column file (a test file) opening a quote at a line's end that no later line closes: read as written
+    (tmp_path / "one.tsv").write_text('review\n"unclosed\nnext\n')
+    rows = list(tasks.read_rows(str(tmp_path / "one.tsv")))
+    assert [r["review"] for _, r in rows] == ['"unclosed', "next"]
 
 
 @pytest.mark.parametrize("body, msg", [

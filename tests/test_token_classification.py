@@ -265,10 +265,17 @@ def test_an_entity_its_scheme_cannot_read_is_refused_by_line(tmp_path, body, msg
     ("john B-PER\n\nyork B-TOWN\n", r"bad.conll:3: tag 'B-TOWN' is not one of"),
     ("\n\n", r"bad.conll: no sentences"),
     ("the O\njohn B-PER\n-DOCSTART- O\nshot O\n", r"bad.conll:3: -DOCSTART- inside a sentence \(from line 1\)"),
+    # the document marker written otherwise trained as a sentence's word (a dash lost, en dashes, no dashes)
+    ("-DOCSTART O\n\njohn B-PER\n", r"bad.conll:1: '-DOCSTART' reads as CoNLL's document marker written otherwise"),
+    ("\u2013DOCSTART\u2013 O\n\njohn B-PER\n", r"bad.conll:1: '\u2013DOCSTART\u2013' reads as CoNLL's document"),
+    # CoNLL-U's comment lines: named as such, not as a short word line
+    ("# text = john shot\njohn B-PER\n", r"bad.conll:2: 2 fields, .*; line 1 is a comment line \(# \.\.\.\), which a "
+                                        r"CoNLL file here does not hold"),
+    ("john NN O B-PER\n\n# text = mary left\n", r"bad.conll:3: 5 fields, .*; line 3 is a comment line"),
 ])
 def test_loader_errors_name_the_file_and_line(tmp_path, text, msg):
     train = _write_conll(tmp_path / "train.conll", 8, 0)
-    (tmp_path / "bad.conll").write_bytes(text.encode("latin-1"))
+    (tmp_path / "bad.conll").write_bytes(text.encode("latin-1" if max(map(ord, text)) < 256 else "utf-8"))
     with pytest.raises(sj.errors.InputError, match=msg):
         task = tasks.resolve(_config("unused", train, tmp_path / "bad.conll"))
         task.load("train"), task.load("validation")
