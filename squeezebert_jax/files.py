@@ -110,6 +110,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
         _check_entries(out, what)
     if os.path.isdir(out) and writes is not None:
         refuse_model_dir(out, writes, what)
+    refuse_nested(out, what)
     if job is not None and (other := run_of(out)) and other != job:
         raise InputError(f"{what} {out} is the directory of a {other} run: its config, checkpoints and model are that "
                          f"run's, and this command's files would replace or join them, --overwrite or not; choose "
@@ -961,6 +962,25 @@ def holds_model(directory: str) -> str:
     return weights[0] if weights and os.path.isfile(os.path.join(directory, "config.json")) else ""
 
 
+def refuse_nested(out: str, what: str) -> None:
+    """A directory to write that lies inside a model's directory (a model is copied, shipped and converted whole:
+    a run or outputs inside it travel with it, and its writer's --overwrite would meet them), or is or lies inside a
+    run's ``checkpoints`` (the run's checkpoint manager keeps its steps there), however deep and through links:
+    refused, ``--overwrite`` or not."""
+    path = os.path.realpath(out)
+    at = path
+    while (up := os.path.dirname(at)) != at:
+        if os.path.basename(at) == "checkpoints" and run_of(up):
+            inside = "" if at == path else "inside "
+            raise InputError(f"{what} {out} is {inside}the checkpoints directory of the run in {up}, which that run's "
+                             f"checkpoint manager keeps, --overwrite or not; choose another {what}")
+        if weights := holds_model(up):
+            raise InputError(f"{what} {out} is inside the model directory {up} (config.json, {weights}): a model is "
+                             f"copied and converted whole, and what is written there would travel with it, --overwrite "
+                             f"or not; choose another {what}")
+        at = up
+
+
 def refuse_model_dir(directory: str, what: str, flag: str) -> None:
     """A directory holding a model (its config.json beside its weights) is no place for ``what`` (prepared data, a
     training run, a tokenizer, a command's outputs), ``--overwrite`` or not: the data's vocabulary or the run's
@@ -994,6 +1014,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
     _check_parent(workdir, what_flag)
+    refuse_nested(workdir, what_flag)
     # what the run writes as files, and as directories: anything else in their place fails only once it has begun
     for names, ok, want in ((RUN_FILES, os.path.isfile, "file"), (RUN_DIRS, os.path.isdir, "directory")):
         for name in names:

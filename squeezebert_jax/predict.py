@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import os
-import re
 from collections import UserString
 from collections.abc import Sequence
 
@@ -466,6 +465,11 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
     for lineno, row in tasks.read_rows(path):
         if not columns:
             columns = list(row) if len(row) == 1 else ["text"]
+            header_at = getattr(row, "header_at", None)  # a CSV's or TSV's
+            if header_at and len(row) == 1 and len(columns[0].split()) >= 3:  # "a gripping film": no column's name
+                raise DataFileError(f"{path}:{header_at}: the header {columns[0][:60]!r} reads as a text, not as "
+                                    "a column's name: a file of texts without a header is a .txt file (a text per "
+                                    "line); or give the file a header line")
         if not chosen and not out:
             _check_numbered_columns(path, getattr(row, "header_at", None) or lineno, row, columns, arity)
         texts = []
@@ -483,10 +487,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
 def _check_numbered_columns(path: str, lineno: int, row, columns: list[str], arity: Arity) -> None:
     """A column numbered like one the model reads (its name the same but for its digits: ending4 beside ending0,
     q3a beside q1a, question2 beside question) would go unread: refused."""
-    stem = lambda name: re.sub(r"\d+", "", name)  # noqa: E731
-    extra = [c for c in row if c not in columns and re.search(r"\d", c) and stem(c) in {stem(r) for r in columns}]
-    if extra:
-        same = [c for c in columns if stem(c) == stem(extra[0])]
+    if extra := tasks.unread_numbered(row, columns):
+        same = [c for c in columns if tasks.column_stem(c) == tasks.column_stem(extra[0])]
         fix = (f"give --text_columns {','.join(columns + extra)} to read {'them' if len(extra) > 1 else 'it'}, or "
                if arity.high is None else "")
         raise DataFileError(f"{path}:{lineno}: column {extra[0]!r} is numbered like {', '.join(same)}, which the model "

@@ -30,7 +30,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import atomic_write, holds_model, json_type, json_value, path_argument, read_json
+from squeezebert_jax.files import atomic_write, holds_model, json_type, json_value, path_argument, read_json, run_of
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, check_tokenizer_config, checkpoint_file
@@ -272,6 +272,11 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
     path = checkpoint_file(model_dir, "config.json")
     if path is None:
         raise not_a_model_dir(model_dir, "config.json")
+    if (job := run_of(model_dir)) and not holds_model(model_dir):  # its config.json is the run's settings
+        inner = os.path.join(model_dir, "model")
+        where = f"its model is {inner}" if holds_model(inner) else f"it writes its model to {inner} (none there yet)"
+        raise InputError(f"{model_dir} is a {job} run's directory, not a MODEL_DIR (its config.json holds the run's "
+                         f"settings): {where}")
     raw = read_json(path)
     arch = raw.get("architectures") if isinstance(raw, dict) else None
     if (isinstance(raw, dict) and "model_type" not in raw and isinstance(arch, list) and arch

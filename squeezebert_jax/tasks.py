@@ -302,47 +302,35 @@ def file_format(path: str) -> str:
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 
-def _opens_quote(field: str) -> bool:
-    """A field that starts a quote it does not close (an odd count of quotes): CSV's quoting, cut by a separator."""
-    return field.startswith('"') and field.count('"') % 2 == 1
-
-
-def _closes_quote(field: str) -> bool:
-    return field.endswith('"') and field.count('"') % 2 == 1
-
-
-QUOTE_LOOKAHEAD = 20  # lines read past a field that opens a quote, for the line that closes it
-
-
 def _tsv_records(path: str, lines):
-    """(line, fields) per line. A text quoted as CSV quotes one, with a tab or a line break inside (pandas'
-    ``to_csv(sep="\\t")`` writes so), is refused by line: read as TSV it would be cut into fields or rows that
-    the header's count may not catch (a one-column test file). A text merely starting with a quote stays as it is."""
-    lines, ahead = iter(lines), []
-    while True:
-        if not ahead and (nxt := next(lines, None)) is not None:
-            ahead.append(nxt)
-        if not ahead:
-            return
-        lineno, line = ahead.pop(0)
-        if not line.rstrip("\r\n"):
-            yield lineno, []  # an empty line: no fields (as the csv module reads one)
-            continue
-        fields = line.rstrip("\r\n").split("\t")
-        opened = next((i for i, f in enumerate(fields) if _opens_quote(f)), None)
-        if opened is not None and any(_closes_quote(f) for f in fields[opened + 1:]):
-            raise DataFileError(f"{path}:{lineno}: a text in quotes holds a tab (field {opened + 1} opens the quote, a "
-                                f"later one closes it), as CSV quotes it: a .tsv here has no quoting, each tab "
-                                "separates fields; remove the tabs from the text, or save the file as .csv or .jsonl")
-        if opened is not None and opened == len(fields) - 1:  # a quote open at the line's end: a line break in it?
-            while len(ahead) < QUOTE_LOOKAHEAD and (nxt := next(lines, None)) is not None:
-                ahead.append(nxt)
-            if close := next((at for at, ln in ahead if _closes_quote(ln.rstrip("\r\n").split("\t")[0])), None):
-                raise DataFileError(f"{path}:{lineno}: a text in quotes runs on to line {close} (a line break inside "
-                                    "it, as CSV quotes one; pandas' to_csv(sep='\\t') writes so): a .tsv here is "
-                                    "one record per line, with no quoting; replace the text's line breaks, or save "
-                                    "the file as .csv or .jsonl")
-        yield lineno, [m[1].replace('""', '"') if (m := _QUOTED.fullmatch(f)) else f for f in fields]
+    """(line, fields) per line: IANA's TSV, a record per line split on tabs, a field quoted whole unquoted. A file
+    that reads otherwise as CSV with tabs (pandas' ``to_csv(sep="\\t")`` quotes a text holding a tab or a line
+    break), and reads so as a table (every record the header's fields), is refused at the first record the two
+    readings part: read as TSV, its text would be cut into fields or rows that the header's count may not catch (a
+    one-column test file). A text merely starting with a quote, unclosed, is no CSV and stays as it is."""
+    lines = list(lines)
+    records = [(n, [m[1].replace('""', '"') if (m := _QUOTED.fullmatch(f)) else f for f in text.split("\t")]
+                if (text := line.rstrip("\r\n")) else []) for n, line in lines]  # an empty line: no fields
+    if any('"' in line for _, line in lines):
+        _check_tsv_quoting(path, lines, records)
+    yield from records
+
+
+def _check_tsv_quoting(path: str, lines, records) -> None:
+    quoted, read, reader = [], 0, csv.reader((line for _, line in lines), delimiter="\t", strict=True)
+    try:
+        for record in reader:
+            quoted.append((lines[read][0], reader.line_num - read, record))
+            read = reader.line_num
+    except csv.Error:
+        return  # no CSV: read as TSV
+    if len({len(r) for _, _, r in quoted if r}) != 1 or [r for _, _, r in quoted] == [r for _, r in records]:
+        return  # ragged as CSV (not a table so written), or the same either way
+    at, spans, record = next((n, k, r) for (n, k, r), (_, lit) in zip(quoted, records) if r != lit)
+    how = f"runs on to line {at + spans - 1} (a line break inside it" if spans > 1 else "holds a tab (a tab inside it"
+    raise DataFileError(f"{path}:{at}: a text in quotes {how}, as CSV quotes one; pandas' to_csv(sep='\\t') writes "
+                        "so): a .tsv here is one record per line with no quoting; replace the text's tabs and line "
+                        "breaks, or save the file as .csv or .jsonl")
 
 
 def _csv_records(path: str, lines):
@@ -422,6 +410,9 @@ class FileTask:
         path = self.files[split]
         examples = []
         for lineno, row in read_rows(path):
+            if not examples:
+                check_unread_columns(path, lineno, row, self.text_columns, "config.data.text_columns",
+                                     refuse=self.text_columns == (DATA_SETTINGS["text_columns"],))
             texts, label = row_fields(path, lineno, row, self.text_columns, self.label_column, self._label, split)
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
         if not examples:
@@ -856,6 +847,9 @@ class ChoiceTask:
         for lineno, row in read_rows(path):
             if missing := next((c for c in self.choice_columns if c not in row), None):
                 raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
+            if not out:
+                check_unread_columns(path, lineno, row, (*self.text_columns, *self.choice_columns),
+                                     "config.data.text_columns or config.data.choice_columns", refuse=False)
             texts, label = row_fields(path, lineno, row, (*self.text_columns, *self.choice_columns), self.label_column,
                                       self._label, split)
             lead, endings = texts[1] if len(self.text_columns) == 2 else None, texts[len(self.text_columns):]
@@ -932,6 +926,32 @@ def entity_scores(gold: list[list[str]], pred: list[list[str]], scheme: str | No
     how = {"mode": "strict", "scheme": getattr(schemes, scheme)} if scheme else {}
     return {name: float(score(gold, pred, zero_division=0, **how)) for name, score in (
         ("precision", seqeval.precision_score), ("recall", seqeval.recall_score), ("f1", seqeval.f1_score))}
+
+
+def unread_numbered(row, columns) -> list[str]:
+    """The columns of ``row`` numbered like one of ``columns`` (the same name but for its digits: ending4 beside
+    ending0, q3a beside q1a, sentence2 beside sentence) that are not among them: texts that would go unread."""
+    stems = {column_stem(c) for c in columns}
+    return [c for c in row
+            if isinstance(c, str) and c not in columns and re.search(r"\d", c) and column_stem(c) in stems]
+
+
+def column_stem(name: str) -> str:
+    """A column's name without its digits (``ending`` of ``ending3``)."""
+    return re.sub(r"\d+", "", name)
+
+
+def check_unread_columns(path: str, lineno, row, columns, setting: str, refuse: bool) -> None:
+    """Training's check of a split's first row (``unread_numbered``): refused when the columns read are the default
+    (``sentence`` beside ``sentence2``: a pair read as one text), else a warning (chosen, perhaps deliberately)."""
+    if extra := unread_numbered(row, columns):
+        at = getattr(row, "header_at", None) or lineno
+        same = ", ".join(c for c in columns if column_stem(c) == column_stem(extra[0]))
+        what = f"{path}:{at}: column {extra[0]!r} is numbered like {same}, which is read, but is not read itself"
+        if refuse:
+            raise DataFileError(f"{what}: name every text column in {setting} ({','.join((*columns, *extra))} reads "
+                                "a pair), or drop or rename the column")
+        log.warning("%s; %s names the columns read", what, setting)
 
 
 def _shown_name(name) -> str:
@@ -1250,6 +1270,11 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
             log.warning("%s: the labels %r (line %d) and %r (line %d) are one class, %s: labels are read as values; "
                         "class codes that only look like numbers (007, 1.10) are names: write them so (c007)",
                         path, a, at, b, bt, name)
+    if padded := min(((sp, at, name) for name, forms in spellings.items() for sp, at in forms.items()
+                      if re.match(r"[+-]?0\d", sp)), key=lambda x: x[1], default=None):  # 001, 010: codes?
+        log.warning("%s: labels such as %r (line %d) are read as numbers (%s), and the model names its classes so: "
+                    "class codes that only look like numbers are names: write them so (c%s)", path, *padded,
+                    padded[0].lstrip("+-"))
     if not names:
         raise DataFileError(f"{path}: no row has a label (every row's labels are empty)" if multilabel and lines
                             else f"{path}: no rows (the train split is empty)")

@@ -147,6 +147,20 @@ def test_the_label_may_name_the_right_column(init, tmp_path):
     assert [ex.label for ex in task.load("train")] == [int(r[-1]) for r in rows]
 
 
+def test_a_fifth_ending_beside_the_four_read_is_named_in_a_warning(tmp_path, caplog):
+    """Training on endings chosen by name (config.data.choice_columns): a column numbered like them goes unread,
+    which may be meant, so a warning, not a refusal (predict, reading the model's own columns, refuses)."""
+    rows = _rows(4, 0)
+    with open(tmp_path / "five.csv", "w", newline="") as f:
+        csv.writer(f).writerows([HEADER[:6] + ["ending4", "label"], *[r[:6] + ["the film .", r[-1]] for r in rows]])
+    task = tasks.ChoiceTask("a", {"train": str(tmp_path / "five.csv")}, ("sent1", "sent2"), tuple(HEADER[2:6]), "label")
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        assert len(task.load("train")) == 4
+    assert "five.csv:1: column 'ending4' is numbered like ending0, ending1, ending2, ending3, which is read, but is " \
+           "not read itself; config.data.text_columns or config.data.choice_columns names the columns read" \
+           in caplog.text
+
+
 def test_a_label_that_is_both_a_column_name_and_another_index_is_refused(tmp_path):
     """Endings in columns named 1..4: is the label 2 the column "2" (choice 1) or choice 2? Named by row; a label
     whose column and index agree (columns 0..3) is read."""

@@ -16,7 +16,7 @@ import uuid
 import pytest
 from conftest import ROOT, VOCAB, fill, one_error_line, run_script, tiny_config, tiny_init, write_sst2
 
-from squeezebert_jax import corpus, errors, files, finetune_settings, pretrain, pretrain_data, pretrain_settings
+from squeezebert_jax import corpus, errors, files, finetune_settings, pretrain, pretrain_data, pretrain_settings, pretrained
 
 PRETRAIN = os.path.join(ROOT, "train", "pretrain.py")
 FINETUNE = os.path.join(ROOT, "train", "finetune.py")
@@ -518,3 +518,31 @@ def test_no_command_writes_into_a_training_runs_directory(tmp_path):
                                                             r"its config, checkpoints and model are that run's"):
                     files.check_output_dir(directory, overwrite=True, writes=writes)
         assert files.check_output_dir(run, overwrite=True, job="fine-tuning") == str(run)
+
+
+def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
+    """``files.refuse_nested``, for every output and run directory: inside a model's directory (a run there travelled
+    with the model), or a run's checkpoints directory or below it (a fine-tuning run went there with --overwrite),
+    however deep and through a link, --overwrite or not. Beside them, in the run's own directory, is fine."""
+    model = tiny_init(tmp_path / "model", VOCAB)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config_history.jsonl").write_text("{}\n")
+    os.symlink(run / "checkpoints", tmp_path / "ckpt_link")
+    for target, msg in ((model / "sub", rf"is inside the model directory {model} \(config.json, "
+                                        r"params.safetensors\)"),
+                        (model / "a" / "b", r"is inside the model directory"),
+                        (run / "checkpoints", rf"is the checkpoints directory of the run in {run}, which"),
+                        (run / "checkpoints" / "x", rf"is inside the checkpoints directory of the run in {run}"),
+                        (tmp_path / "ckpt_link" / "x", r"is inside the checkpoints directory")):
+        with pytest.raises(errors.InputError, match=rf"^--workdir {target} {msg}"):
+            files.check_run_dir(target, "fine-tuning", overwrite=True)
+        with pytest.raises(errors.InputError, match=rf"^--out {target} {msg}"):
+            files.check_output_dir(target, overwrite=True, writes=None)
+    assert files.check_run_dir(run / "sweep_child", "fine-tuning") == str(run / "sweep_child")
+    # a run's directory given as a MODEL_DIR: its config.json is the run's settings, not a model's
+    with pytest.raises(errors.InputError, match=rf"^{run} is a training run's directory, not a MODEL_DIR \(its "
+                                                rf"config.json holds the run's settings\): it writes its model to "
+                                                rf"{run / 'model'} \(none there yet\)"):
+        (run / "config.json").write_text("{}")
+        pretrained.read_model_config(run)

@@ -464,6 +464,13 @@ def test_the_texts_per_input_are_the_models_text_columns(model_dir, tmp_path):
     with pytest.raises(DataFileError, match=r"mixed.txt:2: 1 tab-separated text, but line 1 has 2: every input "
                                             r"holds the same number of texts"):  # a model without task.json
         read_inputs(str(tmp_path / "mixed.txt"))
+    # a one-column file without a header: its first text would be the column's name, and go unpredicted
+    (tmp_path / "texts.csv").write_text("a gripping film\na dull film\nfun\n")
+    with pytest.raises(DataFileError, match=r"texts.csv:1: the header 'a gripping film' reads as a text, not as a "
+                                            r"column's name: a file of texts without a header is a .txt file"):
+        read_inputs(str(tmp_path / "texts.csv"))
+    (tmp_path / "named.csv").write_text("review text\na dull film\n")  # a name of two words is a name
+    assert len(read_inputs(str(tmp_path / "named.csv"))) == 1
 
 
 def test_a_single_text_model_refuses_a_tab_separated_pair_through_the_script(model_dir, tmp_path, run_cli):

@@ -205,6 +205,10 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
     ("quoted_break.tsv", 'review\tsentiment\n"first line\nsecond"\tpos\nok\tneg\n', {},
      r"quoted_break.tsv:2: a text in quotes runs on to line 3"),
     ("quoted_tab.tsv", 'review\tsentiment\n"a\tb"\tpos\n', {}, r"quoted_tab.tsv:2: a text in quotes holds a tab"),
+    ("quoted_both.tsv", 'review\tsentiment\n"a\tb\nc"\tpos\nok\tneg\n', {},
+     r"quoted_both.tsv:2: a text in quotes runs on to line 3"),
+    ("quoted_long.tsv", 'review\tsentiment\n"' + "line\n" * 30 + 'end"\tpos\n', {},
+     r"quoted_long.tsv:2: a text in quotes runs on to line 32"),
     # declared classes that differ only in what draws nothing: one class named twice
     ("zwsp.csv", "review,sentiment\nfoo,pos\nbar,neg\n", {"data.labels": "neg,pos,pos\u200b"},
      r"config.data.labels='neg,pos,pos\\u200b' names 'pos' and 'pos\\u200b', which differ only in invisible"),
@@ -281,15 +285,34 @@ def test_a_label_is_its_value_in_every_spelling_and_format(tmp_path):
     assert [e.label for e in r_rows] == [-1.5, 2.0]
 
 
+def test_a_text_column_numbered_like_the_one_read_is_not_left_unread(tmp_path, caplog):
+    """sentence2 beside the default text column sentence: a pair trained as single sentences, without a word.
+    Refused for the default columns; columns chosen by name are taken as meant, with a warning."""
+    body = "sentence,sentence2,sentiment\na,b,pos\nc,d,neg\n"
+    with pytest.raises(sj.errors.DataFileError, match=r"p.csv:1: column 'sentence2' is numbered like sentence, which "
+                                                      r"is read, but is not read itself: name every text column in "
+                                                      r"config.data.text_columns \(sentence,sentence2 reads a pair\)"):
+        _labels_of(tmp_path, "p.csv", body, **{"data.text_columns": "sentence"})
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        _labels_of(tmp_path, "q.csv", body.replace("sentence,", "text1,", 1).replace("sentence2", "text2"),
+                   **{"data.text_columns": "text1"})
+    assert "q.csv:1: column 'text2' is numbered like text1, which is read, but is not read itself; " \
+           "config.data.text_columns names the columns read" in caplog.text
+
+
 def test_numbers_as_many_classes_are_named_in_a_warning(tmp_path, caplog):
     """Scores given to a classifier (data.kind's default): each value a class of its own, one row each."""
     with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
         task, _ = _labels_of(tmp_path, "s.csv", "review,sentiment\na,0.2\nb,1.7\nc,3.4\nd,4.8\n")
         _labels_of(tmp_path, "c.csv", "review,sentiment\na,0\nb,1\nc,2\nd,1\ne,0\nf,2\nh,1\n")  # classes 0-2
+        codes, _ = _labels_of(tmp_path, "z.csv", "review,sentiment\na,001\nb,002\nc,001\nd,002\n")  # codes?
     assert task.labels == ("0.2", "1.7", "3.4", "4.8")
     assert [r.getMessage() for r in caplog.records if "are numbers" in r.getMessage()] == [
         f"{tmp_path / 's.csv'}: the 4 classes of column 'sentiment' are numbers (0.2, 1.7, 3.4, 4.8): each becomes a "
         "class of its own; scores to predict as a number are config.data.kind=regression"]
+    assert codes.labels == ("1", "2") and f"{tmp_path / 'z.csv'}: labels such as '001' (line 2) are read as numbers " \
+        "(1), and the model names its classes so: class codes that only look like numbers are names: write them so " \
+        "(c001)" in caplog.text
 
 
 @pytest.mark.parametrize("body, msg", [
