@@ -16,7 +16,8 @@ import uuid
 import pytest
 from conftest import ROOT, VOCAB, fill, one_error_line, run_script, tiny_config, tiny_init, write_sst2
 
-from squeezebert_jax import corpus, errors, files, finetune_settings, pretrain, pretrain_data, pretrain_settings, pretrained
+from squeezebert_jax import (corpus, errors, files, finetune_settings, pretrain, pretrain_data, pretrain_settings,
+                             pretrained)
 
 PRETRAIN = os.path.join(ROOT, "train", "pretrain.py")
 FINETUNE = os.path.join(ROOT, "train", "finetune.py")
