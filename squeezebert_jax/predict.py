@@ -456,7 +456,7 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
             shown = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
             log.warning("%s: %d blank line%s skipped (line %s): %d inputs, each output naming its line", path,
                         len(blank), "s" * (len(blank) > 1), shown, len(out))
-        return out
+        return _said_missing(path, out)
     columns = [tasks.Row._key(c.strip()) for c in text_columns.split(",")] if text_columns.strip() else []
     if not all(columns) or len(set(columns)) != len(columns):
         why = "an empty column name" if not all(columns) else "a column named twice"
@@ -481,7 +481,14 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
                            "--text_columns)")
     if not out:
         raise DataFileError(f"{path}: no rows")
-    return out
+    return _said_missing(path, out)
+
+
+def _said_missing(path: str, inputs: list) -> list:
+    """``inputs`` (line, text or texts), after a warning counting those that are missing-value markers."""
+    tasks.warn_missing_texts(path, [(n, m) for n, x in inputs if (m := tasks.marker_text((x,) if isinstance(x, str)
+                                                                                         else x))], len(inputs))
+    return inputs
 
 
 def _check_numbered_columns(path: str, lineno: int, row, columns: list[str], arity: Arity) -> None:

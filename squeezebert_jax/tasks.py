@@ -408,15 +408,18 @@ class FileTask:
         out. A class no training row has (one config.data.labels declares) is named in a warning: its output is never
         trained towards."""
         path = self.files[split]
-        examples = []
+        examples, markers = [], []
         for lineno, row in read_rows(path):
             if not examples:
                 check_unread_columns(path, lineno, row, self.text_columns, "config.data.text_columns",
                                      refuse=self.text_columns == (DATA_SETTINGS["text_columns"],))
             texts, label = row_fields(path, lineno, row, self.text_columns, self.label_column, self._label, split)
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
+            if marker := marker_text(texts):
+                markers.append((lineno, marker))
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        warn_missing_texts(path, markers, len(examples))
         # as the model trains on them: float32 (1e-50 and 2e-50 are both 0 there)
         if self.is_regression and split != "test" and len({np.float32(e.label) for e in examples}) == 1:
             held = (f" ({np.float32(examples[0].label):g} in float32, as the model trains)"
@@ -454,6 +457,9 @@ class FileTask:
     def _label(self, raw, path: str, lineno: int) -> int | float | tuple[int, ...]:
         where = f"{path}:{lineno}: column {self.label_column!r}"
         if self.is_regression:
+            if isinstance(raw, str) and raw.strip().casefold() in MISSING_MARKERS:  # "\N", "#VALUE!": said so
+                raise DataFileError(f"{where}: {raw.strip()!r} is how a spreadsheet or a database dump writes a "
+                                    "missing value, not a score: give the row its score, or remove it")
             try:
                 value = files.number_value(raw)
             except ValueError:
@@ -463,9 +469,9 @@ class FileTask:
                 shown = raw if len(str(raw)) < 40 else f"{str(raw)[:20]}... ({len(str(raw))} characters)"
                 raise DataFileError(f"{where}: {shown!r} is not a finite number a float32 holds (|x| < 3.4e38; the "
                                     "model trains in float32)")
-            if abs(value) > _SQUARE_MAX:  # the squared error of the very first step would be inf
-                raise DataFileError(f"{where}: {raw!r} is too large a score to train on: its squared error overflows "
-                                    "float32 (|x| < 1.8e19); rescale the column")
+            if abs(value) > _SQUARE_MAX:  # the squared errors of the very first batch would sum to inf
+                raise DataFileError(f"{where}: {raw!r} is too large a score to train on: a batch's squared errors "
+                                    f"overflow float32 (|x| < {_SQUARE_MAX:.1e}); rescale the column")
             return value
         if self.kind == "multilabel":
             names = label_keys(raw, where)
@@ -522,7 +528,7 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
         return _dataset_sentences(path, columns)
     sentences, words, tags, start, fields = [], [], [], None, None
     for lineno, line in enumerate(_lines(path), 1):
-        parts = line.split()
+        parts = line.split() if files.has_text(line) else []  # a line of invisible marks alone is blank
         if parts and parts[0].upper() == "-DOCSTART-" and words:
             raise DataFileError(f"{path}:{lineno}: -DOCSTART- inside a sentence (from line {start}); a document "
                                 "marker stands between sentences: put a blank line before it")
@@ -1010,7 +1016,8 @@ def text_value(value, path: str, lineno: int, col: str) -> str:
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_SQUARE_MAX = math.sqrt(_FLOAT32_MAX)  # a regression score above it: MSE overflows float32
+# a regression score above it: the squared errors of a batch (up to 2**16 rows) sum past float32's range
+_SQUARE_MAX = math.sqrt(_FLOAT32_MAX / 2 ** 16)
 # ASCII digits only: a full-width １ or an Arabic-Indic ١ is no number a data file means (files.number_value)
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
@@ -1231,7 +1238,23 @@ def _looks_like_list(text: str) -> bool:
 # that merely reads so ("none", "NA") is a class, named in config.data.labels
 MISSING_MARKERS = frozenset(m.casefold() for m in (
     "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NULL", "NaT", "None", "NA",
-    "nil", "undefined"))
+    "nil", "undefined", "\\N",  # MySQL's and PostgreSQL's NULL in a dump
+    "#VALUE!", "#REF!", "#DIV/0!", "#NAME?", "#NUM!", "#NULL!", "#SPILL!", "#CALC!"))  # a spreadsheet's error cells
+TEXT_MARKERS = MISSING_MARKERS | {"nan", "-nan"}  # a text column's: pandas' str() of a missing text is "nan"
+
+
+def warn_missing_texts(path: str, found: list[tuple[int, str]], total: int) -> None:
+    """A warning counting the rows (``found``: line, text) whose text is a missing-value marker (``TEXT_MARKERS``:
+    pandas' ``astype(str)`` writes a missing text as "nan"): read as the word itself, which may be meant."""
+    if found:
+        log.warning("%s: %d of %d rows have a text that is how pandas or a spreadsheet writes a missing value (%r at "
+                    "line %d): each is read as that word; fill or remove the rows if the text is missing", path,
+                    len(found), total, found[0][1], found[0][0])
+
+
+def marker_text(texts) -> str:
+    """The first of ``texts`` that is a missing-value marker (``TEXT_MARKERS``), or ""."""
+    return next((t for t in texts if t.strip().casefold() in TEXT_MARKERS), "")
 
 
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:

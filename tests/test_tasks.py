@@ -18,6 +18,7 @@ import squeezebert_jax as sj
 from conftest import ROOT, VOCAB, WORDS, glue_config, tiny_init
 from squeezebert_jax import finetune as ft
 from squeezebert_jax import losses, tasks
+from squeezebert_jax.predict import numbered_inputs
 
 
 def _init_dir(path):
@@ -182,7 +183,15 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score5.jsonl:1: the number 1000000000000000000000000000000000000000\.\.\. is beyond a float's range"),
     # a score float32 holds whose squared error it does not: the first step's loss would be inf
     ("score6.csv", "review,sentiment\nfoo,1\nbar,-1e30\n", {"data.kind": "regression"},
-     r"score6.csv:3: column 'sentiment': '-1e30' is too large a score to train on: its squared error overflows"),
+     r"score6.csv:3: column 'sentiment': '-1e30' is too large a score to train on: a batch's squared errors overflow"),
+    # ... nor whose batch's sum: 1.7e19 squared is within float32, a batch of them is not (it said "diverged")
+    ("score7.csv", "review,sentiment\nfoo,1\nbar,1.7e19\n", {"data.kind": "regression"},
+     r"score7.csv:3: column 'sentiment': '1.7e19' is too large a score to train on: .*\(\|x\| < 7.2e\+16\)"),
+    # a missing value as a database dump or a spreadsheet writes one, in a score column or a label column
+    ("score8.csv", "review,sentiment\nfoo,1\nbar,\\N\n", {"data.kind": "regression"},
+     r"score8.csv:3: column 'sentiment': '\\\\N' is how a spreadsheet or a database dump writes a missing value"),
+    ("excel.csv", "review,sentiment\nfoo,pos\nbar,#VALUE!\nbaz,neg\n", {},
+     r"excel.csv:3: column 'sentiment': the label '#VALUE!' is how spreadsheets and pandas write a missing value"),
     ("data.txt", "foo\n", {}, r"data.txt: unknown file type '.txt'"),
     # a missing value as spreadsheets and pandas write one is no class (unless config.data.labels names it)
     ("marker.csv", "review,sentiment\nfoo,positive\nbar,#N/A\nbaz,negative\n", {},
@@ -298,6 +307,18 @@ def test_a_text_column_numbered_like_the_one_read_is_not_left_unread(tmp_path, c
                    **{"data.text_columns": "text1"})
     assert "q.csv:1: column 'text2' is numbered like text1, which is read, but is not read itself; " \
            "config.data.text_columns names the columns read" in caplog.text
+
+
+def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path, caplog):
+    """pandas' astype(str) writes a missing text as "nan": trained on as the word, without a word. A warning counts
+    the rows (a one-word text "None" may be meant); predict's inputs alike."""
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        _labels_of(tmp_path, "t.csv", "review,sentiment\na film,pos\nnan,neg\nNone,pos\nfine,neg\n")
+        (tmp_path / "p.txt").write_text("good\n#N/A\n")
+        assert len(numbered_inputs(str(tmp_path / "p.txt"))) == 2
+    assert f"{tmp_path / 't.csv'}: 2 of 4 rows have a text that is how pandas or a spreadsheet writes a missing value " \
+           "('nan' at line 3): each is read as that word" in caplog.text
+    assert f"{tmp_path / 'p.txt'}: 1 of 2 rows have a text that is how pandas" in caplog.text
 
 
 def test_numbers_as_many_classes_are_named_in_a_warning(tmp_path, caplog):

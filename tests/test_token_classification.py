@@ -151,6 +151,8 @@ def test_a_byte_order_mark_before_docstart_starts_no_sentence(tmp_path):
     assert [(words, tags) for _, words, tags in tasks.read_conll(str(path))] == [(["john"], ["B-PER"])]
     path.write_text("-docstart- -X- -X- O\n\njohn NN O B-PER\n")  # the marker in any case starts no sentence
     assert [words for _, words, _ in tasks.read_conll(str(path))] == [["john"]]
+    path.write_text("john B-PER\n\u200b\nshot O\n")  # a line that only looks blank (a zero-width space) is blank
+    assert [words for _, words, _ in tasks.read_conll(str(path))] == [["john"], ["shot"]]
 
 
 def test_a_taggers_test_file_is_checked_before_training(init, tmp_path):
