@@ -316,8 +316,8 @@ def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path,
         _labels_of(tmp_path, "t.csv", "review,sentiment\na film,pos\nnan,neg\nNone,pos\nfine,neg\n")
         (tmp_path / "p.txt").write_text("good\n#N/A\n")
         assert len(numbered_inputs(str(tmp_path / "p.txt"))) == 2
-    assert f"{tmp_path / 't.csv'}: 2 of 4 rows have a text that is how pandas or a spreadsheet writes a missing value " \
-           "('nan' at line 3): each is read as that word" in caplog.text
+    assert f"{tmp_path / 't.csv'}: 2 of 4 rows have a text that is how pandas or a spreadsheet writes a missing " \
+           "value ('nan' at line 3): each is read as that word" in caplog.text
     assert f"{tmp_path / 'p.txt'}: 1 of 2 rows have a text that is how pandas" in caplog.text
 
 
