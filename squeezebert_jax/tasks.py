@@ -987,14 +987,15 @@ def missing_column(path: str, lineno, row: dict, column: str, what: str = "colum
 
 def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
     """(the texts of ``columns``, the parsed label or None) of one row; a test row may leave the label out (no column,
-    an empty cell, or JSON null)."""
+    an empty cell, JSON null, or a missing-value marker: pandas writes "nan")."""
     texts = []
     for col in columns:
         if col not in row:
             raise missing_column(path, lineno, row, col, setting="config.data.text_columns")
         texts.append(text_value(row[col], path, lineno, col))
     raw = row.get(label_column)
-    if label_column in row and not (split == "test" and (raw is None or (isinstance(raw, str) and not raw.strip()))):
+    unlabelled = raw is None or isinstance(raw, str) and (not raw.strip() or raw.strip().casefold() in TEXT_MARKERS)
+    if label_column in row and not (split == "test" and unlabelled):  # a test row's "nan" (pandas) is no label too
         return texts, parse_label(raw, path, lineno)
     if split != "test":
         raise missing_column(path, lineno, row, label_column, "label column", "config.data.label_column")

@@ -720,10 +720,10 @@ def test_every_named_file_is_checked_before_reading(tmp_path, setting, make, msg
 
 def test_a_test_file_is_read_and_may_leave_its_labels_out(tmp_path):
     _write_csv(tmp_path / "train.csv", _rows(8, 0))
-    (tmp_path / "test.csv").write_text("review,sentiment\ngood,\nbad,positive\n")
+    (tmp_path / "test.csv").write_text("review,sentiment\ngood,\nbad,positive\nfine,nan\nok,None\n")  # pandas' NaN
     c = _files_config("unused", tmp_path / "train.csv", tmp_path / "train.csv",
                       **{"data.test_file": str(tmp_path / "test.csv")})
-    assert [e.label for e in _load_all(c)["test"]] == [None, 1]
+    assert [e.label for e in _load_all(c)["test"]] == [None, 1, None, None]
 
 
 def test_a_validation_label_the_training_file_lacks_is_named(init, tmp_path):
