@@ -98,7 +98,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     ``RunLock`` names it): a training run's (its lock, or its ``config_history.jsonl``), whose config.json and model
     a conversion's --overwrite replaced (not with ``job`` None: a command that writes named files beside others).
     Returns ``out``."""
-    out = os.fspath(out)
+    out, overwrite = os.fspath(out), overwrite_flag(overwrite)
     if src is not None:
         if where := within(out, src):
             raise InputError(f"{what} {out} {where} the source directory {os.fspath(src)}; a conversion never writes "
@@ -220,7 +220,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     symlink, its target's) does not exist (refused like a shell's ``> missing/x``, not created: a mistyped directory
     is named before the work instead of after it), is a file, or cannot be written. Returns ``out``. A command that
     writes ``out`` at the end of its work holds it meanwhile with ``claim_output_file``, which runs this check."""
-    out = os.fspath(out)
+    out, overwrite = os.fspath(out), overwrite_flag(overwrite)
     if not out.strip():
         raise InputError(f"{what} is empty; give the path of the file to write")
     if out.endswith(("/", os.sep)):
@@ -495,6 +495,23 @@ def check_inputs_not_inside(out_dir: str, inputs: Iterable[str], what: str = "--
                              f"{what}")
 
 
+def host_memory_bytes() -> int | None:
+    """This host's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def overwrite_flag(value, what: str = "overwrite") -> bool:
+    """``overwrite`` as the API takes it: True or False (numpy's bools too). Any other value is refused: "no", 0.0 or
+    "false" read as true would replace a user's files (``predict_file(..., overwrite="no")`` did)."""
+    if not isinstance(value, bool) and not (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_",
+                                                                                                          "bool")):
+        raise InputError(f"{what}={value!r}: expected True or False")
+    return bool(value)
+
+
 def path_argument(name: str, path) -> str:
     """A path a function of the Python API takes (a MODEL_DIR, an input or output file), as a str: bytes, a list or
     a number is one line naming ``name`` (os's own errors, "Can't mix strings and bytes in path components" or
@@ -523,9 +540,9 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
             raise FileNotFoundError(2, f"no such corpus file{hint}", p)
         st = os.stat(p)
         mode = st.st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-            raise InputError(f"{p} is not a regular file or a pipe; give the corpus as text files (a pipe such as "
-                             "<(zcat corpus.txt.gz) is read once, as a stream)")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device: /dev/zero never ends, a terminal waits
+            raise InputError(f"{p} is {special_kind(p)}, not a regular file or a pipe; give the corpus as text files (a "
+                             "pipe such as <(zcat corpus.txt.gz) is read once, as a stream)")
         if (st.st_dev, st.st_ino) in seen:
             raise InputError(f"{p} is {seen[st.st_dev, st.st_ino]}, given before: each corpus file once (twice, its "
                              "documents would count twice)")
@@ -828,9 +845,16 @@ def read_lock(directory: str | os.PathLike) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
-        return info if isinstance(info, dict) else {}
     except (OSError, ValueError):
         return {}
+    if not isinstance(info, dict):
+        return {}
+    if bad := next((k for k, kind in (("what", str), ("pid", int), ("host", str))
+                    if k in info and (not isinstance(info[k], kind) or isinstance(info[k], bool))), None):
+        raise InputError(f"{path}: a damaged run lock ({json.dumps(bad)} is {json.dumps(info[bad])[:40]}; a lock "
+                         f"names its job, pid and host as this package writes them): delete the file once no run is "
+                         f"using {os.fspath(directory)}")
+    return info
 
 
 class RunLock:
@@ -899,7 +923,8 @@ class RunLock:
                     self._refuse(info, f"; its lock {self.path} cannot be checked from {host}: delete that file if "
                                        "the run is no longer running")
                 if _pid_alive(pid):  # its flock is free, yet it lives: a filesystem without flock (NFS, FUSE)
-                    self._refuse(info)
+                    self._refuse(info, f"; its lock {self.path} is locked by no process: if pid {pid} is not that "
+                                       "run (its number reused), delete the file")
                 stale = [n for n in os.listdir(self.directory) if n.startswith(f".tmp{pid}-")]
                 for name in stale:  # atomic_write's temporary files the dead run was writing: never anyone's output
                     os.remove(os.path.join(self.directory, name))
@@ -1001,7 +1026,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     ``check_inputs_outside``). A directory of the same job is accepted (the job resumes or
     refuses by its own rules); so is one holding only ``log.txt``, ``.lock`` and the names in ``ours``. Returns the
     path."""
-    workdir = os.fspath(workdir) if workdir is not None else ""
+    workdir, overwrite = os.fspath(workdir) if workdir is not None else "", overwrite_flag(overwrite)
     if not workdir.strip():
         raise InputError(f"{what_flag} is empty; give the run's directory (e.g. {what_flag} runs/my_run)")
     if "://" in workdir:
@@ -1028,8 +1053,8 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
         return workdir
     owner = read_lock(workdir).get("what")
     if owner and owner != what:
-        raise InputError(f"{what_flag} {workdir} holds a {owner} run, not a {what} one: choose another directory "
-                         "(its files are left as they are)")
+        raise InputError(f"{what_flag} {workdir} holds a {owner} run (its {LOCK_NAME} says so), not a {what} one: "
+                         "choose another directory (its files are left as they are)")
     if run_of(workdir):  # this job's (the check above), locked or with a history
         return workdir
     refuse_model_dir(workdir, f"a {what} run", what_flag)

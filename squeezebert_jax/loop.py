@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from squeezebert_jax import checkpointing, parallel, reporting, trainer
 from squeezebert_jax.errors import CheckpointMismatchError, InputError, StoppedEarly
-from squeezebert_jax.files import json_text
+from squeezebert_jax.files import host_memory_bytes, json_text
 from squeezebert_jax.pretrained import atomic_write, save_pretrained
 
 log = logging.getLogger(__name__)
@@ -111,14 +111,6 @@ class Settings:
              "an integer in [0, 2**32): jax's keys hold 32 bits of it, so a larger seed would draw a smaller one's "
              "dropout")
         parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
-
-
-def host_memory_bytes() -> int | None:
-    """This host's physical memory in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.files import host_memory_bytes
 from squeezebert_jax.model import set_execution, SqueezeBertConfig
 from squeezebert_jax.pretrained import cast_compute_dtype, export_torch
 from squeezebert_jax.tasks import MIN_SEQ_LENGTH
@@ -297,6 +298,14 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     for name, v, low in (("batch", batch, 1), ("seq_len", seq_len, MIN_SEQ_LENGTH), ("num_choices", num_choices, 2)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
             raise InputError(f"export_lite: {name}={v!r}; expected an integer >= {low}")
+    size = lambda name: int(getattr(getattr(model, "config", None), name, 0) or 0)  # noqa: E731 (every family's)
+    per_token = 4 * (size("intermediate_size") + 6 * size("hidden_size") + size("num_attention_heads") * seq_len
+                     + (size("vocab_size") if hasattr(model, "cls") else 0))  # float32: a layer's, and MLM logits
+    tokens = batch * seq_len * (num_choices if type(model).__name__.endswith("ForMultipleChoice") else 1)
+    if (have := host_memory_bytes()) and 2 * tokens * per_token > have // 2:  # torch's trace and Flax's check
+        raise InputError(f"export_lite: batch={batch} x seq_len={seq_len} would take about "
+                         f"{2 * tokens * per_token / 1e9:,.1f} GB of activations (the trace and the check), more than "
+                         f"half of this host's {have / 1e9:,.1f} GB of memory; a phone runs batch 1")
     if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 <= tol < float("inf")):
         raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
     if os.path.isdir(path) or os.fspath(path).endswith(("/", os.sep)):

@@ -290,7 +290,9 @@ class SqueezeBertConfig:
                                  f"{len(self.id2label) - 1}, one name per output of the classifier")
             seen: dict[str, int] = {}
             for k, v in sorted(self.id2label.items()):
-                key = unicodedata.normalize("NFC", v.strip())  # "pos" and " pos" would read as one in a report
+                # "pos", " pos" and "pos" with a zero-width space read as one in a report
+                key = " ".join("".join(ch for ch in unicodedata.normalize("NFC", v)
+                                       if unicodedata.category(ch) != "Cf").split())
                 if key in seen:
                     raise InputError(f"id2label names {v!r} twice (ids {seen[key]} and {k}): a prediction of either "
                                      "output would read the same; give each output its own name")

@@ -28,7 +28,14 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
         # Cross-process collectives for CPU devices (only the CPU backend reads this; it must be set before
         # the backend starts, so no jax.devices() call here).
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address, num_processes, process_id)
+        try:
+            jax.distributed.initialize(coordinator_address, num_processes, process_id)
+        except ValueError as e:  # no cluster (SLURM, a TPU pod) to read the process count or this process's id from
+            if num_processes is not None and process_id is not None:
+                raise
+            raise InputError(f"config.coordinator_address={coordinator_address!r}: {str(e).rstrip('.')}, and no "
+                             "cluster environment (SLURM, a TPU pod) gives it: set config.num_processes and "
+                             "config.process_id (this process's, from 0)") from None
     elif env_flag("SQUEEZEBERT_AUTO_DISTRIBUTED"):  # 1, true, yes, on; another word is refused
         jax.distributed.initialize()
 

@@ -512,6 +512,9 @@ def predict_file(model_dir: str, input_path: str, out_path: str, text_columns: s
     them is refused. Returns the number of lines."""
     model_dir, input_path, out_path = (path_argument(name, path) for name, path in (
         ("model_dir", model_dir), ("input_path", input_path), ("out_path", out_path)))
+    if not isinstance(text_columns, str):  # a list of names: "'list' object has no attribute 'strip'"
+        raise InputError(f"text_columns is {type(text_columns).__name__} {text_columns!r}; give the column names as "
+                         "one str separated by commas (\"premise,hypothesis\")")
     if text_columns and input_path.lower().endswith(".txt"):
         raise InputError(f"--text_columns {text_columns}: {input_path} is a .txt file, a text per line (a pair: two "
                          "tab-separated texts), with no columns; give a .csv, .tsv or .jsonl file to choose columns")

@@ -63,6 +63,10 @@ def model_config(config: ml_collections.ConfigDict, platform: str | None = None)
     layernorm. A field given both as ``config.model.X`` and in ``model.overrides`` with another value is refused (the
     override won without a word)."""
     given = dict(config.model.overrides)
+    if "vocab_size" in given and config.model.get("vocab_from_tokenizer"):  # the tokenizer's replaced it silently
+        raise InputError(f"config.model.overrides sets vocab_size {given['vocab_size']!r}, and "
+                         "config.model.vocab_from_tokenizer=True takes the tokenizer's: set "
+                         "--config.model.vocab_from_tokenizer=False to keep yours, or leave vocab_size out")
     overrides = dict(given)
     for field in ("remat", "attention", "ffn", "layernorm"):
         if field in config.model:

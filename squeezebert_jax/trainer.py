@@ -238,17 +238,21 @@ def source_identity(source: str) -> dict:
     (``pretrained.MODEL_FILES`` and ``TOKENIZER_FILES``), each also in ``files`` (name: sha256) so that a resume names
     the one that changed; a file of anything else there (predictions written beside the model, a README) is none of
     it; a dataset spec
-    (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself, and for a dataset saved on disk its metadata
-    files (``state.json`` holds ``datasets``' own fingerprint of the data) -- no cheaper identity is at hand."""
+    (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself, and for a dataset saved on disk its files, each
+    in ``files`` too: its metadata and its data (the ``.arrow`` files: new data under the old ``state.json`` is other
+    data), its split directories followed through links (a link moved to other rows), ``datasets``' cache files of a
+    later ``map`` left out."""
 
     out = {"path": source, "sha256": None, "bytes": None}
     if sources.is_dataset(source):
         kind, name, _ = sources.parse(source)
         if kind == "hf" and os.path.isdir(name):
-            meta = sorted(os.path.relpath(os.path.join(d, f), name) for d, _, fs in os.walk(name) for f in fs
-                          if f.endswith(".json") and os.path.relpath(d, name).count(os.sep) < 2)
-            out["sha256"] = hashlib.sha256(json.dumps(
-                [[m, file_sha256(os.path.join(name, m))] for m in meta]).encode()).hexdigest()
+            found = sorted(os.path.relpath(os.path.join(d, f), name) for d, _, fs in os.walk(name, followlinks=True)
+                           for f in fs if os.path.relpath(d, name).count(os.sep) < 2
+                           and not f.startswith((".", "cache-")) and os.path.isfile(os.path.join(d, f)))
+            out["files"] = {m: file_sha256(os.path.join(name, m)) for m in found}
+            out["sha256"] = hashlib.sha256(json.dumps(sorted(out["files"].items())).encode()).hexdigest()
+            out["bytes"] = sum(os.path.getsize(os.path.join(name, m)) for m in found)
         return out
     path = os.path.realpath(source)  # one file, however the path to it is spelt (a link, a relative path)
     out["path"] = path

@@ -218,7 +218,10 @@ def test_export_lite_checks_its_sizes(tmp_path):
                     ({"seq_len": 2}, r"seq_len=2; expected an integer >= 4"),
                     ({"num_choices": 1}, r"num_choices=1; expected an integer >= 2"),
                     ({"tol": -1}, r"tol=-1; expected a finite number >= 0"),
-                    ({"tol": float("nan")}, r"tol=nan; expected a finite number >= 0")):
+                    ({"tol": float("nan")}, r"tol=nan; expected a finite number >= 0"),
+                    # a batch no host holds: one line, not numpy's "Unable to allocate 931 TiB" traceback
+                    ({"batch": 10 ** 12}, r"batch=1000000000000 x seq_len=128 would take about .* GB of activations "
+                                          r"\(the trace and the check\), more than half of this host's")):
         with pytest.raises(InputError, match=msg):
             mobile.export_lite(model, tmp_path / "unused.ptl", **kw)
     with pytest.raises(InputError, match=rf"export_lite: {re.escape(str(tmp_path))} is a directory; give the .ptl"):
@@ -301,6 +304,7 @@ def test_weights_of_another_layout_are_one_short_line(tmp_path, run_cli, digest)
     ("id2label", {"1": "pos"}, "id2label has the ids [1]; expected 0 to 0"),
     ("id2label", {"0": "pos", "1": "neg", "2": "pos"}, "id2label names 'pos' twice (ids 0 and 2)"),
     ("id2label", {"0": "pos", "1": " pos"}, "id2label names ' pos' twice (ids 0 and 1)"),
+    ("id2label", {"0": "neg", "1": "neg\u200b"}, "id2label names 'neg\\u200b' twice (ids 0 and 1)"),  # looks alike
     # label names are strings (transformers writes "1"): null, true and 1 were made "None", "True" and "1"
     ("id2label", {"0": None, "1": True}, 'id2label["0"] is null; each label is a name, a string'),
     ("id2label", {"0": "neg", "1": 1}, 'id2label["1"] is an integer 1; each label is a name'),

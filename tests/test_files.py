@@ -46,6 +46,18 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_marks_the_end(
         pass
 
 
+def test_a_damaged_lock_is_named_with_the_file_to_delete(tmp_path):
+    """A .lock whose job, pid or host is no value this package writes: it said "holds a ['fine-tuning'] run, not a
+    fine-tuning one", naming no file."""
+    for body, bad in (('{"what": ["fine-tuning"], "pid": 5}', r'"what" is \["fine-tuning"\]'),
+                      ('{"what": "fine-tuning", "pid": "5"}', r'"pid" is "5"'),
+                      ('{"what": "fine-tuning", "pid": true}', r'"pid" is true')):
+        (tmp_path / ".lock").write_text(body)
+        with pytest.raises(errors.InputError, match=rf"^{tmp_path / '.lock'}: a damaged run lock \({bad}; .*delete "
+                                                    rf"the file once no run is using {tmp_path}$"):
+            files.check_run_dir(tmp_path, "fine-tuning")
+
+
 @pytest.mark.parametrize("kind", ["dangling link", "link to a file", "directory", "pipe"])
 def test_a_lock_path_that_is_no_regular_file_is_one_line_for_either_lock(tmp_path, kind):
     """``OUT.lock`` or ``WORKDIR/.lock`` as a symbolic link to nothing (predict's claim retried for ever: a hang), a
@@ -276,7 +288,7 @@ def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
     assert pretrain_settings.check_workdir(tiny_config(), str(tmp_path / "notes"), overwrite=True)
     with files.RunLock(tmp_path / "pre", "pretraining"):
         (tmp_path / "pre" / "config_history.jsonl").write_text("")
-    with pytest.raises(errors.InputError, match=r"holds a pretraining run, not a fine-tuning one"):
+    with pytest.raises(errors.InputError, match=r"holds a pretraining run \(its .lock says so\), not a fine-tuning one"):
         files.check_run_dir(tmp_path / "pre", "fine-tuning", overwrite=True)
     # a demo workdir killed while writing its data (no history yet) is the same run: accepted
     (tmp_path / "demo_wd" / "data").mkdir(parents=True)
@@ -502,6 +514,11 @@ def test_a_corpus_pattern_the_shell_did_not_expand_is_named_as_such(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no such corpus file: a pattern that matched no file"):
         files.check_text_files([str(tmp_path / "*.md")])
     assert files.check_text_files([str(tmp_path / "a.txt")]) == [str(tmp_path / "a.txt")]
+    # a device is no corpus: /dev/zero never ends (the tokenizer trainer read it until killed), a terminal waits
+    with pytest.raises(errors.InputError, match=r"^/dev/zero is a character device, not a regular file or a pipe"):
+        files.check_text_files(["/dev/zero"])
+    os.mkfifo(tmp_path / "pipe")  # a pipe (<(zcat corpus.gz)) is read once, as a stream
+    assert files.check_text_files([str(tmp_path / "pipe")]) == [str(tmp_path / "pipe")]
 
 
 def test_no_command_writes_into_a_training_runs_directory(tmp_path):

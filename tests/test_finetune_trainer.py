@@ -319,6 +319,9 @@ def test_a_workdir_that_is_no_path_is_named_by_both_trainers():
         ft.finetune(glue_config("sst2", "init", "data"), b"/tmp/w")
     with pytest.raises(sj.errors.InputError, match=r"^workdir is NoneType None; give a path as a str"):
         pretrain.train_and_evaluate(smoke_config(), None)
+    # overwrite="no" replaced the user's config.json in the workdir and trained (any truthy value was True)
+    with pytest.raises(sj.errors.InputError, match=r"^overwrite='no': expected True or False$"):
+        ft.finetune(glue_config("sst2", "init", "data"), "/tmp/w", overwrite="no")
 
 
 def test_an_unknown_task_is_named_before_the_files_it_would_not_read():
@@ -538,6 +541,36 @@ def test_a_model_directorys_identity_is_its_model_files_named_one_by_one(tmp_pat
     legacy = {k: v for k, v in old.items() if k != "files"} | {"sha256": "0" * 64}  # every file hashed, as before
     assert trainer.stream_changes({"config.init_from": legacy}, {"config.init_from": trainer.source_identity(str(d))}) \
         == []
+
+
+def test_a_saved_datasets_identity_is_its_data_too_through_links(tmp_path):
+    """hf:DIR (save_to_disk's layout): new rows under the old metadata (an .arrow file copied over), or a split's
+    directory linked to other rows, resumed without a word when only the JSON metadata was hashed, and os.walk did
+    not follow the link. datasets' cache files of a later map() are none of the data; a record made before the
+    identity named its files is compared by its spec."""
+    rows, other = tmp_path / "rows", tmp_path / "other"
+    for d, data in ((rows, b"arrow rows"), (other, b"arrow other")):
+        d.mkdir()
+        (d / "data-00000-of-00001.arrow").write_bytes(data)
+        (d / "state.json").write_text('{"_fingerprint": "f"}')
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "dataset_dict.json").write_text('{"splits": ["train"]}')
+    os.symlink(rows, saved / "train")
+    spec = f"hf:{saved}:train"
+    old = trainer.source_identity(spec)
+    assert sorted(old["files"]) == ["dataset_dict.json", "train/data-00000-of-00001.arrow", "train/state.json"]
+    (rows / "cache-0a1b.arrow").write_bytes(b"a later map")
+    assert trainer.stream_changes({"config.data.train_file": old},
+                                  {"config.data.train_file": trainer.source_identity(spec)}) == []
+    os.unlink(saved / "train")
+    os.symlink(other, saved / "train")
+    assert trainer.stream_changes({"config.data.train_file": old},
+                                  {"config.data.train_file": trainer.source_identity(spec)}) == [
+        f"config.data.train_file {spec} changed since the run began (train/data-00000-of-00001.arrow changed)"]
+    legacy = {k: v for k, v in old.items() if k != "files"}
+    assert trainer.stream_changes({"config.data.train_file": legacy},
+                                  {"config.data.train_file": trainer.source_identity(spec)}) == []
 
 
 def test_a_data_file_saved_again_with_other_line_ends_is_the_same_data(tmp_path):

@@ -189,6 +189,16 @@ def test_an_out_claimed_by_another_command_is_refused_before_any_work(model_dir,
     assert not out.exists() and not os.path.exists(files.claim_path(out))  # released, and nothing was written
     with pytest.raises(InputError, match=r"^input_path is bytes b'in.txt'; give a path as a str"):  # not a TypeError
         predict_file(str(model_dir), b"in.txt", str(out))
+    # the API's other arguments: overwrite="no" replaced a file the user had (any truthy value was taken as True);
+    # a list of text columns was an AttributeError
+    out.write_text("keep")
+    for flag in ("no", 1, None):
+        with pytest.raises(InputError, match=rf"^overwrite={flag!r}: expected True or False$"):
+            predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out), overwrite=flag)
+    with pytest.raises(InputError, match=r"^text_columns is list \['text'\]; give the column names as one str"):
+        predict_file(str(model_dir), str(tmp_path / "in.txt"), str(out), text_columns=["text"])
+    assert out.read_text() == "keep"
+    out.unlink()
     # the Python API's other paths alike (os's "Can't mix strings and bytes in path components" named none of them)
     for call, name in ((lambda: Predictor(os.fsencode(model_dir)), "model_dir"), (lambda: Predictor([model_dir]),
                                                                                    "model_dir"),

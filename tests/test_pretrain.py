@@ -536,6 +536,12 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
     with pytest.raises(Initialized):
         pretrain.train_and_evaluate(c, str(tmp_path))
     assert seen == {"address": "localhost:1234", "num_processes": 2, "process_id": None}
+    # no count given and no cluster to find one in: jax's ValueError, as one line naming the settings to give
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a: (_ for _ in ()).throw(
+        ValueError("Number of processes must be defined.")))
+    with pytest.raises(errors.InputError, match=r"^config.coordinator_address='notahost': Number of processes must be "
+                                                r"defined, and no cluster environment .*: set config.num_processes"):
+        pretrain.train_and_evaluate(tiny_config(coordinator_address="notahost"), str(tmp_path))
 
 
 @pytest.mark.slow
@@ -686,6 +692,11 @@ def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_run
                                                 r"is 'minimal': set it in one place \(config.model.remat\)$"):
         pretrain_settings.check_settings(tiny_config(**{"model.overrides": {"remat": "none"},
                                                         "model.remat": "minimal"}), data=False)
+    # a vocab_size of one's own beside vocab_from_tokenizer (the demo's): the tokenizer's replaced it without a word
+    with pytest.raises(errors.InputError, match=r"^config.model.overrides sets vocab_size 10, and config.model."
+                                                r"vocab_from_tokenizer=True takes the tokenizer's"):
+        pretrain_settings.check_settings(tiny_config(**{"model.overrides": {"vocab_size": 10},
+                                                        "model.vocab_from_tokenizer": True}), data=False)
     # the values of how it runs are checked there too (a bad one was refused only after the data was tokenized)
     for changes, message in (({"model.overrides": {"layernorm": "bogus"}}, "layernorm 'bogus' not supported"),
                              ({"model.overrides": {}, "model.remat": None}, "remat")):
