@@ -541,8 +541,8 @@ def check_text_files(paths: Sequence[str | os.PathLike]) -> list[str]:
         st = os.stat(p)
         mode = st.st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device: /dev/zero never ends, a terminal waits
-            raise InputError(f"{p} is {special_kind(p)}, not a regular file or a pipe; give the corpus as text files (a "
-                             "pipe such as <(zcat corpus.txt.gz) is read once, as a stream)")
+            raise InputError(f"{p} is {special_kind(p)}, not a regular file or a pipe; give the corpus as text files "
+                             "(a pipe such as <(zcat corpus.txt.gz) is read once, as a stream)")
         if (st.st_dev, st.st_ino) in seen:
             raise InputError(f"{p} is {seen[st.st_dev, st.st_ino]}, given before: each corpus file once (twice, its "
                              "documents would count twice)")

@@ -288,7 +288,8 @@ def test_a_model_dir_or_another_jobs_workdir_is_not_a_run_directory(tmp_path):
     assert pretrain_settings.check_workdir(tiny_config(), str(tmp_path / "notes"), overwrite=True)
     with files.RunLock(tmp_path / "pre", "pretraining"):
         (tmp_path / "pre" / "config_history.jsonl").write_text("")
-    with pytest.raises(errors.InputError, match=r"holds a pretraining run \(its .lock says so\), not a fine-tuning one"):
+    with pytest.raises(errors.InputError,
+                       match=r"holds a pretraining run \(its .lock says so\), not a fine-tuning one"):
         files.check_run_dir(tmp_path / "pre", "fine-tuning", overwrite=True)
     # a demo workdir killed while writing its data (no history yet) is the same run: accepted
     (tmp_path / "demo_wd" / "data").mkdir(parents=True)
