@@ -115,7 +115,8 @@ def check_head(head, what: str = "head") -> str | None:
 def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | None = None) -> str:
     """Our head class for what the checkpoint holds (``architectures`` disambiguates classifier heads)."""
     arch = (architectures or [""])[0]
-    for suffix in ("ForTokenClassification", "ForMultipleChoice", "ForQuestionAnswering"):
+    # the head architectures names, where any of its tensors is there (one missing is then named as missing)
+    for suffix in ("ForTokenClassification", "ForMultipleChoice", "ForQuestionAnswering", "ForSequenceClassification"):
         if arch.endswith(suffix) and any(k.split(".")[0] in ("classifier", "qa_outputs") for k in state_dict):
             return "SqueezeBert" + suffix
     if "qa_outputs.weight" in state_dict:

@@ -478,10 +478,23 @@ def check_input_file(path: str, what: str, hint: str = "") -> str:
     directory, a device (``/dev/null``), a pipe or a socket is named as what it is (``WHAT PATH is a directory, not a
     file...``), ``hint`` saying what to give. Returns ``path``."""
     if not os.path.lexists(path) or (os.path.islink(path) and not os.path.exists(path)):
-        raise FileNotFoundError(f"{what}{path}: no such file")
+        raise FileNotFoundError(f"{what}{path}: {no_such_file(path)}")
     if not os.path.isfile(path):
         raise InputError(f"{what}{path} is {special_kind(path)}, not a file{hint}")
     return path
+
+
+def no_such_file(path: str) -> str:
+    """Why ``path``, which does not exist as a file, does not: "no such file", or the link it is that leads nowhere
+    or back to itself (a loop said "no such file" of a name the user sees listed)."""
+    if not os.path.islink(path):
+        return "no such file"
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link that leads back to itself (a loop of links)"
+    return f"a symbolic link to {os.readlink(path)}, which does not exist"
 
 
 def check_inputs_not_inside(out_dir: str, inputs: Iterable[str], what: str = "--out") -> None:

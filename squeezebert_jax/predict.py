@@ -141,7 +141,7 @@ class Predictor:
         # a tuple is one input, an empty one too (an input of no text: refused below, not read as no inputs)
         if isinstance(inputs, str) or (isinstance(inputs, tuple) and all(isinstance(t, str) for t in inputs)):
             batch, one = [inputs], True
-        elif isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray)):
+        elif isinstance(inputs, Sequence) and not isinstance(inputs, (bytes, bytearray, memoryview)):
             batch, one = list(inputs), False
         else:
             raise InputError(f"the inputs are {_kind_of(inputs)}: give a text (str), a tuple of texts (one pair or "

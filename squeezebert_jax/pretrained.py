@@ -33,7 +33,8 @@ from squeezebert_jax.convert import flat_params
 from squeezebert_jax.files import atomic_write, holds_model, json_type, json_value, path_argument, read_json, run_of
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
-from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES, check_tokenizer_config, checkpoint_file
+from squeezebert_jax.tokenizer import (TOKENIZER_FILE_NAMES, check_added_tokens, check_tokenizer_config,
+                                      checkpoint_file)
 from squeezebert_jax.tokenizer import load as load_tokenizer
 from squeezebert_jax.tokenizer import read_vocab
 
@@ -71,6 +72,8 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
                                          f"{vocab_size - 1} would have no embedding ({why})")
                 found.append((name, path))
     paths = dict(found)
+    if vocabulary := next((n for n in TOKENIZER_FILE_NAMES if n in paths), None):  # as Tokenizer.from_dir reads one
+        check_added_tokens(src_dir, vocabulary)
     if "vocab.txt" in paths:  # the checks Tokenizer.from_dir makes of a MODEL_DIR of these files, and transformers'
         lines = read_vocab(paths["vocab.txt"])
         check_tokenizer_config(src_dir)
@@ -471,7 +474,9 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     unused = sorted(set(src) - used)
     dropped = foreign + [k for k in unused if head != saved and _is_head_param(k)]
     unexpected = [k for k in unused if k not in dropped]
-    refused = [k for k in missing if not (allow_new_heads and _is_head_param(k))]
+    # a new head starts whole: a layer of it half in the checkpoint (its bias without its weight) is damage
+    halves = {k.rsplit("/", 1)[0] for k in src}
+    refused = [k for k in missing if not (allow_new_heads and _is_head_param(k)) or k.rsplit("/", 1)[0] in halves]
     if unexpected or refused:
         parts = [f"{what} {', '.join(names.get(k, k) for k in keys)}"
                  for what, keys in (("missing", refused), ("unexpected", unexpected)) if keys]

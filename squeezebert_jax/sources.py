@@ -34,7 +34,10 @@ def parse(spec: str) -> tuple[str, str, str]:
     """(``hf`` or ``tfds``, the dataset, the split): the part after the last ':' is the split when it holds no '/'."""
     kind, _, rest = spec.partition(":")
     name, sep, split = rest.rpartition(":")
-    if not sep or "/" in split or not split:
+    if sep and name and not split:  # "hf:DIR:": which split?
+        raise DataFileError(f"{spec}: ends in ':' with no split after it (hf:PATH_OR_NAME[:SPLIT], e.g. {kind}:{name}"
+                            ":train)")
+    if not sep or "/" in split:
         name, split = rest, "train"
     if not name:
         raise DataFileError(f"{spec}: no dataset named (hf:PATH_OR_NAME[:SPLIT] or tfds:NAME[:SPLIT])")

@@ -1381,7 +1381,7 @@ def _check_data_files(paths: dict[str, str], kind: str) -> None:
 
 def _check_data_file(path: str, setting: str, kind: str) -> None:
     if not os.path.exists(path):
-        raise InputError(f"{setting}={path!r}: no such file")
+        raise InputError(f"{setting}={path!r}: {files.no_such_file(path)}")
     if not os.path.isfile(path):  # a directory, or /dev/null
         raise InputError(f"{setting}={path!r} is {files.special_kind(path)}, not a data file")
     ext = os.path.splitext(path)[1].lower()

@@ -262,17 +262,26 @@ WORDPIECE_SETTINGS = {
 }
 
 
+def _side_file(directory: str, name: str) -> tuple[str | None, dict]:
+    """(path, JSON object) of a tokenizer's side file ``name`` in ``directory`` ((None, {}) where there is none); one
+    that holds no JSON object is refused by name."""
+    path = checkpoint_file(directory, name)
+    if path is None:
+        return None, {}
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: {json_type(value)}, not a JSON object")
+    return path, value
+
+
 def check_tokenizer_config(directory: str) -> None:
     """A ``tokenizer_config.json`` in ``directory`` beside a WordPiece vocabulary: refused unless it is a JSON object
     whose ``WORDPIECE_SETTINGS`` (where set) read text as this library's WordPiece does. A cased BERT
     (``do_lower_case: false``) is refused: lowercasing a cased model's input would be silently wrong; so are accents
     kept (``strip_accents: false``), CJK characters left in words, and a value of another type (which is meant?)."""
-    cfg_path = checkpoint_file(directory, "tokenizer_config.json")
+    cfg_path, settings = _side_file(directory, "tokenizer_config.json")
     if cfg_path is None:
         return
-    settings = read_json(cfg_path)
-    if not isinstance(settings, dict):
-        raise InputError(f"{cfg_path}: {json_type(settings)}, not a JSON object")
     if settings.get("do_lower_case", True) is False:
         raise InputError(f"{cfg_path}: do_lower_case is false (a cased model); this library's "
                          "WordPiece is uncased BERT's and would lowercase its input")
@@ -280,6 +289,18 @@ def check_tokenizer_config(directory: str) -> None:
         value = settings.get(name, allowed[0])
         if not any(value is a for a in allowed):  # "false", 0 (== False in Python), null: which is meant?
             raise InputError(f"{cfg_path}: {name} is {json_value(value)}; expected {meant}")
+
+
+def check_added_tokens(directory: str, vocabulary: str) -> None:
+    """transformers' ``added_tokens.json`` beside the vocabulary: tokens added past it (ids the model's embeddings
+    were grown for), which no tokenizer here reads: text holding one would be split into other pieces, without a
+    word. Refused when it adds any (an empty object adds none)."""
+    path, added = _side_file(directory, "added_tokens.json")
+    if added:
+        shown = ", ".join(f"{t!r}: {i}" for t, i in list(added.items())[:3]) + (", ..." if len(added) > 3 else "")
+        raise InputError(f"{path}: {len(added)} token{'s' * (len(added) > 1)} added past {vocabulary} ({shown}), "
+                         "which this library's tokenizers do not read (text holding one would split into other "
+                         f"pieces): remove the added tokens, or write them into {vocabulary} at their ids")
 
 
 class Tokenizer(abc.ABC):
@@ -353,6 +374,7 @@ class Tokenizer(abc.ABC):
                 tok = load(path)
                 if isinstance(tok, WordPieceTokenizer):
                     check_tokenizer_config(directory)
+                check_added_tokens(directory, name)
                 return tok
         return None
 

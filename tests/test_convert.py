@@ -307,6 +307,20 @@ def test_missing_encoder_tensor_is_an_error_even_when_new_heads_are_allowed(tmp_
     assert not (tmp_path / "out" / "params.safetensors").exists()
 
 
+def test_a_head_half_in_the_checkpoint_is_damage_not_a_new_head(tmp_path):
+    """A classifier's bias without its weight: the head was taken for the base model's ("unexpected classifier.bias"),
+    or, with new heads allowed (import_torch), the weight was drawn at random beside the saved bias."""
+    tm = randomize(transformers.SqueezeBertForSequenceClassification(transformers.SqueezeBertConfig(**TINY)))
+    src = save_hf(tm, str(tmp_path / "hf"))
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    del sd["classifier.weight"]
+    save_file(sd, os.path.join(src, "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"the weights do not match SqueezeBertForSequenceClassification: missing "
+                                         r"classifier\.weight$"):
+        sj.pretrained.import_torch(src, str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "params.safetensors").exists()
+
+
 @pytest.mark.parametrize("head", ["SqueezeBertForSequenceClassification", "SqueezeBertModel"])
 def test_another_head_on_a_checkpoint_with_a_head(tmp_path, head):
     """from_pytorch.py --head on squeezebert-uncased (MLM + SOP): the saved head is dropped, the encoder kept."""

@@ -427,6 +427,7 @@ def test_a_str_is_one_input_and_a_list_a_list(model_dir):
 
 @pytest.mark.parametrize("bad, msg", [
     (b"good film", r"^the inputs are bytes b'good film': give a text \(str\)"),
+    (memoryview(b"ab"), r"^the inputs are memoryview .*: give a text \(str\)"),  # "input 1 is int 97" was said
     ({"text": "good"}, r"^the inputs are dict \{'text': 'good'\}: give a text"),
     (3, r"^the inputs are int 3: give a text"),
     (None, r"^the inputs are NoneType None"),

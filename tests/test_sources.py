@@ -160,6 +160,9 @@ def test_errors_name_the_dataset_and_the_row(saved, tmp_path):
         list(sources.rows("hf:nosuchdataset-xyz"))
     assert sources.parse("hf:/data/a:b/c") == ("hf", "/data/a:b/c", "train")
     assert sources.parse("tfds:glue/sst2:validation") == ("tfds", "glue/sst2", "validation")
+    # a trailing ':' (no split after it): datasets' "Couldn't find any data file at DIR:." said nothing of it
+    with pytest.raises(sj.errors.DataFileError, match=r"^hf:/data/a:: ends in ':' with no split after it"):
+        sources.parse("hf:/data/a:")
 
 
 def test_a_data_file_is_never_run_as_code(tmp_path):

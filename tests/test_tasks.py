@@ -707,6 +707,12 @@ def test_a_byte_order_mark_is_invisible_and_bad_bytes_are_named_by_line_and_colu
 @pytest.mark.parametrize("setting, make, msg", [
     ("data.test_file", lambda d: str(d / "missing.csv"), r"config.data.test_file='.*missing.csv': no such file"),
     ("data.test_file", lambda d: str(d), r"config.data.test_file='.*' is a directory"),
+    # a link that loops or leads nowhere: said so (it said "no such file" of a name the user sees listed)
+    ("data.train_file", lambda d: (os.symlink("b.csv", d / "a.csv"), os.symlink("a.csv", d / "b.csv"),
+                                   str(d / "a.csv"))[-1],
+     r"config.data.train_file='.*a.csv': a symbolic link that leads back to itself \(a loop of links\)"),
+    ("data.train_file", lambda d: (os.symlink("gone.csv", d / "l.csv"), str(d / "l.csv"))[-1],
+     r"config.data.train_file='.*l.csv': a symbolic link to gone.csv, which does not exist"),
     ("data.validation_file", lambda d: str(d / "dev.txt"), r"config.data.validation_file: .*dev.txt: unknown file "
                                                            r"type '.txt'"),
 ])

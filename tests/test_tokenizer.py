@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import VOCAB, one_error_line
 
-from squeezebert_jax import corpus
+from squeezebert_jax import corpus, pretrained
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.tokenizer import (BERT_SPECIALS, Tokenizer, read_vocab, train_tokenizer,
                                        truncated_lengths)
@@ -581,3 +581,17 @@ def test_a_directory_given_for_a_tokenizer_file_names_the_file_to_give(tmp_path)
     with pytest.raises(IsADirectoryError, match=rf"^{tmp_path / 'd'} is a directory; give the tokenizer file in it "
                                                 rf"\({tmp_path / 'd' / 'vocab.txt'}\)$"):
         Tokenizer.from_file(tmp_path / "d")
+
+
+def test_tokens_added_past_the_vocabulary_are_refused_by_both_readers(hand_vocab, tmp_path):
+    """transformers' added_tokens.json (ids past vocab.txt, embeddings grown for them): no tokenizer here reads it, so
+    a conversion dropped it without a word and text holding one split into other pieces. Refused by Tokenizer.from_dir
+    and by a conversion's tokenizer check (pretrained.tokenizer_files); an empty one adds nothing."""
+    (tmp_path / "vocab.txt").write_text(open(hand_vocab).read())
+    (tmp_path / "added_tokens.json").write_text('{"newtok": 99999}')
+    for read in (Tokenizer.from_dir, pretrained.tokenizer_files):
+        with pytest.raises(InputError, match=r"added_tokens.json: 1 token added past vocab.txt \('newtok': 99999\), "
+                                             r"which this library's tokenizers do not read"):
+            read(str(tmp_path))
+    (tmp_path / "added_tokens.json").write_text("{}")
+    assert Tokenizer.from_dir(str(tmp_path)).vocab_size == len(HAND_VOCAB)
