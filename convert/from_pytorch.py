@@ -28,7 +28,7 @@ from squeezebert_jax import cli, count_params, import_torch
 from squeezebert_jax.convert import check_head, head_name
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_dir
-from squeezebert_jax.predict import model_kind, read_card
+from squeezebert_jax.predict import KINDS, model_kind, read_card
 from squeezebert_jax.pretrained import tokenizer_files
 from squeezebert_jax.tasks import declared_labels
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES
@@ -63,6 +63,10 @@ def main(argv=None):
     names = list(declared_labels(args.label_names, "--label-names")) if args.label_names is not None else None
     # a task.json to_pytorch wrote beside the checkpoint (how predict reads the model's inputs), checked before the work
     card = read_card(args.src) if os.path.lexists(os.path.join(args.src, "task.json")) else None
+    if card and args.head and not _card_fits(args.src, args.head):  # a new head: the card is the saved head's
+        print(f"note: {os.path.join(args.src, 'task.json')} describes the checkpoint's own head, not --head "
+              f"{args.head}: not carried")
+        card = None
     def check(model):  # ... and against the model it describes, before the MODEL_DIR is written
         read_card(args.src, model_kind(model), getattr(model, "num_labels", None))
 
@@ -71,6 +75,18 @@ def main(argv=None):
     print(f"wrote {args.out}: {head_name(model)}, {count_params(model):,} parameters"
           + (f"; randomly initialised (absent from source): {', '.join(model.newly_initialized)}"
              if model.newly_initialized else ""))
+
+
+def _card_fits(src: str, head: str) -> bool:
+    """Whether ``src``'s task.json describes a model of ``head``'s kind (a classifier's card, a tagger's, ...)."""
+    kind = next((k for k, h in KINDS.items() if h == head), None)
+    if kind is None:  # a pretraining or bare encoder model: no card describes one
+        return False
+    try:
+        read_card(src, kind)
+    except InputError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -867,3 +867,10 @@ def test_a_round_trip_through_transformers_keeps_the_task_card(tmp_path, run_cli
     rc, _, err = run_cli("convert/from_pytorch.py", "--src", tmp_path / "hf", "--out", tmp_path / "back2")
     assert rc == 1 and "task.json: 'kind' is 'token_classification', but" in one_error_line(err, "from_pytorch.py")
     assert digest(tmp_path) == before and not (tmp_path / "back2").exists()
+    # a new head of another kind asked for (--head): the card is the saved head's, left behind with a note (it was
+    # blamed as "the task.json of another model")
+    (tmp_path / "hf" / "task.json").write_text(json.dumps(card))
+    rc, out, err = run_cli("convert/from_pytorch.py", "--src", tmp_path / "hf", "--out", tmp_path / "back3", "--head",
+                           "SqueezeBertForSequenceClassification")
+    assert rc == 0 and "describes the checkpoint's own head, not --head SqueezeBertForSequenceClassification: not " \
+                       "carried" in out and not (tmp_path / "back3" / "task.json").exists(), err
