@@ -17,11 +17,15 @@ Each is a ``Task`` (the protocol below): a declared record of its reader, encode
     data.labels         "neg,pos": the label names in id order (default: the training file's, sorted)
 
 Every file is read through ``files.text_lines`` (UTF-8, a byte-order mark dropped); CSV by the standard library's ``csv``
-(quoted fields may hold the delimiter, quotes and newlines), TSV a row per line (``read_rows``), JSON Lines by ``json``.
-Labels are values (``label_key``: ``1``, ``1.0`` and JSON ``1`` are one class), texts are never empty, and each column
-has one role (``check_columns``). Every error names the file, the line and the column: a missing column, an empty
-split, label or text, a label outside the declared set, a score that is not a finite number, a line that is not a JSON
-object.
+(quoted fields may hold the delimiter, quotes and newlines), TSV a row per line (``read_rows``; a file that reads
+otherwise as CSV-quoted, as pandas writes a text with a tab or a line break, is refused where the readings part), JSON
+Lines by ``json``. Labels are values (``label_key``: ``1``, ``1.0``, ``−1`` typeset and JSON ``1`` are one class; a
+missing value as spreadsheets, pandas and database dumps write one, ``#N/A``, ``NULL``, ``\N``, is no class unless
+``data.labels`` names it), texts are never empty (a text that is a missing-value marker, pandas' ``nan``, is counted
+in a warning), and each column has one role (``check_columns``); a column numbered like a text column (``sentence2``
+beside ``sentence``) is not left unread without a word (``unread_numbered``). Every error names the file, the line
+and the column: a missing column, an empty split, label or text, a label outside the declared set, a score that is not
+a finite number, a line that is not a JSON object.
 """
 
 from __future__ import annotations
