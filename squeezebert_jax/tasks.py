@@ -20,7 +20,7 @@ Every file is read through ``files.text_lines`` (UTF-8, a byte-order mark droppe
 (quoted fields may hold the delimiter, quotes and newlines), TSV a row per line (``read_rows``; a file that reads
 otherwise as CSV-quoted, as pandas writes a text with a tab or a line break, is refused where the readings part), JSON
 Lines by ``json``. Labels are values (``label_key``: ``1``, ``1.0``, ``−1`` typeset and JSON ``1`` are one class; a
-missing value as spreadsheets, pandas and database dumps write one, ``#N/A``, ``NULL``, ``\N``, is no class unless
+missing value as spreadsheets, pandas and database dumps write one, ``#N/A``, ``NULL``, ``\\N``, is no class unless
 ``data.labels`` names it), texts are never empty (a text that is a missing-value marker, pandas' ``nan``, is counted
 in a warning), and each column has one role (``check_columns``); a column numbered like a text column (``sentence2``
 beside ``sentence``) is not left unread without a word (``unread_numbered``). Every error names the file, the line
