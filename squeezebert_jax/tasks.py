@@ -980,7 +980,7 @@ def missing_column(path: str, lineno, row: dict, column: str, what: str = "colum
     ext = os.path.splitext(path)[1].lower()
     separated = next((name for sep, name in (("\t", "tab"), (",", "comma"), (";", "semicolon"))
                       if header_at and ext in (".csv", ".tsv") and sep != {".csv": ",", ".tsv": "\t"}[ext]
-                      and any(sep in c for c in names)), None)
+                      and len(names) == 1 and sep in names[0]), None)  # the whole header read as one name
     return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(_shown_name, row)) or 'no fields'})"
                          + (f"; the header is {separated}-separated, but a {ext} file is read "
                             f"{'comma' if ext == '.csv' else 'tab'}-separated: "
