@@ -110,7 +110,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
         _check_entries(out, what)
     if os.path.isdir(out) and writes is not None:
         refuse_model_dir(out, writes, what)
-    refuse_nested(out, what)
+    refuse_nested(out, what, job)
     if job is not None and (other := run_of(out)) and other != job:
         raise InputError(f"{what} {out} is the directory of a {other} run: its config, checkpoints and model are that "
                          f"run's, and this command's files would replace or join them, --overwrite or not; choose "
@@ -434,7 +434,7 @@ def _read_claim(fd: int) -> dict | None:
         return {}
     try:
         info = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # [[[...]]] deeper than the parser goes: no lock of ours
         return None
     if isinstance(info, int) and not isinstance(info, bool):
         return {"pid": info}
@@ -704,6 +704,9 @@ def parse_json(text: str, where: str):
     line and column. ``DataFileError`` ("WHERE:LINE:COL: ...")."""
     try:
         return _json_loads(text)
+    except RecursionError:
+        raise DataFileError(f"{where}: JSON nested deeper than a parser goes (lists or objects inside each other "
+                            "thousands deep): no file this library reads is so") from None
     except _DuplicateKey as e:
         raise DataFileError(f"{where}: the key {e.args[0]!r} appears twice in one object (json would keep the last "
                             "without a word); keep one") from None
@@ -730,6 +733,9 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
             continue
         try:
             row = _json_loads(line)
+        except RecursionError:
+            raise DataFileError(f"{path}:{lineno}: JSON nested deeper than a parser goes (lists or objects inside "
+                                "each other thousands deep)") from None
         except _DuplicateKey as e:
             raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
                                 f"meant?)") from None
@@ -858,9 +864,10 @@ def read_lock(directory: str | os.PathLike) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
-    if not isinstance(info, dict) or any(k in info and not isinstance(info[k], str) for k in ("what", "host")):
+    if not isinstance(info, dict) or any(k in info and (not isinstance(info[k], str) or not info[k].strip())
+                                         for k in ("what", "host")):
         return {}  # damaged as a whole: no holder (a job named ["fine-tuning"] was "a ['fine-tuning'] run")
     return info
 
@@ -880,8 +887,10 @@ class RunLock:
         self._fd: int | None = None
 
     def _refuse(self, info: dict, why: str = ""):
-        who = (f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}"
-               + (f": {info['command']}" if info.get("command") else ""))
+        command = str(info.get("command") or "")
+        who = (f"pid {info.get('pid', '?')} on {str(info.get('host', '?'))[:100]}, started "
+               f"{str(info.get('started', '?'))[:40]}" + (f": {command[:300]}{'...' * (len(command) > 300)}"
+                                                          if command else ""))
         raise InputError(f"{self.directory} is in use by a running {info.get('what', 'job')} ({who}){why}; one run "
                          "per directory: wait for it to end, or choose another directory")
 
@@ -995,18 +1004,22 @@ def holds_model(directory: str) -> str:
     return weights[0] if weights and os.path.isfile(os.path.join(directory, "config.json")) else ""
 
 
-def refuse_nested(out: str, what: str) -> None:
+def refuse_nested(out: str, what: str, job: str | None = None) -> None:
     """A directory to write that lies inside a model's directory (a model is copied, shipped and converted whole:
     a run or outputs inside it travel with it, and its writer's --overwrite would meet them), or is or lies inside a
     run's ``checkpoints`` (the run's checkpoint manager keeps its steps there), however deep and through links:
-    refused, ``--overwrite`` or not."""
+    refused, ``--overwrite`` or not. Given the writer's ``job`` ("" for none), so is one of the directories another
+    job's run writes (``RUN_DIRS``: its model/, a tokenizer there was replaced by the run's export; its tb/)."""
     path = os.path.realpath(out)
     at = path
     while (up := os.path.dirname(at)) != at:
+        inside = "" if at == path else "inside "
         if os.path.basename(at) == "checkpoints" and run_of(up):
-            inside = "" if at == path else "inside "
             raise InputError(f"{what} {out} is {inside}the checkpoints directory of the run in {up}, which that run's "
                              f"checkpoint manager keeps, --overwrite or not; choose another {what}")
+        if job is not None and os.path.basename(at) in RUN_DIRS and (owner := run_of(up)) and owner != job:
+            raise InputError(f"{what} {out} is {inside}{os.path.basename(at)}/ of the {owner} run in {up}, which that "
+                             f"run writes, --overwrite or not; choose another {what}")
         if weights := holds_model(up):
             raise InputError(f"{what} {out} is inside the model directory {up} (config.json, {weights}): a model is "
                              f"copied and converted whole, and what is written there would travel with it, --overwrite "
@@ -1047,7 +1060,7 @@ def check_run_dir(workdir: str | os.PathLike, what: str, overwrite: bool = False
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise InputError(f"{what_flag} {workdir} is an existing file, not a directory; choose a directory for the run")
     _check_parent(workdir, what_flag)
-    refuse_nested(workdir, what_flag)
+    refuse_nested(workdir, what_flag, what)
     # what the run writes as files, and as directories: anything else in their place fails only once it has begun
     for names, ok, want in ((RUN_FILES, os.path.isfile, "file"), (RUN_DIRS, os.path.isdir, "directory")):
         for name in names:

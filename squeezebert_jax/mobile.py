@@ -33,7 +33,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, models
 from squeezebert_jax.errors import InputError
-from squeezebert_jax.files import host_memory_bytes
+from squeezebert_jax.files import host_memory_bytes, overwrite_flag
 from squeezebert_jax.model import set_execution, SqueezeBertConfig
 from squeezebert_jax.pretrained import cast_compute_dtype, export_torch
 from squeezebert_jax.tasks import MIN_SEQ_LENGTH
@@ -310,8 +310,7 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
         raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
     if os.path.isdir(path) or os.fspath(path).endswith(("/", os.sep)):
         raise InputError(f"export_lite: {os.fspath(path)} is a directory; give the .ptl file to write")
-    if not isinstance(overwrite, bool):
-        raise InputError(f"export_lite: overwrite={overwrite!r}; expected True or False")
+    overwrite = overwrite_flag(overwrite, "export_lite: overwrite")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"export_lite: {folder} " + ("is not a directory" if os.path.exists(folder) else

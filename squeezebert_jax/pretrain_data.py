@@ -352,9 +352,13 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     from array_record.python.array_record_module import ArrayRecordWriter
     from tqdm.auto import tqdm
 
-    if not 1 <= num_shards <= max_shards():
-        raise InputError(f"num_shards={num_shards}: {SHARDS_VALID.format(max_shards())}")
-    out_dir = os.fspath(out_dir)
+    if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)) \
+            or not 1 <= num_shards <= max_shards():
+        raise InputError(f"num_shards={num_shards!r}: {SHARDS_VALID.format(max_shards())}")
+    out_dir = files.path_argument("out_dir", out_dir)
+    if os.path.isdir(out_dir):  # the API as the script: never into a model (its vocab.txt was replaced), nor inside
+        files.refuse_model_dir(out_dir, "prepared data", "out_dir")
+    files.refuse_nested(out_dir, "out_dir")
     stats = stats if stats is not None else CorpusStats()
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]

@@ -30,7 +30,8 @@ from flax import nnx
 
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import atomic_write, holds_model, json_type, json_value, path_argument, read_json, run_of
+from squeezebert_jax.files import (atomic_write, holds_model, json_type, json_value, overwrite_flag, path_argument,
+                                   read_json, refuse_nested, run_of)
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import (TOKENIZER_FILE_NAMES, check_added_tokens, check_tokenizer_config,
@@ -148,8 +149,9 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
     naming the file. ``overwrite="replace"``: a training run's own MODEL_DIR (WORKDIR/model, written again at each
     export, and after the run's --overwrite): the other model's files are removed instead, with a warning naming them,
     so that an export never fails after the training."""
-    if not any(overwrite is v for v in (True, False)) and overwrite != "replace":  # 'yes' replaced a model
-        raise InputError(f"overwrite={overwrite!r}: True or False")
+    if overwrite != "replace":  # 'yes' replaced a model
+        overwrite = overwrite_flag(overwrite)
+    refuse_nested(dst_dir, "the model directory")  # never inside another model, nor in a run's checkpoints
     if os.path.lexists(dst_dir) and not os.path.isdir(dst_dir):
         raise InputError(f"{dst_dir} is {'a link to nothing' if not os.path.exists(dst_dir) else 'a file'}, not a "
                          "directory: choose a directory for the model")
@@ -553,8 +555,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     reads a multiple-choice model's columns went missing in a round trip)."""
     from safetensors.numpy import save_file
 
-    if overwrite not in (True, False):  # "replace" is for a training run's own model directory, not an export
-        raise InputError(f"overwrite={overwrite!r}: True or False")
+    overwrite = overwrite_flag(overwrite)  # "replace" is for a training run's own model directory, not an export
     hf_dir = path_argument("hf_dir", hf_dir)
     tok_files = _given_tokenizer(model, tokenizer_dir, needed=False)  # a checkpoint may go without one
     fam = convert.target_family(model.config, style)

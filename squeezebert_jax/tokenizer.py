@@ -39,7 +39,8 @@ import numpy as np
 
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import (atomic_write, check_inputs_not_inside, check_text_files, json_type, json_value,
-                                   make_dirs, read_json, refuse_model_dir, special_kind, text_lines)
+                                   make_dirs, overwrite_flag, path_argument, read_json, refuse_model_dir, refuse_nested,
+                                   special_kind, text_lines)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 BERT_SPECIALS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4 in every vocabulary ``train_tokenizer`` writes
@@ -725,7 +726,10 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     """
     # the corpus files as prepare_data checks them: each an existing file, given once (a directory, a pattern that
     # matched nothing, the same file twice named as such)
+    overwrite, out_dir = overwrite_flag(overwrite), path_argument("out_dir", out_dir)
     files = check_text_files([files] if isinstance(files, (str, os.PathLike)) else list(files))
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
+        raise InputError(f"vocab_size={vocab_size!r}; expected an integer (the vocabulary's entries)")
     if kind not in ("wordpiece", "sentencepiece"):
         raise InputError(f"kind={kind!r}; expected 'wordpiece' or 'sentencepiece'")
     if vocab_size <= len(BERT_SPECIALS):
@@ -743,6 +747,7 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         raise InputError(f"--out {out_dir} is a file; give the directory to write the tokenizer into")
     if os.path.isdir(out_dir):  # a new vocabulary beside the model's embeddings would read other words
         refuse_model_dir(out_dir, "a new tokenizer", "--out")
+    refuse_nested(out_dir, "--out", job="")  # nor inside one, nor a run's model/ (its export replaced it)
     target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")
     present = [os.path.join(out_dir, n) for n in TOKENIZER_FILE_NAMES if os.path.exists(os.path.join(out_dir, n))]
     if present and not overwrite:  # another kind's file too: Tokenizer.from_dir would go on reading that one

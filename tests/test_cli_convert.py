@@ -231,7 +231,7 @@ def test_export_lite_checks_its_sizes(tmp_path):
     with pytest.raises(InputError, match=r"export_lite: .*phone\.ptl exists; pass overwrite=True to replace it$"):
         mobile.export_lite(model, tmp_path / "phone.ptl")
     for flag in ("no", 1, None):  # a truthy string replaced it
-        with pytest.raises(InputError, match=rf"export_lite: overwrite={flag!r}; expected True or False"):
+        with pytest.raises(InputError, match=rf"export_lite: overwrite={flag!r}: expected True or False"):
             mobile.export_lite(model, tmp_path / "phone.ptl", overwrite=flag)
     assert (tmp_path / "phone.ptl").read_bytes() == b"the export on the phone"
     # a folder that is not there (made, before) or a file (a FileExistsError traceback, before)
@@ -804,7 +804,7 @@ def test_a_model_dirs_bad_vocab_is_refused_before_anything_is_written(tmp_path):
                       (lambda: sj.save_pretrained("abc", tmp_path / "copy"), r"^model is str 'abc', not a model of "
                                                                             r"this library"),
                       (lambda: sj.save_pretrained(model, tmp_path / "copy", overwrite="yes"),
-                       r"^overwrite='yes': True or False"),
+                       r"^overwrite='yes': expected True or False"),
                       (lambda: sj.load_pretrained(src, num_labels=3),
                        r"^num_labels=3: .* holds a SqueezeBertForMaskedLM, which has no classifier")):
         with pytest.raises(InputError, match=msg):

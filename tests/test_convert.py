@@ -672,7 +672,8 @@ def test_a_model_is_written_over_another_only_with_overwrite_and_never_beside_it
         with pytest.raises(sj.errors.InputError, match=rf"^{hf} holds {name}, a (model|tokenizer) file this model "):
             sj.export_torch(model, hf, overwrite=True)
         (hf / name).unlink()
-    with pytest.raises(sj.errors.InputError, match=r"^overwrite='replace': True or False"):  # a run's own dirs only
+    # "replace" is a run's own directory's only
+    with pytest.raises(sj.errors.InputError, match=r"^overwrite='replace': expected True or False"):
         sj.export_torch(model, hf, overwrite="replace")
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(sj.errors.InputError, match=rf"^{tmp_path / 'a_file'} is a file, not a directory"):

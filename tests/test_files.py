@@ -558,9 +558,38 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--out {target} {msg}"):
             files.check_output_dir(target, overwrite=True, writes=None)
     assert files.check_run_dir(run / "sweep_child", "fine-tuning") == str(run / "sweep_child")
+    # a directory another job's run writes: its tb/ (a fine-tuning ran there), its model/ (a tokenizer trained into a
+    # pretraining run's model/ before its export was replaced by the export); the run's own job may
+    (run / ".lock").write_text('{"what": "pretraining"}')
+    for target in (run / "tb" / "ft", run / "model"):
+        with pytest.raises(errors.InputError, match=rf"^--workdir {target} is (inside )?(tb|model)/ of the pretraining "
+                                                    rf"run in {run}, which that run writes"):
+            files.check_run_dir(target, "fine-tuning")
+    assert files.refuse_nested(str(run / "model"), "--out", "pretraining") is None
+    # the API's writers alike: a model saved inside a model, prepared data into a model, a tokenizer into a run's
+    # model/, with overwrite given as no bool
+    model_copy = tiny_init(tmp_path / "model_copy", VOCAB)
+    with pytest.raises(errors.InputError, match=r"^the model directory .*model/sub is inside the model directory"):
+        pretrained.save_pretrained(pretrained.load_pretrained(str(model)), str(model / "sub"))
+    with pytest.raises(errors.InputError, match=r"^out_dir .*model_copy holds a model \(config.json, "):
+        pretrain_data.prepare([str(tmp_path / "c.txt")], None, str(model_copy), 2)
+    for bad in (2.0, "2", True):
+        with pytest.raises(errors.InputError, match=rf"^num_shards={bad!r}: an integer in"):
+            pretrain_data.prepare([str(tmp_path / "c.txt")], None, str(tmp_path / "p"), bad)
     # a run's directory given as a MODEL_DIR: its config.json is the run's settings, not a model's
-    with pytest.raises(errors.InputError, match=rf"^{run} is a training run's directory, not a MODEL_DIR \(its "
+    with pytest.raises(errors.InputError, match=rf"^{run} is a pretraining run's directory, not a MODEL_DIR \(its "
                                                 rf"config.json holds the run's settings\): it writes its model to "
                                                 rf"{run / 'model'} \(none there yet\)"):
         (run / "config.json").write_text("{}")
         pretrained.read_model_config(run)
+
+
+def test_json_nested_past_the_parser_is_one_line_in_every_reader(tmp_path):
+    """Lists inside each other 100,000 deep: a RecursionError traceback from the JSON readers and the locks."""
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(errors.DataFileError, match=r"^f.json: JSON nested deeper than a parser goes"):
+        files.parse_json(deep, "f.json")
+    with pytest.raises(errors.DataFileError, match=r"^f.jsonl:1: JSON nested deeper than a parser goes"):
+        list(files.json_lines("f.jsonl", [(1, deep)]))
+    (tmp_path / ".lock").write_text(deep)  # damaged: no holder
+    assert files.read_lock(tmp_path) == {} and files.check_run_dir(tmp_path, "fine-tuning") == str(tmp_path)

@@ -595,3 +595,24 @@ def test_tokens_added_past_the_vocabulary_are_refused_by_both_readers(hand_vocab
             read(str(tmp_path))
     (tmp_path / "added_tokens.json").write_text("{}")
     assert Tokenizer.from_dir(str(tmp_path)).vocab_size == len(HAND_VOCAB)
+
+
+def test_train_tokenizers_arguments_are_checked_before_any_work(tmp_path):
+    """overwrite="no" replaced a user's vocab.txt (a truthy string), vocab_size "60" or 60.5 was a TypeError, and a
+    pretraining run's model/ took a tokenizer its export then replaced."""
+    corpus_file = tmp_path / "c.txt"
+    corpus_file.write_text("the quick brown fox\n" * 20)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "vocab.txt").write_text("a user's vocabulary\n")
+    for flag in ("no", "False", 0):
+        with pytest.raises(InputError, match=rf"^overwrite={flag!r}: expected True or False$"):
+            train_tokenizer([str(corpus_file)], str(tmp_path / "mine"), 60, overwrite=flag)
+    for size in ("60", 60.5, None):
+        with pytest.raises(InputError, match=rf"^vocab_size={size!r}; expected an integer"):
+            train_tokenizer([str(corpus_file)], str(tmp_path / "new"), size)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config_history.jsonl").write_text("{}\n")
+    with pytest.raises(InputError, match=r"^--out .*run/model is model/ of the training run in"):
+        train_tokenizer([str(corpus_file)], str(tmp_path / "run" / "model"), 60)
+    assert (tmp_path / "mine" / "vocab.txt").read_text() == "a user's vocabulary\n"
+    assert not (tmp_path / "new").exists() and not (tmp_path / "run" / "model").exists()
