@@ -466,6 +466,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         if not columns:
             columns = list(row) if len(row) == 1 else ["text"]
             header_at = getattr(row, "header_at", None)  # a CSV's or TSV's
+            if header_at and (hint := tasks.separator_hint(path, row)):  # 'a fine film|1' read as one text
+                raise DataFileError(f"{path}:{header_at}: one column, {columns[0][:60]!r}{hint}")
             if header_at and len(row) == 1 and len(columns[0].split()) >= 3:  # "a gripping film": no column's name
                 raise DataFileError(f"{path}:{header_at}: the header {columns[0][:60]!r} reads as a text, not as "
                                     "a column's name: a file of texts without a header is a .txt file (a text per "

@@ -304,6 +304,7 @@ def file_format(path: str) -> str:
 
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+QUOTE_SPAN = 1000  # lines a quoted text may run over, read as CSV (a TSV line with a quote is checked so)
 
 
 def _tsv_records(path: str, lines):
@@ -321,16 +322,23 @@ def _tsv_records(path: str, lines):
 
 
 def _check_tsv_quoting(path: str, lines, records) -> None:
-    quoted, read, reader = [], 0, csv.reader((line for _, line in lines), delimiter="\t", strict=True)
-    try:
-        for record in reader:
-            quoted.append((lines[read][0], reader.line_num - read, record))
-            read = reader.line_num
-    except csv.Error:
-        return  # no CSV: read as TSV
-    if len({len(r) for _, _, r in quoted if r}) != 1 or [r for _, _, r in quoted] == [r for _, r in records]:
-        return  # ragged as CSV (not a table so written), or the same either way
-    at, spans, record = next((n, k, r) for (n, k, r), (_, lit) in zip(quoted, records) if r != lit)
+    """Each line with a quote, read as the start of one CSV record (over at most ``QUOTE_SPAN`` lines): one that
+    reads so as a record of the header's fields, and otherwise than as TSV, is refused (a line elsewhere that is no
+    CSV, ``"Great" movie``, leaves the others checked)."""
+    width = next((len(r) for _, r in records if r), 0)  # the header's
+    for i, (at, line) in enumerate(lines):
+        if '"' not in line or i == 0:
+            continue
+        reader = csv.reader((text for _, text in lines[i:i + QUOTE_SPAN]), delimiter="\t", strict=True)
+        try:
+            record = next(reader)
+        except (csv.Error, StopIteration):
+            continue  # no CSV from here: read as TSV
+        spans = reader.line_num
+        if len(record) == width and record != records[i][1] and (spans > 1 or len(records[i][1]) != width):
+            break
+    else:
+        return
     how = f"runs on to line {at + spans - 1} (a line break inside it" if spans > 1 else "holds a tab (a tab inside it"
     raise DataFileError(f"{path}:{at}: a text in quotes {how}, as CSV quotes one; pandas' to_csv(sep='\\t') writes "
                         "so): a .tsv here is one record per line with no quoting; replace the text's tabs and line "
@@ -461,7 +469,7 @@ class FileTask:
     def _label(self, raw, path: str, lineno: int) -> int | float | tuple[int, ...]:
         where = f"{path}:{lineno}: column {self.label_column!r}"
         if self.is_regression:
-            if isinstance(raw, str) and raw.strip().casefold() in MISSING_MARKERS:  # "\N", "#VALUE!": said so
+            if isinstance(raw, str) and is_missing_marker(raw):  # "\N", "#VALUE!": said so
                 raise DataFileError(f"{where}: {raw.strip()!r} is how a spreadsheet or a database dump writes a "
                                     "missing value, not a score: give the row its score, or remove it")
             try:
@@ -853,7 +861,7 @@ class ChoiceTask:
     def load(self, split: str) -> list[ChoiceExample]:
         """The split's rows; rows holding two endings of one text (white space aside: no label can pick one of them)
         are kept and counted in a warning naming the first."""
-        path, out, same = self.files[split], [], []
+        path, out, same, markers = self.files[split], [], [], []
         for lineno, row in read_rows(path):
             if missing := next((c for c in self.choice_columns if c not in row), None):
                 raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
@@ -869,8 +877,11 @@ class ChoiceTask:
                     same.append((lineno, first, column, words))
                     break
             out.append(ChoiceExample(len(out), texts[0], lead, tuple(endings), label))
+            if marker := marker_text(texts):
+                markers.append((lineno, marker))
         if not out:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
+        warn_missing_texts(path, markers, len(out))
         if same:
             lineno, first, column, words = same[0]
             log.warning("%s: %d of %d rows hold two endings of the same text, which no label can pick apart (the "
@@ -947,8 +958,9 @@ def unread_numbered(row, columns) -> list[str]:
 
 
 def column_stem(name: str) -> str:
-    """A column's name without its digits (``ending`` of ``ending3``)."""
-    return re.sub(r"\d+", "", name)
+    """A column's name without its digits, in any case (``ending`` of ``ending3``; ``sentence`` of ``Sentence_2`` and
+    of pandas' ``sentence.1``, a second column of the name)."""
+    return re.sub(r"[\W_]*\d+", "", name).casefold()
 
 
 def check_unread_columns(path: str, lineno, row, columns, setting: str, refuse: bool) -> None:
@@ -976,17 +988,23 @@ def missing_column(path: str, lineno, row: dict, column: str, what: str = "colum
     row is named by its own line or row. ``setting`` is what names another column."""
     header_at = getattr(row, "header_at", None)
     where = f"{path}:{header_at}: the header has" if header_at else f"{path}:{lineno}:"
-    names = [c for c in row if isinstance(c, str)]
-    ext = os.path.splitext(path)[1].lower()
-    separated = next((name for sep, name in (("\t", "tab"), (",", "comma"), (";", "semicolon"))
-                      if header_at and ext in (".csv", ".tsv") and sep != {".csv": ",", ".tsv": "\t"}[ext]
-                      and len(names) == 1 and sep in names[0]), None)  # the whole header read as one name
+    hint = separator_hint(path, row) if header_at else ""
     return DataFileError(f"{where} no {what} {column!r} (has {', '.join(map(_shown_name, row)) or 'no fields'})"
-                         + (f"; the header is {separated}-separated, but a {ext} file is read "
-                            f"{'comma' if ext == '.csv' else 'tab'}-separated: "
-                            + {"tab": "name the file .tsv", "comma": "name the file .csv",
-                               "semicolon": "save it comma-separated"}[separated] if separated else "")
-                         + (f"; name yours with {setting}" if setting and not separated else ""))
+                         + (hint or (f"; name yours with {setting}" if setting else "")))
+
+
+def separator_hint(path: str, header) -> str:
+    """"; the header is tab-separated, ...": where a CSV's or TSV's whole header read as one name that holds another
+    separator (a tab, a comma, a semicolon or a pipe), else ""."""
+    names, ext = [c for c in header if isinstance(c, str)], os.path.splitext(path)[1].lower()
+    own = {".csv": ",", ".tsv": "\t"}.get(ext)
+    separated = next((name for sep, name in (("\t", "tab"), (",", "comma"), (";", "semicolon"), ("|", "pipe"))
+                      if own and sep != own and len(names) == 1 and sep in names[0]), None)
+    if not separated:
+        return ""
+    fix = {"tab": "name the file .tsv", "comma": "name the file .csv"}.get(separated, "save it comma-separated")
+    return (f"; the header is {separated}-separated, but a {ext} file is read "
+            f"{'comma' if ext == '.csv' else 'tab'}-separated: {fix}")
 
 
 def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, parse_label, split: str):
@@ -998,7 +1016,7 @@ def row_fields(path: str, lineno: int, row: dict, columns, label_column: str, pa
             raise missing_column(path, lineno, row, col, setting="config.data.text_columns")
         texts.append(text_value(row[col], path, lineno, col))
     raw = row.get(label_column)
-    unlabelled = raw is None or isinstance(raw, str) and (not raw.strip() or raw.strip().casefold() in TEXT_MARKERS)
+    unlabelled = raw is None or isinstance(raw, str) and (not raw.strip() or is_missing_marker(raw, texts=True))
     if label_column in row and not (split == "test" and unlabelled):  # a test row's "nan" (pandas) is no label too
         return texts, parse_label(raw, path, lineno)
     if split != "test":
@@ -1056,7 +1074,13 @@ def label_key(raw, where: str) -> str:
         if text.lower() in ("true", "false"):
             return text.lower()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):  # JSON's NaN is refused: so is a CSV's
-            raise DataFileError(f"{where}: the label {raw!r} is not a finite number")
+            nan = (" (NaN: how pandas writes a missing value; every row needs its label)" if "nan" in text.lower()
+                   else "")
+            raise DataFileError(f"{where}: the label {raw!r} is not a finite number{nan}")
+        if text.startswith('"') != text.endswith('"'):  # pos" : CSV quoting's leftover (a TSV's last line)
+            end = "start" if text.startswith('"') else "end"
+            raise DataFileError(f"{where}: the label {raw!r} holds a stray quote at its {end} (a quoting "
+                                "leftover?); write the label without it")
         if _NUMBER.fullmatch(minus := text.replace("\u2212", "-")):  # U+2212, the minus sign: -1 typeset
             text = minus
         if not _NUMBER.fullmatch(text):
@@ -1248,6 +1272,21 @@ MISSING_MARKERS = frozenset(m.casefold() for m in (
 TEXT_MARKERS = MISSING_MARKERS | {"nan", "-nan"}  # a text column's: pandas' str() of a missing text is "nan"
 
 
+_MARKER_PATTERNS = re.compile(r"#\S{1,12}[!?]"  # a spreadsheet's error cell in any locale: #VALUE! #WERT! #NOM?
+                              r"|#n/?[a-z]{1,2}"  # #N/A and its translations (#NV, #N/D)
+                              r"|err:\d{3}"  # LibreOffice's
+                              r"|[.?]"  # SAS's, Stata's and SPSS's missing value; ARFF's and UCI's
+                              r"|[(<\[{]null[)>\]}]"  # (null), <null>, [null]
+                              r"|[-+]?1\.#(inf|ind|qnan)")  # MSVC's printf of inf and NaN
+
+
+def is_missing_marker(text: str, texts: bool = False) -> bool:
+    """Whether ``text`` is how a spreadsheet, pandas or a database dump writes a missing value (``MISSING_MARKERS``,
+    in any width or quoted, or ``_MARKER_PATTERNS``); ``texts``: a text column's too (pandas' "nan")."""
+    key = unicodedata.normalize("NFKC", text).strip().strip("'\"").strip().casefold()
+    return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
+
+
 def warn_missing_texts(path: str, found: list[tuple[int, str]], total: int) -> None:
     """A warning counting the rows (``found``: line, text) whose text is a missing-value marker (``TEXT_MARKERS``:
     pandas' ``astype(str)`` writes a missing text as "nan"): read as the word itself, which may be meant."""
@@ -1259,7 +1298,7 @@ def warn_missing_texts(path: str, found: list[tuple[int, str]], total: int) -> N
 
 def marker_text(texts) -> str:
     """The first of ``texts`` that is a missing-value marker (``TEXT_MARKERS``), or ""."""
-    return next((t for t in texts if t.strip().casefold() in TEXT_MARKERS), "")
+    return next((t for t in texts if is_missing_marker(t, texts=True)), "")
 
 
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
@@ -1277,13 +1316,16 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
                 raise DataFileError(f"{where}: the label {name!r} reads as several labels (data.kind=multilabel "
                                     f"takes a row's labels as a JSON list or names separated by {LABEL_SEPARATOR!r}); "
                                     "one class of that name is kept by naming every class in config.data.labels")
+            if name.casefold() in {c.casefold() for c in row if isinstance(c, str)}:  # "sentiment": a header again?
+                raise DataFileError(f"{where}: the label {name!r} is a column's name: the header line again (files "
+                                    "joined, their columns named otherwise)? Remove it")
             names.setdefault(name, (where, lineno))
             if not multilabel and isinstance(row[column], str):  # as the file writes it: +1, not 1
                 shown.setdefault(name, row[column].strip())
             if not multilabel and _NUMBER.fullmatch(name):  # the number as the file writes it
                 spellings.setdefault(name, {}).setdefault(str(row[column]).strip(), lineno)
     check_one_form(names, shown)
-    if marker := next((n for n in names if n.casefold() in MISSING_MARKERS), None):
+    if marker := next((n for n in names if is_missing_marker(shown.get(n, n))), None):
         raise DataFileError(f"{names[marker][0]}: the label {shown.get(marker, marker)!r} is how spreadsheets and "
                             "pandas write a missing value, not a class: give the row its label, or remove it; a class "
                             "of that name is kept by naming every class in config.data.labels")

@@ -482,6 +482,11 @@ def test_the_texts_per_input_are_the_models_text_columns(model_dir, tmp_path):
         read_inputs(str(tmp_path / "texts.csv"))
     (tmp_path / "named.csv").write_text("review text\na dull film\n")  # a name of two words is a name
     assert len(read_inputs(str(tmp_path / "named.csv"))) == 1
+    # another separator than the extension's: 'a fine film|1' was read as the text (a model without task.json)
+    (tmp_path / "pipes.csv").write_text("text|label\na fine film|1\n")
+    with pytest.raises(DataFileError, match=r"pipes.csv:1: one column, 'text\|label'; the header is pipe-separated, "
+                                            r"but a .csv file is read comma-separated: save it comma-separated$"):
+        read_inputs(str(tmp_path / "pipes.csv"))
 
 
 def test_a_single_text_model_refuses_a_tab_separated_pair_through_the_script(model_dir, tmp_path, run_cli):

@@ -198,6 +198,20 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"marker.csv:3: column 'sentiment': the label '#N/A' is how spreadsheets and pandas write a missing value"),
     ("marker2.jsonl", '{"review": "a", "sentiment": "pos"}\n{"review": "b", "sentiment": "NULL"}\n', {},
      r"marker2.jsonl:2: column 'sentiment': the label 'NULL' is how"),
+    # ... in every locale and tool: an error cell's family, LibreOffice's, SAS's and ARFF's, a null in brackets
+    *[(f"marker{i}.csv", f"review,sentiment\nfoo,positive\nbar,{m}\nbaz,negative\n", {},
+       rf"marker{i}.csv:3: column 'sentiment': the label '{re.escape(m)}' is how spreadsheets and pandas write")
+      for i, m in enumerate(("#NV", "#WERT!", "#¡VALOR!", "Err:502", ".", "?", "(null)", "<NULL>", "ＮＵＬＬ"))],
+    # pandas' NaN as a label, named as such; a stray quote left by CSV quoting (a TSV's last line: pos")
+    ("nanlabel.csv", "review,sentiment\nfoo,pos\nbar,nan\n", {},
+     r"nanlabel.csv:3: column 'sentiment': the label 'nan' is not a finite number \(NaN: how pandas writes a missing"),
+    ("endquote.tsv", 'review\tsentiment\nfoo\tneg\nbar\tpos"\n', {},
+     r"endquote.tsv:3: column 'sentiment': the label 'pos\"' holds a stray quote at its end"),
+    # the header again under other names (two files joined): its label cell is a column's name
+    ("renamed.csv", "review,sentiment\nfoo,pos\nreview text,sentiment\nbar,neg\n", {},
+     r"renamed.csv:3: column 'sentiment': the label 'sentiment' is a column's name: the header line again"),
+    # the separator hint for a pipe too
+    ("pipes.csv", "review|sentiment\nfoo|pos\n", {}, r"pipes.csv:1: .*the header is pipe-separated"),
     # an integer no float holds: one line, not Python's digit limit (4,300) traceback nor a crash in the message
     ("bigint.jsonl", '{"review": "a", "sentiment": 1' + "0" * 5000 + '}\n', {},
      r"bigint.jsonl:1: the number 1000000000000000000000000000000000000000\.\.\. is beyond a float's range"),
@@ -302,6 +316,10 @@ def test_a_text_column_numbered_like_the_one_read_is_not_left_unread(tmp_path, c
                                                       r"is read, but is not read itself: name every text column in "
                                                       r"config.data.text_columns \(sentence,sentence2 reads a pair\)"):
         _labels_of(tmp_path, "p.csv", body, **{"data.text_columns": "sentence"})
+    for i, other in enumerate(("sentence_2", "Sentence2", "sentence.1")):  # in any case, separator, pandas' form
+        with pytest.raises(sj.errors.DataFileError, match=rf"p{i}.csv:1: column '{re.escape(other)}' is numbered like "
+                                                          r"sentence"):
+            _labels_of(tmp_path, f"p{i}.csv", body.replace("sentence2", other), **{"data.text_columns": "sentence"})
     with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
         _labels_of(tmp_path, "q.csv", body.replace("sentence,", "text1,", 1).replace("sentence2", "text2"),
                    **{"data.text_columns": "text1"})
@@ -563,12 +581,16 @@ def test_a_column_has_one_role(tmp_path, kw, msg):
 # ---- rows are read as written: tasks.read_rows over files.text_lines ----------------------------------------------
 
 def test_a_tsv_is_a_row_per_line_whatever_its_quotes(tmp_path):
-    lines = ['"quoted start\t1', 'plain\t0', 'say "hi" there\t1', '"whole ""field"" quoted"\t0', '"\t1', 'x"\t0',
+    lines = ['"quoted start\t1', 'plain\t0', 'say "hi" there\t1', '"whole ""field"" quoted"\t0', 'x"\t0', '"\t1',
              '"Hi," she said\t1']
     task, rows = _labels_of(tmp_path, "q.tsv", "review\tsentiment\n" + "\n".join(lines) + "\n")
-    assert [e.text_a for e in rows] == ['"quoted start', "plain", 'say "hi" there', 'whole "field" quoted', '"', 'x"',
+    assert [e.text_a for e in rows] == ['"quoted start', "plain", 'say "hi" there', 'whole "field" quoted', 'x"', '"',
                                         '"Hi," she said']
-    assert [e.label for e in rows] == [1, 0, 1, 0, 1, 0, 1]
+    assert [e.label for e in rows] == [1, 0, 1, 0, 0, 1, 1]
+    # ... but '"' then 'x"' on the next line reads as CSV's quoted text ("\t1\nx"), a record of the header's fields:
+    # which is meant cannot be told, so it is refused where it starts, whatever other line is no CSV
+    with pytest.raises(sj.errors.DataFileError, match=r"q2.tsv:3: a text in quotes runs on to line 4"):
+        _labels_of(tmp_path, "q2.tsv", 'review\tsentiment\n"Great" movie\t1\n"\t1\nx"\t0\n')
     # a one-column file (a test file) opening a quote at a line's end that no later line closes: read as written
     (tmp_path / "one.tsv").write_text('review\n"unclosed\nnext\n')
     rows = list(tasks.read_rows(str(tmp_path / "one.tsv")))
