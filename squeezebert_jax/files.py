@@ -259,6 +259,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
         raise InputError(f"{what} {out}: the path goes through {gone}, which is not a directory; give a path whose "
                          "directories exist")
     _check_parent(target, what)
+    refuse_nested(out, what)  # nor in a model's directory, nor among a run's checkpoints
     return out
 
 

@@ -558,6 +558,12 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--out {target} {msg}"):
             files.check_output_dir(target, overwrite=True, writes=None)
     assert files.check_run_dir(run / "sweep_child", "fine-tuning") == str(run / "sweep_child")
+    # an output file alike: predictions among a run's checkpoints (a step's name taken: the resume was blocked), or
+    # inside another model's directory
+    for target, msg in ((run / "checkpoints" / "4", r"is inside the checkpoints directory of the run in"),
+                        (model / "preds.jsonl", r"is inside the model directory")):
+        with pytest.raises(errors.InputError, match=rf"^--out {target} {msg}"):
+            files.check_output_file(target)
     # a directory another job's run writes: its tb/ (a fine-tuning ran there), its model/ (a tokenizer trained into a
     # pretraining run's model/ before its export was replaced by the export); the run's own job may
     (run / ".lock").write_text('{"what": "pretraining"}')
