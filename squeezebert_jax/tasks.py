@@ -544,6 +544,9 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
         if parts and parts[0].upper() == "-DOCSTART-" and words:
             raise DataFileError(f"{path}:{lineno}: -DOCSTART- inside a sentence (from line {start}); a document "
                                 "marker stands between sentences: put a blank line before it")
+        if parts and re.match(r"#\s*(sent_id|text|newdoc|newpar|doc_id|global\.columns)\b", line.strip()):
+            raise DataFileError(f"{path}:{lineno}: a comment line ({line.strip()[:40]!r}: CoNLL-U's), which a CoNLL "
+                                "file here does not hold: remove the comment lines")
         if parts and parts[0].upper() != "-DOCSTART-" and re.fullmatch(r"\W*DOCSTART\W*", parts[0], re.I):
             raise DataFileError(f"{path}:{lineno}: {parts[0]!r} reads as CoNLL's document marker written otherwise "
                                 "(it would train as a word of a sentence): write -DOCSTART-, or remove the line")
@@ -966,7 +969,7 @@ def column_stem(name: str) -> str:
 def check_unread_columns(path: str, lineno, row, columns, setting: str, refuse: bool) -> None:
     """Training's check of a split's first row (``unread_numbered``): refused when the columns read are the default
     (``sentence`` beside ``sentence2``: a pair read as one text), else a warning (chosen, perhaps deliberately)."""
-    if extra := unread_numbered(row, columns):
+    if all(c in row for c in columns) and (extra := unread_numbered(row, columns)):  # (a missing one: named first)
         at = getattr(row, "header_at", None) or lineno
         same = ", ".join(c for c in columns if column_stem(c) == column_stem(extra[0]))
         what = f"{path}:{at}: column {extra[0]!r} is numbered like {same}, which is read, but is not read itself"
@@ -1214,6 +1217,10 @@ def declared_labels(text: str, setting: str) -> tuple[str, ...]:
         raise InputError(f"{setting}={text!r} has an empty name; give each class a name, in id order, separated by "
                          "commas")
     names = tuple(label_key(x, f"{setting}={text!r}") for x in text.split(","))
+    if code := next((x.strip() for x in text.split(",") if looks_like_code(x.strip())), None):
+        log.warning("%s=%r: %r is read as the number %s, and the model names its class so: class codes that only "
+                    "look like numbers are names: write them so (c%s)", setting, text, code,
+                    label_key(code, setting), code.lstrip("+-"))
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise InputError(f"{setting}={text!r} names the label {twice[0]!r} twice; each class is named once, in id order")
     seen: dict[str, str] = {}  # case tells two declared classes apart (Pos, pos); what draws nothing does not
@@ -1301,6 +1308,12 @@ def marker_text(texts) -> str:
     return next((t for t in texts if is_missing_marker(t, texts=True)), "")
 
 
+def looks_like_code(spelling: str) -> bool:
+    """A number written as a code is: zero-padded (``007``) or with a trailing zero after its decimals (``1.10``, a
+    version); read as a value it loses that spelling (``7``, ``1.1``). ``1.0`` is a float column's whole number."""
+    return bool(re.match(r"[+-]?0\d", spelling) or re.fullmatch(r"[+-]?\d*\.\d*[1-9]0+", spelling))
+
+
 def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[str, ...]:
     """The distinct labels of a training file (``label_key``), in ``sorted_labels`` order. Two that differ only in
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
@@ -1341,7 +1354,7 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
                         "class codes that only look like numbers (007, 1.10) are names: write them so (c007)",
                         path, a, at, b, bt, name)
     if padded := min(((sp, at, name) for name, forms in spellings.items() for sp, at in forms.items()
-                      if re.match(r"[+-]?0\d", sp)), key=lambda x: x[1], default=None):  # 001, 010: codes?
+                      if looks_like_code(sp)), key=lambda x: x[1], default=None):  # 001, 010, 1.10: codes?
         log.warning("%s: labels such as %r (line %d) are read as numbers (%s), and the model names its classes so: "
                     "class codes that only look like numbers are names: write them so (c%s)", path, *padded,
                     padded[0].lstrip("+-"))

@@ -345,6 +345,7 @@ def test_numbers_as_many_classes_are_named_in_a_warning(tmp_path, caplog):
         task, _ = _labels_of(tmp_path, "s.csv", "review,sentiment\na,0.2\nb,1.7\nc,3.4\nd,4.8\n")
         _labels_of(tmp_path, "c.csv", "review,sentiment\na,0\nb,1\nc,2\nd,1\ne,0\nf,2\nh,1\n")  # classes 0-2
         codes, _ = _labels_of(tmp_path, "z.csv", "review,sentiment\na,001\nb,002\nc,001\nd,002\n")  # codes?
+        versions = tasks.declared_labels("1.10,1.2", "config.data.labels")  # a version's trailing zero, declared
     assert task.labels == ("0.2", "1.7", "3.4", "4.8")
     assert [r.getMessage() for r in caplog.records if "are numbers" in r.getMessage()] == [
         f"{tmp_path / 's.csv'}: the 4 classes of column 'sentiment' are numbers (0.2, 1.7, 3.4, 4.8): each becomes a "
@@ -352,6 +353,8 @@ def test_numbers_as_many_classes_are_named_in_a_warning(tmp_path, caplog):
     assert codes.labels == ("1", "2") and f"{tmp_path / 'z.csv'}: labels such as '001' (line 2) are read as numbers " \
         "(1), and the model names its classes so: class codes that only look like numbers are names: write them so " \
         "(c001)" in caplog.text
+    assert versions == ("1.1", "1.2")
+    assert "config.data.labels='1.10,1.2': '1.10' is read as the number 1.1" in caplog.text
 
 
 @pytest.mark.parametrize("body, msg", [

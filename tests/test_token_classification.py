@@ -271,9 +271,12 @@ def test_an_entity_its_scheme_cannot_read_is_refused_by_line(tmp_path, body, msg
     ("-DOCSTART O\n\njohn B-PER\n", r"bad.conll:1: '-DOCSTART' reads as CoNLL's document marker written otherwise"),
     ("\u2013DOCSTART\u2013 O\n\njohn B-PER\n", r"bad.conll:1: '\u2013DOCSTART\u2013' reads as CoNLL's document"),
     # CoNLL-U's comment lines: named as such, not as a short word line
-    ("# text = john shot\njohn B-PER\n", r"bad.conll:2: 2 fields, .*; line 1 is a comment line \(# \.\.\.\), which a "
-                                        r"CoNLL file here does not hold"),
-    ("john NN O B-PER\n\n# text = mary left\n", r"bad.conll:3: 5 fields, .*; line 3 is a comment line"),
+    ("# a remark here\njohn B-PER\n", r"bad.conll:2: 2 fields, .*; line 1 is a comment line \(# \.\.\.\), which a "
+                                    r"CoNLL file here does not hold"),
+    ("john NN O B-PER\n\n# left\n", r"bad.conll:3: 2 fields, .*; line 3 is a comment line"),
+    # CoNLL-U's own comment lines, in any spacing: named at once (# sent_id=1 read as a word tagged "sent_id=1")
+    ("# sent_id=1\njohn B-PER\n", r"bad.conll:1: a comment line \('# sent_id=1': CoNLL-U's\)"),
+    ("john B-PER\n\n#text = mary left\nmary B-PER\n", r"bad.conll:3: a comment line"),
 ])
 def test_loader_errors_name_the_file_and_line(tmp_path, text, msg):
     train = _write_conll(tmp_path / "train.conll", 8, 0)
