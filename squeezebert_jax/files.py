@@ -746,6 +746,8 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
         except json.JSONDecodeError as e:
             whole = "; the file is one JSON array or object across lines: JSON Lines holds one object per line" \
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""
+            if lineno == 1 and not line.lstrip().startswith(("{", "[")) and ("," in line or "\t" in line):
+                whole += ("; the line reads as a CSV or TSV header: name the file .csv or .tsv" if not hint else "")
             raise DataFileError(f"{path}:{lineno}: not a JSON object ({e.msg}{hint}{whole})") from None
         if not isinstance(row, dict):
             rows = ("; the line is a JSON array of rows: JSON Lines holds one object per line, not an array"

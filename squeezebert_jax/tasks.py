@@ -227,6 +227,10 @@ def read_rows(path: str):
         for at, row in files.json_lines(path, lines):
             yield at, Row.of(row, f"{path}:{at}")
         return
+    first = next((text for _, text in files.text_lines(path) if text.strip()), "")
+    if first.lstrip().startswith("{") and _is_json_object(first):  # JSON Lines named .csv ("opens its quote after
+        raise DataFileError(f"{path}:1: a JSON object per line (JSON Lines), read as {fmt.upper()} by the file's "
+                            "name: name it .jsonl")  # a space" was said)
     records = _tsv_records(path, lines) if fmt == "tsv" else _csv_records(path, lines)
     header = None
     for start, record in records:
@@ -1260,6 +1264,13 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
         if tp + fp + fn:
             scores.append(2 * tp / (2 * tp + fp + fn))
     return float(np.mean(scores)) if scores else 0.0
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _looks_like_list(text: str) -> bool:

@@ -210,6 +210,11 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
     # the header again under other names (two files joined): its label cell is a column's name
     ("renamed.csv", "review,sentiment\nfoo,pos\nreview text,sentiment\nbar,neg\n", {},
      r"renamed.csv:3: column 'sentiment': the label 'sentiment' is a column's name: the header line again"),
+    # a file of another format than its name's: JSON Lines named .csv, a CSV named .jsonl
+    ("jl.csv", '{"review": "a", "sentiment": "pos"}\n', {}, r"jl.csv:1: a JSON object per line \(JSON Lines\), read as "
+                                                             r"CSV by the file's name: name it .jsonl"),
+    ("c.jsonl", "review,sentiment\nfoo,pos\n", {}, r"c.jsonl:1: not a JSON object .*; the line reads as a CSV or TSV "
+                                                    r"header: name the file .csv or .tsv"),
     # the separator hint for a pipe too
     ("pipes.csv", "review|sentiment\nfoo|pos\n", {}, r"pipes.csv:1: .*the header is pipe-separated"),
     # an integer no float holds: one line, not Python's digit limit (4,300) traceback nor a crash in the message
