@@ -127,7 +127,7 @@ def infer_head(state_dict: Mapping[str, np.ndarray], architectures: list[str] | 
         return "SqueezeBertForSequenceClassification"
     has_mlm = any(k in state_dict for k in ("cls.predictions.transform.dense.weight", "predictions.dense.weight",
                                             "vocab_transform.weight", "generator_predictions.dense.weight"))
-    has_sop = any(k in state_dict for k in ("cls.seq_relationship.weight", "sop_classifier.classifier.weight"))
+    has_sop = any(k.startswith(("cls.seq_relationship.", "sop_classifier.")) for k in state_dict)  # a half: damage
     if has_mlm and has_sop:
         return "SqueezeBertForPreTraining"
     if has_mlm:

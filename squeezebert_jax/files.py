@@ -1001,9 +1001,14 @@ DEMO_DIRS = ("data", "demo")  # what pretraining's demo source writes into a wor
 MODEL_WEIGHTS = ("params.safetensors", "model.safetensors", "pytorch_model.bin")  # a MODEL_DIR's (pretrained.py)
 
 
+# the weights of a checkpoint this library does not read but must not write into: sharded, TensorFlow's, Flax's
+OTHER_WEIGHTS = ("model.safetensors.index.json", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+
+
 def holds_model(directory: str) -> str:
-    """The weights file of the model ``directory`` holds (its config.json beside it), or ""."""
-    weights = [n for n in MODEL_WEIGHTS if os.path.isfile(os.path.join(directory, n))]
+    """The weights file of the model ``directory`` holds (its config.json beside it), or "": this library's, or a
+    transformers checkpoint's of any layout (``OTHER_WEIGHTS``: its config.json was replaced by a run's)."""
+    weights = [n for n in MODEL_WEIGHTS + OTHER_WEIGHTS if os.path.isfile(os.path.join(directory, n))]
     return weights[0] if weights and os.path.isfile(os.path.join(directory, "config.json")) else ""
 
 
@@ -1020,7 +1025,7 @@ def refuse_nested(out: str, what: str, job: str | None = None) -> None:
         if os.path.basename(at) == "checkpoints" and run_of(up):
             raise InputError(f"{what} {out} is {inside}the checkpoints directory of the run in {up}, which that run's "
                              f"checkpoint manager keeps, --overwrite or not; choose another {what}")
-        if job is not None and os.path.basename(at) in RUN_DIRS and (owner := run_of(up)) and owner != job:
+        if job is not None and os.path.basename(at) in RUN_DIRS and (owner := run_of(up)):  # its own run's too
             raise InputError(f"{what} {out} is {inside}{os.path.basename(at)}/ of the {owner} run in {up}, which that "
                              f"run writes, --overwrite or not; choose another {what}")
         if weights := holds_model(up):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import jax
 import ml_collections
@@ -153,6 +154,9 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         need(settings.integer("process_id", -1)
              and (config.num_processes == 0 or config.process_id < config.num_processes), "process_id",
              f"an integer in [0, num_processes {config.num_processes}), or -1: found by jax.distributed")
+        address = config.get("coordinator_address")  # jax splits it at its last ':' (IndexError without one)
+        need(not address or isinstance(address, str) and re.fullmatch(r"\S+:\d{1,5}", address.strip()),
+             "coordinator_address", "HOST:PORT, the first process's address and a free port (e.g. 10.0.0.1:1234)")
         for name, unset in (("num_processes", 0), ("process_id", -1)):  # read only beside a coordinator
             need(config.get("coordinator_address") or config[name] == unset, name,
                  f"left at {unset} without coordinator_address (a single process reads neither)")

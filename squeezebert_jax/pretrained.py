@@ -476,9 +476,10 @@ def build_model(mapped: convert.Mapped, config: SqueezeBertConfig, head: str | N
     unused = sorted(set(src) - used)
     dropped = foreign + [k for k in unused if head != saved and _is_head_param(k)]
     unexpected = [k for k in unused if k not in dropped]
-    # a new head starts whole: a layer of it half in the checkpoint (its bias without its weight) is damage
-    halves = {k.rsplit("/", 1)[0] for k in src}
-    refused = [k for k in missing if not (allow_new_heads and _is_head_param(k)) or k.rsplit("/", 1)[0] in halves]
+    # a new head starts whole: a layer of it half in the checkpoint (its bias without its weight, the MLM head
+    # without its output bias) is damage
+    refused = [k for k in missing if not (allow_new_heads and _is_head_param(k))
+               or any(s.startswith(k.rsplit("/", 1)[0] + "/") for s in src)]
     if unexpected or refused:
         parts = [f"{what} {', '.join(names.get(k, k) for k in keys)}"
                  for what, keys in (("missing", refused), ("unexpected", unexpected)) if keys]
@@ -593,6 +594,10 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
     """
     hf_dir, model_dir = path_argument("hf_dir", hf_dir), path_argument("model_dir", model_dir)
     head = convert.check_head(head)
+    if label_names is not None:  # as config.json's id2label is read ("neg,pos" was 7 one-letter outputs)
+        if isinstance(label_names, str) or not all(isinstance(n, str) for n in label_names):
+            raise InputError(f"label_names={label_names!r}; give a list of names (str), one per output")
+        SqueezeBertConfig(id2label=dict(enumerate(label_names)))  # none empty, none twice, in any spelling
     config, raw = read_model_config(hf_dir)
     tok_files = tokenizer_files(hf_dir, config.vocab_size)  # each read and checked once, before the work
     check_model_dir(os.fspath(model_dir), ("config.json", PARAMS_FILE), tok_files, overwrite)

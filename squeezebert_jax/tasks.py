@@ -1392,6 +1392,12 @@ def resolve(config) -> Task:
     if config.task != "files":
         return GlueTask(glue.get_task(config.task), config.data_dir or None, config.skip_malformed)
     d = config.data
+    for name in ("train_file", "validation_file", "test_file", "text_columns", "label_column", "kind", "labels",
+                 "choice_columns"):  # a list, a Path or bytes from a notebook: one line, not an AttributeError
+        if name in d and not isinstance(d[name], str):
+            raise InputError(f"config.data.{name} is {type(d[name]).__name__} {d[name]!r}; give it as a str "
+                             + ("(names separated by commas)" if name.endswith(("columns", "labels")) else "(a path)"
+                                if name.endswith("file") else ""))
     files = {s: d[f"{s}_file"] for s in ("train", "validation", "test") if d[f"{s}_file"]}
     if "train" not in files:
         raise InputError("config.task=files needs config.data.train_file (CSV, TSV or JSON Lines; CoNLL for "

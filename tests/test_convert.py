@@ -319,6 +319,18 @@ def test_a_head_half_in_the_checkpoint_is_damage_not_a_new_head(tmp_path):
                                          r"classifier\.weight$"):
         sj.pretrained.import_torch(src, str(tmp_path / "out"))
     assert not (tmp_path / "out" / "params.safetensors").exists()
+    # the pretraining heads alike: SOP's bias without its weight, the MLM head without its output bias
+    tm = randomize(transformers.SqueezeBertForMaskedLM(transformers.SqueezeBertConfig(**TINY)))
+    sd = {k: v.detach().numpy() for k, v in tm.state_dict().items()}
+    sop_half = sd | {"cls.seq_relationship.bias": np.zeros(2, np.float32)}  # SOP's bias without its weight
+    mlm_half = {k: v for k, v in sd.items() if k != "cls.predictions.bias"}
+    for half, missing in ((sop_half, r"seq_relationship\.weight"), (mlm_half, r"predictions\.bias")):
+        with pytest.raises(ValueError, match=rf"the weights do not match .*: missing cls\.{missing}"):
+            sj.pretrained.from_torch_state_dict(half, sj.SqueezeBertConfig(**TINY), allow_new_heads=True)
+    # names for the outputs as config.json's id2label reads them: "neg,pos" was a 7-output classifier
+    for names in ("neg,pos", ["pos", "pos\u200b"], ["", "x"]):
+        with pytest.raises(sj.errors.InputError, match=r"label_names=|id2label"):
+            sj.pretrained.import_torch(src, str(tmp_path / "out2"), label_names=names)
 
 
 @pytest.mark.parametrize("head", ["SqueezeBertForSequenceClassification", "SqueezeBertModel"])

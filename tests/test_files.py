@@ -571,7 +571,16 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--workdir {target} is (inside )?(tb|model)/ of the pretraining "
                                                     rf"run in {run}, which that run writes"):
             files.check_run_dir(target, "fine-tuning")
-    assert files.refuse_nested(str(run / "model"), "--out", "pretraining") is None
+    # ... its own job's too: a second fine-tuning in a stopped run's model/ had its files replaced by that export
+    with pytest.raises(errors.InputError, match=r"is model/ of the pretraining run in"):
+        files.refuse_nested(str(run / "model"), "--workdir", "pretraining")
+    # a transformers checkpoint of another layout (sharded) is a model: a run's config.json replaced its own
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    for name in ("config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"):
+        (sharded / name).write_text("{}")
+    with pytest.raises(errors.InputError, match=r"sharded holds a model \(config.json, model.safetensors.index.json\)"):
+        files.check_run_dir(sharded, "fine-tuning", overwrite=True)
     # the API's writers alike: a model saved inside a model, prepared data into a model, a tokenizer into a run's
     # model/, with overwrite given as no bool
     model_copy = tiny_init(tmp_path / "model_copy", VOCAB)

@@ -539,9 +539,13 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
     # no count given and no cluster to find one in: jax's ValueError, as one line naming the settings to give
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a: (_ for _ in ()).throw(
         ValueError("Number of processes must be defined.")))
-    with pytest.raises(errors.InputError, match=r"^config.coordinator_address='notahost': Number of processes must be "
-                                                r"defined, and no cluster environment .*: set config.num_processes"):
-        pretrain.train_and_evaluate(tiny_config(coordinator_address="notahost"), str(tmp_path))
+    with pytest.raises(errors.InputError, match=r"^config.coordinator_address='notahost:1234': Number of processes "
+                                                r"must be defined, and no cluster environment .*: set config.num_proc"):
+        pretrain.train_and_evaluate(tiny_config(coordinator_address="notahost:1234"), str(tmp_path))
+    # no port: jax's IndexError ("[::]:" + address.rsplit(":", 1)[1]) before, the setting named now
+    with pytest.raises(errors.InputError, match=r"config.coordinator_address='localhost': HOST:PORT"):
+        pretrain.train_and_evaluate(tiny_config(coordinator_address="localhost", num_processes=1, process_id=0),
+                                    str(tmp_path))
 
 
 @pytest.mark.slow

@@ -344,6 +344,18 @@ def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path,
     assert f"{tmp_path / 'p.txt'}: 1 of 2 rows have a text that is how pandas" in caplog.text
 
 
+@pytest.mark.parametrize("name, value", [("text_columns", ["text"]), ("text_columns", None), ("train_file", b"t.csv"),
+                                         ("test_file", ["x"]), ("labels", ("neg", "pos"))])
+def test_a_data_setting_of_another_type_is_one_line(tmp_path, name, value):
+    """From a notebook: a list of columns, a Path or bytes for a file was an AttributeError or a TypeError."""
+    c = _files_config("unused", tmp_path / "train.csv", tmp_path / "dev.csv")
+    with c.data.ignore_type():  # as a notebook's ConfigDict of its own holds them
+        c.data[name] = value
+    with pytest.raises(sj.errors.InputError, match=rf"^config.data.{name} is {type(value).__name__} .*; give it as a "
+                                                   r"str"):
+        tasks.resolve(c)
+
+
 def test_numbers_as_many_classes_are_named_in_a_warning(tmp_path, caplog):
     """Scores given to a classifier (data.kind's default): each value a class of its own, one row each."""
     with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
