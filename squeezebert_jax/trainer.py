@@ -238,7 +238,8 @@ def source_identity(source: str) -> dict:
     (``pretrained.MODEL_FILES`` and ``TOKENIZER_FILES``), each also in ``files`` (name: sha256) so that a resume names
     the one that changed; a file of anything else there (predictions written beside the model, a README) is none of
     it; a dataset spec
-    (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself, and for a dataset saved on disk its files, each
+    (``hf:``/``tfds:``, ``squeezebert_jax.sources``): the spec itself (a TFDS one's ``$TFDS_DATA_DIR`` too), and for a
+    dataset saved or prepared on disk its files, each
     in ``files`` too: its metadata and its data (the ``.arrow`` files: new data under the old ``state.json`` is other
     data), its split directories followed through links (a link moved to other rows), ``datasets``' cache files of a
     later ``map`` left out."""
@@ -246,9 +247,14 @@ def source_identity(source: str) -> dict:
     out = {"path": source, "sha256": None, "bytes": None}
     if sources.is_dataset(source):
         kind, name, _ = sources.parse(source)
-        if kind == "hf" and os.path.isdir(name):
+        if kind == "tfds":  # prepared under $TFDS_DATA_DIR: another directory is other data by the same name
+            root = os.environ.get("TFDS_DATA_DIR") or os.path.join(os.path.expanduser("~"), "tensorflow_datasets")
+            out["data_dir"], name, depth = os.path.realpath(root), os.path.join(root, name), 4
+        else:
+            depth = 2
+        if os.path.isdir(name):
             found = sorted(os.path.relpath(os.path.join(d, f), name) for d, _, fs in os.walk(name, followlinks=True)
-                           for f in fs if os.path.relpath(d, name).count(os.sep) < 2
+                           for f in fs if os.path.relpath(d, name).count(os.sep) < depth
                            and not f.startswith((".", "cache-")) and os.path.isfile(os.path.join(d, f)))
             out["files"] = {m: file_sha256(os.path.join(name, m)) for m in found}
             out["sha256"] = hashlib.sha256(json.dumps(sorted(out["files"].items())).encode()).hexdigest()
@@ -302,6 +308,8 @@ def _same(old, new) -> bool:
     if _is_identity(old) and _is_identity(new):
         if "files" in new and "files" not in old:
             return old["path"] == new["path"]
+        if "files" in new and sources.is_dataset(new["path"]):  # what it holds, wherever $TFDS_DATA_DIR put it
+            return old["path"] == new["path"] and old["files"] == new["files"]
         if old["sha256"] and new["sha256"] and not sources.is_dataset(new["path"]):
             if old.get("text_sha256") and old.get("text_sha256") == new.get("text_sha256"):
                 return True  # the same text, its line ends written otherwise (files.file_sha256s)

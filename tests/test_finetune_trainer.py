@@ -573,6 +573,25 @@ def test_a_saved_datasets_identity_is_its_data_too_through_links(tmp_path):
                                   {"config.data.train_file": trainer.source_identity(spec)}) == []
 
 
+def test_a_tfds_datasets_identity_is_its_prepared_files_under_tfds_data_dir(tmp_path, monkeypatch):
+    """tfds:NAME read from another $TFDS_DATA_DIR (other rows by the same name) resumed on the spec alone; the same
+    files under another directory are the same data."""
+    for root, data in (("a", b"rows"), ("b", b"other rows"), ("c", b"rows")):
+        d = tmp_path / root / "imdb_reviews" / "plain_text" / "1.0.0"
+        d.mkdir(parents=True)
+        (d / "imdb_reviews-train.tfrecord-00000-of-00001").write_bytes(data)
+    spec = "tfds:imdb_reviews:train"
+    identity = {}
+    for root in "abc":
+        monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / root))
+        identity[root] = trainer.source_identity(spec)
+    key = "config.data.train_file"
+    assert trainer.stream_changes({key: identity["a"]}, {key: identity["b"]}) == [
+        f"{key} {spec} changed since the run began (plain_text/1.0.0/imdb_reviews-train.tfrecord-00000-of-00001 "
+        "changed)"]
+    assert trainer.stream_changes({key: identity["a"]}, {key: identity["c"]}) == []
+
+
 def test_a_data_file_saved_again_with_other_line_ends_is_the_same_data(tmp_path):
     """A training file saved again with CRLF line ends, a byte-order mark or no end to its last line holds the rows it
     held, as every reader reads it: a resume takes it (it was refused as changed data). Other bytes still change the
