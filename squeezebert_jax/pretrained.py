@@ -74,7 +74,7 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
                 found.append((name, path))
     paths = dict(found)
     if vocabulary := next((n for n in TOKENIZER_FILE_NAMES if n in paths), None):  # as Tokenizer.from_dir reads one
-        check_added_tokens(src_dir, vocabulary)
+        check_added_tokens(src_dir, vocabulary, load_tokenizer(paths[vocabulary]).tokens)
     if "vocab.txt" in paths:  # the checks Tokenizer.from_dir makes of a MODEL_DIR of these files, and transformers'
         lines = read_vocab(paths["vocab.txt"])
         check_tokenizer_config(src_dir)

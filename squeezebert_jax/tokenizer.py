@@ -292,16 +292,30 @@ def check_tokenizer_config(directory: str) -> None:
             raise InputError(f"{cfg_path}: {name} is {json_value(value)}; expected {meant}")
 
 
-def check_added_tokens(directory: str, vocabulary: str) -> None:
-    """transformers' ``added_tokens.json`` beside the vocabulary: tokens added past it (ids the model's embeddings
-    were grown for), which no tokenizer here reads: text holding one would be split into other pieces, without a
-    word. Refused when it adds any (an empty object adds none)."""
+def check_added_tokens(directory: str, vocabulary: str, tokens: list[str]) -> None:
+    """Tokens transformers adds beside the vocabulary ``tokens`` (``vocabulary``'s): ``added_tokens.json``,
+    ``tokenizer.json``'s ``added_tokens`` and ``tokenizer_config.json``'s ``added_tokens_decoder``. One that is not
+    the vocabulary's own token at its id (an id past it, which the model's embeddings were grown for, or another
+    token's) is read by no tokenizer here: text holding it would split into other pieces, without a word. Refused;
+    the specials at their own ids, as transformers writes them, add nothing."""
+    found = []
     path, added = _side_file(directory, "added_tokens.json")
-    if added:
-        shown = ", ".join(f"{t!r}: {i}" for t, i in list(added.items())[:3]) + (", ..." if len(added) > 3 else "")
-        raise InputError(f"{path}: {len(added)} token{'s' * (len(added) > 1)} added past {vocabulary} ({shown}), "
-                         "which this library's tokenizers do not read (text holding one would split into other "
-                         f"pieces): remove the added tokens, or write them into {vocabulary} at their ids")
+    found += [(path, t, i) for t, i in added.items()]
+    for name, entries in (("tokenizer.json", lambda d: d.get("added_tokens")),
+                          ("tokenizer_config.json", lambda d: [dict(v, id=k) for k, v in d.get(
+                              "added_tokens_decoder", {}).items() if isinstance(v, dict)])):
+        side, doc = _side_file(directory, name)
+        for entry in (entries(doc) or []) if side else []:
+            if isinstance(entry, dict):
+                found.append((side, entry.get("content"), entry.get("id")))
+    for where, token, i in found:
+        at = int(i) if isinstance(i, (int, str)) and str(i).isdigit() else None
+        if at is None or at >= len(tokens) or tokens[at] != token:
+            whose = f"{vocabulary} has {tokens[at]!r} there" if at is not None and at < len(tokens) else \
+                f"past {vocabulary}'s {len(tokens)} tokens"
+            raise InputError(f"{where}: the added token {token!r} at id {i!r} ({whose}), which this library's "
+                             "tokenizers do not read (text holding it would split into other pieces): remove the "
+                             f"added tokens, or write them into {vocabulary} at their ids")
 
 
 class Tokenizer(abc.ABC):
@@ -375,7 +389,7 @@ class Tokenizer(abc.ABC):
                 tok = load(path)
                 if isinstance(tok, WordPieceTokenizer):
                     check_tokenizer_config(directory)
-                check_added_tokens(directory, name)
+                check_added_tokens(directory, name, tok.tokens)
                 return tok
         return None
 

@@ -590,10 +590,18 @@ def test_tokens_added_past_the_vocabulary_are_refused_by_both_readers(hand_vocab
     (tmp_path / "vocab.txt").write_text(open(hand_vocab).read())
     (tmp_path / "added_tokens.json").write_text('{"newtok": 99999}')
     for read in (Tokenizer.from_dir, pretrained.tokenizer_files):
-        with pytest.raises(InputError, match=r"added_tokens.json: 1 token added past vocab.txt \('newtok': 99999\), "
-                                             r"which this library's tokenizers do not read"):
+        with pytest.raises(InputError, match=r"added_tokens.json: the added token 'newtok' at id 99999 \(past vocab.txt's "
+                                             rf"{len(HAND_VOCAB)} tokens\), which this library's tokenizers do not read"):
             read(str(tmp_path))
+    # in tokenizer.json and tokenizer_config.json too (transformers 5 reads them there); another token's id
     (tmp_path / "added_tokens.json").write_text("{}")
+    (tmp_path / "tokenizer_config.json").write_text('{"added_tokens_decoder": {"7": {"content": "[MASK]"}}}')
+    with pytest.raises(InputError, match=rf"tokenizer_config.json: the added token '\[MASK\]' at id '7' \(vocab.txt "
+                                         rf"has {HAND_VOCAB[7]!r} there\)"):
+        Tokenizer.from_dir(str(tmp_path))
+    # the specials at their own ids, as transformers writes them, add nothing
+    (tmp_path / "tokenizer_config.json").write_text('{"added_tokens_decoder": {"4": {"content": "[CLS]"}}}')
+    (tmp_path / "added_tokens.json").write_text('{"[CLS]": 4}')
     assert Tokenizer.from_dir(str(tmp_path)).vocab_size == len(HAND_VOCAB)
 
 
