@@ -590,8 +590,9 @@ def test_tokens_added_past_the_vocabulary_are_refused_by_both_readers(hand_vocab
     (tmp_path / "vocab.txt").write_text(open(hand_vocab).read())
     (tmp_path / "added_tokens.json").write_text('{"newtok": 99999}')
     for read in (Tokenizer.from_dir, pretrained.tokenizer_files):
-        with pytest.raises(InputError, match=r"added_tokens.json: the added token 'newtok' at id 99999 \(past vocab.txt's "
-                                             rf"{len(HAND_VOCAB)} tokens\), which this library's tokenizers do not read"):
+        with pytest.raises(InputError, match=r"added_tokens.json: the added token 'newtok' at id 99999 \(past "
+                                             rf"vocab.txt's {len(HAND_VOCAB)} tokens\), which this library's "
+                                             r"tokenizers do not read"):
             read(str(tmp_path))
     # in tokenizer.json and tokenizer_config.json too (transformers 5 reads them there); another token's id
     (tmp_path / "added_tokens.json").write_text("{}")
