@@ -298,14 +298,6 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
     for name, v, low in (("batch", batch, 1), ("seq_len", seq_len, MIN_SEQ_LENGTH), ("num_choices", num_choices, 2)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
             raise InputError(f"export_lite: {name}={v!r}; expected an integer >= {low}")
-    size = lambda name: int(getattr(getattr(model, "config", None), name, 0) or 0)  # noqa: E731 (every family's)
-    per_token = 4 * (size("intermediate_size") + 6 * size("hidden_size") + size("num_attention_heads") * seq_len
-                     + (size("vocab_size") if hasattr(model, "cls") else 0))  # float32: a layer's, and MLM logits
-    tokens = batch * seq_len * (num_choices if type(model).__name__.endswith("ForMultipleChoice") else 1)
-    if (have := host_memory_bytes()) and 2 * tokens * per_token > have // 2:  # torch's trace and Flax's check
-        raise InputError(f"export_lite: batch={batch} x seq_len={seq_len} would take about "
-                         f"{2 * tokens * per_token / 1e9:,.1f} GB of activations (the trace and the check), more than "
-                         f"half of this host's {have / 1e9:,.1f} GB of memory; a phone runs batch 1")
     if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 <= tol < float("inf")):
         raise InputError(f"export_lite: tol={tol!r}; expected a finite number >= 0 (the largest difference allowed)")
     if os.path.isdir(path) or os.fspath(path).endswith(("/", os.sep)):
@@ -317,10 +309,17 @@ def export_lite(model: nnx.Module, path: str | os.PathLike, batch: int = 1, seq_
                                                       "does not exist: create it first") + f" (the folder of {path})")
     if os.path.lexists(path) and not overwrite:
         raise InputError(f"export_lite: {os.fspath(path)} exists; pass overwrite=True to replace it")
-    head = convert.head_name(model)
-    cfg = model.config
-    if seq_len > cfg.max_position_embeddings:
-        raise InputError(f"--seq-len {seq_len} > the model's max_position_embeddings {cfg.max_position_embeddings}")
+    size = lambda name: int(getattr(getattr(model, "config", None), name, 0) or 0)  # noqa: E731 (every family's)
+    if size("max_position_embeddings") and seq_len > size("max_position_embeddings"):  # before the memory it takes
+        raise InputError(f"--seq-len {seq_len} > the model's max_position_embeddings {size('max_position_embeddings')}")
+    per_token = 4 * (size("intermediate_size") + 6 * size("hidden_size") + size("num_attention_heads") * seq_len
+                     + (size("vocab_size") if hasattr(model, "cls") else 0))  # float32: a layer's, and MLM logits
+    tokens = batch * seq_len * (num_choices if type(model).__name__.endswith("ForMultipleChoice") else 1)
+    if (have := host_memory_bytes()) and 2 * tokens * per_token > have // 2:  # torch's trace and Flax's check
+        raise InputError(f"export_lite: batch={batch} x seq_len={seq_len} would take about "
+                         f"{2 * tokens * per_token / 1e9:,.1f} GB of activations (the trace and the check), more than "
+                         f"half of this host's {have / 1e9:,.1f} GB of memory; a phone runs batch 1")
+    head, cfg = convert.head_name(model), model.config
     nc = num_choices if head == "SqueezeBertForMultipleChoice" else None
     names = OUTPUT_NAMES[head]
     tm = to_transformers(model)

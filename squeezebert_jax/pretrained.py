@@ -30,8 +30,8 @@ from flax import nnx
 
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import (atomic_write, holds_model, json_type, json_value, overwrite_flag, path_argument,
-                                   read_json, refuse_nested, run_of)
+from squeezebert_jax.files import (atomic_write, holds_model, json_type, json_value, no_such_file, overwrite_flag,
+                                   path_argument, read_json, refuse_nested, run_of)
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import (TOKENIZER_FILE_NAMES, check_added_tokens, check_tokenizer_config,
@@ -253,6 +253,9 @@ def not_a_model_dir(model_dir: str, lacks: str, role: str = "") -> FileNotFoundE
     MODEL_DIR inside when it is a training run's workdir (WORKDIR/model: what --config.init_from and --model take)."""
     if not os.path.lexists(model_dir):  # a text given for the directory, or a typo: not "no config.json"
         return FileNotFoundError(f"{role}{model_dir}: no such directory (a MODEL_DIR: config.json and the weights)")
+    if os.path.islink(model_dir) and not os.path.exists(model_dir):  # a loop or a link to nothing: not "a file"
+        return FileNotFoundError(f"{role}{model_dir}: {no_such_file(model_dir)} (a MODEL_DIR: config.json and the "
+                                 "weights)")
     if not os.path.isdir(model_dir):  # its config.json, a data file: "config.json: no config.json" was said
         hint = f"; give {os.path.dirname(model_dir)}" if _is_model_file(model_dir) else ""
         return FileNotFoundError(f"{role}{model_dir}: a file, not a MODEL_DIR (a directory: config.json and the "
@@ -290,6 +293,9 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
                          "model_type is read as SqueezeBERT's; add the model's own (e.g. \"model_type\": \"bert\"; "
                          f"one of {', '.join(models.BY_STYLE)})")
     config = SqueezeBertConfig.from_dict(raw, source=path)
+    if isinstance(raw, dict) and not isinstance(raw.get("tie_word_embeddings", True), bool):  # "false" read as tied
+        raise InputError(f"{path}: tie_word_embeddings is {json_value(raw['tie_word_embeddings'])}; expected true or "
+                         "false")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
         raise InputError(f"{path}: architectures is {json.dumps(arch)[:60]}; expected a list of class names, "
                          'e.g. ["SqueezeBertForMaskedLM"]')

@@ -246,16 +246,20 @@ def source_identity(source: str) -> dict:
 
     out = {"path": source, "sha256": None, "bytes": None}
     if sources.is_dataset(source):
-        kind, name, _ = sources.parse(source)
+        kind, name, split = sources.parse(source)
         if kind == "tfds":  # prepared under $TFDS_DATA_DIR: another directory is other data by the same name
             root = os.environ.get("TFDS_DATA_DIR") or os.path.join(os.path.expanduser("~"), "tensorflow_datasets")
             out["data_dir"], name, depth = os.path.realpath(root), os.path.join(root, name), 4
         else:
             depth = 2
+        # a DatasetDict's other splits and a README beside them are not this split's rows
+        own = split if kind == "hf" and os.path.isdir(os.path.join(name, split)) else None
         if os.path.isdir(name):
             found = sorted(os.path.relpath(os.path.join(d, f), name) for d, _, fs in os.walk(name, followlinks=True)
                            for f in fs if os.path.relpath(d, name).count(os.sep) < depth
-                           and not f.startswith((".", "cache-")) and os.path.isfile(os.path.join(d, f)))
+                           and not f.startswith((".", "cache-")) and os.path.isfile(os.path.join(d, f))
+                           and (own is None or (d == name and f.endswith(".json"))
+                                or os.path.relpath(d, name).split(os.sep)[0] == own))
             out["files"] = {m: file_sha256(os.path.join(name, m)) for m in found}
             out["sha256"] = hashlib.sha256(json.dumps(sorted(out["files"].items())).encode()).hexdigest()
             out["bytes"] = sum(os.path.getsize(os.path.join(name, m)) for m in found)

@@ -219,9 +219,11 @@ def test_export_lite_checks_its_sizes(tmp_path):
                     ({"num_choices": 1}, r"num_choices=1; expected an integer >= 2"),
                     ({"tol": -1}, r"tol=-1; expected a finite number >= 0"),
                     ({"tol": float("nan")}, r"tol=nan; expected a finite number >= 0"),
+                    # a length past the model's positions: said so, not as the memory it would take
+                    ({"seq_len": 10 ** 8}, r"--seq-len 100000000 > the model's max_position_embeddings"),
                     # a batch no host holds: one line, not numpy's "Unable to allocate 931 TiB" traceback
-                    ({"batch": 10 ** 12}, r"batch=1000000000000 x seq_len=128 would take about .* GB of activations "
-                                          r"\(the trace and the check\), more than half of this host's")):
+                    ({"batch": 10 ** 12, "seq_len": 16}, r"batch=1000000000000 x seq_len=16 would take about .* GB of "
+                                                         r"activations \(the trace and the check\), more than half")):
         with pytest.raises(InputError, match=msg):
             mobile.export_lite(model, tmp_path / "unused.ptl", **kw)
     with pytest.raises(InputError, match=rf"export_lite: {re.escape(str(tmp_path))} is a directory; give the .ptl"):

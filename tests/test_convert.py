@@ -743,6 +743,15 @@ def test_a_config_json_without_model_type_is_read_as_squeezebert_only_when_its_a
     cfg.pop("architectures")  # no class named: read as SqueezeBERT's, as before
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "embedding_size": 32}))
     assert read_model_config(tmp_path)[0].q_groups == 4
+    # tie_word_embeddings as a string: "false" was read as tied
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "embedding_size": 32, "tie_word_embeddings": "false"}))
+    with pytest.raises(sj.errors.InputError, match=r"config.json: tie_word_embeddings is a string \"false\"; expected "
+                                                   r"true or false"):
+        read_model_config(tmp_path)
+    # a MODEL_DIR that is a link looping or leading nowhere: said so (it said "a file, not a MODEL_DIR")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    with pytest.raises(FileNotFoundError, match=r"loop: a symbolic link that leads back to itself"):
+        sj.load_pretrained(str(tmp_path / "loop"))
 
 
 def test_a_checkpoint_with_both_weights_files_says_which_it_reads(tmp_path, caplog):

@@ -561,6 +561,9 @@ def test_a_saved_datasets_identity_is_its_data_too_through_links(tmp_path):
     old = trainer.source_identity(spec)
     assert sorted(old["files"]) == ["dataset_dict.json", "train/data-00000-of-00001.arrow", "train/state.json"]
     (rows / "cache-0a1b.arrow").write_bytes(b"a later map")
+    (saved / "README.md").write_text("notes")  # beside the splits, and another split saved again: not train's rows
+    (saved / "test").mkdir()
+    (saved / "test" / "data-00000-of-00001.arrow").write_bytes(b"test rows")
     assert trainer.stream_changes({"config.data.train_file": old},
                                   {"config.data.train_file": trainer.source_identity(spec)}) == []
     os.unlink(saved / "train")
