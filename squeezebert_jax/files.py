@@ -1012,12 +1012,13 @@ def holds_model(directory: str) -> str:
     return weights[0] if weights and os.path.isfile(os.path.join(directory, "config.json")) else ""
 
 
-def refuse_nested(out: str, what: str, job: str | None = None) -> None:
+def refuse_nested(out: str, what: str, job: str | None = None, mine: tuple[str, ...] = ()) -> None:
     """A directory to write that lies inside a model's directory (a model is copied, shipped and converted whole:
     a run or outputs inside it travel with it, and its writer's --overwrite would meet them), or is or lies inside a
     run's ``checkpoints`` (the run's checkpoint manager keeps its steps there), however deep and through links:
     refused, ``--overwrite`` or not. Given the writer's ``job`` ("" for none), so is one of the directories another
-    job's run writes (``RUN_DIRS``: its model/, a tokenizer there was replaced by the run's export; its tb/)."""
+    job's run writes (``RUN_DIRS``: its model/, a tokenizer there was replaced by the run's export; its tb/) but
+    those the writer makes for that run (``mine``: pretraining's demo data)."""
     path = os.path.realpath(out)
     at = path
     while (up := os.path.dirname(at)) != at:
@@ -1025,7 +1026,7 @@ def refuse_nested(out: str, what: str, job: str | None = None) -> None:
         if os.path.basename(at) == "checkpoints" and run_of(up):
             raise InputError(f"{what} {out} is {inside}the checkpoints directory of the run in {up}, which that run's "
                              f"checkpoint manager keeps, --overwrite or not; choose another {what}")
-        if job is not None and os.path.basename(at) in RUN_DIRS and (owner := run_of(up)):  # its own run's too
+        if job is not None and os.path.basename(at) in set(RUN_DIRS) - set(mine) and (owner := run_of(up)):
             raise InputError(f"{what} {out} is {inside}{os.path.basename(at)}/ of the {owner} run in {up}, which that "
                              f"run writes, --overwrite or not; choose another {what}")
         if weights := holds_model(up):

@@ -358,7 +358,7 @@ def prepare(sources: Sequence[str | os.PathLike] | Iterable[Sequence[str]], toke
     out_dir = files.path_argument("out_dir", out_dir)
     if os.path.isdir(out_dir):  # the API as the script: never into a model (its vocab.txt was replaced), nor inside
         files.refuse_model_dir(out_dir, "prepared data", "out_dir")
-    files.refuse_nested(out_dir, "out_dir")
+    files.refuse_nested(out_dir, "out_dir", job="", mine=files.DEMO_DIRS)  # a run's model/, tb/: not its demo data
     stats = stats if stats is not None else CorpusStats()
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]

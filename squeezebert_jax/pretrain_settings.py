@@ -155,7 +155,8 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
              and (config.num_processes == 0 or config.process_id < config.num_processes), "process_id",
              f"an integer in [0, num_processes {config.num_processes}), or -1: found by jax.distributed")
         address = config.get("coordinator_address")  # jax splits it at its last ':' (IndexError without one)
-        need(not address or isinstance(address, str) and re.fullmatch(r"\S+:\d{1,5}", address.strip()),
+        port = re.fullmatch(r"\S+:(\d{1,5})", address.strip()) if isinstance(address, str) else None
+        need(not address or bool(port) and 0 < int(port[1]) < 65536,
              "coordinator_address", "HOST:PORT, the first process's address and a free port (e.g. 10.0.0.1:1234)")
         for name, unset in (("num_processes", 0), ("process_id", -1)):  # read only beside a coordinator
             need(config.get("coordinator_address") or config[name] == unset, name,

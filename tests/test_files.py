@@ -591,6 +591,15 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
     for bad in (2.0, "2", True):
         with pytest.raises(errors.InputError, match=rf"^num_shards={bad!r}: an integer in"):
             pretrain_data.prepare([str(tmp_path / "c.txt")], None, str(tmp_path / "p"), bad)
+    # prepared data in a run's model/ (its export then replaced the vocabulary); its demo data is the run's own
+    with pytest.raises(errors.InputError, match=r"^out_dir .*run/model is model/ of the pretraining run in"):
+        pretrain_data.prepare([str(tmp_path / "c.txt")], None, str(run / "model"), 2)
+    assert files.refuse_nested(str(run / "data"), "out_dir", "", mine=files.DEMO_DIRS) is None
+    # load_pretrained's other arguments: jax's "Invalid rng value", a TypeError of **
+    for kw, msg in (({"seed": "0"}, r"seed='0': an integer"), ({"config_overrides": [("remat", "full")]},
+                                                                r"config_overrides=\[\('remat', 'full'\)\]: a dict")):
+        with pytest.raises(errors.InputError, match=rf"^{msg}"):
+            pretrained.load_pretrained(str(model), **kw)
     # a run's directory given as a MODEL_DIR: its config.json is the run's settings, not a model's
     with pytest.raises(errors.InputError, match=rf"^{run} is a pretraining run's directory, not a MODEL_DIR \(its "
                                                 rf"config.json holds the run's settings\): it writes its model to "

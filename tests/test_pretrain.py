@@ -543,9 +543,10 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
                                                 r"must be defined, and no cluster environment .*: set config.num_proc"):
         pretrain.train_and_evaluate(tiny_config(coordinator_address="notahost:1234"), str(tmp_path))
     # no port: jax's IndexError ("[::]:" + address.rsplit(":", 1)[1]) before, the setting named now
-    with pytest.raises(errors.InputError, match=r"config.coordinator_address='localhost': HOST:PORT"):
-        pretrain.train_and_evaluate(tiny_config(coordinator_address="localhost", num_processes=1, process_id=0),
-                                    str(tmp_path))
+    for address in ("localhost", "localhost:99999"):  # no port, or none a socket has: ran on, said nothing
+        with pytest.raises(errors.InputError, match=rf"config.coordinator_address='{address}': HOST:PORT"):
+            pretrain.train_and_evaluate(tiny_config(coordinator_address=address, num_processes=1, process_id=0),
+                                        str(tmp_path))
 
 
 @pytest.mark.slow
