@@ -293,7 +293,8 @@ def read_model_config(model_dir: str | os.PathLike) -> tuple[SqueezeBertConfig, 
                          "model_type is read as SqueezeBERT's; add the model's own (e.g. \"model_type\": \"bert\"; "
                          f"one of {', '.join(models.BY_STYLE)})")
     config = SqueezeBertConfig.from_dict(raw, source=path)
-    if isinstance(raw, dict) and not isinstance(raw.get("tie_word_embeddings", True), bool):  # "false" read as tied
+    tie = raw.get("tie_word_embeddings", True) if isinstance(raw, dict) else True  # "false" was read as tied
+    if not isinstance(tie, bool) and not (isinstance(tie, int) and tie in (0, 1)):  # (0 and 1: Python reads so too)
         raise InputError(f"{path}: tie_word_embeddings is {json_value(raw['tie_word_embeddings'])}; expected true or "
                          "false")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
