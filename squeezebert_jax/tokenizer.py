@@ -394,8 +394,13 @@ class Tokenizer(abc.ABC):
         return None
 
     def save(self, directory: str | os.PathLike) -> str:
-        """Write the tokenizer file (the bytes it was loaded from) into ``directory``; returns its file name."""
-        directory = os.fspath(directory)
+        """Write the tokenizer file (the bytes it was loaded from) into ``directory``; returns its file name. A
+        model's directory, or one inside it, is refused: another vocabulary there would read other words with the
+        model's embeddings (``train_tokenizer`` refuses it alike)."""
+        directory = path_argument("directory", directory)
+        if os.path.isdir(directory):
+            refuse_model_dir(directory, "a tokenizer", "directory")
+        refuse_nested(directory, "directory")
         os.makedirs(directory, exist_ok=True)
         atomic_write(os.path.join(directory, self.file_name), self._blob)
         return self.file_name

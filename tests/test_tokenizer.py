@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import VOCAB, one_error_line
+from conftest import VOCAB, one_error_line, tiny_init
 
 from squeezebert_jax import corpus, pretrained
 from squeezebert_jax.errors import InputError
@@ -625,3 +625,14 @@ def test_train_tokenizers_arguments_are_checked_before_any_work(tmp_path):
         train_tokenizer([str(corpus_file)], str(tmp_path / "run" / "model"), 60)
     assert (tmp_path / "mine" / "vocab.txt").read_text() == "a user's vocabulary\n"
     assert not (tmp_path / "new").exists() and not (tmp_path / "run" / "model").exists()
+
+
+def test_a_tokenizer_is_never_saved_into_a_models_directory(hand_vocab, tmp_path):
+    """Tokenizer.save (the API; prepare's writer) replaced a MODEL_DIR's vocab.txt with another vocabulary."""
+    model = tiny_init(tmp_path / "model", VOCAB)
+    before = (model / "vocab.txt").read_bytes()
+    for target in (model, model / "sub"):
+        with pytest.raises(InputError, match=r"^directory .*model(/sub is inside the model directory| holds a model)"):
+            Tokenizer.from_file(hand_vocab).save(target)
+    assert (model / "vocab.txt").read_bytes() == before and not (model / "sub").exists()
+    assert Tokenizer.from_file(hand_vocab).save(tmp_path / "tok") == "vocab.txt"
