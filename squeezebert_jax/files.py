@@ -814,7 +814,7 @@ def text_problem(text: str) -> str:
         text.encode("utf-8")  # at C speed: every row's text passes here
     except UnicodeEncodeError as e:
         return (f"holds a lone surrogate {text[e.start]!r} at character {e.start + 1}, which is not a character (half "
-                "of a JSON \\uXXXX pair); write the text in valid Unicode")
+                "of a JSON escape pair such as \\ud83d\\ude00); write the text in valid Unicode")
     return ""
 
 

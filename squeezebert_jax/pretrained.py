@@ -57,13 +57,13 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
     is written; with ``vocab_size`` (a conversion's model), one of more tokens than the model has embeddings too. A
     ``tokenizer.json`` beside a ``vocab.txt`` must hold the same WordPiece vocabulary: transformers reads the one,
     this library the other (``_check_tokenizer_json``)."""
-    found = []
+    found, loaded = [], {}
     if src_dir and os.path.isdir(src_dir):
         for name in TOKENIZER_FILES:
             path = checkpoint_file(src_dir, name)
             if path is not None:
                 if name in TOKENIZER_FILE_NAMES:
-                    n = load_tokenizer(path).vocab_size
+                    n = (loaded.setdefault(name, load_tokenizer(path))).vocab_size
                     if vocab_size is not None and n > vocab_size:
                         blank = [i + 1 for i, t in enumerate(read_vocab(path)) if t == ""] if name == "vocab.txt" \
                             else []
@@ -74,7 +74,7 @@ def tokenizer_files(src_dir: str | None, vocab_size: int | None = None) -> list[
                 found.append((name, path))
     paths = dict(found)
     if vocabulary := next((n for n in TOKENIZER_FILE_NAMES if n in paths), None):  # as Tokenizer.from_dir reads one
-        check_added_tokens(src_dir, vocabulary, load_tokenizer(paths[vocabulary]).tokens)
+        check_added_tokens(src_dir, vocabulary, lambda: loaded[vocabulary].tokens)
     if "vocab.txt" in paths:  # the checks Tokenizer.from_dir makes of a MODEL_DIR of these files, and transformers'
         lines = read_vocab(paths["vocab.txt"])
         check_tokenizer_config(src_dir)

@@ -333,7 +333,8 @@ def _check_tsv_quoting(path: str, lines, records) -> None:
     for i, (at, line) in enumerate(lines):
         if '"' not in line or i == 0:
             continue
-        reader = csv.reader((text for _, text in lines[i:i + QUOTE_SPAN]), delimiter="\t", strict=True)
+        reader = csv.reader((lines[j][1] for j in range(i, min(i + QUOTE_SPAN, len(lines)))), delimiter="\t",
+                            strict=True)
         try:
             record = next(reader)
         except (csv.Error, StopIteration):
@@ -1301,6 +1302,8 @@ _MARKER_PATTERNS = re.compile(r"#\S{1,12}[!?]"  # a spreadsheet's error cell in 
 def is_missing_marker(text: str, texts: bool = False) -> bool:
     """Whether ``text`` is how a spreadsheet, pandas or a database dump writes a missing value (``MISSING_MARKERS``,
     in any width or quoted, or ``_MARKER_PATTERNS``); ``texts``: a text column's too (pandas' "nan")."""
+    if len(text) > 40:  # every row's text passes here: a marker is a short one
+        return False
     key = unicodedata.normalize("NFKC", text).strip().strip("'\"").strip().casefold()
     return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
 

@@ -292,8 +292,9 @@ def check_tokenizer_config(directory: str) -> None:
             raise InputError(f"{cfg_path}: {name} is {json_value(value)}; expected {meant}")
 
 
-def check_added_tokens(directory: str, vocabulary: str, tokens: list[str]) -> None:
-    """Tokens transformers adds beside the vocabulary ``tokens`` (``vocabulary``'s): ``added_tokens.json``,
+def check_added_tokens(directory: str, vocabulary: str, vocab_tokens) -> None:
+    """Tokens transformers adds beside the vocabulary (``vocabulary``'s tokens in id order, from ``vocab_tokens()``,
+    called only where a side file names any): ``added_tokens.json``,
     ``tokenizer.json``'s ``added_tokens`` and ``tokenizer_config.json``'s ``added_tokens_decoder``. One that is not
     the vocabulary's own token at its id (an id past it, which the model's embeddings were grown for, or another
     token's) is read by no tokenizer here: text holding it would split into other pieces, without a word. Refused;
@@ -308,6 +309,7 @@ def check_added_tokens(directory: str, vocabulary: str, tokens: list[str]) -> No
         for entry in (entries(doc) or []) if side else []:
             if isinstance(entry, dict):
                 found.append((side, entry.get("content"), entry.get("id")))
+    tokens = vocab_tokens() if found else []
     for where, token, i in found:
         at = int(i) if isinstance(i, (int, str)) and str(i).isdigit() else None
         if at is None or at >= len(tokens) or tokens[at] != token:
@@ -389,7 +391,7 @@ class Tokenizer(abc.ABC):
                 tok = load(path)
                 if isinstance(tok, WordPieceTokenizer):
                     check_tokenizer_config(directory)
-                check_added_tokens(directory, name, tok.tokens)
+                check_added_tokens(directory, name, lambda: tok.tokens)
                 return tok
         return None
 
