@@ -28,9 +28,9 @@ from squeezebert_jax import cli, count_params, import_torch
 from squeezebert_jax.convert import check_head, head_name
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import check_output_dir
-from squeezebert_jax.predict import KINDS, model_kind, read_card
-from squeezebert_jax.pretrained import tokenizer_files
-from squeezebert_jax.tasks import declared_labels
+from squeezebert_jax.predict import read_card
+from squeezebert_jax.pretrained import model_kind, tokenizer_files
+from squeezebert_jax.tasks import HEAD_KINDS, declared_labels
 from squeezebert_jax.tokenizer import TOKENIZER_FILE_NAMES
 
 
@@ -79,7 +79,7 @@ def main(argv=None):
 
 def _card_fits(src: str, head: str) -> bool:
     """Whether ``src``'s task.json describes a model of ``head``'s kind (a classifier's card, a tagger's, ...)."""
-    kind = next((k for k, h in KINDS.items() if h == head), None)
+    kind = next((k for k, h in HEAD_KINDS.items() if h == head), None)
     if kind is None:  # a pretraining or bare encoder model: no card describes one
         return False
     try:

@@ -16,7 +16,8 @@ import sys
 from squeezebert_jax import cli, export_torch, load_pretrained
 from squeezebert_jax.files import check_output_dir
 from squeezebert_jax.convert import target_family, torch_architecture
-from squeezebert_jax.predict import model_kind, read_card
+from squeezebert_jax.predict import read_card
+from squeezebert_jax.pretrained import model_kind
 from squeezebert_jax.pretrained import not_a_model_dir
 
 

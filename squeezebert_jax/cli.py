@@ -208,7 +208,8 @@ def merge_sections(flag_values) -> None:
     """A config section given whole on the command line (``--config.model.overrides="{'q_groups': 2}"``) is added to
     the config file's section, the keys given replacing the file's: ml_collections replaced the section, so the file's
     other keys went without a word (the smoke config's widths: a full-size model trained). A key the file's section
-    does not hold is refused, but in ``OPEN_SECTIONS``."""
+    does not hold is refused, but in ``OPEN_SECTIONS``; there ``{}`` clears the file's keys (the preset's own model:
+    merged, it changed nothing without a word)."""
     from ml_collections import ConfigDict
     from ml_collections.config_flags import config_flags, config_path
 
@@ -228,7 +229,8 @@ def merge_sections(flag_values) -> None:
             if new and path not in OPEN_SECTIONS:
                 raise InputError(f"--{name}.{path}: {', '.join(map(repr, new))} is no field of {name}.{path} (its "
                                  f"fields: {', '.join(sorted(was)) or 'none'})")
-            config_path.set_value(path, flag.value, was | now)
+            cleared = path in OPEN_SECTIONS and not given[path]  # "{}": none of the file's (else no way to clear)
+            config_path.set_value(path, flag.value, now if cleared else was | now)
 
 
 def stray_argument_line(value: str, argv: list[str]) -> str:

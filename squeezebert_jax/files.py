@@ -96,8 +96,8 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
     there would leave a mix that loads as neither), but where ``writes`` is None (a model's own writer: a conversion
     replaces a model with ``overwrite``). So is the directory of a job other than ``job`` (this command's, as its
     ``RunLock`` names it): a training run's (its lock, or its ``config_history.jsonl``), whose config.json and model
-    a conversion's --overwrite replaced (not with ``job`` None: a command that writes named files beside others).
-    Returns ``out``."""
+    a conversion's --overwrite replaced (not with ``job`` None: a command that writes named files beside others;
+    one of the directories a run writes, its tb/ say, is refused all the same: ``refuse_nested``). Returns ``out``."""
     out, overwrite = os.fspath(out), overwrite_flag(overwrite)
     if src is not None:
         if where := within(out, src):
@@ -110,7 +110,7 @@ def check_output_dir(out: str | os.PathLike, src: str | os.PathLike | None = Non
         _check_entries(out, what)
     if os.path.isdir(out) and writes is not None:
         refuse_model_dir(out, writes, what)
-    refuse_nested(out, what, job)
+    refuse_nested(out, what, "" if job is None else job)  # a run's tb/ holds none of a writer's named files either
     if job is not None and (other := run_of(out)) and other != job:
         raise InputError(f"{what} {out} is the directory of a {other} run: its config, checkpoints and model are that "
                          f"run's, and this command's files would replace or join them, --overwrite or not; choose "
@@ -235,6 +235,8 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
     if os.path.isdir(out):
         raise InputError(f"{what} {out} is a directory; give the path of the file to write (a file name inside "
                          "it, say)")
+    if os.path.islink(out) and _loops(out):  # written through, the write failed after the work (ELOOP)
+        raise InputError(f"{what} {out} is a link that leads back to itself; remove it, or choose another path")
     if os.path.islink(out) and not os.path.exists(out) and not overwrite:  # "already exists" hid where it writes
         raise InputError(f"{what} {out} is a symbolic link to {os.readlink(out)}, which does not exist: the output "
                          "would be written there; pass --overwrite to write through the link, or choose another path")
@@ -633,12 +635,18 @@ class _HugeNumber(ValueError):
     pass
 
 
+_BEYOND = "is beyond a float's range (|x| < 1.8e308)"
+
+
 def _json_float(text: str) -> float:
     """A JSON number as Python reads it, except one beyond a float's range (``1e400``: json makes it inf, and the
-    message would then name an inf the file does not hold)."""
+    message would then name an inf the file does not hold) or below it (``1e-400``: json makes it 0, a label "0"
+    or a score 0 the file does not hold)."""
     value = float(text)
     if math.isinf(value):
-        raise _HugeNumber(text)
+        raise _HugeNumber(text, _BEYOND)
+    if value == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+        raise _HugeNumber(text, "is below a float's range (it reads as 0; |x| >= 4.9e-324 or 0)")
     return value
 
 
@@ -646,13 +654,13 @@ def _json_int(text: str) -> int:
     """A JSON integer, except one beyond a float's range (a label, an offset or a size that long is no value any
     reader here takes; Python refuses past 4,300 digits with a message naming no line)."""
     if len(text.lstrip("-")) > 308:
-        raise _HugeNumber(text)
+        raise _HugeNumber(text, _BEYOND)
     return int(text)
 
 
 def _json_loads(text: str):
     """``json.loads`` as every reader of a user's JSON calls it: a key named twice in one object raises
-    ``_DuplicateKey``, a number beyond a float's range ``_HugeNumber``."""
+    ``_DuplicateKey``, a number beyond or below a float's range ``_HugeNumber``."""
     return json.loads(text, object_pairs_hook=_json_object, parse_float=_json_float, parse_int=_json_int)
 
 
@@ -715,7 +723,7 @@ def parse_json(text: str, where: str):
         at = text.find(e.args[0])
         line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
         raise DataFileError(f"{where}:{line}:{col}: the number {e.args[0][:40]}{'...' if len(e.args[0]) > 40 else ''} "
-                            "is beyond a float's range (|x| < 1.8e308)") from None
+                            f"{e.args[1]}") from None
     except json.JSONDecodeError as e:
         raise DataFileError(f"{where}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
@@ -742,7 +750,7 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
                                 f"meant?)") from None
         except _HugeNumber as e:
             raise DataFileError(f"{path}:{lineno}: the number {e.args[0][:40]}{'...' if len(e.args[0]) > 40 else ''} "
-                                "is beyond a float's range (|x| < 1.8e308)") from None
+                                f"{e.args[1]}") from None
         except json.JSONDecodeError as e:
             whole = "; the file is one JSON array or object across lines: JSON Lines holds one object per line" \
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""

@@ -43,12 +43,41 @@ FINITE_METRICS = ("loss", "grad_norm", "param_norm")
 # Settings
 # --------------------------------------------------------------------------------------------------
 
+def python_numbers(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config`` with each numpy or jax scalar (a notebook's ``np.int64(32)`` batch size, a ``np.logspace`` rate, a
+    0-d array) replaced in place by the Python number it holds, a float by its shortest form (float32's 1e-4, not
+    9.99999975e-05): a number is a number to the validator, and the run's config record is plain JSON (ml_collections'
+    ``to_json`` refused numpy types after the run had begun). Returns ``config``."""
+    def plain(v):  # ``v`` itself where it holds no numpy number
+        if isinstance(v, ml_collections.ConfigDict):
+            return python_numbers(v)
+        if isinstance(v, (list, tuple, dict)):
+            pairs = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+            new = [(k, plain(x)) for k, x in pairs]
+            if all(a is b for (_, a), (_, b) in zip(new, pairs)):
+                return v
+            return dict(new) if isinstance(v, dict) else type(v)(x for _, x in new)
+        if isinstance(v, (np.generic, np.ndarray, jax.Array)) and np.ndim(v) == 0:
+            n = np.asarray(v)[()]
+            if n.dtype.kind in "biu":
+                return n.item()
+            if n.dtype.kind == "f":
+                return float(str(n))
+        return v
+
+    for key, v in list(config.items()):
+        if (p := plain(v)) is not v:
+            with config.ignore_type():
+                config[key] = p
+    return config
+
+
 class Settings:
     """One validator for a run's config: ``need(ok, name, valid)`` refuses with one line, ``config.NAME=value: valid``
     (``NAME`` may index a list: ``phases[0].seq_len``); ``number``/``integer`` test a value's type and range."""
 
     def __init__(self, config: ml_collections.ConfigDict):
-        self.config = config
+        self.config = python_numbers(config)
 
     def value(self, name: str):
         v = self.config

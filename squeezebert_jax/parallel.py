@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
+import socket
+import time
 
 import jax
 import numpy as np
@@ -16,20 +19,33 @@ from jax.sharding import PartitionSpec as P
 from squeezebert_jax.errors import InputError
 from squeezebert_jax.files import env_flag
 
+log = logging.getLogger(__name__)
+
+DISTRIBUTED_TIMEOUT_S = 300  # how long the processes wait for each other at start-up (jax's own default)
+
 
 def maybe_initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
-                                 process_id: int | None = None) -> None:
+                                 process_id: int | None = None, timeout_s: int = DISTRIBUTED_TIMEOUT_S) -> None:
     """``jax.distributed.initialize`` for multi-host runs (explicit, or auto-detected on TPU/SLURM).
 
-    ``num_processes`` <= 0 and ``process_id`` < 0 (the config defaults) mean "auto-detect" (None)."""
+    ``num_processes`` <= 0 and ``process_id`` < 0 (the config defaults) mean "auto-detect" (None). The wait for
+    the other processes is said before it begins, and a process other than the first first waits (``timeout_s``)
+    for the coordinator to answer (``wait_for_coordinator``): jax's own wait ended in an abort with a C++ stack
+    trace, after five silent minutes."""
     num_processes = num_processes if num_processes and num_processes > 0 else None
     process_id = process_id if process_id is not None and process_id >= 0 else None
     if coordinator_address:
         # Cross-process collectives for CPU devices (only the CPU backend reads this; it must be set before
         # the backend starts, so no jax.devices() call here).
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        who = f"process {process_id} of {num_processes}" if process_id is not None and num_processes else "a process"
+        log.info("%s: waiting up to %d s for every process to join through the coordinator at %s", who, timeout_s,
+                 coordinator_address)
+        if process_id:  # process 0 serves the address
+            wait_for_coordinator(coordinator_address, timeout_s)
         try:
-            jax.distributed.initialize(coordinator_address, num_processes, process_id)
+            jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                                       initialization_timeout=timeout_s)
         except ValueError as e:  # no cluster (SLURM, a TPU pod) to read the process count or this process's id from
             if num_processes is not None and process_id is not None:
                 raise
@@ -38,6 +54,24 @@ def maybe_initialize_distributed(coordinator_address: str | None = None, num_pro
                              "config.process_id (this process's, from 0)") from None
     elif env_flag("SQUEEZEBERT_AUTO_DISTRIBUTED"):  # 1, true, yes, on; another word is refused
         jax.distributed.initialize()
+
+
+def wait_for_coordinator(address: str, timeout_s: float) -> None:
+    """Return once something answers at ``address`` (HOST:PORT, the first process's), trying every second for
+    ``timeout_s``; else one line naming the address, the wait and the last error (a host that does not resolve, a
+    refused connection: the first process not started yet, or another port)."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(5.0, max(timeout_s, 0.1))):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise InputError(f"config.coordinator_address={address!r}: nothing answered there in {timeout_s:g} s "
+                                 f"({e.strerror or e}); start the first process (config.process_id=0: it serves "
+                                 "that address), or give its host and a port it can open") from None
+        time.sleep(1)
 
 
 def check_num_devices(num_devices, devices=None, *, what: str = "config.num_devices", count: bool = True) -> int:

@@ -22,22 +22,19 @@ over every device.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 import os
 from collections import UserString
 from collections.abc import Sequence
 
 import numpy as np
 
-from squeezebert_jax import glue, squad, tasks
+from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
-from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text, json_type,
+from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text,
                                    path_argument, read_json, text_lines, text_problem)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
-from squeezebert_jax.model import HEADS
-from squeezebert_jax.pretrained import load_pretrained, read_model_config
+from squeezebert_jax.pretrained import load_pretrained, model_kind, read_model_config
 from squeezebert_jax.tokenizer import checkpoint_file, warn_truncated
 
 log = logging.getLogger(__name__)
@@ -289,16 +286,6 @@ def _kind_of(x) -> str:
     return f"{type(x).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
-KINDS = {"classifier": "SqueezeBertForSequenceClassification", "tagger": "SqueezeBertForTokenClassification",
-         "qa": "SqueezeBertForQuestionAnswering", "choice": "SqueezeBertForMultipleChoice"}
-
-
-def model_kind(model) -> str | None:
-    """The ``KINDS`` name of ``model``'s head (what its task.json describes: ``read_card``'s ``kind``), or None for
-    a head predict has no method of (a pretraining or bare encoder model)."""
-    return next((k for k, head in KINDS.items() if isinstance(model, HEADS[head])), None)
-
-
 _KIND_WORDS = {"classifier": "a sequence classifier", "tagger": "a tagger (token classification)",
                "qa": "a question-answering model", "choice": "a multiple-choice model"}
 
@@ -307,40 +294,6 @@ def _softmax(logits) -> np.ndarray:
     x = np.asarray(logits, np.float64)
     p = np.exp(x - x.max(-1, keepdims=True))
     return p / p.sum(-1, keepdims=True)
-
-
-# task.json (``tasks.TASK_CARD``), as fine-tuning writes it (``FileTask.card``, ``ChoiceTask.card``, ``SquadTask.card``):
-# the keys each kind may have beside "kind", with their checks (a check returns what is wrong, or "").
-def _columns(low: int, high: int | None):
-    def check(v) -> str:
-        if (not isinstance(v, list) or not v or not all(isinstance(c, str) and tasks.Row._key(c) for c in v)
-                or len({tasks.Row._key(c) for c in v}) != len(v)):  # as a file's reader keys its columns
-            return "a non-empty list of distinct non-empty column names"
-        if len(v) < low or (high is not None and len(v) > high):
-            return f"{low}{'' if high == low else ' or more' if high is None else f' to {high}'} column names"
-        return ""
-    return check
-
-
-def _int(low: int):
-    return lambda v: "" if isinstance(v, int) and not isinstance(v, bool) and v >= low else f"an integer >= {low}"
-
-
-_FINITE = lambda v: ("" if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-                     else "a finite number")
-_BOOL = lambda v: "" if isinstance(v, bool) else "true or false"  # noqa: E731
-_GLUE_TASK = lambda v: ("" if isinstance(v, str) and v in glue.FINETUNE_TASKS  # noqa: E731
-                        else f"one of GLUE's tasks ({', '.join(glue.FINETUNE_TASKS)})")
-_CLASSIFIER_CARD = {"text_columns": _columns(1, 2), "glue_task": _GLUE_TASK}
-CARD_KEYS = {
-    "classification": _CLASSIFIER_CARD, "regression": _CLASSIFIER_CARD, "multilabel": _CLASSIFIER_CARD,
-    "token_classification": {"text_columns": _columns(1, 1)},
-    "question_answering": {"version_2": _BOOL, "max_query_length": _int(1), "doc_stride": _int(0),
-                           "max_answer_length": _int(1), "n_best": _int(1), "null_threshold": _FINITE},
-    "multiple_choice": {"text_columns": _columns(1, 2), "choice_columns": _columns(2, None)},
-}
-CARD_HEADS = {"classification": "classifier", "regression": "classifier", "multilabel": "classifier",
-              "token_classification": "tagger", "question_answering": "qa", "multiple_choice": "choice"}
 
 
 def read_card(model_dir: str, kind: str | None = None, num_labels: int | None = None) -> dict:
@@ -362,42 +315,10 @@ def read_card(model_dir: str, kind: str | None = None, num_labels: int | None = 
         card = read_json(path)
     except InputError as e:
         raise type(e)(f"{e} (a task description: train/finetune.py writes it)") from None
-    if not isinstance(card, dict):
-        raise InputError(f"{path}: {json_type(card)}, not an object of the task's settings")
-    if "kind" not in card:
-        raise InputError(f"{path}: no key 'kind' (one of {', '.join(tasks.KINDS)})")
-    if not isinstance(card["kind"], str) or card["kind"] not in CARD_KEYS:
-        raise InputError(f"{path}: 'kind' is {json.dumps(card['kind'])}, not one of {', '.join(tasks.KINDS)}")
-    allowed = CARD_KEYS[card["kind"]]
-    for key, value in card.items():
-        if key == "kind":
-            continue
-        if key not in allowed:
-            raise InputError(f"{path}: unknown key {key!r} for a {card['kind']} model (its keys: kind, "
-                             f"{', '.join(allowed)}); remove it")
-        if why := allowed[key](value):
-            raise InputError(f"{path}: {key!r} is {json.dumps(value)[:60]}; it must be {why}")
-    if "glue_task" in card and len(card.get("text_columns", ())) != len(glue.get_task(card["glue_task"]).text_columns):
-        want = glue.get_task(card["glue_task"]).text_columns
-        raise InputError(f"{path}: 'text_columns' names {len(card.get('text_columns', ()))} but {card['glue_task']} "
-                         f"reads {len(want)} ({', '.join(want)}); put back the task.json its fine-tuning wrote")
-    task = (read_model_config(model_dir)[1].get("finetuning_task") if "glue_task" in card
+    glue_task = card.get("glue_task") if isinstance(card, dict) else None
+    task = (read_model_config(model_dir)[1].get("finetuning_task") if glue_task is not None
             and os.path.isfile(os.path.join(model_dir, "config.json")) else None)
-    if task is not None and task != card["glue_task"]:  # a converted checkpoint carries both (to_pytorch)
-        raise InputError(f"{path}: 'glue_task' is {card['glue_task']!r}, but config.json's finetuning_task is "
-                         f"{task!r}: which task the model was fine-tuned on is not for us to pick; make them agree")
-    if overlap := ({tasks.Row._key(c) for c in card.get("text_columns", ())}
-                   & {tasks.Row._key(c) for c in card.get("choice_columns", ())}):
-        raise InputError(f"{path}: 'choice_columns' repeats the text column {sorted(overlap)[0]!r}; a column is a "
-                         "text or an ending, not both")
-    if kind is not None and CARD_HEADS[card["kind"]] != kind:
-        raise InputError(f"{path}: 'kind' is {card['kind']!r}, but {model_dir} holds a {kind} model; the task.json "
-                         "of another model? put back the one its fine-tuning wrote")
-    if kind == "classifier" and num_labels is not None and (card["kind"] == "regression") != (num_labels == 1):
-        raise InputError(f"{path}: 'kind' is {card['kind']!r}, but the model's classifier has {num_labels} "
-                         f"output{'s' * (num_labels != 1)}; the task.json of another model? put back the one its "
-                         "fine-tuning wrote")
-    return card
+    return tasks.check_card(card, path, kind, num_labels, task, f"{model_dir} holds")
 
 
 def read_inputs(path: str, text_columns: str = "", arity: Arity | None = None) -> list[str | tuple[str, ...]]:

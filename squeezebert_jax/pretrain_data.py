@@ -508,13 +508,13 @@ def data_fingerprint(data_dir: str | os.PathLike) -> dict:
     data_dir = os.fspath(data_dir)
     meta = load_meta(data_dir)
     tok_path = os.path.join(data_dir, meta["tokenizer"]["file"])
-    vocab = file_sha256(tok_path)
+    vocab, now = file_sha256(tok_path), tokens_sha256(tok_path)
     prepared = meta["tokenizer"].get("tokens_sha256")
     if not isinstance(prepared, str):  # prepared by an older version
         log.warning("%s records no digest of its tokenizer (prepared by an older version): %s is not checked against "
                     "the shards; prepare the data again to have it checked", os.path.join(data_dir, "meta.json"),
                     tok_path)
-    elif (now := tokens_sha256(tok_path)) != prepared:
+    elif now != prepared:
         raise InputError(f"{tok_path}: not the tokenizer the data was prepared with (its tokens' sha256 {now[:12]}.., "
                          f"meta.json records {prepared[:12]}..): the shards' token ids would read other words; put "
                          "back the one prepared, or prepare the data again")
@@ -527,12 +527,15 @@ def data_fingerprint(data_dir: str | os.PathLike) -> dict:
             raise InputError(f"{path}: its bytes are not the ones prepared (sha256 {sha[:12]}.., meta.json records "
                              f"{recorded[n][:12]}..): the shard was changed or damaged; prepare the data again")
         shards[n] = [r, os.path.getsize(path), sha]
-    return {"tokenizer_sha256": vocab, "num_tokens": meta.get("num_tokens"), "shards": shards}
+    return {"tokenizer_sha256": vocab, "tokens_sha256": now, "num_tokens": meta.get("num_tokens"), "shards": shards}
 
 
 def fingerprint_change(saved: dict, now: dict) -> tuple[bool, str]:
-    """(whether the vocabulary changed, what changed in words; '' when nothing did) between two fingerprints."""
-    if saved.get("tokenizer_sha256") != now.get("tokenizer_sha256"):
+    """(whether the vocabulary changed, what changed in words; '' when nothing did) between two fingerprints. The
+    vocabulary is compared as read (``tokens_sha256``: a vocab.txt saved again with CRLF line ends is the same one),
+    by its file's bytes where the saved fingerprint is an older version's."""
+    key = "tokens_sha256" if "tokens_sha256" in saved and "tokens_sha256" in now else "tokenizer_sha256"
+    if saved.get(key) != now.get(key):
         return True, "its tokenizer file is another vocabulary (token ids now mean other words)"
     a, b = saved.get("shards", {}), now.get("shards", {})
     # a shard is [records, bytes] or [records, bytes, sha256]: compared on what both fingerprints hold

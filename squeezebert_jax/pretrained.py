@@ -30,8 +30,8 @@ from flax import nnx
 
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
-from squeezebert_jax.files import (atomic_write, holds_model, json_type, json_value, no_such_file, overwrite_flag,
-                                   path_argument, read_json, refuse_nested, run_of)
+from squeezebert_jax.files import (atomic_write, holds_model, json_repr, json_type, json_value, no_such_file,
+                                   overwrite_flag, path_argument, read_json, refuse_nested, run_of)
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import (TOKENIZER_FILE_NAMES, check_added_tokens, check_tokenizer_config,
@@ -572,6 +572,7 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     tok_files = _given_tokenizer(model, tokenizer_dir, needed=False)  # a checkpoint may go without one
     fam = convert.target_family(model.config, style)
     sd = convert.to_torch_state_dict(model, fam)  # everything that can be refused, before the directory
+    card = _check_card(card, model, finetuning_task)
     d = model.config.to_dict(model_type=fam.style)
     d["architectures"] = [convert.torch_architecture(model, fam)]
     check_model_dir(hf_dir, ("config.json", "model.safetensors") + ((tasks.TASK_CARD,) if card else ()), tok_files,
@@ -593,11 +594,33 @@ def export_torch(model: nnx.Module, hf_dir: str | os.PathLike, style: str | mode
     return hf_dir
 
 
+def model_kind(model) -> str | None:
+    """The ``tasks.HEAD_KINDS`` name of ``model``'s head (what its task.json describes: ``tasks.check_card``'s
+    ``kind``), or None for a head predict has no method of (a pretraining or bare encoder model)."""
+    return next((k for k, head in tasks.HEAD_KINDS.items() if isinstance(model, HEADS[head])), None)
+
+
+def _check_card(card, model: nnx.Module, finetuning_task: str | None) -> dict | None:
+    """A task description given as a value (``card=``) as it will be written (JSON: a tuple is a list), checked as
+    task.json is read (``predict.check_card``) against the model it is written beside: it was written as given (a card
+    of another kind of model, or of no kind, made predict refuse the model later). None or {}: no card."""
+    if card is None or card == {}:
+        return None
+    try:
+        card = json.loads(json.dumps(card, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise InputError(f"card={card!r:.80}: not a JSON object of the task's settings ({e})") from None
+    if (kind := model_kind(model)) is None:
+        raise InputError(f"card={json_repr(card, 60)}: a task description is of a fine-tuned head (a classifier, "
+                         f"a tagger, ...), and this {convert.head_name(model)} has none; leave card out")
+    return tasks.check_card(card, "card", kind, getattr(model, "num_labels", None), finetuning_task)
+
+
 def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: str | None = None,
                  label_names: list[str] | None = None, *, overwrite: bool | str = False,
                  card: dict | None = None, check: Callable[[nnx.Module], None] | None = None) -> nnx.Module:
     """Convert a transformers checkpoint directory into a MODEL_DIR; returns the model. ``card``: the task.json
-    ``export_torch`` wrote beside the checkpoint (checked: ``predict.read_card``), the MODEL_DIR's again; ``check``:
+    ``export_torch`` wrote beside the checkpoint (checked: ``tasks.check_card``), the MODEL_DIR's again; ``check``:
     called with the model built, before anything is written (the card against the model it describes).
 
     ``label_names`` names a classifier's outputs 0..n-1 (its ``id2label``) where the checkpoint's config does not
@@ -641,6 +664,7 @@ def import_torch(hf_dir: str | os.PathLike, model_dir: str | os.PathLike, head: 
         model, HEADS["SqueezeBertForSequenceClassification"]) else None)
     if check is not None:
         check(model)
+    card = _check_card(card, model, raw.get("finetuning_task"))
     save_pretrained(model, model_dir, tokenizer_dir=hf_dir if readable else None, overwrite=overwrite,
                     beside=(tasks.TASK_CARD,) if card else ())
     if card:

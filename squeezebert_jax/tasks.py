@@ -202,6 +202,88 @@ def glue_card(name) -> dict | None:
     return GlueTask(glue.get_task(task)).card() if task in glue.FINETUNE_TASKS else None
 
 
+# The heads a task.json describes, by the name a card's kind gives them (``CARD_HEADS``), with their model class
+HEAD_KINDS = {"classifier": "SqueezeBertForSequenceClassification", "tagger": "SqueezeBertForTokenClassification",
+              "qa": "SqueezeBertForQuestionAnswering", "choice": "SqueezeBertForMultipleChoice"}
+
+
+# task.json (``tasks.TASK_CARD``), as fine-tuning writes it (``FileTask.card``, ``ChoiceTask.card``, ``SquadTask.card``):
+# the keys each kind may have beside "kind", with their checks (a check returns what is wrong, or "").
+def _columns(low: int, high: int | None):
+    def check(v) -> str:
+        if (not isinstance(v, list) or not v or not all(isinstance(c, str) and Row._key(c) for c in v)
+                or len({Row._key(c) for c in v}) != len(v)):  # as a file's reader keys its columns
+            return "a non-empty list of distinct non-empty column names"
+        if len(v) < low or (high is not None and len(v) > high):
+            return f"{low}{'' if high == low else ' or more' if high is None else f' to {high}'} column names"
+        return ""
+    return check
+
+
+def _int(low: int):
+    return lambda v: "" if isinstance(v, int) and not isinstance(v, bool) and v >= low else f"an integer >= {low}"
+
+
+_FINITE = lambda v: ("" if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+                     else "a finite number")
+_BOOL = lambda v: "" if isinstance(v, bool) else "true or false"  # noqa: E731
+_GLUE_TASK = lambda v: ("" if isinstance(v, str) and v in glue.FINETUNE_TASKS  # noqa: E731
+                        else f"one of GLUE's tasks ({', '.join(glue.FINETUNE_TASKS)})")
+_CLASSIFIER_CARD = {"text_columns": _columns(1, 2), "glue_task": _GLUE_TASK}
+CARD_KEYS = {
+    "classification": _CLASSIFIER_CARD, "regression": _CLASSIFIER_CARD, "multilabel": _CLASSIFIER_CARD,
+    "token_classification": {"text_columns": _columns(1, 1)},
+    "question_answering": {"version_2": _BOOL, "max_query_length": _int(1), "doc_stride": _int(0),
+                           "max_answer_length": _int(1), "n_best": _int(1), "null_threshold": _FINITE},
+    "multiple_choice": {"text_columns": _columns(1, 2), "choice_columns": _columns(2, None)},
+}
+CARD_HEADS = {"classification": "classifier", "regression": "classifier", "multilabel": "classifier",
+              "token_classification": "tagger", "question_answering": "qa", "multiple_choice": "choice"}
+
+
+def check_card(card, path: str, kind: str | None = None, num_labels: int | None = None,
+               finetuning_task: str | None = None, holder: str = "the model is") -> dict:
+    """The one check of a task description ``card`` (``path``: what a message names it by; ``kind`` (a
+    ``HEAD_KINDS`` name), ``num_labels``: the model's it describes; ``finetuning_task``: its config.json's), read from
+    task.json (``predict.read_card``) or given as a value (``pretrained.export_torch(card=...)``, ``import_torch``).
+    Returns ``card``."""
+    if not isinstance(card, dict):
+        raise InputError(f"{path}: {files.json_type(card)}, not an object of the task's settings")
+    if "kind" not in card:
+        raise InputError(f"{path}: no key 'kind' (one of {', '.join(KINDS)})")
+    if not isinstance(card["kind"], str) or card["kind"] not in CARD_KEYS:
+        raise InputError(f"{path}: 'kind' is {files.json_repr(card['kind'])}, not one of {', '.join(KINDS)}")
+    allowed = CARD_KEYS[card["kind"]]
+    for key, value in card.items():
+        if key == "kind":
+            continue
+        if key not in allowed:
+            raise InputError(f"{path}: unknown key {key!r} for a {card['kind']} model (its keys: kind, "
+                             f"{', '.join(allowed)}); remove it")
+        if why := allowed[key](value):
+            raise InputError(f"{path}: {key!r} is {files.json_repr(value, 60)}; it must be {why}")
+    if "glue_task" in card and len(card.get("text_columns", ())) != len(glue.get_task(card["glue_task"]).text_columns):
+        want = glue.get_task(card["glue_task"]).text_columns
+        raise InputError(f"{path}: 'text_columns' names {len(card.get('text_columns', ()))} but {card['glue_task']} "
+                         f"reads {len(want)} ({', '.join(want)}); put back the task.json its fine-tuning wrote")
+    task = finetuning_task if "glue_task" in card else None
+    if task is not None and task != card["glue_task"]:  # a converted checkpoint carries both (to_pytorch)
+        raise InputError(f"{path}: 'glue_task' is {card['glue_task']!r}, but config.json's finetuning_task is "
+                         f"{task!r}: which task the model was fine-tuned on is not for us to pick; make them agree")
+    if overlap := ({Row._key(c) for c in card.get("text_columns", ())}
+                   & {Row._key(c) for c in card.get("choice_columns", ())}):
+        raise InputError(f"{path}: 'choice_columns' repeats the text column {sorted(overlap)[0]!r}; a column is a "
+                         "text or an ending, not both")
+    if kind is not None and CARD_HEADS[card["kind"]] != kind:
+        raise InputError(f"{path}: 'kind' is {card['kind']!r}, but {holder} a {kind} model; the task.json "
+                         "of another model? put back the one its fine-tuning wrote")
+    if kind == "classifier" and num_labels is not None and (card["kind"] == "regression") != (num_labels == 1):
+        raise InputError(f"{path}: 'kind' is {card['kind']!r}, but the model's classifier has {num_labels} "
+                         f"output{'s' * (num_labels != 1)}; the task.json of another model? put back the one its "
+                         "fine-tuning wrote")
+    return card
+
+
 # --------------------------------------------------------------------------------------------------
 # The user's own files
 # --------------------------------------------------------------------------------------------------

@@ -121,6 +121,8 @@ def test_a_config_section_given_whole_adds_to_the_files_section(monkeypatch):
     assert parse("--config.model.overrides={'q_groups': 2}").model.overrides.to_dict() == smoke | {"q_groups": 2}
     assert parse("--config.model.overrides={'hidden_size': 64}").model.overrides.to_dict() == smoke | {
         "hidden_size": 64}
+    # an open section given empty clears the file's keys (merged, "{}" changed nothing: the smoke widths trained)
+    assert parse("--config.model.overrides={}").model.overrides.to_dict() == {}
     data = parse("--config.data={'num_workers': 1}").data.to_dict()
     assert data == parse().data.to_dict() | {"num_workers": 1}
     with pytest.raises(InputError, match=r"^--config.data: 'foo' is no field of config.data \(its fields: "

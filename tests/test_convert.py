@@ -597,6 +597,40 @@ def test_export_refuses_non_finite_parameters(tmp_path):
         convert.to_torch_state_dict(model)
 
 
+def test_a_card_given_as_a_value_is_checked_as_task_json_is_read(tmp_path):
+    """export_torch(card=...) and import_torch(card=...): the task description was written as given (predict then
+    refused the model, or read its inputs wrong); now checked as ``predict.read_card`` checks task.json, against the
+    model it is written beside, before anything is written."""
+    model = sj.SqueezeBertForSequenceClassification(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    bare = sj.SqueezeBertForPreTraining(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    for m, card, msg in (
+            (model, {"kind": "bogus"}, r"card: 'kind' is \"bogus\", not one of classification"),
+            (model, ["classification"], r"card: a list, not an object of the task's settings"),
+            (model, {"kind": "classification", "text_columns": []}, r"card: 'text_columns' is \[\]; it must be a "
+                                                                   r"non-empty list"),
+            (model, {"kind": "classification", "text_columns": {"a"}}, r"card=\{'kind': 'classification', 'text_col"
+                                                                      r"umns': \{'a'\}\}: not a JSON object"),
+            (model, {"kind": "classification", "text_columns": ["a"], "extra": 1}, r"card: unknown key 'extra'"),
+            (model, {"kind": "token_classification"}, r"card: 'kind' is 'token_classification', but the model is a "
+                                                      r"classifier model"),
+            (model, {"kind": "regression"}, r"card: 'kind' is 'regression', but the model's classifier has 2 outputs"),
+            (model, {"kind": "classification", "glue_task": "rte", "text_columns": ["s1", "s2"]},
+             r"card: 'glue_task' is 'rte', but config.json's finetuning_task is 'cola'"),
+            (bare, {"kind": "classification"}, r"card=\{\"kind\": \"classification\"\}: a task description is of a "
+                                               r"fine-tuned head")):
+        with pytest.raises(sj.errors.InputError, match="^" + msg):
+            sj.export_torch(m, tmp_path / "hf", card=card, finetuning_task="cola")
+        assert not (tmp_path / "hf").exists()
+    sj.export_torch(model, tmp_path / "hf", card={"kind": "classification", "text_columns": ("review",)})
+    assert json.loads((tmp_path / "hf" / "task.json").read_text()) == {"kind": "classification",
+                                                                       "text_columns": ["review"]}
+    with pytest.raises(sj.errors.InputError, match=r"^card: 'kind' is 'multiple_choice', but the model is a "
+                                                   r"classifier model"):
+        sj.import_torch(tmp_path / "hf", tmp_path / "m", card={"kind": "multiple_choice",
+                                                               "text_columns": ["q"], "choice_columns": ["a", "b"]})
+    assert not (tmp_path / "m").exists()
+
+
 def test_conversion_keeps_one_models_tokenizer_and_its_own_label_names(tmp_path):
     """from_pytorch needs a vocabulary (a tokenizer_config.json or special_tokens_map.json alone is none); a converted
     MODEL_DIR never holds another model's tokenizer file beside its own (--overwrite replaces files of the same name

@@ -224,6 +224,14 @@ def test_a_pipe_a_device_or_a_link_into_no_directory_is_never_an_output_file(tmp
                                                 r"--overwrite"):
         files.check_output_file(link)
     assert files.check_output_file(link, overwrite=True) == str(link)
+    # a link that leads back to itself, directly or through another: the write failed after the work (ELOOP)
+    (tmp_path / "self.jsonl").symlink_to("self.jsonl")
+    (tmp_path / "p.jsonl").symlink_to("q.jsonl")
+    (tmp_path / "q.jsonl").symlink_to("p.jsonl")
+    for looped in ("self.jsonl", "p.jsonl"):
+        with pytest.raises(errors.InputError, match=rf"^--out {tmp_path / looped} is a link that leads back to "
+                                                    r"itself; remove it"):
+            files.check_output_file(tmp_path / looped, overwrite=True)
     assert files.has_text("a\ufffd") and not files.has_text("\ufffd \u200b")  # U+FFFD alone: BERT drops it
     assert not files.has_text("\u3164\uffa0\u115f\u1160\u2800")  # Hangul fillers, the Braille blank: nothing drawn
     # an output directory (a conversion's --out): an entry a write would go through is refused, --overwrite or not
@@ -571,6 +579,12 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--workdir {target} is (inside )?(tb|model)/ of the pretraining "
                                                     rf"run in {run}, which that run writes"):
             files.check_run_dir(target, "fine-tuning")
+    # a command writing named files (GLUE's server files) beside others: into a run's directory, but not its tb/
+    assert files.check_output_dir(run, overwrite=True, entries=False, writes=None, job=None) == str(run)
+    with pytest.raises(errors.InputError, match=rf"^--out {run / 'tb' / 'sub'} is inside tb/ of the pretraining run"):
+        with files.claim_output_files(run / "tb" / "sub", ["CoLA.tsv"]):
+            pass
+    assert not (run / "tb").exists()
     # ... its own job's too: a second fine-tuning in a stopped run's model/ had its files replaced by that export
     with pytest.raises(errors.InputError, match=r"is model/ of the pretraining run in"):
         files.refuse_nested(str(run / "model"), "--workdir", "pretraining")

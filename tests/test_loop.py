@@ -162,6 +162,22 @@ def test_settings_refuse_each_training_setting_with_one_line():
     with pytest.raises(errors.InputError, match=r"^config\.phases\[0\]\.seq_len=3: an integer >= 5$"):
         settings.need(settings.integer("phases[0].seq_len", 5), "phases[0].seq_len", "an integer >= 5")
 
+    # a notebook's numpy numbers are numbers (``np.int64`` was "an integer >= 1", and ml_collections' to_json refused
+    # the config record after the run began); the config then holds the Python numbers, the float's shortest form
+    import jax.numpy as jnp
+    import numpy as np
+    config = ml_collections.ConfigDict(good | {"learning_rate": np.float32(1e-4), "log_every": np.int64(5),
+                                               "seed": jnp.uint32(7), "warmup_fraction": np.array(0.25),
+                                               "phases": [{"seq_len": np.int16(8), "sizes": (np.int8(2), 3)}]})
+    config.lock()
+    loop.Settings(config).check_training()
+    assert config.to_dict() == good | {"learning_rate": 1e-4, "log_every": 5, "seed": 7, "warmup_fraction": 0.25,
+                                       "phases": [{"seq_len": 8, "sizes": (2, 3)}]}
+    assert [type(config[k]) for k in ("learning_rate", "log_every", "seed")] == [float, int, int]
+    assert config.to_json()  # a numpy number anywhere was a TypeError here
+    with pytest.raises(errors.InputError, match=r"^config\.log_every=array\(\[5\]\): an integer >= 1"):
+        loop.Settings(ml_collections.ConfigDict(good | {"log_every": np.array([5])})).check_training()
+
 
 def test_a_file_in_a_checkpoints_place_is_refused_a_stray_file_ignored(tmp_path):
     """checkpoints/2 replaced by a file would otherwise make the run start over from step 0 beside it."""

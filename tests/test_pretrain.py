@@ -525,8 +525,8 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
     class Initialized(Exception):
         pass
 
-    def initialize(coordinator_address, num_processes, process_id):
-        seen.update(address=coordinator_address, num_processes=num_processes, process_id=process_id)
+    def initialize(coordinator_address, num_processes, process_id, **kw):
+        seen.update(address=coordinator_address, num_processes=num_processes, process_id=process_id, **kw)
         raise Initialized  # stop here: this process stays single-host
 
     monkeypatch.setattr(jax.distributed, "initialize", initialize)
@@ -535,9 +535,10 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
     assert c.process_id == -1  # the config's default
     with pytest.raises(Initialized):
         pretrain.train_and_evaluate(c, str(tmp_path))
-    assert seen == {"address": "localhost:1234", "num_processes": 2, "process_id": None}
+    assert seen == {"address": "localhost:1234", "num_processes": 2, "process_id": None,
+                    "initialization_timeout": parallel.DISTRIBUTED_TIMEOUT_S}
     # no count given and no cluster to find one in: jax's ValueError, as one line naming the settings to give
-    monkeypatch.setattr(jax.distributed, "initialize", lambda *a: (_ for _ in ()).throw(
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: (_ for _ in ()).throw(
         ValueError("Number of processes must be defined.")))
     with pytest.raises(errors.InputError, match=r"^config.coordinator_address='notahost:1234': Number of processes "
                                                 r"must be defined, and no cluster environment .*: set config.num_proc"):
@@ -547,6 +548,24 @@ def test_the_default_process_id_means_auto_detect(tmp_path, monkeypatch):
         with pytest.raises(errors.InputError, match=rf"config.coordinator_address='{address}': HOST:PORT"):
             pretrain.train_and_evaluate(tiny_config(coordinator_address=address, num_processes=1, process_id=0),
                                         str(tmp_path))
+
+
+
+def test_a_coordinator_that_does_not_answer_is_one_line_not_an_abort():
+    """A process other than the first waited five silent minutes for an unreachable coordinator, then jax aborted
+    the process with a C++ stack trace: it now waits for the address to answer, and refuses in one line naming it."""
+    import socket
+
+    with socket.socket() as server:  # something answering, as the first process's service does
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        parallel.wait_for_coordinator(f"127.0.0.1:{port}", 1)
+    # the port closed again: nothing answers there
+    with pytest.raises(errors.InputError, match=rf"^config.coordinator_address='127.0.0.1:{port}': nothing answered "
+                                                r"there in 0.5 s \(.+\); start the first process "
+                                                r"\(config.process_id=0"):
+        parallel.wait_for_coordinator(f"127.0.0.1:{port}", 0.5)
 
 
 @pytest.mark.slow

@@ -561,6 +561,18 @@ def test_data_prepared_again_with_other_sentences_of_the_same_sizes_is_another_s
     vocab, change = pretrain_data.fingerprint_change(other, now)
     assert not vocab and change.startswith("its shards are not the ones the checkpoint read") and \
         change.endswith("; the same sizes, other contents)")
+    # the vocabulary as read: its file saved again with CRLF line ends (an editor, a checkout) is no other vocabulary
+    # (its bytes were compared: the resume was refused); a token renamed is, and so are other bytes under a fingerprint
+    # of an older version (which holds the bytes' digest alone)
+    vocab_path = tmp_path / "d" / "vocab.txt"
+    vocab_path.write_bytes(vocab_path.read_bytes().replace(b"\n", b"\r\n"))
+    crlf = pretrain_data.data_fingerprint(tmp_path / "d")
+    assert crlf["tokenizer_sha256"] != now["tokenizer_sha256"] and pretrain_data.fingerprint_change(now, crlf) == (
+        False, "")
+    legacy = {k: v for k, v in now.items() if k != "tokens_sha256"}
+    assert pretrain_data.fingerprint_change(legacy, crlf)[0]
+    assert pretrain_data.fingerprint_change(now, crlf | {"tokens_sha256": "0" * 64}) == (
+        True, "its tokenizer file is another vocabulary (token ids now mean other words)")
 
 
 def test_a_shard_changed_in_place_cut_short_or_unreadable_is_refused_by_name(tmp_path):

@@ -695,6 +695,10 @@ def test_an_empty_text_is_refused(tmp_path, name, body, msg):
     # a number no float holds (json reads it as inf: the message named an inf the file does not hold)
     ("big.jsonl", '{"review": "a", "sentiment": 1}\n{"review": "b", "sentiment": -1e400}\n',
      r"big.jsonl:2: the number -1e400 is beyond a float's range"),
+    # ... and below it: json read 1e-400 as 0, a class "0" or a score the file does not hold (0e5 and 0.0 are 0)
+    ("tiny.jsonl", '{"review": "a", "sentiment": 0e5}\n{"review": "b", "sentiment": 0.0}\n{"review": "c", '
+                   '"sentiment": 1e-400}\n',
+     r"tiny.jsonl:3: the number 1e-400 is below a float's range \(it reads as 0"),
 ])
 def test_invisible_texts_doubled_keys_and_nul_bytes_are_refused(tmp_path, name, body, msg):
     with pytest.raises(sj.errors.DataFileError, match=msg):
