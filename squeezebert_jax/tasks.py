@@ -207,7 +207,7 @@ HEAD_KINDS = {"classifier": "SqueezeBertForSequenceClassification", "tagger": "S
               "qa": "SqueezeBertForQuestionAnswering", "choice": "SqueezeBertForMultipleChoice"}
 
 
-# task.json (``tasks.TASK_CARD``), as fine-tuning writes it (``FileTask.card``, ``ChoiceTask.card``, ``SquadTask.card``):
+# task.json (``TASK_CARD``), as fine-tuning writes it (``FileTask.card``, ``ChoiceTask.card``, ``SquadTask.card``):
 # the keys each kind may have beside "kind", with their checks (a check returns what is wrong, or "").
 def _columns(low: int, high: int | None):
     def check(v) -> str:
