@@ -408,9 +408,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
 
 
 def _said_missing(path: str, inputs: list) -> list:
-    """``inputs`` (line, text or texts), after a warning counting those that are missing-value markers."""
-    tasks.warn_missing_texts(path, [(n, m) for n, x in inputs if (m := tasks.marker_text((x,) if isinstance(x, str)
-                                                                                         else x))], len(inputs))
+    """``inputs`` (line, text or texts), after ``tasks.warn_texts``' warnings."""
+    tasks.warn_texts(path, [(n, (x,) if isinstance(x, str) else x) for n, x in inputs])
     return inputs
 
 

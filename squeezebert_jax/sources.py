@@ -5,6 +5,7 @@
     hf:imdb:test                  a dataset by name through ``datasets.load_dataset`` (from the local cache: this
                                   machine downloads nothing at run time)
     tfds:imdb_reviews:train       a TFDS dataset prepared under ``$TFDS_DATA_DIR`` (``tfds.load(download=False)``)
+    tfds:glue/sst2:2.0.0:test     ... of a config and a version, as ``tfds.load`` names them
 
 The split defaults to ``train``. Each row is a ``{column: value}`` dict as a CSV or JSON Lines row would be: bytes are
 decoded as UTF-8, a ``ClassLabel`` value is its name (a negative one, TFDS' and datasets' mark of an unlabelled row,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 
 import numpy as np
 
@@ -30,14 +32,26 @@ def is_dataset(spec) -> bool:
     return isinstance(spec, str) and spec.startswith(PREFIXES)
 
 
+# a TFDS version, as tfds.load takes it after the name (glue/sst2:2.0.0; 2.*.* the newest prepared of 2)
+_TFDS_VERSION = re.compile(r"\d+\.(\d+|\*)\.(\d+|\*)")
+
+
+def tfds_version(name: str) -> tuple[str, str]:
+    """A TFDS dataset's name as (its name and config, its version or ""): ``glue/sst2:2.0.0`` is
+    ``("glue/sst2", "2.0.0")``; a version is no split and no community namespace."""
+    base, sep, version = name.rpartition(":")
+    return (base, version) if sep and _TFDS_VERSION.fullmatch(version) else (name, "")
+
+
 def parse(spec: str) -> tuple[str, str, str]:
-    """(``hf`` or ``tfds``, the dataset, the split): the part after the last ':' is the split when it holds no '/'."""
+    """(``hf`` or ``tfds``, the dataset, the split): the part after the last ':' is the split when it holds no '/'
+    (and, for TFDS, is no version: ``tfds:glue/sst2:2.0.0`` is that version's train split, not a split "2.0.0")."""
     kind, _, rest = spec.partition(":")
     name, sep, split = rest.rpartition(":")
     if sep and name and not split:  # "hf:DIR:": which split?
         raise DataFileError(f"{spec}: ends in ':' with no split after it (hf:PATH_OR_NAME[:SPLIT], e.g. {kind}:{name}"
                             ":train)")
-    if not sep or "/" in split:
+    if not sep or "/" in split or (kind == "tfds" and _TFDS_VERSION.fullmatch(split)):
         name, split = rest, "train"
     if not name:
         raise DataFileError(f"{spec}: no dataset named (hf:PATH_OR_NAME[:SPLIT] or tfds:NAME[:SPLIT])")
@@ -125,7 +139,7 @@ def _refuse_code(spec: str, name: str) -> None:
 
 
 def _tfds_rows(spec: str, name: str, split: str):
-    if ":" in name:  # huggingface:NAME, kaggle:NAME: TFDS fetches a community dataset, download=False or not
+    if ":" in tfds_version(name)[0]:  # huggingface:NAME, kaggle:NAME: TFDS fetches a community dataset
         raise DataFileError(f"{spec}: {name!r} names a TFDS community namespace ({name.partition(':')[0]}:), whose "
                             "datasets TFDS fetches from elsewhere (the Hugging Face hub, Kaggle), running their "
                             "builders; tfds: reads a dataset prepared under $TFDS_DATA_DIR by its name alone (hf:DIR "

@@ -507,18 +507,17 @@ class FileTask:
         out. A class no training row has (one config.data.labels declares) is named in a warning: its output is never
         trained towards."""
         path = self.files[split]
-        examples, markers = [], []
+        examples, rows = [], []
         for lineno, row in read_rows(path):
             if not examples:
                 check_unread_columns(path, lineno, row, self.text_columns, "config.data.text_columns",
                                      refuse=self.text_columns == (DATA_SETTINGS["text_columns"],))
             texts, label = row_fields(path, lineno, row, self.text_columns, self.label_column, self._label, split)
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
-            if marker := marker_text(texts):
-                markers.append((lineno, marker))
+            rows.append((lineno, texts))
         if not examples:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
-        warn_missing_texts(path, markers, len(examples))
+        warn_texts(path, rows)
         # as the model trains on them: float32 (1e-50 and 2e-50 are both 0 there)
         if self.is_regression and split != "test" and len({np.float32(e.label) for e in examples}) == 1:
             held = (f" ({np.float32(examples[0].label):g} in float32, as the model trains)"
@@ -951,7 +950,7 @@ class ChoiceTask:
     def load(self, split: str) -> list[ChoiceExample]:
         """The split's rows; rows holding two endings of one text (white space aside: no label can pick one of them)
         are kept and counted in a warning naming the first."""
-        path, out, same, markers = self.files[split], [], [], []
+        path, out, same, rows = self.files[split], [], [], []
         for lineno, row in read_rows(path):
             if missing := next((c for c in self.choice_columns if c not in row), None):
                 raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
@@ -967,11 +966,10 @@ class ChoiceTask:
                     same.append((lineno, first, column, words))
                     break
             out.append(ChoiceExample(len(out), texts[0], lead, tuple(endings), label))
-            if marker := marker_text(texts):
-                markers.append((lineno, marker))
+            rows.append((lineno, texts))
         if not out:
             raise DataFileError(f"{path}: no rows (the {split} split is empty)")
-        warn_missing_texts(path, markers, len(out))
+        warn_texts(path, rows)
         if same:
             lineno, first, column, words = same[0]
             log.warning("%s: %d of %d rows hold two endings of the same text, which no label can pick apart (the "
@@ -1243,11 +1241,12 @@ def check_one_form(names, shown: dict[str, str] | None = None) -> None:
                                 "one way, or name both in config.data.labels to keep them apart")
 
 
-def label_keys(raw, where: str) -> tuple[str, ...]:
+def label_keys(raw, where: str, spellings: bool = False) -> tuple:
     """A multilabel row's labels, each read by ``label_key``: a JSON list, a cell holding a JSON list
     (``["comedy", "drama"]``), or a cell of names split on ``LABEL_SEPARATOR`` (``comedy|drama``); an empty cell or
     an empty list is a row with no label on. A label named twice in a row (``comedy|comedy``; ``[1, 1.0]``: one
-    value) and a label holding a comma (``comedy,drama``: the separator mistaken) are refused."""
+    value) and a label holding a comma (``comedy,drama``: the separator mistaken) are refused. ``spellings``: each
+    label as (its key, as the row writes it), as ``label_names_of`` names number codes (``007|010``)."""
     if isinstance(raw, str) and raw.strip().startswith("["):
         try:
             raw = json.loads(raw)
@@ -1286,7 +1285,7 @@ def label_keys(raw, where: str) -> tuple[str, ...]:
     if sep := next((k for k in keys if LABEL_SEPARATOR in k), None):  # ["x|y"]: a CSV's x|y is two labels
         raise DataFileError(f"{where}: the label {sep!r} holds {LABEL_SEPARATOR!r}, which separates a row's labels "
                             f"(a CSV cell {sep} is {len(sep.split(LABEL_SEPARATOR))} labels): give them as list items")
-    return keys
+    return tuple(zip(keys, (str(x).strip() for x in items))) if spellings else keys  # (key, as written)
 
 
 def declared_labels(text: str, setting: str) -> tuple[str, ...]:
@@ -1390,13 +1389,27 @@ def is_missing_marker(text: str, texts: bool = False) -> bool:
     return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
 
 
-def warn_missing_texts(path: str, found: list[tuple[int, str]], total: int) -> None:
-    """A warning counting the rows (``found``: line, text) whose text is a missing-value marker (``TEXT_MARKERS``:
-    pandas' ``astype(str)`` writes a missing text as "nan"): read as the word itself, which may be meant."""
-    if found:
+# BERT's special tokens, which its tokenizer (and transformers' BertTokenizerFast) reads as those tokens in any text
+SPECIAL_TEXTS = ("[CLS]", "[SEP]", "[MASK]", "[PAD]")
+
+
+def warn_texts(path: str, rows: list[tuple[int, tuple[str, ...]]]) -> None:
+    """The one check of the texts a file gives a model (``rows``: line, its texts; training and predict alike), each
+    kind a warning counting the rows, naming the first: a text that is a missing-value marker (``TEXT_MARKERS``:
+    pandas' ``astype(str)`` writes a missing text as "nan"), read as the word itself, which may be meant; and a text
+    holding a special token written out (``SPECIAL_TEXTS``: "question [SEP] answer", a pair joined by hand), which
+    the tokenizer reads as that token, as transformers' does, where the text may have meant the characters."""
+    markers = [(n, m) for n, texts in rows if (m := marker_text(texts))]
+    specials = [(n, tok) for n, texts in rows if (tok := next((tok for t in texts if "[" in t for tok in SPECIAL_TEXTS
+                                                              if tok in t), None))]
+    if markers:
         log.warning("%s: %d of %d rows have a text that is how pandas or a spreadsheet writes a missing value (%r at "
                     "line %d): each is read as that word; fill or remove the rows if the text is missing", path,
-                    len(found), total, found[0][1], found[0][0])
+                    len(markers), len(rows), markers[0][1], markers[0][0])
+    if specials:
+        log.warning("%s: %d of %d rows have a text holding a special token written out (%s at line %d): the "
+                    "tokenizer reads it as that token, as transformers' does, not as characters; a pair of texts "
+                    "belongs in two text columns", path, len(specials), len(rows), specials[0][1], specials[0][0])
 
 
 def marker_text(texts) -> str:
@@ -1420,7 +1433,8 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
         if column not in row:
             raise missing_column(path, lineno, row, column, "label column", "config.data.label_column")
         where = f"{path}:{lineno}: column {column!r}"
-        for name in label_keys(row[column], where) if multilabel else [label_key(row[column], where)]:
+        for name, written in (label_keys(row[column], where, spellings=True) if multilabel
+                              else [(label_key(row[column], where), str(row[column]).strip())]):
             if not multilabel and (LABEL_SEPARATOR in name or _looks_like_list(name)):  # a multilabel row?
                 raise DataFileError(f"{where}: the label {name!r} reads as several labels (data.kind=multilabel "
                                     f"takes a row's labels as a JSON list or names separated by {LABEL_SEPARATOR!r}); "
@@ -1431,8 +1445,8 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
             names.setdefault(name, (where, lineno))
             if not multilabel and isinstance(row[column], str):  # as the file writes it: +1, not 1
                 shown.setdefault(name, row[column].strip())
-            if not multilabel and _NUMBER.fullmatch(name):  # the number as the file writes it
-                spellings.setdefault(name, {}).setdefault(str(row[column]).strip(), lineno)
+            if _NUMBER.fullmatch(name):  # the number as the file writes it (each of a multilabel row's)
+                spellings.setdefault(name, {}).setdefault(written, lineno)
     check_one_form(names, shown)
     if marker := next((n for n in names if is_missing_marker(shown.get(n, n))), None):
         raise DataFileError(f"{names[marker][0]}: the label {shown.get(marker, marker)!r} is how spreadsheets and "

@@ -249,7 +249,10 @@ def source_identity(source: str) -> dict:
         kind, name, split = sources.parse(source)
         if kind == "tfds":  # prepared under $TFDS_DATA_DIR: another directory is other data by the same name
             root = os.environ.get("TFDS_DATA_DIR") or os.path.join(os.path.expanduser("~"), "tensorflow_datasets")
-            out["data_dir"], name, depth = os.path.realpath(root), os.path.join(root, name), 4
+            base, version = sources.tfds_version(name)  # glue/sst2:2.0.0 is prepared in glue/sst2/2.0.0
+            concrete = version and "*" not in version
+            out["data_dir"], name = os.path.realpath(root), os.path.join(root, base, version if concrete else "")
+            depth = 2 if concrete else 4
         else:
             depth = 2
         # a DatasetDict's other splits and a README beside them are not this split's rows

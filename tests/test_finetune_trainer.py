@@ -593,6 +593,14 @@ def test_a_tfds_datasets_identity_is_its_prepared_files_under_tfds_data_dir(tmp_
         f"{key} {spec} changed since the run began (plain_text/1.0.0/imdb_reviews-train.tfrecord-00000-of-00001 "
         "changed)"]
     assert trainer.stream_changes({key: identity["a"]}, {key: identity["c"]}) == []
+    # a version named (tfds:NAME/CONFIG:VERSION) is that version's directory: its files were none (glue/sst2:1.0.0 is
+    # no directory), so other rows resumed
+    spec = "tfds:imdb_reviews/plain_text:1.0.0:train"
+    for root in "ab":
+        monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / root))
+        identity[root] = trainer.source_identity(spec)
+    assert identity["a"]["files"] and trainer.stream_changes({key: identity["a"]}, {key: identity["b"]}) == [
+        f"{key} {spec} changed since the run began (imdb_reviews-train.tfrecord-00000-of-00001 changed)"]
 
 
 def test_a_data_file_saved_again_with_other_line_ends_is_the_same_data(tmp_path):

@@ -160,6 +160,15 @@ def test_errors_name_the_dataset_and_the_row(saved, tmp_path):
         list(sources.rows("hf:nosuchdataset-xyz"))
     assert sources.parse("hf:/data/a:b/c") == ("hf", "/data/a:b/c", "train")
     assert sources.parse("tfds:glue/sst2:validation") == ("tfds", "glue/sst2", "validation")
+    # a TFDS version, as tfds.load names it, is no split ("1.0.0" was read as one) and no community namespace (the
+    # spec with a split after it was refused as one)
+    assert sources.parse("tfds:glue/sst2:1.0.0") == ("tfds", "glue/sst2:1.0.0", "train")
+    assert sources.parse("tfds:glue/sst2:1.*.*:test") == ("tfds", "glue/sst2:1.*.*", "test")
+    assert sources.tfds_version("glue/sst2:1.0.0") == ("glue/sst2", "1.0.0")
+    assert sources.tfds_version("kaggle:someone/data") == ("kaggle:someone/data", "")
+    pytest.importorskip("tensorflow_datasets")
+    with pytest.raises(sj.errors.DataFileError, match=r"^tfds:glue/sst2:1.0.0:train: cannot load the dataset"):
+        list(sources.rows("tfds:glue/sst2:1.0.0:train"))  # not prepared here: tfds.load's refusal, not a namespace
     # a trailing ':' (no split after it): datasets' "Couldn't find any data file at DIR:." said nothing of it
     with pytest.raises(sj.errors.DataFileError, match=r"^hf:/data/a:: ends in ':' with no split after it"):
         sources.parse("hf:/data/a:")

@@ -342,6 +342,22 @@ def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path,
     assert f"{tmp_path / 't.csv'}: 2 of 4 rows have a text that is how pandas or a spreadsheet writes a missing " \
            "value ('nan' at line 3): each is read as that word" in caplog.text
     assert f"{tmp_path / 'p.txt'}: 1 of 2 rows have a text that is how pandas" in caplog.text
+    # a special token written out in a text ("question [SEP] answer": a pair joined by hand) is read as that token,
+    # as BertTokenizerFast reads it: counted in a warning, for training, multiple choice and predict alike
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        _labels_of(tmp_path, "s.csv", "review,sentiment\na film,pos\nwhy? [SEP] because,neg\n[MASK] it,pos\n"
+                                      "[sep] in lower case is text,neg\n")
+        (tmp_path / "q.txt").write_text("good\nthe [CLS] one\n")
+        numbered_inputs(str(tmp_path / "q.txt"))
+    assert f"{tmp_path / 's.csv'}: 2 of 4 rows have a text holding a special token written out ([SEP] at line 3): " \
+           "the tokenizer reads it as that token, as transformers' does" in caplog.text
+    assert f"{tmp_path / 'q.txt'}: 1 of 2 rows have a text holding a special token written out ([CLS] at line 2)" \
+        in caplog.text
+    from transformers import BertTokenizerFast  # the reference reads it so (what the warning says)
+    vocab = [*tasks.SPECIAL_TEXTS, "[UNK]", "why", "?", "because"]
+    (tmp_path / "v.txt").write_text("\n".join(vocab) + "\n")
+    assert BertTokenizerFast(str(tmp_path / "v.txt"))("why? [SEP] because")["input_ids"] == [0, 5, 6, 1, 7, 1]
 
 
 @pytest.mark.parametrize("name, value", [("text_columns", ["text"]), ("text_columns", None), ("train_file", b"t.csv"),
@@ -501,6 +517,14 @@ def test_two_spellings_of_one_number_are_one_class_and_said(tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records if "are one class" in r.getMessage()]
     assert len(said) == 2 and "'007' (line 2) and '7' (line 3) are one class, 7" in said[0], said
     assert "'1.1' (line 4) and '1.10' (line 5) are one class, 1.1" in said[1], said
+    # a multilabel row's labels alike, each as the row writes it (they went unsaid)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        task, rows = _labels_of(tmp_path, "m.csv", "review,codes\na,007|12\nb,7\nc,[\"010\"]\n",
+                                **{"data.label_column": "codes", "data.kind": "multilabel"})
+    assert task.labels == ("7", "10", "12")
+    assert "m.csv: the labels '007' (line 2) and '7' (line 3) are one class, 7" in caplog.text
+    assert "m.csv: labels such as '007' (line 2) are read as numbers (7)" in caplog.text
     for mark in ("\u200b", "\u200d", "\ufeff", "\u00ad"):  # zero-width space and joiner, a BOM, a soft hyphen
         with pytest.raises(sj.errors.DataFileError, match=r"i.csv:3: column 'sentiment': the label 'p?o?s?\\(u|x)"
                                                           r".*' differs from 'pos' \(line 2\) only in case, form"):
