@@ -628,11 +628,13 @@ def line_problem(line: str, lineno: int) -> tuple[int, str] | None:
 
 
 class _DuplicateKey(ValueError):
-    pass
+    def __str__(self):
+        return f"the key {self.args[0]!r} appears twice in one object"
 
 
 class _HugeNumber(ValueError):
-    pass
+    def __str__(self):
+        return f"the number {self.args[0][:40]}{'...' if len(self.args[0]) > 40 else ''} {self.args[1]}"
 
 
 _BEYOND = "is beyond a float's range (|x| < 1.8e308)"
@@ -656,6 +658,15 @@ def _json_int(text: str) -> int:
     if len(text.lstrip("-")) > 308:
         raise _HugeNumber(text, _BEYOND)
     return int(text)
+
+
+def json_cell(text: str):
+    """A JSON value written inside a cell (a multilabel row's ``["comedy", 7]``), read as every reader of a user's
+    JSON reads it (``_json_loads``); a ``ValueError`` whose message says what is wrong otherwise."""
+    try:
+        return _json_loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than a parser goes") from None
 
 
 def _json_loads(text: str):
@@ -722,8 +733,7 @@ def parse_json(text: str, where: str):
     except _HugeNumber as e:
         at = text.find(e.args[0])
         line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
-        raise DataFileError(f"{where}:{line}:{col}: the number {e.args[0][:40]}{'...' if len(e.args[0]) > 40 else ''} "
-                            f"{e.args[1]}") from None
+        raise DataFileError(f"{where}:{line}:{col}: {e}") from None
     except json.JSONDecodeError as e:
         raise DataFileError(f"{where}:{e.lineno}:{e.colno}: not valid JSON ({e.msg})") from None
 
@@ -749,8 +759,7 @@ def json_lines(path: str, lines: Iterable[tuple[int, str]], hint: str = "") -> I
             raise DataFileError(f"{path}:{lineno}: the key {e.args[0]!r} appears twice in one object (which one is "
                                 f"meant?)") from None
         except _HugeNumber as e:
-            raise DataFileError(f"{path}:{lineno}: the number {e.args[0][:40]}{'...' if len(e.args[0]) > 40 else ''} "
-                                f"{e.args[1]}") from None
+            raise DataFileError(f"{path}:{lineno}: {e}") from None
         except json.JSONDecodeError as e:
             whole = "; the file is one JSON array or object across lines: JSON Lines holds one object per line" \
                 if lineno == 1 and line.strip() in ("[", "{") and not hint else ""

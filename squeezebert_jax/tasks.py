@@ -1249,9 +1249,11 @@ def label_keys(raw, where: str, spellings: bool = False) -> tuple:
     label as (its key, as the row writes it), as ``label_names_of`` names number codes (``007|010``)."""
     if isinstance(raw, str) and raw.strip().startswith("["):
         try:
-            raw = json.loads(raw)
-        except ValueError as e:
+            raw = files.json_cell(raw)
+        except json.JSONDecodeError as e:
             raise DataFileError(f"{where}: {raw.strip()[:60]!r} starts like a JSON list but is not one ({e})") from None
+        except ValueError as e:  # a number no float holds (1e-400 read as 0: a label "0")
+            raise DataFileError(f"{where}: {e}") from None
     if isinstance(raw, str):
         if not raw.strip():
             return ()

@@ -559,6 +559,9 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
     assert task.labels == ("1", "2") and [e.label for e in rows] == [(0,), (0, 1)]
     for bad, msg in (('a,"[""comedy"", [""x""]]"', r'a list \["x"\] in the row\'s labels is not a label'),
                      ("a,[comedy", r"starts like a JSON list but is not one"),
+                     # a number no float holds, read as every JSON reader here reads it (1e-400 was a label "0")
+                     ('a,"[""comedy"", 1e-400]"', r"the number 1e-400 is below a float's range"),
+                     ("a,[1e999]", r"the number 1e999 is beyond a float's range"),
                      # the separator mistaken: "comedy,drama" and "drama,comedy" became two classes of their own
                      ('a,"comedy,drama"', r"the label 'comedy,drama' holds a comma; a row's labels are separated by "
                                           r"'\|' \(comedy\|drama\)"),
