@@ -647,9 +647,18 @@ def _json_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise _HugeNumber(text, _BEYOND)
-    if value == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+    if reads_as_zero(text):
         raise _HugeNumber(text, "is below a float's range (it reads as 0; |x| >= 4.9e-324 or 0)")
     return value
+
+
+def reads_as_zero(text: str) -> bool:
+    """A number written with a digit other than 0 that a float reads as 0 (``1e-400``: a label "0", a score 0 the
+    file does not hold)."""
+    try:
+        return float(text) == 0 and bool(re.search(r"[1-9]", re.split(r"[eE]", text)[0]))
+    except ValueError:
+        return False
 
 
 def _json_int(text: str) -> int:

@@ -98,13 +98,13 @@ def _squad_json(path: str, raw: str):
     except DataFileError as error:
         try:
             json.loads(raw)  # JSON, refused for what it holds (a key given twice), not for its layout: said so
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         else:
             raise error from None
         try:  # one object per line: JSON Lines, read (and checked) line by line
             first = json.loads(raw.lstrip().split("\n", 1)[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             raise error from None
         if isinstance(first, dict) and "data" in first:  # the official layout on one line, then more
             lineno = raw.count("\n", 0, len(raw) - len(raw.lstrip())) + 2

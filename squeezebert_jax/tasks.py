@@ -567,6 +567,9 @@ class FileTask:
                 shown = raw if len(str(raw)) < 40 else f"{str(raw)[:20]}... ({len(str(raw))} characters)"
                 raise DataFileError(f"{where}: {shown!r} is not a finite number a float32 holds (|x| < 3.4e38; the "
                                     "model trains in float32)")
+            if value == 0 and isinstance(raw, str) and files.reads_as_zero(raw):  # as JSON's 1e-400 is refused
+                raise DataFileError(f"{where}: {raw!r} is below a float's range (it reads as 0; |x| >= 4.9e-324 or "
+                                    "0); write it as 0")
             if abs(value) > _SQUARE_MAX:  # the squared errors of the very first batch would sum to inf
                 raise DataFileError(f"{where}: {raw!r} is too large a score to train on: a batch's squared errors "
                                     f"overflow float32 (|x| < {_SQUARE_MAX:.1e}); rescale the column")
@@ -1176,6 +1179,11 @@ def label_key(raw, where: str) -> str:
                 raise DataFileError(f"{where}: the label {raw!r} is a number written with '_'; write it without "
                                     f"({text.replace('_', '')}), as the other rows write numbers")
             return text
+        if float(text) == 0:  # 0e99999999999999999999 is 0; 1e-400 no float holds (Decimal's range ends later)
+            if files.reads_as_zero(text):
+                raise DataFileError(f"{where}: the label {raw!r} is a number below a float's range (it reads as 0); "
+                                    "write it as 0, or as the name it is")
+            return "0"
         value = decimal.Decimal(text) if math.isfinite(float(text)) else None  # 1e400: no float holds it
     elif raw is None:
         raise DataFileError(f"{where}: the label is null (a dataset's class label -1: unlabelled); every training "
@@ -1353,7 +1361,7 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
 def _is_json_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested thousands deep: no object a row holds
         return False
 
 
@@ -1361,6 +1369,8 @@ def _looks_like_list(text: str) -> bool:
     """A cell holding a JSON list (``["comedy", "drama"]``)."""
     try:
         return text.startswith("[") and isinstance(json.loads(text), list)
+    except RecursionError:  # nested thousands deep: no list of labels, but one all the same
+        return True
     except ValueError:
         return False
 
@@ -1370,6 +1380,7 @@ def _looks_like_list(text: str) -> bool:
 MISSING_MARKERS = frozenset(m.casefold() for m in (
     "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NULL", "NaT", "None", "NA",
     "nil", "undefined", "\\N",  # MySQL's and PostgreSQL's NULL in a dump
+    "(blank)", "n.a.", "n/a.",  # a pivot table's empty cell; n.a. as typed
     "#VALUE!", "#REF!", "#DIV/0!", "#NAME?", "#NUM!", "#NULL!", "#SPILL!", "#CALC!"))  # a spreadsheet's error cells
 TEXT_MARKERS = MISSING_MARKERS | {"nan", "-nan"}  # a text column's: pandas' str() of a missing text is "nan"
 
@@ -1379,7 +1390,9 @@ _MARKER_PATTERNS = re.compile(r"#\S{1,12}[!?]"  # a spreadsheet's error cell in 
                               r"|err:\d{3}"  # LibreOffice's
                               r"|[.?]"  # SAS's, Stata's and SPSS's missing value; ARFF's and UCI's
                               r"|[(<\[{]null[)>\]}]"  # (null), <null>, [null]
-                              r"|[-+]?1\.#(inf|ind|qnan)")  # MSVC's printf of inf and NaN
+                              r"|[-+]?1\.#(inf|ind|qnan)"  # MSVC's printf of inf and NaN
+                              r"|#{2,}|-{2,}|[\u2013\u2014\u2015]+"  # a column too narrow to show it; dashes
+                              r"|\{\}|\(\)")  # an empty object or tuple written out (a lone "-" may be a class)
 
 
 def is_missing_marker(text: str, texts: bool = False) -> bool:
@@ -1388,6 +1401,8 @@ def is_missing_marker(text: str, texts: bool = False) -> bool:
     if len(text) > 40:  # every row's text passes here: a marker is a short one
         return False
     key = unicodedata.normalize("NFKC", text).strip().strip("'\"").strip().casefold()
+    if not key and text.strip():  # '' or "": an empty string written out
+        return True
     return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
 
 
@@ -1438,7 +1453,7 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
         for name, written in (label_keys(row[column], where, spellings=True) if multilabel
                               else [(label_key(row[column], where), str(row[column]).strip())]):
             if not multilabel and (LABEL_SEPARATOR in name or _looks_like_list(name)):  # a multilabel row?
-                raise DataFileError(f"{where}: the label {name!r} reads as several labels (data.kind=multilabel "
+                raise DataFileError(f"{where}: the label {name[:60]!r} reads as several labels (data.kind=multilabel "
                                     f"takes a row's labels as a JSON list or names separated by {LABEL_SEPARATOR!r}); "
                                     "one class of that name is kept by naming every class in config.data.labels")
             if name.casefold() in {c.casefold() for c in row if isinstance(c, str)}:  # "sentiment": a header again?

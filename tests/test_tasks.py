@@ -163,6 +163,14 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"bad.jsonl:2: not a JSON object"),
     ("score.csv", "review,sentiment\nfoo,nan\n", {"data.kind": "regression"},
      r"score.csv:2: column 'sentiment': 'nan' is not a finite number"),
+    # a number no float holds, written as text: a score or a label "0" the file does not hold (Decimal's own range
+    # ended in its InvalidOperation traceback); a label nested past the parser, one line
+    ("tinyscore.csv", "review,sentiment\nfoo,1\nbar,1e-400\n", {"data.kind": "regression"},
+     r"tinyscore.csv:3: column 'sentiment': '1e-400' is below a float's range \(it reads as 0"),
+    ("tinylabel.csv", "review,sentiment\nfoo,pos\nbar,1e-99999999999999999999\n", {},
+     r"tinylabel.csv:3: column 'sentiment': the label '1e-99999999999999999999' is a number below a float's range"),
+    ("nested.csv", "review,sentiment\nfoo,pos\nbar," + "[" * 1000 + "]" * 1000 + "\n", {},
+     r"nested.csv:3: column 'sentiment': the label '\[\[\[.*' reads as several labels"),
     ("score2.csv", "review,sentiment\nfoo,good\n", {"data.kind": "regression"},
      r"score2.csv:2: column 'sentiment': 'good' is not a number"),
     ("score3.csv", "review,sentiment\nfoo,1_000\n", {"data.kind": "regression"},
@@ -201,7 +209,10 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
     # ... in every locale and tool: an error cell's family, LibreOffice's, SAS's and ARFF's, a null in brackets
     *[(f"marker{i}.csv", f"review,sentiment\nfoo,positive\nbar,{m}\nbaz,negative\n", {},
        rf"marker{i}.csv:3: column 'sentiment': the label '{re.escape(m)}' is how spreadsheets and pandas write")
-      for i, m in enumerate(("#NV", "#WERT!", "#¡VALOR!", "Err:502", ".", "?", "(null)", "<NULL>", "ＮＵＬＬ"))],
+      for i, m in enumerate(("#NV", "#WERT!", "#¡VALOR!", "Err:502", ".", "?", "(null)", "<NULL>", "ＮＵＬＬ",
+                             # a pivot table's empty cell, n.a. typed, a column too narrow, dashes, an empty string,
+                             # object or tuple written out
+                             "(blank)", "N.A.", "########", "--", "\u2014", "{}", "()"))],
     # pandas' NaN as a label, named as such; a stray quote left by CSV quoting (a TSV's last line: pos")
     ("nanlabel.csv", "review,sentiment\nfoo,pos\nbar,nan\n", {},
      r"nanlabel.csv:3: column 'sentiment': the label 'nan' is not a finite number \(NaN: how pandas writes a missing"),
@@ -342,6 +353,8 @@ def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path,
     assert f"{tmp_path / 't.csv'}: 2 of 4 rows have a text that is how pandas or a spreadsheet writes a missing " \
            "value ('nan' at line 3): each is read as that word" in caplog.text
     assert f"{tmp_path / 'p.txt'}: 1 of 2 rows have a text that is how pandas" in caplog.text
+    # an empty string written out is a marker; a lone dash may be a class (+ and -), two are no name
+    assert all(map(tasks.is_missing_marker, ("''", '""', " ' ' ", "---"))) and not tasks.is_missing_marker("-")
     # a special token written out in a text ("question [SEP] answer": a pair joined by hand) is read as that token,
     # as BertTokenizerFast reads it: counted in a warning, for training, multiple choice and predict alike
     caplog.clear()
