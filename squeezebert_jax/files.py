@@ -1205,3 +1205,62 @@ def json_value(v, limit: int = 40) -> str:
     """``v`` named for a message about a JSON value: its type and its value ("a boolean true", "a list [1, 2]",
     "null")."""
     return "null" if v is None else f"{json_type(v)} {json_repr(v, limit)}"
+
+
+# a missing value as spreadsheets, pandas (its default na_values) and databases write one: no class's name; a label
+# that merely reads so ("none", "NA") is a class, named in config.data.labels
+MISSING_MARKERS = frozenset(m.casefold() for m in (
+    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NULL", "NaT", "None", "NA",
+    "nil", "undefined", "\\N",  # MySQL's and PostgreSQL's NULL in a dump
+    "(blank)", "n.a.", "n/a.",  # a pivot table's empty cell; n.a. as typed
+    "#VALUE!", "#REF!", "#DIV/0!", "#NAME?", "#NUM!", "#NULL!", "#SPILL!", "#CALC!"))  # a spreadsheet's error cells
+TEXT_MARKERS = MISSING_MARKERS | {"nan", "-nan"}  # a text column's: pandas' str() of a missing text is "nan"
+
+
+_MARKER_PATTERNS = re.compile(r"#\S{1,12}[!?]"  # a spreadsheet's error cell in any locale: #VALUE! #WERT! #NOM?
+                              r"|#n/?[a-z]{1,2}"  # #N/A and its translations (#NV, #N/D)
+                              r"|err:\d{3}"  # LibreOffice's
+                              r"|[.?]"  # SAS's, Stata's and SPSS's missing value; ARFF's and UCI's
+                              r"|[(<\[{]null[)>\]}]"  # (null), <null>, [null]
+                              r"|[-+]?1\.#(inf|ind|qnan)"  # MSVC's printf of inf and NaN
+                              r"|#{2,}|-{2,}|[\u2013\u2014\u2015]+"  # a column too narrow to show it; dashes
+                              r"|\{\}|\(\)")  # an empty object or tuple written out (a lone "-" may be a class)
+
+
+def is_missing_marker(text: str, texts: bool = False) -> bool:
+    """Whether ``text`` is how a spreadsheet, pandas or a database dump writes a missing value (``MISSING_MARKERS``,
+    in any width or quoted, or ``_MARKER_PATTERNS``); ``texts``: a text column's too (pandas' "nan")."""
+    if len(text) > 40:  # every row's text passes here: a marker is a short one
+        return False
+    key = unicodedata.normalize("NFKC", text).strip().strip("'\"").strip().casefold()
+    if not key and text.strip():  # '' or "": an empty string written out
+        return True
+    return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
+
+
+# BERT's special tokens, which its tokenizer (and transformers' BertTokenizerFast) reads as those tokens in any text
+SPECIAL_TEXTS = ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
+
+
+def warn_texts(path: str, rows: list[tuple[int | str, tuple[str, ...]]]) -> None:
+    """The one check of the texts a file gives a model (``rows``: line, its texts; training and predict alike), each
+    kind a warning counting the rows, naming the first: a text that is a missing-value marker (``TEXT_MARKERS``:
+    pandas' ``astype(str)`` writes a missing text as "nan"), read as the word itself, which may be meant; and a text
+    holding a special token written out (``SPECIAL_TEXTS``: "question [SEP] answer", a pair joined by hand), which
+    the tokenizer reads as that token, as transformers' does, where the text may have meant the characters."""
+    markers = [(n, m) for n, texts in rows if (m := marker_text(texts))]
+    specials = [(n, tok) for n, texts in rows if (tok := next((tok for t in texts if "[" in t for tok in SPECIAL_TEXTS
+                                                              if tok in t), None))]
+    if markers:
+        logging.getLogger(__name__).warning("%s: %d of %d rows have a text that is how pandas or a spreadsheet writes a missing value (%r at "
+                    "line %s): each is read as that word; fill or remove the rows if the text is missing", path,
+                    len(markers), len(rows), markers[0][1], markers[0][0])
+    if specials:
+        logging.getLogger(__name__).warning("%s: %d of %d rows have a text holding a special token written out (%s at line %s): the "
+                    "tokenizer reads it as that token, as transformers' does, not as characters; a pair of texts "
+                    "belongs in two text columns", path, len(specials), len(rows), specials[0][1], specials[0][0])
+
+
+def marker_text(texts) -> str:
+    """The first of ``texts`` that is a missing-value marker (``TEXT_MARKERS``), or ""."""
+    return next((t for t in texts if is_missing_marker(t, texts=True)), "")

@@ -32,7 +32,7 @@ import numpy as np
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text,
-                                   path_argument, read_json, text_lines, text_problem)
+                                   path_argument, read_json, text_lines, text_problem, warn_texts)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.pretrained import load_pretrained, model_kind, read_model_config
 from squeezebert_jax.tokenizer import checkpoint_file, warn_truncated
@@ -408,8 +408,8 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
 
 
 def _said_missing(path: str, inputs: list) -> list:
-    """``inputs`` (line, text or texts), after ``tasks.warn_texts``' warnings."""
-    tasks.warn_texts(path, [(n, (x,) if isinstance(x, str) else x) for n, x in inputs])
+    """``inputs`` (line, text or texts), after ``files.warn_texts``' warnings."""
+    warn_texts(path, [(n, (x,) if isinstance(x, str) else x) for n, x in inputs])
     return inputs
 
 

@@ -175,6 +175,10 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
     qid, context = str(row["id"]), row["context"]
     answers = row.get("answers")
     if isinstance(answers, dict):  # datasets' layout: {"text": [...], "answer_start": [...]}
+        if other := sorted(set(answers) - {"text", "answer_start"}, key=str):  # "texts", "Text": read as no answer
+            raise DataFileError(f"{where}: question {qid!r}: \"answers\" holds {', '.join(map(repr, other))}, which "
+                                "no SQuAD layout has (its keys: \"text\", \"answer_start\"; an unanswerable question "
+                                "is \"answers\": [] or empty lists)")
         texts, starts = answers.get("text", []), answers.get("answer_start", [])
         if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
             raise DataFileError(f"{where}: question {qid!r}: answers needs lists \"text\" and \"answer_start\" of "
@@ -201,8 +205,13 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
         text, start = (a.get("text"), a.get("answer_start")) if isinstance(a, dict) else (None, None)
         if (not isinstance(text, str) or not files.has_text(text) or isinstance(start, bool)
                 or not isinstance(start, int)):
+            none = ("; an unanswerable question is \"answers\": [] (a converter's empty text at -1 means none)"
+                    if isinstance(text, str) and not text.strip() and start == -1 else "")
             raise DataFileError(f"{where}: question {qid!r}: an answer needs a \"text\" and an integer "
-                                f"\"answer_start\", got {files.json_value(a, 80)}")
+                                f"\"answer_start\", got {files.json_value(a, 80)}{none}")
+        if other := sorted(set(a) - {"text", "answer_start", "answer_end"}, key=str):  # "Answer_start" beside them
+            raise DataFileError(f"{where}: question {qid!r}: an answer holds {', '.join(map(repr, other))}, which no "
+                                "SQuAD layout has (its keys: \"text\", \"answer_start\")")
         if not 0 <= start <= len(context) - len(text):  # -8 read from the end, or past it: no place in the context
             raise DataFileError(f"{where}: question {qid!r}: answer_start {start} of answer {text!r} is outside its "
                                 f"context (0 to {max(len(context) - len(text), 0)}: a character offset into it)")
@@ -424,6 +433,7 @@ class SquadTask:
 
     def load(self, split: str) -> list[QAExample]:
         examples = read_squad(self.files[split], labelled=split != "test")
+        files.warn_texts(self.files[split], [(e.where.rpartition(":")[2], (e.question, e.context)) for e in examples])
         if not self.version_2 and split != "test" and (none := next((e for e in examples if not e.answers), None)):
             raise DataFileError(f"{none.where}: question {none.id!r} has no answer, but the training file has none "
                                 f"such (SQuAD v1.1): put unanswerable questions in the training file too (v2.0)")

@@ -46,6 +46,7 @@ import numpy as np
 from squeezebert_jax import glue
 from squeezebert_jax import files, sources, squad
 from squeezebert_jax.errors import DataFileError, InputError, MissingExtraError
+from squeezebert_jax.files import is_missing_marker, warn_texts
 from squeezebert_jax.glue import GlueExample
 from squeezebert_jax.tokenizer import warn_truncated
 
@@ -82,7 +83,7 @@ def input_length(value, positions: int | None = None, name: str = "max_length", 
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 # separators mistaken for it, refused inside a multilabel row's label names (config.data.labels could not name one with
 # a comma; "comedy;drama" is a spreadsheet's list)
-MISTAKEN_SEPARATORS = {",": "comma", ";": "semicolon"}
+MISTAKEN_SEPARATORS = {",": "comma", ";": "semicolon", "\uff5c": "full-width vertical bar", "\u00a6": "broken bar"}
 TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 log = logging.getLogger(__name__)
@@ -811,6 +812,7 @@ class ConllTask:
             check_tag_sequence(tags or (), scheme, path, lineno)
             out.append(TokenExample(len(out), tuple(words), tuple(tags) if tags else None,
                                     (path, lineno, not sources.is_dataset(path))))
+        warn_texts(path, [(ex.where[1], (" ".join(ex.words),)) for ex in out])  # a word [SEP]: that token
         return out
 
     @staticmethod
@@ -1249,6 +1251,9 @@ def check_one_form(names, shown: dict[str, str] | None = None) -> None:
                                 "one way, or name both in config.data.labels to keep them apart")
 
 
+_BITS = {"0": 0, "0.0": 0, "false": 0, "1": 1, "1.0": 1, "true": 1}  # an indicator vector's entries
+
+
 def label_keys(raw, where: str, spellings: bool = False) -> tuple:
     """A multilabel row's labels, each read by ``label_key``: a JSON list, a cell holding a JSON list
     (``["comedy", "drama"]``), or a cell of names split on ``LABEL_SEPARATOR`` (``comedy|drama``); an empty cell or
@@ -1271,9 +1276,19 @@ def label_keys(raw, where: str, spellings: bool = False) -> tuple:
     else:
         raise DataFileError(f"{where}: {files.json_value(raw)} is not a list of labels (a JSON "
                             f"list, or names separated by {LABEL_SEPARATOR!r})")
-    if bad := [x for x in items if isinstance(x, (list, dict)) or x is None]:
+    if bad := [x for x in items if isinstance(x, (list, dict)) or x is None
+               or (isinstance(x, str) and _looks_like_list(x.strip()))]:  # ["[\"a\"]", "b"]: a list in a list
         raise DataFileError(f"{where}: {files.json_value(bad[0])} in the row's labels is not "
                             f"a label")
+    if isinstance(raw, str) and re.fullmatch(r"\s*(\(.*\)|\{.*\})\s*", raw, re.S):  # (a|b), {comedy}: another tool's
+        raise DataFileError(f"{where}: {raw.strip()[:60]!r} is a list in another tool's syntax (a tuple, a database "
+                            f"array); a row's labels are a JSON list or names separated by {LABEL_SEPARATOR!r}")
+    bits = {_BITS.get(str(x).strip().casefold()) for x in items}
+    if len(items) > 1 and bits == {0, 1}:  # [1, 0, 0]: both values, in no other form
+        raise DataFileError(f"{where}: {files.json_value(raw) if not isinstance(raw, str) else repr(raw.strip())} "
+                            "reads as a 0/1 vector, one entry per class (each entry would be a label of its own, every "
+                            "row holding both); a row's labels are the names of those on: comedy|drama or "
+                            "[\"comedy\", \"drama\"]")
     if len(items) > 1 and any(isinstance(x, str) and not files.has_text(x) for x in items):
         shown = repr(raw.strip()) if isinstance(raw, str) else files.json_value(raw)
         raise DataFileError(f"{where}: {shown} holds an empty label beside the others (a separator {LABEL_SEPARATOR!r} "
@@ -1373,65 +1388,6 @@ def _looks_like_list(text: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-# a missing value as spreadsheets, pandas (its default na_values) and databases write one: no class's name; a label
-# that merely reads so ("none", "NA") is a class, named in config.data.labels
-MISSING_MARKERS = frozenset(m.casefold() for m in (
-    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NULL", "NaT", "None", "NA",
-    "nil", "undefined", "\\N",  # MySQL's and PostgreSQL's NULL in a dump
-    "(blank)", "n.a.", "n/a.",  # a pivot table's empty cell; n.a. as typed
-    "#VALUE!", "#REF!", "#DIV/0!", "#NAME?", "#NUM!", "#NULL!", "#SPILL!", "#CALC!"))  # a spreadsheet's error cells
-TEXT_MARKERS = MISSING_MARKERS | {"nan", "-nan"}  # a text column's: pandas' str() of a missing text is "nan"
-
-
-_MARKER_PATTERNS = re.compile(r"#\S{1,12}[!?]"  # a spreadsheet's error cell in any locale: #VALUE! #WERT! #NOM?
-                              r"|#n/?[a-z]{1,2}"  # #N/A and its translations (#NV, #N/D)
-                              r"|err:\d{3}"  # LibreOffice's
-                              r"|[.?]"  # SAS's, Stata's and SPSS's missing value; ARFF's and UCI's
-                              r"|[(<\[{]null[)>\]}]"  # (null), <null>, [null]
-                              r"|[-+]?1\.#(inf|ind|qnan)"  # MSVC's printf of inf and NaN
-                              r"|#{2,}|-{2,}|[\u2013\u2014\u2015]+"  # a column too narrow to show it; dashes
-                              r"|\{\}|\(\)")  # an empty object or tuple written out (a lone "-" may be a class)
-
-
-def is_missing_marker(text: str, texts: bool = False) -> bool:
-    """Whether ``text`` is how a spreadsheet, pandas or a database dump writes a missing value (``MISSING_MARKERS``,
-    in any width or quoted, or ``_MARKER_PATTERNS``); ``texts``: a text column's too (pandas' "nan")."""
-    if len(text) > 40:  # every row's text passes here: a marker is a short one
-        return False
-    key = unicodedata.normalize("NFKC", text).strip().strip("'\"").strip().casefold()
-    if not key and text.strip():  # '' or "": an empty string written out
-        return True
-    return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
-
-
-# BERT's special tokens, which its tokenizer (and transformers' BertTokenizerFast) reads as those tokens in any text
-SPECIAL_TEXTS = ("[CLS]", "[SEP]", "[MASK]", "[PAD]")
-
-
-def warn_texts(path: str, rows: list[tuple[int, tuple[str, ...]]]) -> None:
-    """The one check of the texts a file gives a model (``rows``: line, its texts; training and predict alike), each
-    kind a warning counting the rows, naming the first: a text that is a missing-value marker (``TEXT_MARKERS``:
-    pandas' ``astype(str)`` writes a missing text as "nan"), read as the word itself, which may be meant; and a text
-    holding a special token written out (``SPECIAL_TEXTS``: "question [SEP] answer", a pair joined by hand), which
-    the tokenizer reads as that token, as transformers' does, where the text may have meant the characters."""
-    markers = [(n, m) for n, texts in rows if (m := marker_text(texts))]
-    specials = [(n, tok) for n, texts in rows if (tok := next((tok for t in texts if "[" in t for tok in SPECIAL_TEXTS
-                                                              if tok in t), None))]
-    if markers:
-        log.warning("%s: %d of %d rows have a text that is how pandas or a spreadsheet writes a missing value (%r at "
-                    "line %d): each is read as that word; fill or remove the rows if the text is missing", path,
-                    len(markers), len(rows), markers[0][1], markers[0][0])
-    if specials:
-        log.warning("%s: %d of %d rows have a text holding a special token written out (%s at line %d): the "
-                    "tokenizer reads it as that token, as transformers' does, not as characters; a pair of texts "
-                    "belongs in two text columns", path, len(specials), len(rows), specials[0][1], specials[0][0])
-
-
-def marker_text(texts) -> str:
-    """The first of ``texts`` that is a missing-value marker (``TEXT_MARKERS``), or ""."""
-    return next((t for t in texts if is_missing_marker(t, texts=True)), "")
 
 
 def looks_like_code(spelling: str) -> bool:

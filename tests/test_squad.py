@@ -414,3 +414,37 @@ def test_an_answer_start_outside_its_context_is_refused(tmp_path, start):
                                                       rf"'york' is outside its context \(0 to 42: a character offset "
                                                       r"into it\)$"):
         squad.read_squad(str(tmp_path / "neg.jsonl"))
+
+
+def test_an_answers_key_no_squad_layout_has_is_refused(tmp_path):
+    """A typo in an answer's keys ("texts", "Answer_start") read as no answer: the question silently unanswerable and
+    the task SQuAD v2.0. Refused by name; a converter's empty text at -1 is told how an unanswerable question is
+    written."""
+    base = {"id": "q1", "question": "where?", "context": "shot in new york"}
+    for answers, msg in (({"texts": ["york"], "answer_starts": [12]}, r"\"answers\" holds 'answer_starts', 'texts', "
+                                                                      r"which no SQuAD layout has"),
+                         ({"text": ["york"], "answer_start": [12], "Text": ["x"]}, r"\"answers\" holds 'Text'"),
+                         ([{"text": "york", "answer_start": 12, "Answer_start": 3}], r"an answer holds "
+                                                                                     r"'Answer_start', which no"),
+                         ({"text": [""], "answer_start": [-1]}, r"an answer needs a \"text\" .*; an unanswerable "
+                                                                r"question is \"answers\": \[\]")):
+        (tmp_path / "a.jsonl").write_text(json.dumps(base | {"answers": answers}) + "\n")
+        with pytest.raises(sj.errors.DataFileError, match=rf"^{tmp_path / 'a.jsonl'}:1: question 'q1': {msg}"):
+            squad.read_squad(str(tmp_path / "a.jsonl"))
+    (tmp_path / "a.jsonl").write_text(json.dumps(base | {"answers": [{"text": "york", "answer_start": 12,
+                                                                      "answer_end": 16}]}) + "\n")
+    assert squad.read_squad(str(tmp_path / "a.jsonl"))[0].answers == (("york", 12),)
+
+
+def test_special_tokens_and_missing_value_markers_in_questions_and_contexts_are_counted(tmp_path, caplog):
+    """files.warn_texts, the one check of the texts a file gives a model, reads SQuAD's questions and contexts too (a
+    context "[SEP]" was read as that token without a word)."""
+    rows = [{"id": "1", "question": "where?", "context": "shot in [SEP] york", "answers": []},
+            {"id": "2", "question": "nan", "context": "shot in york", "answers": []}]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING"):
+        squad.SquadTask("s", {"train": str(tmp_path / "s.jsonl")}, True).load("train")
+    assert f"{tmp_path / 's.jsonl'}: 1 of 2 rows have a text holding a special token written out ([SEP] at line 1)" \
+        in caplog.text
+    assert f"{tmp_path / 's.jsonl'}: 1 of 2 rows have a text that is how pandas or a spreadsheet writes a missing " \
+           "value ('nan' at line 2)" in caplog.text

@@ -17,7 +17,7 @@ import pytest
 import squeezebert_jax as sj
 from conftest import ROOT, VOCAB, WORDS, glue_config, tiny_init
 from squeezebert_jax import finetune as ft
-from squeezebert_jax import losses, tasks
+from squeezebert_jax import files, losses, tasks
 from squeezebert_jax.predict import numbered_inputs
 
 
@@ -354,7 +354,7 @@ def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path,
            "value ('nan' at line 3): each is read as that word" in caplog.text
     assert f"{tmp_path / 'p.txt'}: 1 of 2 rows have a text that is how pandas" in caplog.text
     # an empty string written out is a marker; a lone dash may be a class (+ and -), two are no name
-    assert all(map(tasks.is_missing_marker, ("''", '""', " ' ' ", "---"))) and not tasks.is_missing_marker("-")
+    assert all(map(files.is_missing_marker, ("''", '""', " ' ' ", "---"))) and not files.is_missing_marker("-")
     # a special token written out in a text ("question [SEP] answer": a pair joined by hand) is read as that token,
     # as BertTokenizerFast reads it: counted in a warning, for training, multiple choice and predict alike
     caplog.clear()
@@ -368,7 +368,7 @@ def test_texts_that_are_missing_value_markers_are_counted_in_a_warning(tmp_path,
     assert f"{tmp_path / 'q.txt'}: 1 of 2 rows have a text holding a special token written out ([CLS] at line 2)" \
         in caplog.text
     from transformers import BertTokenizerFast  # the reference reads it so (what the warning says)
-    vocab = [*tasks.SPECIAL_TEXTS, "[UNK]", "why", "?", "because"]
+    vocab = [*files.SPECIAL_TEXTS, "why", "?", "because"]
     (tmp_path / "v.txt").write_text("\n".join(vocab) + "\n")
     assert BertTokenizerFast(str(tmp_path / "v.txt"))("why? [SEP] because")["input_ids"] == [0, 5, 6, 1, 7, 1]
 
@@ -572,6 +572,16 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
     assert task.labels == ("1", "2") and [e.label for e in rows] == [(0,), (0, 1)]
     for bad, msg in (('a,"[""comedy"", [""x""]]"', r'a list \["x"\] in the row\'s labels is not a label'),
                      ("a,[comedy", r"starts like a JSON list but is not one"),
+                     # a 0/1 vector per class (every row had the labels 0 and 1 on), a full-width or broken bar, a
+                     # list inside the list, another tool's list syntax: each was classes of its own
+                     ('a,"[1, 0, 0]"', r"\[1, 0, 0\] reads as a 0/1 vector, one entry per class"),
+                     ("a,true|false", r"'true\|false' reads as a 0/1 vector"),
+                     ("a,comedy\uff5cdrama", r"holds a full-width vertical bar; a row's labels are separated by "
+                                              r"'\|' \(comedy\|drama\)"),
+                     ("a,comedy\u00a6drama", r"holds a broken bar"),
+                     ('a,"[""[\\""a\\""]"", ""b""]"', r"in the row's labels is not a label"),
+                     ("a,(comedy|drama)", r"'\(comedy\|drama\)' is a list in another tool's syntax"),
+                     ("a,{comedy}", r"'\{comedy\}' is a list in another tool's syntax"),
                      # a number no float holds, read as every JSON reader here reads it (1e-400 was a label "0")
                      ('a,"[""comedy"", 1e-400]"', r"the number 1e-400 is below a float's range"),
                      ("a,[1e999]", r"the number 1e999 is beyond a float's range"),

@@ -155,6 +155,16 @@ def test_a_byte_order_mark_before_docstart_starts_no_sentence(tmp_path):
     assert [words for _, words, _ in tasks.read_conll(str(path))] == [["john"], ["shot"]]
 
 
+def test_a_special_token_as_a_word_is_counted_in_a_warning(tmp_path, caplog):
+    """A word [SEP] or [PAD] is read as that token (its id, as BertTokenizerFast reads it): files.warn_texts counts
+    the sentences, as it counts a file's rows."""
+    path = tmp_path / "s.conll"
+    path.write_text("john B-PER\n[SEP] O\n\nshot O\n\n[PAD] O\n")
+    with caplog.at_level("WARNING"):
+        tasks.ConllTask("t", {"train": str(path)}, ("B-PER", "O")).load("train")
+    assert f"{path}: 2 of 3 rows have a text holding a special token written out ([SEP] at line 1)" in caplog.text
+
+
 def test_a_taggers_test_file_is_checked_before_training(init, tmp_path):
     """The test file of a tagger is a CoNLL file like the others (a .jsonl or .csv one read as CoNLL made each line a
     word), and its words are checked when it is read, before any training: a word that would get no tag is named by
