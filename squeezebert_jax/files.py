@@ -1248,15 +1248,16 @@ def warn_texts(path: str, rows: list[tuple[int | str, tuple[str, ...]]]) -> None
     pandas' ``astype(str)`` writes a missing text as "nan"), read as the word itself, which may be meant; and a text
     holding a special token written out (``SPECIAL_TEXTS``: "question [SEP] answer", a pair joined by hand), which
     the tokenizer reads as that token, as transformers' does, where the text may have meant the characters."""
+    log = logging.getLogger(__name__)
     markers = [(n, m) for n, texts in rows if (m := marker_text(texts))]
     specials = [(n, tok) for n, texts in rows if (tok := next((tok for t in texts if "[" in t for tok in SPECIAL_TEXTS
                                                               if tok in t), None))]
     if markers:
-        logging.getLogger(__name__).warning("%s: %d of %d rows have a text that is how pandas or a spreadsheet writes a missing value (%r at "
+        log.warning("%s: %d of %d rows have a text that is how pandas or a spreadsheet writes a missing value (%r at "
                     "line %s): each is read as that word; fill or remove the rows if the text is missing", path,
                     len(markers), len(rows), markers[0][1], markers[0][0])
     if specials:
-        logging.getLogger(__name__).warning("%s: %d of %d rows have a text holding a special token written out (%s at line %s): the "
+        log.warning("%s: %d of %d rows have a text holding a special token written out (%s at line %s): the "
                     "tokenizer reads it as that token, as transformers' does, not as characters; a pair of texts "
                     "belongs in two text columns", path, len(specials), len(rows), specials[0][1], specials[0][0])
 
