@@ -123,6 +123,10 @@ def init_student_from_teacher(teacher, num_layers: int, mapping="skip", out_dir:
 
 def transfer_paths(paths) -> list[str]:
     """The transfer text files ``distill.transfer_text`` names: a list, or "a.txt,b.txt" (empty names dropped)."""
+    if not isinstance(paths, (str, list, tuple)) or not all(isinstance(x, (str, os.PathLike)) for x in (
+            [] if isinstance(paths, str) else paths)):
+        raise InputError(f"config.distill.transfer_text={paths!r:.80}: text files' paths, as \"a.txt,b.txt\" or a "
+                         "list of them")
     return [p for p in (os.fspath(x).strip() for x in (paths.split(",") if isinstance(paths, str) else paths)) if p]
 
 

@@ -232,6 +232,7 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
         if os.path.isdir(src) and within(out, src) == "is inside":
             raise InputError(f"{what} {out} is inside {src}, an input directory of this command; an output is "
                              f"never written among its inputs (not even with --overwrite): choose another {what} path")
+    refuse_nested(out, what, "")  # nor in a model's directory, nor in a run's checkpoints, tb/, model/, ...
     if os.path.isdir(out):
         raise InputError(f"{what} {out} is a directory; give the path of the file to write (a file name inside "
                          "it, say)")
@@ -261,7 +262,11 @@ def check_output_file(out: str | os.PathLike, overwrite: bool = False, what: str
         raise InputError(f"{what} {out}: the path goes through {gone}, which is not a directory; give a path whose "
                          "directories exist")
     _check_parent(target, what)
-    refuse_nested(out, what)  # nor in a model's directory, nor among a run's checkpoints
+    run_dir = os.path.dirname(os.path.realpath(out))
+    if (os.path.basename(out) in (*RUN_FILES, ".lock") or os.path.basename(target) in (*RUN_FILES, ".lock")) and (
+            owner := run_of(run_dir)):  # its record, its lock: --overwrite replaced the run's with predictions
+        raise InputError(f"{what} {out} is {os.path.basename(target)} of the {owner} run in {run_dir}, which that run "
+                         f"writes, --overwrite or not; choose another {what}")
     return out
 
 
@@ -1044,7 +1049,11 @@ def refuse_nested(out: str, what: str, job: str | None = None, mine: tuple[str, 
     run's ``checkpoints`` (the run's checkpoint manager keeps its steps there), however deep and through links:
     refused, ``--overwrite`` or not. Given the writer's ``job`` ("" for none), so is one of the directories another
     job's run writes (``RUN_DIRS``: its model/, a tokenizer there was replaced by the run's export; its tb/) but
-    those the writer makes for that run (``mine``: pretraining's demo data)."""
+    those the writer makes for that run (``mine``: pretraining's demo data). A path that starts with ``~`` is
+    refused too: no shell expands it after ``=`` (``--out=~/x`` made a directory named ``~`` here)."""
+    if os.fspath(out).startswith("~"):
+        raise InputError(f"{what} {out} starts with '~', which no shell expands after '=' (a directory named '~' "
+                         f"would be made here): write the full path, or $HOME/{os.fspath(out)[2:]}")
     path = os.path.realpath(out)
     at = path
     while (up := os.path.dirname(at)) != at:

@@ -30,6 +30,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     settings = loop.Settings(config)
     need, number, integer, value = settings.need, settings.number, settings.integer, settings.value
     settings.check_training()
+    settings.flags("skip_malformed")
     for name in ("init_from", "distill.teacher"):  # a path: None was os's TypeError, naming neither
         need(isinstance(value(name), str), name, "a MODEL_DIR's path (a string)")
     for name in ("num_epochs", "batch_size", "eval_batch_size"):
@@ -165,7 +166,15 @@ def run_inputs(config: ml_collections.ConfigDict) -> dict[str, str]:
 def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> str:
     """The workdir can hold this fine-tuning run (``files.check_run_dir``, never over the run's inputs): the script
     runs it before its log file is written there, ``finetune`` again."""
-    return files.check_run_dir(workdir, "fine-tuning", overwrite, inputs=run_inputs(config))
+    inputs = run_inputs(config)
+    if cache := config.distill.get("cache_dir"):  # the teacher's logits go there: not into a model, nor checkpoints
+        if not isinstance(cache, str):
+            raise InputError(f"config.distill.cache_dir={cache!r:.60}: a directory's path (a string)")
+        files.refuse_nested(cache, "config.distill.cache_dir")
+        if os.path.isdir(cache):
+            files.refuse_model_dir(cache, "the teacher's logits", "config.distill.cache_dir")
+        files.check_inputs_outside(cache, inputs, "config.distill.cache_dir")
+    return files.check_run_dir(workdir, "fine-tuning", overwrite, inputs=inputs)
 
 
 def check_same_run(workdir: str, config: ml_collections.ConfigDict) -> None:

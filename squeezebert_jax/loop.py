@@ -110,6 +110,15 @@ class Settings:
                 and (lo is None or (v > lo if lo_open else v >= lo))
                 and (hi is None or (v < hi if hi_open else v <= hi)))
 
+    def flags(self, *names: str) -> None:
+        """Each of ``names`` the config holds is True or False: a string ("no", "false") was read as true."""
+        for name in names:
+            section, _, key = name.rpartition(".")
+            if key in (self.value(section) if section else self.config):
+                v = self.value(name)
+                self.need(isinstance(v, bool), name, f"true or false (a bool; the string {v!r} read as true)"
+                          if isinstance(v, str) else "true or false")
+
     def integer(self, name: str, lo: int) -> bool:
         v = self.value(name)
         return isinstance(v, int) and not isinstance(v, bool) and v >= lo
@@ -139,6 +148,7 @@ class Settings:
         need(integer("seed", 0) and self.value("seed") < 2 ** 32, "seed",
              "an integer in [0, 2**32): jax's keys hold 32 bits of it, so a larger seed would draw a smaller one's "
              "dropout")
+        self.flags("fsdp", "progress", "async_checkpoints")
         parallel.check_num_devices(self.config.num_devices, count=False)  # counted by make_mesh
 
 

@@ -47,11 +47,25 @@ class Phase:
 def get_phases(config) -> list[Phase]:
     """``config.phases`` (dicts, as config files write them) as consecutive ``Phase`` records."""
     out, start = [], 0
+    keys = "a phase has name, num_steps, seq_len, max_predictions_per_seq and optionally num_microbatches"
+    if not isinstance(config.phases, (list, tuple)):
+        raise InputError(f"config.phases is {type(config.phases).__name__}, not a list of phases; {keys}")
     for i, p in enumerate(config.phases):
+        if not isinstance(p, (dict, ml_collections.ConfigDict)):
+            raise InputError(f"config.phases[{i}]={p!r:.60}: not a phase (a dict); {keys}")
         unknown = set(p) - ({f.name for f in dataclasses.fields(Phase)} - {"index", "start"})  # those two: derived
         if unknown:
-            raise InputError(f"config.phases[{i}]: unknown keys {sorted(unknown)}; a phase has name, num_steps, "
-                             "seq_len, max_predictions_per_seq and optionally num_microbatches")
+            raise InputError(f"config.phases[{i}]: unknown keys {sorted(unknown)}; {keys}")
+        if missing := [k for k in ("name", "num_steps", "seq_len", "max_predictions_per_seq") if k not in p]:
+            raise InputError(f"config.phases[{i}]: no {', '.join(missing)}; {keys}")
+        if not isinstance(p["name"], str) or not re.fullmatch(r"[\w.-]+", p["name"]) or p["name"] in (".", ".."):
+            raise InputError(f"config.phases[{i}].name={p['name']!r}: a name of letters, digits, '_', '-' or '.' (it "
+                             "names the phase's checkpoints, --phase and compile.py's files)")
+        k = p.get("num_microbatches") or 0
+        if not files.is_int(k) or k < 0:
+            raise InputError(f"config.phases[{i}].num_microbatches={k!r}: an integer >= 1, or 0 for the config's")
+        if not files.is_int(p["num_steps"]):  # summed into the phases' ends below
+            raise InputError(f"config.phases[{i}].num_steps={p['num_steps']!r}: an integer >= 1")
         out.append(Phase(p["name"], i, start, p["num_steps"], p["seq_len"], p["max_predictions_per_seq"],
                          p.get("num_microbatches") or 0))
         start += p["num_steps"]
@@ -113,6 +127,7 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
     settings = loop.Settings(config)
     need, finite = settings.need, settings.number
     settings.check_training()
+    settings.flags("data.whole_word_masking", "data.start_over", "model.vocab_from_tokenizer")
     need(finite("decay_power", 0, lo_open=True), "decay_power", "a finite power > 0")
     need(config.clip_norm is None or finite("clip_norm", 0), "clip_norm", "a global norm > 0, or 0 for no clipping")
     for name in ("global_batch_size", "num_microbatches"):
@@ -165,6 +180,9 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
     if not config.phases:
         raise InputError("config.phases is empty: at least one phase (name, num_steps, seq_len, "
                          "max_predictions_per_seq)")
+    need(isinstance(config.init_from, str), "init_from", "a MODEL_DIR's path (a string), or empty")
+    need(isinstance(config.model.overrides, (dict, ml_collections.ConfigDict)), "model.overrides",
+         "a dict of model fields, e.g. {'q_groups': 2} ({} for none)")
     if config.init_from:
         positions, source = read_model_config(config.init_from)[0].max_position_embeddings, config.init_from
         shape = sorted(set(config.model.overrides or {}) - set(EXECUTION_FIELDS))  # what init_from's config.json sets
@@ -182,10 +200,11 @@ def check_settings(config: ml_collections.ConfigDict, data: bool = True) -> None
         need(phase.name not in names, f"{at}.name", f"a name no other phase has (phases[{names.get(phase.name)}] is "
              f"{phase.name!r}: each names its own checkpoints, --phase and compile.py's files)")
         names[phase.name] = phase.index
-        need(isinstance(phase.num_steps, int) and phase.num_steps >= 1, f"{at}.num_steps", "an integer >= 1")
-        need(isinstance(phase.seq_len, int) and 5 <= phase.seq_len <= positions, f"{at}.seq_len",
+        need(files.is_int(phase.num_steps) and phase.num_steps >= 1, f"{at}.num_steps", "an integer >= 1")
+        need(files.is_int(phase.seq_len) and 5 <= phase.seq_len <= positions, f"{at}.seq_len",
              f"an integer in [5, {positions}] (the max_position_embeddings of {source}; 5: [CLS] a [SEP] b [SEP])")
-        need(isinstance(phase.max_predictions_per_seq, int) and 1 <= phase.max_predictions_per_seq <= phase.seq_len,
+        need(files.is_int(phase.max_predictions_per_seq)
+             and 1 <= phase.max_predictions_per_seq <= phase.seq_len,
              f"{at}.max_predictions_per_seq", f"an integer in [1, seq_len {phase.seq_len}]")
         microbatches(config, phase)
         # one global batch's arrays (three int32 [B, S] and three [B, P]), as the host assembles it

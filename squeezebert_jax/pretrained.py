@@ -149,9 +149,15 @@ def check_model_dir(dst_dir: str, writes: tuple[str, ...], files: list[tuple[str
     naming the file. ``overwrite="replace"``: a training run's own MODEL_DIR (WORKDIR/model, written again at each
     export, and after the run's --overwrite): the other model's files are removed instead, with a warning naming them,
     so that an export never fails after the training."""
-    if overwrite != "replace":  # 'yes' replaced a model
+    own = overwrite == "replace"  # a run's export into its own directories
+    if not own:  # 'yes' replaced a model
         overwrite = overwrite_flag(overwrite)
-    refuse_nested(dst_dir, "the model directory")  # never inside another model, nor in a run's checkpoints
+    # never inside another model, nor in a run's checkpoints; but a run's own export, nor in its tb/, model/, ...
+    refuse_nested(dst_dir, "the model directory", None if own else "")
+    if not own and (owner := run_of(dst_dir)):  # its config.json is the run's settings: replaced by a model's
+        raise InputError(f"the model directory {dst_dir} is the directory of a {owner} run: its config.json holds the "
+                         "run's settings and its checkpoints lie beside, --overwrite or not; choose another directory "
+                         f"(the run writes its model to {os.path.join(dst_dir, 'model')})")
     if os.path.lexists(dst_dir) and not os.path.isdir(dst_dir):
         raise InputError(f"{dst_dir} is {'a link to nothing' if not os.path.exists(dst_dir) else 'a file'}, not a "
                          "directory: choose a directory for the model")

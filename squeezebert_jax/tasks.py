@@ -267,6 +267,15 @@ def check_card(card, path: str, kind: str | None = None, num_labels: int | None 
         want = glue.get_task(card["glue_task"]).text_columns
         raise InputError(f"{path}: 'text_columns' names {len(card.get('text_columns', ()))} but {card['glue_task']} "
                          f"reads {len(want)} ({', '.join(want)}); put back the task.json its fine-tuning wrote")
+    if "glue_task" in card:  # the task's kind and outputs: an MNLI card on 2 outputs, STS-B's as a classifier's
+        glue_task = GlueTask(glue.get_task(card["glue_task"]))
+        if card["kind"] != glue_task.kind:
+            raise InputError(f"{path}: 'kind' is {card['kind']!r}, but {card['glue_task']} is a {glue_task.kind} task; "
+                             "put back the task.json its fine-tuning wrote")
+        if num_labels is not None and num_labels != glue_task.num_labels:
+            raise InputError(f"{path}: 'glue_task' is {card['glue_task']!r}, which has {glue_task.num_labels} "
+                             f"output{'s' * (glue_task.num_labels != 1)}, but the model's classifier has {num_labels}; "
+                             "the task.json of another model? put back the one its fine-tuning wrote")
     task = finetuning_task if "glue_task" in card else None
     if task is not None and task != card["glue_task"]:  # a converted checkpoint carries both (to_pytorch)
         raise InputError(f"{path}: 'glue_task' is {card['glue_task']!r}, but config.json's finetuning_task is "
@@ -1043,17 +1052,19 @@ def entity_scores(gold: list[list[str]], pred: list[list[str]], scheme: str | No
 
 
 def unread_numbered(row, columns) -> list[str]:
-    """The columns of ``row`` numbered like one of ``columns`` (the same name but for its digits: ending4 beside
-    ending0, q3a beside q1a, sentence2 beside sentence) that are not among them: texts that would go unread."""
+    """The columns of ``row`` numbered or lettered like one of ``columns`` (the same name but for its digits or its
+    last letter: ending4 beside ending0, q3a beside q1a, sentence2 and sentence_b beside sentence) that are not among
+    them: texts that would go unread."""
     stems = {column_stem(c) for c in columns}
-    return [c for c in row
-            if isinstance(c, str) and c not in columns and re.search(r"\d", c) and column_stem(c) in stems]
+    return [c for c in row if isinstance(c, str) and c not in columns and column_stem(c) != c.casefold()
+            and column_stem(c) in stems]
 
 
 def column_stem(name: str) -> str:
-    """A column's name without its digits, in any case (``ending`` of ``ending3``; ``sentence`` of ``Sentence_2`` and
-    of pandas' ``sentence.1``, a second column of the name)."""
-    return re.sub(r"[\W_]*\d+", "", name).casefold()
+    """A column's name without its digits, or the letter that ends it after a separator, in any case (``ending`` of
+    ``ending3``; ``sentence`` of ``Sentence_2``, of pandas' ``sentence.1``, a second column of the name, and of
+    ``sentence_b``, BERT's ``text_a``/``text_b`` pairs)."""
+    return re.sub(r"[\W_]+[a-z]$", "", re.sub(r"[\W_]*\d+", "", name), flags=re.IGNORECASE).casefold()
 
 
 def check_unread_columns(path: str, lineno, row, columns, setting: str, refuse: bool) -> None:

@@ -768,6 +768,11 @@ def train_tokenizer(files: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         raise InputError(f"--out {out_dir} is a file; give the directory to write the tokenizer into")
     if os.path.isdir(out_dir):  # a new vocabulary beside the model's embeddings would read other words
         refuse_model_dir(out_dir, "a new tokenizer", "--out")
+        if os.path.isfile(os.path.join(out_dir, "meta.json")) and any(  # prepared data: its shards' ids are its own
+                n.endswith(".array_record") for n in os.listdir(out_dir)):
+            raise InputError(f"--out {out_dir} holds prepared data (meta.json and its shards): a new tokenizer there "
+                             "would replace the vocabulary its token ids were written with, --overwrite or not; "
+                             "choose another --out")
     refuse_nested(out_dir, "--out", job="")  # nor inside one, nor a run's model/ (its export replaced it)
     target = os.path.join(out_dir, "vocab.txt" if kind == "wordpiece" else "spiece.model")
     present = [os.path.join(out_dir, n) for n in TOKENIZER_FILE_NAMES if os.path.exists(os.path.join(out_dir, n))]

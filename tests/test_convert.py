@@ -616,6 +616,11 @@ def test_a_card_given_as_a_value_is_checked_as_task_json_is_read(tmp_path):
             (model, {"kind": "regression"}, r"card: 'kind' is 'regression', but the model's classifier has 2 outputs"),
             (model, {"kind": "classification", "glue_task": "rte", "text_columns": ["s1", "s2"]},
              r"card: 'glue_task' is 'rte', but config.json's finetuning_task is 'cola'"),
+            # a GLUE task's card of another kind or number of outputs (MNLI's 3 on 2 outputs)
+            (model, {"kind": "classification", "glue_task": "mnli", "text_columns": ["premise", "hypothesis"]},
+             r"card: 'glue_task' is 'mnli', which has 3 outputs, but the model's classifier has 2"),
+            (model, {"kind": "regression", "glue_task": "cola", "text_columns": ["sentence"]},
+             r"card: 'kind' is 'regression', but cola is a classification task"),
             (bare, {"kind": "classification"}, r"card=\{\"kind\": \"classification\"\}: a task description is of a "
                                                r"fine-tuned head")):
         with pytest.raises(sj.errors.InputError, match="^" + msg):

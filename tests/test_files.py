@@ -122,6 +122,15 @@ def test_a_command_writing_into_a_directory_never_holds_its_inputs_there(tmp_pat
         train_tokenizer([str(corpus)], str(tmp_path / "t"), 40, overwrite=True)
     assert corpus.read_text().startswith("the cat")
     files.check_inputs_not_inside(str(tmp_path / "out"), [str(corpus)])
+    # nor into prepared data: its shards' token ids are the vocabulary's there (--overwrite replaced it)
+    (tmp_path / "prep").mkdir()
+    (tmp_path / "c.txt").write_text("the cat sat on the mat\n" * 20)
+    for name in ("meta.json", "shard_00000.array_record", "vocab.txt"):
+        (tmp_path / "prep" / name).write_text("{}")
+    with pytest.raises(errors.InputError, match=rf"^--out {tmp_path / 'prep'} holds prepared data \(meta.json and "
+                                                r"its shards\)"):
+        train_tokenizer([str(tmp_path / "c.txt")], str(tmp_path / "prep"), 40, overwrite=True)
+    assert (tmp_path / "prep" / "vocab.txt").read_text() == "{}"
 
 
 def test_a_lock_from_another_host_is_refused_naming_the_file_to_delete(tmp_path):
@@ -579,6 +588,19 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--workdir {target} is (inside )?(tb|model)/ of the pretraining "
                                                     rf"run in {run}, which that run writes"):
             files.check_run_dir(target, "fine-tuning")
+    # an output file alike (predict's --out, a TorchScript export): not into a run's tb/, nor over its record or lock
+    (run / "predictions").mkdir()
+    for target, msg in ((run / "predictions" / "p.jsonl", r"is inside predictions/ of the pretraining run in"),
+                        (run / "config_history.jsonl", r"is config_history.jsonl of the pretraining run in"),
+                        (run / ".lock", r"is .lock of the pretraining run in")):
+        with pytest.raises(errors.InputError, match=rf"^--out {target} {msg}"):
+            files.check_output_file(target, overwrite=True)
+    assert files.check_output_file(run / "preds.jsonl") == str(run / "preds.jsonl")  # beside them: the user's
+    # a path starting with '~' that no shell expanded (--out=~/x): every writer, through refuse_nested
+    for check in (files.check_output_file, files.check_output_dir,
+                  lambda p: files.check_run_dir(p, "fine-tuning"), lambda p: pretrained.check_model_dir(p, (), [])):
+        with pytest.raises(errors.InputError, match=r"~/x starts with '~', which no shell expands after '='"):
+            check("~/x")
     # a command writing named files (GLUE's server files) beside others: into a run's directory, but not its tb/
     assert files.check_output_dir(run, overwrite=True, entries=False, writes=None, job=None) == str(run)
     with pytest.raises(errors.InputError, match=rf"^--out {run / 'tb' / 'sub'} is inside tb/ of the pretraining run"):
@@ -600,6 +622,15 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
     model_copy = tiny_init(tmp_path / "model_copy", VOCAB)
     with pytest.raises(errors.InputError, match=r"^the model directory .*model/sub is inside the model directory"):
         pretrained.save_pretrained(pretrained.load_pretrained(str(model)), str(model / "sub"))
+    # ... nor into a run's tb/ or its own directory (the run's config.json replaced by a model's), with overwrite
+    loaded = pretrained.load_pretrained(str(model))
+    for target, msg in ((run / "tb" / "m", r"is inside tb/ of the pretraining run in"),
+                        (run, r"is the directory of a pretraining run: its config.json holds the run's settings")):
+        with pytest.raises(errors.InputError, match=rf"^the model directory {target} {msg}"):
+            pretrained.save_pretrained(loaded, str(target), overwrite=True)
+        with pytest.raises(errors.InputError, match=rf"^the model directory {target} {msg}"):
+            pretrained.export_torch(loaded, str(target), overwrite=True)
+    assert not (run / "tb").exists() and not (run / "model.safetensors").exists()
     with pytest.raises(errors.InputError, match=r"^out_dir .*model_copy holds a model \(config.json, "):
         pretrain_data.prepare([str(tmp_path / "c.txt")], None, str(model_copy), 2)
     for bad in (2.0, "2", True):

@@ -825,3 +825,29 @@ def test_a_stop_at_step_past_the_runs_end_is_refused(task, tmp_path):
                                                    r"\(2 epochs of 6 steps\), so it would never stop early"):
         ft.finetune(_config(task, stop_at_step=10 ** 9), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_a_distillation_cache_dir_is_never_a_model_nor_a_runs_checkpoints(tmp_path):
+    """config.distill.cache_dir was never checked: the teacher's logits were written into the teacher's MODEL_DIR or
+    another run's checkpoints/. Refused before anything is written, as a workdir is; a transfer_text of another type
+    was a TypeError."""
+    from conftest import tiny_init
+
+    model = tiny_init(tmp_path / "teacher", VOCAB)
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "config_history.jsonl").write_text("{}\n")
+    c = glue_config("files", str(model), "data")
+    c.distill.teacher = str(model)
+    for cache, msg in ((model, r"holds a model \(config.json, params.safetensors\): the teacher's logits there"),
+                       (other / "checkpoints" / "t", r"is inside the checkpoints directory of the run in"),
+                       (model / "cache", r"is inside the model directory")):
+        c.distill.cache_dir = str(cache)
+        with pytest.raises(sj.errors.InputError, match=rf"^config.distill.cache_dir {cache} {msg}"):
+            finetune_settings.check_workdir(c, str(tmp_path / "run"))
+    c.distill.cache_dir = str(tmp_path / "shared_cache")  # a cache of one's own, shared by runs
+    assert finetune_settings.check_workdir(c, str(tmp_path / "run")) == str(tmp_path / "run")
+    with c.distill.ignore_type():
+        c.distill.transfer_text = 3
+    with pytest.raises(sj.errors.InputError, match=r"^config.distill.transfer_text=3: text files' paths"):
+        finetune_settings.check_workdir(c, str(tmp_path / "run"))

@@ -166,6 +166,11 @@ def test_settings_refuse_each_training_setting_with_one_line():
     # the config record after the run began); the config then holds the Python numbers, the float's shortest form
     import jax.numpy as jnp
     import numpy as np
+    # a flag given as a string ("no" was read as true), or a number; numpy's bool is a bool
+    for bad, valid in (("no", r"true or false \(a bool; the string 'no' read as true\)"), (1, "true or false$")):
+        with pytest.raises(errors.InputError, match=rf"^config\.fsdp={bad!r}: {valid}"):
+            loop.Settings(ml_collections.ConfigDict(good | {"fsdp": bad})).check_training()
+    loop.Settings(ml_collections.ConfigDict(good | {"fsdp": np.bool_(True), "progress": False})).check_training()
     config = ml_collections.ConfigDict(good | {"learning_rate": np.float32(1e-4), "log_every": np.int64(5),
                                                "seed": jnp.uint32(7), "warmup_fraction": np.array(0.25),
                                                "phases": [{"seq_len": np.int16(8), "sizes": (np.int8(2), 3)}]})

@@ -653,6 +653,17 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
      "config.phases[0].max_predictions_per_seq=40: an integer in [1, seq_len 32]"),
     ({"phases": [dict(TWO_PHASES[0], num_steps=0)]}, "config.phases[0].num_steps=0: an integer >= 1"),
     ({"phases": []}, "config.phases is empty"),
+    # a phase's structure and types (a KeyError, a TypeError, 2.5 microbatches read as 2, True as 1, a name that is
+    # no file name: compile.py's --hlo wrote ../x), model.overrides of another type (a TypeError)
+    ({"phases": [{"name": "p", "num_steps": 4, "max_predictions_per_seq": 5}]}, "config.phases[0]: no seq_len; a "
+                                                                                  "phase has name"),
+    ({"phases": [5]}, "config.phases[0]=5: not a phase (a dict)"),
+    ({"phases": [dict(TWO_PHASES[0], num_microbatches=2.5)]}, "config.phases[0].num_microbatches=2.5: an integer >= 1"),
+    ({"phases": [dict(TWO_PHASES[0], max_predictions_per_seq=True)]},
+     "config.phases[0].max_predictions_per_seq=True: an integer in [1, seq_len 32]"),
+    ({"phases": [dict(TWO_PHASES[0], name="../x")]}, "config.phases[0].name='../x': a name of letters, digits"),
+    ({"phases": [dict(TWO_PHASES[0], name="")]}, "config.phases[0].name='': a name of letters"),
+    ({"model.overrides": None}, "config.model.overrides=None: a dict of model fields"),
     ({"data.source": "wiki"}, "config.data.source='wiki': demo or prepared"),
     ({"data.source": "prepared"}, "config.data.path='': a directory written by train/prepare_data.py"),
     ({"data.source": "prepared", "data.path": "no_such_dir"}, "config.data.path='no_such_dir': a directory written by"),
