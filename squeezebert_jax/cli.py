@@ -213,6 +213,14 @@ def merge_sections(flag_values) -> None:
     from ml_collections import ConfigDict
     from ml_collections.config_flags import config_flags, config_path
 
+    seen = set()  # a setting given twice: ml_collections kept the later without a word ({} then a dict, say)
+    for arg in sys.argv[1:]:
+        m = re.match(r"--([A-Za-z_]\w*)\.([^=\s]+)", arg)
+        if m and m[1] in flag_values and config_flags.is_config_flag(flag_values[m[1]]):
+            if m[0] in seen:
+                raise InputError(f"{m[0]} is given twice: give each setting once (the later value replaced the "
+                                 "earlier without a word)")
+            seen.add(m[0])
     for name in flag_values:
         flag = flag_values[name]
         if not config_flags.is_config_flag(flag) or flag.value is None or not flag.present:

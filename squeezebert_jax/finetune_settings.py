@@ -29,6 +29,7 @@ def check_settings(config: ml_collections.ConfigDict, num_devices: int) -> None:
     its value and what is valid."""
     settings = loop.Settings(config)
     need, number, integer, value = settings.need, settings.number, settings.integer, settings.value
+    need(isinstance(config.task, str), "task", "a GLUE task's name or 'files' (your own files), a string")
     settings.check_training()
     settings.flags("skip_malformed")
     for name in ("init_from", "distill.teacher"):  # a path: None was os's TypeError, naming neither

@@ -80,9 +80,19 @@ class Settings:
         self.config = python_numbers(config)
 
     def value(self, name: str):
-        v = self.config
+        v, path = self.config, []
         for part in name.replace("]", "").replace("[", ".").split("."):
-            v = v[int(part)] if isinstance(v, (list, tuple)) else v[part]
+            if not isinstance(v, (list, tuple, dict, ml_collections.ConfigDict)):  # a section set to None, say
+                raise InputError(f"config.{'.'.join(path)}={v!r:.60}: a section of settings (a dict), as the config "
+                                 "file has it")
+            if isinstance(v, (list, tuple)):
+                v = v[int(part)]
+            elif part not in v:  # a section replaced by one without it (a TypeError or KeyError later)
+                raise InputError(f"config.{'.'.join(path + [part])} is missing: the config file's section has it; "
+                                 "set the values to change, not the section whole")
+            else:
+                v = v[part]
+            path.append(part)
         return v
 
     def need(self, ok: bool, name: str, valid: str) -> None:
@@ -119,8 +129,12 @@ class Settings:
                 self.need(isinstance(v, bool), name, f"true or false (a bool; the string {v!r} read as true)"
                           if isinstance(v, str) else "true or false")
 
-    def integer(self, name: str, lo: int) -> bool:
+    def integer(self, name: str, lo: int, hi: int = 2 ** 31 - 1) -> bool:
+        """An int (never a bool) >= ``lo``; one past ``hi`` (int32's: steps, sizes and counts are int32 in the
+        step) is refused here, by its own line."""
         v = self.value(name)
+        if isinstance(v, int) and not isinstance(v, bool) and v > hi:
+            raise InputError(f"config.{name}={v!r}: at most {hi:,} (steps, sizes and counts are 32-bit integers)")
         return isinstance(v, int) and not isinstance(v, bool) and v >= lo
 
     def fits_host(self, name: str, rows: int, row_bytes: int, what: str) -> None:
@@ -145,7 +159,7 @@ class Settings:
         need(integer("keep_checkpoints", 1), "keep_checkpoints",
              "an integer >= 1 (the newest this many are kept; 0 would delete every checkpoint)")
         need(integer("stop_at_step", 0), "stop_at_step", "an integer >= 0 (0: off)")
-        need(integer("seed", 0) and self.value("seed") < 2 ** 32, "seed",
+        need(integer("seed", 0, 2 ** 1024) and self.value("seed") < 2 ** 32, "seed",
              "an integer in [0, 2**32): jax's keys hold 32 bits of it, so a larger seed would draw a smaller one's "
              "dropout")
         self.flags("fsdp", "progress", "async_checkpoints")

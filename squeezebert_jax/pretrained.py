@@ -346,8 +346,10 @@ def load_pretrained(model_dir: str | os.PathLike, head: str | type | None = None
         if isinstance(num_labels, (bool, np.bool_)) or not isinstance(num_labels, numbers.Integral) or num_labels < 1:
             raise InputError(f"num_labels={num_labels!r}: an integer >= 1 (the classifier's outputs)")
         num_labels = int(num_labels)
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):  # jax: "Invalid rng value"
-        raise InputError(f"seed={seed!r}: an integer (the random initialisation of what the checkpoint lacks)")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not (
+            0 <= seed < 2 ** 32):  # jax: "Invalid rng value"; an OverflowError past 64 bits
+        raise InputError(f"seed={seed!r}: an integer in [0, 2**32) (the random initialisation of what the checkpoint "
+                         "lacks)")
     if config_overrides is not None and not isinstance(config_overrides, Mapping):
         raise InputError(f"config_overrides={config_overrides!r}: a dict of config fields (e.g. {{'remat': 'full'}})")
     config, raw = read_model_config(model_dir)

@@ -4,6 +4,7 @@ full disk or quota gives from any library."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from conftest import ROOT, one_error_line, run_script
@@ -123,6 +124,12 @@ def test_a_config_section_given_whole_adds_to_the_files_section(monkeypatch):
         "hidden_size": 64}
     # an open section given empty clears the file's keys (merged, "{}" changed nothing: the smoke widths trained)
     assert parse("--config.model.overrides={}").model.overrides.to_dict() == {}
+    # a setting given twice: the later replaced the earlier without a word ({} then a dict undid the clear)
+    for twice in (("--config.model.overrides={}", "--config.model.overrides={'q_groups': 2}"),
+                  ("--config.stop_at_step=1", "--config.stop_at_step=2")):
+        with pytest.raises(InputError, match=rf"^{re.escape(twice[0].split('=')[0])} is given twice: give each "
+                                             r"setting once"):
+            parse(*twice)
     data = parse("--config.data={'num_workers': 1}").data.to_dict()
     assert data == parse().data.to_dict() | {"num_workers": 1}
     with pytest.raises(InputError, match=r"^--config.data: 'foo' is no field of config.data \(its fields: "

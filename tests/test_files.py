@@ -641,7 +641,9 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         pretrain_data.prepare([str(tmp_path / "c.txt")], None, str(run / "model"), 2)
     assert files.refuse_nested(str(run / "data"), "out_dir", "", mine=files.DEMO_DIRS) is None
     # load_pretrained's other arguments: jax's "Invalid rng value", a TypeError of **
-    for kw, msg in (({"seed": "0"}, r"seed='0': an integer"), ({"config_overrides": [("remat", "full")]},
+    for kw, msg in (({"seed": "0"}, r"seed='0': an integer"), ({"seed": 2 ** 70}, r"seed=1180591620717411303424: "
+                                                                                  r"an integer in \[0, 2\*\*32\)"),
+                    ({"config_overrides": [("remat", "full")]},
                                                                 r"config_overrides=\[\('remat', 'full'\)\]: a dict")):
         with pytest.raises(errors.InputError, match=rf"^{msg}"):
             pretrained.load_pretrained(str(model), **kw)

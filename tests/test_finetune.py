@@ -458,9 +458,10 @@ def test_an_unknown_compute_dtype_is_refused(tmp_path):
     ("distill.teacher", None, "config.distill.teacher=None: a MODEL_DIR's path (a string)"),
     ("prune.begin", 0.9, "config.prune.begin=0.9: at most prune.end (0.75)"),
     ("data.doc_stride", 0, "config.data.doc_stride=0: an integer >= 1"),
-    ("batch_size", 8 * 10 ** 10, "config.batch_size=80000000000: one batch at max_seq_length 16 would take "
-                                 "15,360.0 GB, more than half of this host's"),
-    ("eval_batch_size", 10 ** 11, "config.eval_batch_size=100000000000: one batch at max_seq_length"),
+    ("batch_size", 2 ** 31 - 1, "config.batch_size=2147483647: one batch at max_seq_length 16 would take "
+                                "412.3 GB, more than half of this host's"),
+    ("eval_batch_size", 2 ** 31 - 1, "config.eval_batch_size=2147483647: one batch at max_seq_length"),
+    ("batch_size", 8 * 10 ** 10, "config.batch_size=80000000000: at most 2,147,483,647"),
 ])
 def test_finetuning_settings_are_checked_before_anything_loads(tmp_path, field, value, message):
     from conftest import glue_config

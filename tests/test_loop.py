@@ -166,6 +166,16 @@ def test_settings_refuse_each_training_setting_with_one_line():
     # the config record after the run began); the config then holds the Python numbers, the float's shortest form
     import jax.numpy as jnp
     import numpy as np
+    # a section set to None or replaced without a key (a TypeError or KeyError), a count past int32 (10**30 epochs
+    # passed, then failed in the step's compile)
+    for config, msg in ((good | {"phases": None}, r"config.phases=None: a section of settings \(a dict\)"),
+                        (good | {"phases": [{}]}, r"config.phases.0.seq_len is missing: the config file's section"),
+                        (good | {"log_every": 2 ** 40}, r"config.log_every=1099511627776: at most 2,147,483,647")):
+        settings = loop.Settings(ml_collections.ConfigDict(config))
+        with pytest.raises(errors.InputError, match="^" + msg):
+            settings.need(settings.integer("phases[0].seq_len", 5), "phases[0].seq_len", "an integer >= 5")
+            settings.check_training()
+    assert loop.Settings(ml_collections.ConfigDict(good | {"seed": 2 ** 32 - 1})).check_training() is None
     # a flag given as a string ("no" was read as true), or a number; numpy's bool is a bool
     for bad, valid in (("no", r"true or false \(a bool; the string 'no' read as true\)"), (1, "true or false$")):
         with pytest.raises(errors.InputError, match=rf"^config\.fsdp={bad!r}: {valid}"):

@@ -670,11 +670,12 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"data.source": "prepared", "data.path": "."}, "config.data.path='.': a finished train/prepare_data.py output: "
                                                      "this directory has no meta.json"),
     ({"data.demo_seed": -1}, "config.data.demo_seed=-1: an integer >= 0"),
-    ({"global_batch_size": 8 * 10 ** 10}, "config.global_batch_size=80000000000: one batch of phase phase1 (seq 32) "
-                                          "would take 35,520.0 GB, more than half of this host's"),
+    ({"global_batch_size": 2 ** 31 - 1}, "config.global_batch_size=2147483647: one batch of phase phase1 (seq 32) "
+                                         "would take 953.5 GB, more than half of this host's"),
+    ({"global_batch_size": 8 * 10 ** 10}, "config.global_batch_size=80000000000: at most 2,147,483,647"),
     ({"data.num_shards": 10 ** 7}, "config.data.num_shards=10000000: an integer in [1, "),
-    ({"data.demo_num_docs": 10 ** 12}, "config.data.demo_num_docs=1000000000000: the demo corpus (~2 KB a document) "
-                                       "would take 2,000,000.0 GB"),
+    ({"data.demo_num_docs": 10 ** 9}, "config.data.demo_num_docs=1000000000: the demo corpus (~2 KB a document) "
+                                      "would take 2,000.0 GB"),
     ({"num_processes": -1}, "config.num_processes=-1: an integer >= 0"),
     ({"num_processes": 2, "process_id": 5}, "config.process_id=5: an integer in [0, num_processes 2)"),
     # settings nothing reads: the processes without a coordinator, the RTD block beside MLM + SOP (its NaN was written

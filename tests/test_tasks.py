@@ -332,7 +332,8 @@ def test_a_text_column_numbered_like_the_one_read_is_not_left_unread(tmp_path, c
                                                       r"is read, but is not read itself: name every text column in "
                                                       r"config.data.text_columns \(sentence,sentence2 reads a pair\)"):
         _labels_of(tmp_path, "p.csv", body, **{"data.text_columns": "sentence"})
-    for i, other in enumerate(("sentence_2", "Sentence2", "sentence.1")):  # in any case, separator, pandas' form
+    for i, other in enumerate(("sentence_2", "Sentence2", "sentence.1",  # in any case, separator, pandas' form
+                               "sentence_b", "Sentence-B")):  # ... or lettered: BERT's text_a / text_b
         with pytest.raises(sj.errors.DataFileError, match=rf"p{i}.csv:1: column '{re.escape(other)}' is numbered like "
                                                           r"sentence"):
             _labels_of(tmp_path, f"p{i}.csv", body.replace("sentence2", other), **{"data.text_columns": "sentence"})
