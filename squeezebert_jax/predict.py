@@ -32,7 +32,7 @@ import numpy as np
 from squeezebert_jax import squad, tasks
 from squeezebert_jax.errors import DataFileError, InputError
 from squeezebert_jax.files import (atomic_write, check_input_file, claim_output_file, has_text, json_text,
-                                   path_argument, read_json, text_lines, text_problem, warn_texts)
+                                   path_argument, read_json, text_problem, warn_texts)
 from squeezebert_jax.inference import check_finite, model_tokenizer, NoClassifierError, predict_logits
 from squeezebert_jax.pretrained import load_pretrained, model_kind, read_model_config
 from squeezebert_jax.tokenizer import checkpoint_file, warn_truncated
@@ -359,18 +359,13 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
         out.append((lineno, tuple(texts) if n > 1 else texts[0]))
 
     if txt:
-        blank = []
-        for lineno, line in text_lines(path):
-            line = line.rstrip("\r\n")
-            if not has_text(line):  # a line of white space or invisible marks alone is blank: skipped, and said so
-                blank.append(lineno)
-            else:
-                cols = line.split("\t")
-                if (empty := next((i for i, c in enumerate(cols) if not has_text(c)), None)) is not None:
-                    raise DataFileError(f"{path}:{lineno}: text {empty + 1} of the line is empty (or only white "
-                                        "space or invisible marks)")
-                add(cols, lineno, f"tab-separated text{'s' * (len(cols) != 1)}",
-                    "; a text holding a tab goes in a .csv or .jsonl file")
+        blank = []  # a line of white space or invisible marks alone is blank: skipped, and said so
+        for lineno, cols in tasks.text_lines(path, blank=blank):
+            if (empty := next((i for i, c in enumerate(cols) if not has_text(c)), None)) is not None:
+                raise DataFileError(f"{path}:{lineno}: text {empty + 1} of the line is empty (or only white "
+                                    "space or invisible marks)")
+            add(cols, lineno, f"tab-separated text{'s' * (len(cols) != 1)}",
+                "; a text holding a tab goes in a .csv or .jsonl file")
         if not out:
             raise DataFileError(f"{path}: no lines")
         if blank:

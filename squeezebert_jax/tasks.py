@@ -472,12 +472,42 @@ def _csv_records(path: str, lines):
         start = reader.line_num + 1
 
 
-def text_lines(path: str, what: str = ""):
-    """(line, [tab-separated fields]) for every non-blank line of a plain text file (``files.text_lines``)."""
+# the column names a table's header holds (a CSV or TSV file named .txt: its header was read as a text)
+_HEADER_WORDS = frozenset({"text", "texts", "sentence", "sentence1", "sentence2", "label", "labels", "review",
+                           "question", "context", "premise", "hypothesis", "id", "idx", "tokens", "words", "ner_tags",
+                           "tags", "text_a", "text_b", "answer", "answers", "score", "sentiment"})
+_CONLL_LINE = re.compile(r"-docstart-.*|\S+(\s+\S+){0,3}\s+[BIES]-[A-Za-z]\S*", re.IGNORECASE)
+
+
+def text_lines(path: str, what: str = "", blank: list[int] | None = None):
+    """(line, [tab-separated fields]) for every line of a plain text file (``files.text_lines``) that holds text
+    (a line of white space or invisible marks alone is blank: its number goes into ``blank``); the one reader of a
+    .txt of inputs (predict's, a distillation's transfer text). A first line that is another format's is refused by
+    line, naming the format: a JSON object (JSON Lines), a table's header (a CSV or TSV file: its header and labels
+    would be read as texts), a CoNLL line (a word and its tag)."""
+    first = True
     for lineno, line in files.text_lines(path, what):
         line = line.rstrip("\r\n")
-        if line.strip():
-            yield lineno, line.split("\t")
+        if not files.has_text(line):
+            if blank is not None:
+                blank.append(lineno)
+            continue
+        if first:
+            first = False
+            if line.lstrip().startswith("{") and _is_json_object(line):
+                raise DataFileError(f"{path}:{lineno}: a JSON object, where a text per line is read: a JSON Lines file "
+                                    "(name it .jsonl)")
+            fields = [f.strip() for f in re.split(r"[,\t]", line)]
+            if all(re.fullmatch(r"[A-Za-z_][\w.-]{0,40}", f) for f in fields) and sum(
+                    f.casefold() in _HEADER_WORDS for f in fields) > 1:  # "Text, please" is a text
+                raise DataFileError(f"{path}:{lineno}: {line.strip()[:60]!r} reads as a table's header, where a text "
+                                    "per line is read: its rows and labels would be read as texts; name a CSV file "
+                                    ".csv, a TSV file .tsv")
+            if _CONLL_LINE.fullmatch(line.strip()):
+                raise DataFileError(f"{path}:{lineno}: {line.strip()[:60]!r} reads as a CoNLL line (a word and its "
+                                    "tag), where a text per line is read: the tags would be read as words; give the "
+                                    "sentences, a sentence per line")
+        yield lineno, line.split("\t")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -975,8 +1005,10 @@ class ChoiceTask:
                                       self._label, split)
             lead, endings = texts[1] if len(self.text_columns) == 2 else None, texts[len(self.text_columns):]
             seen = {}
-            for column, text in zip(self.choice_columns, endings):  # two choices the model cannot tell apart
-                if (first := seen.setdefault(words := " ".join(text.split()), column)) != column:
+            for column, text in zip(self.choice_columns, endings):  # two choices the model cannot tell apart (case,
+                words = " ".join(text.split())  # a compatibility form, invisible marks: an uncased vocabulary's ids)
+                key = " ".join(files.drop_invisible(unicodedata.normalize("NFKC", text)).casefold().split())
+                if (first := seen.setdefault(key, column)) != column:
                     same.append((lineno, first, column, words))
                     break
             out.append(ChoiceExample(len(out), texts[0], lead, tuple(endings), label))
@@ -986,20 +1018,25 @@ class ChoiceTask:
         warn_texts(path, rows)
         if same:
             lineno, first, column, words = same[0]
-            log.warning("%s: %d of %d rows hold two endings of the same text, which no label can pick apart (the "
-                        "first: line %d, %s and %s, %r)", path, len(same), len(out), lineno, first, column, words[:40])
+            log.warning("%s: %d of %d rows hold two endings of the same text (in case, form or invisible marks "
+                        "aside), which no label can pick apart (the first: line %d, %s and %s, %r)", path, len(same),
+                        len(out), lineno, first, column, words[:40])
+        labels = [ex.label for ex in out if ex.label is not None]
+        if split == "train" and len(labels) >= 2 * len(self.choice_columns) and min(labels) >= 1:  # counted from 1?
+            log.warning("%s: no row's answer is choice 0 (the first ending column, %s): labels count from 0 here; "
+                        "a file counting from 1 trains every answer one ending late", path, self.choice_columns[0])
         return out
 
     def _label(self, raw, path: str, lineno: int) -> int:
         name = label_key(raw, f"{path}:{lineno}: column {self.label_column!r}")
         if name in self.choice_columns:
             at = self.choice_columns.index(name)
-            if name.isdecimal() and int(name) < len(self.choice_columns) and int(name) != at:  # which one is meant?
+            if _INDEX.fullmatch(name) and int(name) < len(self.choice_columns) and int(name) != at:  # which one?
                 raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} names the ending column "
                                     f"{name!r} (choice {at}) and is the index of choice {int(name)}: rename the "
                                     "ending columns (e.g. ending0,ending1,...) so that a label means one choice")
             return at
-        if name.isdecimal() and int(name) < len(self.choice_columns):  # (not isdigit: '²' is a digit int() refuses)
+        if _INDEX.fullmatch(name) and int(name) < len(self.choice_columns):  # ASCII: '１' and '२' are no index
             return int(name)
         raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} is not a choice: an index "
                             f"0..{len(self.choice_columns) - 1} or one of {list(self.choice_columns)}")
@@ -1262,6 +1299,7 @@ def check_one_form(names, shown: dict[str, str] | None = None) -> None:
                                 "one way, or name both in config.data.labels to keep them apart")
 
 
+_INDEX = re.compile(r"[0-9]+")  # a choice's index, in ASCII digits (str.isdecimal takes '１' and '२')
 _BITS = {"0": 0, "0.0": 0, "false": 0, "1": 1, "1.0": 1, "true": 1}  # an indicator vector's entries
 
 

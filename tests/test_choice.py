@@ -130,7 +130,11 @@ def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
                                                r"of \['ending0', 'ending1', 'ending2', 'ending3'\]"),
                                         ("ending9", r"dev.csv:3: column 'label': 'ending9' is not a choice"),
                                         ("\u00b2", r"dev.csv:3: column 'label': '\u00b2' is not a choice"),  # a digit
-                                        ("\u2462", r"dev.csv:3: column 'label': '\u2462' is not a choice")])  # int() refuses
+                                        # int() refuses
+                                        ("\u2462", r"dev.csv:3: column 'label': '\u2462' is not a choice"),
+                                        # digits of other scripts (str.isdecimal took them as choices 1 and 2)
+                                        ("\uff11", r"dev.csv:3: column 'label': '\uff11' is not a choice"),
+                                        ("\u0968", r"dev.csv:3: column 'label': '\u0968' is not a choice")])
 def test_a_label_that_is_no_choice_is_named(init, tmp_path, label, msg):
     train = _write(tmp_path / "train.csv", _rows(8, 0))
     rows = _rows(2, 1)
@@ -201,7 +205,10 @@ def test_an_ending_column_the_header_lacks_names_choice_columns(tmp_path):
 
 
 @pytest.mark.parametrize("same, at", [(("the sea .", "the sea ."), "ending1 and ending3"),
-                                      (("the sea .", " the  sea . "), "ending1 and ending3")])
+                                      (("the sea .", " the  sea . "), "ending1 and ending3"),
+                                      # in case, a compatibility form or an invisible mark aside (one uncased id list)
+                                      (("the sea .", "The Sea ."), "ending1 and ending3"),
+                                      (("the sea .", "the s\u200bea ."), "ending1 and ending3")])
 def test_two_endings_of_one_text_are_counted_by_line(tmp_path, caplog, same, at):
     """Two choices of the same text (white space aside): no label can pick one of them. Real data holds such rows
     (a distractor drawn equal to the answer), so they are kept and counted in a warning naming the first, in any
@@ -214,5 +221,18 @@ def test_two_endings_of_one_text_are_counted_by_line(tmp_path, caplog, same, at)
     with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
         assert len(task.load("train")) == 4
     assert [r.getMessage() for r in caplog.records] == [
-        f"{path}: 2 of 4 rows hold two endings of the same text, which no label can pick apart (the first: line 3, "
-        f"{at}, 'the sea .')"]
+        f"{path}: 2 of 4 rows hold two endings of the same text (in case, form or invisible marks aside), which no "
+        f"label can pick apart (the first: line 3, {at}, {' '.join(same[1].split())!r})"]
+
+
+def test_a_file_whose_answers_never_name_choice_0_is_said_to_count_from_1(tmp_path, caplog):
+    """Labels 1..4 over four endings: read from 0, the last ones were refused, but 1..3 trained every answer one
+    ending late without a word. A training split with no answer 0 among enough rows is named in a warning."""
+    rows = _rows(8, 0)
+    for r in rows:
+        r[-1] = str(1 + int(r[-1]) % 3)  # 1..3: no row's answer is choice 0
+    path = _write(tmp_path / "one.csv", rows)
+    task = tasks.ChoiceTask("s", {"train": str(path)}, ("sent1", "sent2"), tuple(HEADER[2:6]), "label")
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
+        task.load("train")
+    assert f"{path}: no row's answer is choice 0 (the first ending column, ending0): labels count from 0" in caplog.text

@@ -355,6 +355,27 @@ def test_a_txt_input_drops_its_bom_and_the_script_names_a_bad_byte(model_dir, tm
     assert f"{tmp_path / 'latin.txt'}:2:8: not UTF-8 text (byte 0xe9)" in err and not (tmp_path / "o.jsonl").exists()
 
 
+def test_a_txt_of_another_format_is_named_by_its_first_line(tmp_path):
+    """tasks.text_lines, the one reader of a .txt of texts (predict's inputs, a distillation's transfer text): a CSV,
+    JSON Lines or CoNLL file named .txt had its header, its JSON or its tags read as texts. Refused at the first line,
+    naming the format; text with commas in it is text."""
+    from squeezebert_jax import distill
+
+    for body, msg in (("text,label\nhello world,1\n", r"'text,label' reads as a table's header"),
+                      ("Sentence\tLabel\ngood\t1\n", r"'Sentence\\tLabel' reads as a table's header"),
+                      ('{"text": "a"}\n', r"a JSON object, where a text per line is read: a JSON Lines file"),
+                      ("-DOCSTART- -X- O\n\njohn B-PER\n", r"'-DOCSTART- -X- O' reads as a CoNLL line"),
+                      ("john B-PER\nshot O\n", r"'john B-PER' reads as a CoNLL line \(a word and its tag\)")):
+        (tmp_path / "in.txt").write_text(body)
+        with pytest.raises(DataFileError, match=rf"^{tmp_path / 'in.txt'}:1: {msg}"):
+            numbered_inputs(str(tmp_path / "in.txt"))
+        with pytest.raises(DataFileError, match=rf"^{tmp_path / 'in.txt'}:1: {msg}"):
+            distill.read_transfer_text(str(tmp_path / "in.txt"), "sst2")
+    (tmp_path / "ok.txt").write_text("Text, please\nlabel, text and more\n{not json}\n")
+    assert [x for _, x in numbered_inputs(str(tmp_path / "ok.txt"))] == ["Text, please", "label, text and more",
+                                                                         "{not json}"]
+
+
 def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_named(tmp_path, caplog):
     """A line of white space or invisible marks alone is skipped like a blank one, and the skipped lines are counted
     in a warning naming them (the "line" field keeps the alignment); an empty text beside another is refused by file
