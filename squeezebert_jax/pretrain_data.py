@@ -455,8 +455,9 @@ def _count(v) -> bool:
 _META_FIELDS = {
     "num_records": (_count, False, "an integer >= 0"),
     "num_shards": (_count, False, "an integer >= 0"),
-    "shards": (lambda v: isinstance(v, list) and all(isinstance(n, str) and n and os.path.basename(n) == n
-                                                      for n in v), False, "a list of the shard files' names"),
+    "shards": (lambda v: isinstance(v, list) and bool(v) and len(set(v)) == len(v) and all(
+        isinstance(n, str) and n and os.path.basename(n) == n for n in v), False,
+        "a non-empty list of the shard files' names, each once"),
     "shard_num_records": (lambda v: isinstance(v, list) and all(map(_count, v)), True, "a list of integers >= 0"),
     "shard_sha256": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()), True,
                      "an object of sha256 strings"),

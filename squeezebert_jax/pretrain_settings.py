@@ -254,7 +254,8 @@ def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bo
     """The workdir can hold this pretraining run (``files.check_run_dir``): nothing is written before this."""
     return files.check_run_dir(workdir, "pretraining", overwrite,
                                ours=DEMO_ENTRIES if config.data.source == "demo" else (),
-                               inputs={"init_from": config.init_from})
+                               inputs={"init_from": config.init_from,  # nor inside the prepared data it reads
+                                       "data.path": config.data.path if config.data.source == "prepared" else ""})
 
 
 def check_init_vocabulary(config: ml_collections.ConfigDict) -> None:

@@ -621,7 +621,9 @@ class FileTask:
             return tuple(sorted({self.labels.index(n) for n in names}))
         name = label_key(raw, where)
         if name not in self.labels:
-            raise DataFileError(f"{where}: label {name!r} is not one of {list(self.labels)}")
+            unlabelled = ("; -1 is how datasets and GLUE's TFDS splits mark a row without its label: a test file's "
+                          "rows may leave the label empty or out" if name == "-1" else "")
+            raise DataFileError(f"{where}: label {name!r} is not one of {list(self.labels)}{unlabelled}")
         return self.labels.index(name)
 
     def metrics(self, predictions, labels) -> dict[str, float]:
@@ -676,6 +678,9 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
         if parts and re.match(r"#\s*(sent_id|text|newdoc|newpar|doc_id|global\.columns)\b", line.strip()):
             raise DataFileError(f"{path}:{lineno}: a comment line ({line.strip()[:40]!r}: CoNLL-U's), which a CoNLL "
                                 "file here does not hold: remove the comment lines")
+        if len(parts) == 2 and parts[0] == "#" and not re.fullmatch(r"O|[BIESLU]-.+", parts[1]):  # "# note"
+            raise DataFileError(f"{path}:{lineno}: a comment line ({line.strip()[:40]!r}; the word '#' tagged "
+                                f"{parts[1]!r}?), which a CoNLL file here does not hold: remove the comment lines")
         if parts and parts[0].upper() != "-DOCSTART-" and re.fullmatch(r"\W*DOCSTART\W*", parts[0], re.I):
             raise DataFileError(f"{path}:{lineno}: {parts[0]!r} reads as CoNLL's document marker written otherwise "
                                 "(it would train as a word of a sentence): write -DOCSTART-, or remove the line")

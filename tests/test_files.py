@@ -337,6 +337,12 @@ def test_a_run_never_writes_over_its_inputs_even_with_overwrite(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--workdir {model} is config.init_from {model}: a run never"):
             check(config, str(model), overwrite=True)
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    # a pretraining's workdir inside the prepared data it reads (its data/ and checkpoints among the shards)
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    with pytest.raises(errors.InputError, match=rf"^--workdir {prepared}/run is inside config.data.path {prepared}"):
+        pretrain_settings.check_workdir(tiny_config(**{"data.source": "prepared", "data.path": str(prepared)}),
+                                        str(prepared / "run"))
     run = tmp_path / "run"
     for name, path, entry in (("data.test_file", run / "predictions_test.jsonl", "predictions_test.jsonl"),
                               ("init_from", run / "model", "model"),

@@ -164,7 +164,12 @@ def test_prepare_round_trip_and_meta(demo):
     (lambda t: t[:300], r"meta.json:\d+:\d+: not valid JSON"),  # cut short
     (lambda t: "[1, 2]", r"meta.json: a list \[1, 2\], not the JSON object prepare_data writes"),
     (lambda t: json.dumps(json.loads(t) | {"shards": "shard-00000-of-00003.array_record"}),
-     r'meta.json: "shards" is a string "shard-0.*", not a list of the shard files\' names'),
+     r'meta.json: "shards" is a string "shard-0.*", not a non-empty list of the shard files\' names'),
+    # no shard (grain's traceback after the run's first files were written), one shard listed twice (read twice)
+    (lambda t: json.dumps(json.loads(t) | {"shards": [], "num_shards": 0}), r'"shards" is a list \[\], not a '
+                                                                           r'non-empty list'),
+    (lambda t: json.dumps(json.loads(t) | {"shards": [json.loads(t)["shards"][0]] * 3}),
+     r'"shards" is a list .*, not a non-empty list of the shard files\' names, each once'),
     (lambda t: json.dumps(json.loads(t) | {"num_shards": "3"}), r'"num_shards" is a string "3", not an integer >= 0'),
     (lambda t: json.dumps(json.loads(t) | {"token_width": 3}), r'"token_width" is an integer 3, not 2 or 4'),
     (lambda t: json.dumps(json.loads(t) | {"num_shards": 4}), r"3 shards listed, but \"num_shards\""),

@@ -961,3 +961,16 @@ def test_a_single_label_that_reads_as_several_is_refused_by_line(tmp_path):
     path.write_text('text,label\na,\nb,""\n')
     with pytest.raises(sj.errors.DataFileError, match=rf"^{path}: no row has a label"):
         tasks.label_names_of(str(path), "label", multilabel=True)
+
+
+def test_a_label_minus_1_is_told_as_a_datasets_unlabelled_row(tmp_path):
+    """-1 is how datasets and GLUE's TFDS splits mark a row without its label: "not one of ['neg', 'pos']" said
+    nothing of it."""
+    (tmp_path / "dev.csv").write_text("review,sentiment\na,pos\nb,-1\n")
+    task = tasks.FileTask("t", "classification", {"train": str(tmp_path / "dev.csv"),
+                                                  "validation": str(tmp_path / "dev.csv")}, ("review",), "sentiment",
+                          ("neg", "pos"))
+    with pytest.raises(sj.errors.DataFileError, match=r"dev.csv:3: column 'sentiment': label '-1' is not one of "
+                                                      r"\['neg', 'pos'\]; -1 is how datasets and GLUE's TFDS splits "
+                                                      r"mark a row without its label"):
+        task.load("validation")

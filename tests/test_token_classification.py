@@ -283,9 +283,11 @@ def test_an_entity_its_scheme_cannot_read_is_refused_by_line(tmp_path, body, msg
     # CoNLL-U's comment lines: named as such, not as a short word line
     ("# a remark here\njohn B-PER\n", r"bad.conll:2: 2 fields, .*; line 1 is a comment line \(# \.\.\.\), which a "
                                     r"CoNLL file here does not hold"),
-    ("john NN O B-PER\n\n# left\n", r"bad.conll:3: 2 fields, .*; line 3 is a comment line"),
+    ("john NN O B-PER\n\n# left\n", r"bad.conll:3: a comment line \('# left'; the word '#' tagged 'left'\?\)"),
     # CoNLL-U's own comment lines, in any spacing: named at once (# sent_id=1 read as a word tagged "sent_id=1")
     ("# sent_id=1\njohn B-PER\n", r"bad.conll:1: a comment line \('# sent_id=1': CoNLL-U's\)"),
+    # ... and a note after '#' (read as the word '#' tagged 'comment'); '#' tagged O is a word (a tweet's)
+    ("john B-PER\n\n# comment\nshot O\n", r"bad.conll:3: a comment line \('# comment'"),
     ("john B-PER\n\n#text = mary left\nmary B-PER\n", r"bad.conll:3: a comment line"),
 ])
 def test_loader_errors_name_the_file_and_line(tmp_path, text, msg):
