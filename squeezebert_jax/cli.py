@@ -215,12 +215,12 @@ def merge_sections(flag_values) -> None:
 
     seen = set()  # a setting given twice: ml_collections kept the later without a word ({} then a dict, say)
     for arg in sys.argv[1:]:
-        m = re.match(r"--([A-Za-z_]\w*)\.([^=\s]+)", arg)
+        m = re.match(r"--?([A-Za-z_]\w*)\.([^=\s]+)", arg)  # absl takes -config.x too
         if m and m[1] in flag_values and config_flags.is_config_flag(flag_values[m[1]]):
-            if m[0] in seen:
-                raise InputError(f"{m[0]} is given twice: give each setting once (the later value replaced the "
+            if (key := f"{m[1]}.{m[2]}") in seen:
+                raise InputError(f"--{key} is given twice: give each setting once (the later value replaced the "
                                  "earlier without a word)")
-            seen.add(m[0])
+            seen.add(key)
     for name in flag_values:
         flag = flag_values[name]
         if not config_flags.is_config_flag(flag) or flag.value is None or not flag.present:

@@ -39,6 +39,7 @@ from flax import nnx
 
 from squeezebert_jax import convert, inference, tasks
 from squeezebert_jax.errors import InputError
+from squeezebert_jax.files import warn_texts
 from squeezebert_jax.files import check_input_file, has_text
 from squeezebert_jax.evaluation import load_for_task
 from squeezebert_jax.glue import GlueExample
@@ -147,6 +148,7 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
             raise InputError(f"transfer text {path}: a {os.path.splitext(path)[1]} file, whose header and quoting "
                              "would be read as sentences; give plain text, a sentence (or a tab-separated pair) "
                              "per line")
+        rows = []
         for lineno, cols in tasks.text_lines(path):
             if len(cols) != (2 if pair else 1):
                 want = "two tab-separated sentences" if pair else "one sentence (no tab)"
@@ -156,6 +158,8 @@ def read_transfer_text(paths, task) -> list[GlueExample]:
                 raise InputError(f"transfer text {path}:{lineno}: an empty sentence (only white space or invisible "
                                  "marks); remove the line or fill it")
             examples.append(GlueExample(len(examples), cols[0], cols[1] if pair else None, None))
+            rows.append((lineno, tuple(cols)))
+        warn_texts(path, rows)
     if not examples:
         raise InputError(f"transfer text {paths!r}: no lines")
     return examples

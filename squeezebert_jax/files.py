@@ -660,6 +660,7 @@ def _json_float(text: str) -> float:
 def reads_as_zero(text: str) -> bool:
     """A number written with a digit other than 0 that a float reads as 0 (``1e-400``: a label "0", a score 0 the
     file does not hold)."""
+    text = text.strip().replace("\u2212", "-")  # U+2212, the minus sign, as number_value reads it
     try:
         return float(text) == 0 and bool(re.search(r"[1-9]", re.split(r"[eE]", text)[0]))
     except ValueError:
@@ -1054,6 +1055,10 @@ def refuse_nested(out: str, what: str, job: str | None = None, mine: tuple[str, 
     if os.fspath(out).startswith("~"):
         raise InputError(f"{what} {out} starts with '~', which no shell expands after '=' (a directory named '~' "
                          f"would be made here): write the full path, or $HOME/{os.fspath(out)[2:]}")
+    if looped := next((p for p in (*_prefixes(os.fspath(out)), os.fspath(out)) if os.path.islink(p) and _loops(p)),
+                      None):
+        at = "" if looped == os.fspath(out) else f": {looped}"
+        raise InputError(f"{what} {out}{at} is a link that leads back to itself; remove it, or choose another path")
     path = os.path.realpath(out)
     at = path
     while (up := os.path.dirname(at)) != at:
@@ -1236,6 +1241,12 @@ _MARKER_PATTERNS = re.compile(r"#\S{1,12}[!?]"  # a spreadsheet's error cell in 
                               r"|\{\}|\(\)")  # an empty object or tuple written out (a lone "-" may be a class)
 
 
+# ... also with spaces inside: an empty pair of brackets or one holding blank/empty/null/none, n.a., a run of dashes of
+# any kind (a lone hyphen may be a class: + and -), an ellipsis
+_SPACED_MARKERS = re.compile(r"[(\[{<](blank|empty|null|none|n/?a)?[)\]}>]|n\.?a\.?|n/an/a"
+                             r"|[-\u2010-\u2015\u2212\u2e3a\u2e3b]{2,}|[\u2013-\u2015\u2e3a\u2e3b]|\.{2,}|\u2026")
+
+
 def is_missing_marker(text: str, texts: bool = False) -> bool:
     """Whether ``text`` is how a spreadsheet, pandas or a database dump writes a missing value (``MISSING_MARKERS``,
     in any width or quoted, or ``_MARKER_PATTERNS``); ``texts``: a text column's too (pandas' "nan")."""
@@ -1244,7 +1255,9 @@ def is_missing_marker(text: str, texts: bool = False) -> bool:
     key = unicodedata.normalize("NFKC", text).strip().strip("'\"").strip().casefold()
     if not key and text.strip():  # '' or "": an empty string written out
         return True
-    return key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
+    tight = re.sub(r"\s+", "", key)  # ( ), n. a., – –
+    return (key in (TEXT_MARKERS if texts else MISSING_MARKERS) or bool(_MARKER_PATTERNS.fullmatch(key))
+            or bool(_SPACED_MARKERS.fullmatch(tight)))
 
 
 # BERT's special tokens, which its tokenizer (and transformers' BertTokenizerFast) reads as those tokens in any text

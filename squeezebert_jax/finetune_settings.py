@@ -171,7 +171,11 @@ def check_workdir(config: ml_collections.ConfigDict, workdir: str, overwrite: bo
     if cache := config.distill.get("cache_dir"):  # the teacher's logits go there: not into a model, nor checkpoints
         if not isinstance(cache, str):
             raise InputError(f"config.distill.cache_dir={cache!r:.60}: a directory's path (a string)")
-        files.refuse_nested(cache, "config.distill.cache_dir")
+        # another run's tb/, predictions/ or own directory too; a teacher_cache/ may be shared
+        files.refuse_nested(cache, "config.distill.cache_dir", "", mine=("teacher_cache",))
+        if owner := files.run_of(cache):
+            raise InputError(f"config.distill.cache_dir {cache} is the directory of a {owner} run; choose a directory "
+                             "of its own (WORKDIR/teacher_cache is the run's default)")
         if os.path.isdir(cache):
             files.refuse_model_dir(cache, "the teacher's logits", "config.distill.cache_dir")
         files.check_inputs_outside(cache, inputs, "config.distill.cache_dir")

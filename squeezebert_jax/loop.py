@@ -124,7 +124,10 @@ class Settings:
         """Each of ``names`` the config holds is True or False: a string ("no", "false") was read as true."""
         for name in names:
             section, _, key = name.rpartition(".")
-            if key in (self.value(section) if section else self.config):
+            held = self.value(section) if section else self.config
+            if not isinstance(held, (dict, ml_collections.ConfigDict)):
+                self.value(name)  # the section is no dict: one line naming it
+            if key in held:
                 v = self.value(name)
                 self.need(isinstance(v, bool), name, f"true or false (a bool; the string {v!r} read as true)"
                           if isinstance(v, str) else "true or false")

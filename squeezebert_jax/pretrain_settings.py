@@ -69,6 +69,9 @@ def get_phases(config) -> list[Phase]:
         out.append(Phase(p["name"], i, start, p["num_steps"], p["seq_len"], p["max_predictions_per_seq"],
                          p.get("num_microbatches") or 0))
         start += p["num_steps"]
+        if start > 2 ** 31 - 1:  # the step is an int32 in the train state
+            raise InputError(f"config.phases[{i}].num_steps={p['num_steps']!r}: the phases' steps end at {start:,}, "
+                             "past 2,147,483,647 (the step counts in 32-bit integers)")
     return out
 
 

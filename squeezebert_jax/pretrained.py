@@ -608,6 +608,12 @@ def model_kind(model) -> str | None:
     return next((k for k, head in tasks.HEAD_KINDS.items() if isinstance(model, HEADS[head])), None)
 
 
+def _numpy_scalar(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} {o!r:.40} is not JSON")
+
+
 def _check_card(card, model: nnx.Module, finetuning_task: str | None) -> dict | None:
     """A task description given as a value (``card=``) as it will be written (JSON: a tuple is a list), checked as
     task.json is read (``predict.check_card``) against the model it is written beside: it was written as given (a card
@@ -615,7 +621,7 @@ def _check_card(card, model: nnx.Module, finetuning_task: str | None) -> dict | 
     if card is None or card == {}:
         return None
     try:
-        card = json.loads(json.dumps(card, allow_nan=False))
+        card = json.loads(json.dumps(card, allow_nan=False, default=_numpy_scalar))  # np.int64(64) is 64
     except (TypeError, ValueError) as e:
         raise InputError(f"card={card!r:.80}: not a JSON object of the task's settings ({e})") from None
     if (kind := model_kind(model)) is None:

@@ -173,6 +173,14 @@ def _example(idx: int, where: str, row: dict, labelled: bool) -> QAExample:
         raise DataFileError(f"{where}: the question's \"id\" is {json.dumps(row.get('id'))[:60]}; an id is a string "
                             "or an integer (a string with something visible in it)")
     qid, context = str(row["id"]), row["context"]
+    # a key that reads as the answers' or is_impossible's, misspelt ("Answers", "answer", "isImpossible"): read as
+    # none, the question was silently unanswerable
+    if odd := next((k for k in row if isinstance(k, str) and k not in ("answers", "is_impossible", "plausible_answers")
+                    and re.sub(r"[\W_]", "", k).casefold() in ("answers", "answer", "isimpossible", "answerstext",
+                                                                "answertext", "answerstart", "impossible")), None):
+        raise DataFileError(f"{where}: question {qid!r}: the key {odd!r} reads as \"answers\" or \"is_impossible\" "
+                            "misspelt, which no SQuAD layout has (read as none, the question would be unanswerable); "
+                            "use the layout's keys")
     answers = row.get("answers")
     if isinstance(answers, dict):  # datasets' layout: {"text": [...], "answer_start": [...]}
         if other := sorted(set(answers) - {"text", "answer_start"}, key=str):  # "texts", "Text": read as no answer

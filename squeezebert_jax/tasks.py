@@ -83,7 +83,11 @@ def input_length(value, positions: int | None = None, name: str = "max_length", 
 LABEL_SEPARATOR = "|"  # a multilabel row's labels in a CSV/TSV field: "comedy|drama" (JSON Lines: also a list)
 # separators mistaken for it, refused inside a multilabel row's label names (config.data.labels could not name one with
 # a comma; "comedy;drama" is a spreadsheet's list)
-MISTAKEN_SEPARATORS = {",": "comma", ";": "semicolon", "\uff5c": "full-width vertical bar", "\u00a6": "broken bar"}
+MISTAKEN_SEPARATORS = {",": "comma", ";": "semicolon", "\uff5c": "full-width vertical bar", "\u00a6": "broken bar",
+                       "\u2223": "divides sign", "\u2502": "box-drawing bar",
+                       "\u01c0": "dental click (a bar look-alike)",
+                       "\u23ae": "integral extension (a bar look-alike)", "\uff0c": "full-width comma",
+                       "\u3001": "ideographic comma"}
 TASK_CARD = "task.json"  # in an exported MODEL_DIR: how its task reads inputs and decodes outputs (predict)
 IGNORE = -100  # the label of the pieces a token task does not score: specials, padding, a word's later pieces
 log = logging.getLogger(__name__)
@@ -277,7 +281,7 @@ def check_card(card, path: str, kind: str | None = None, num_labels: int | None 
                              f"output{'s' * (glue_task.num_labels != 1)}, but the model's classifier has {num_labels}; "
                              "the task.json of another model? put back the one its fine-tuning wrote")
     task = finetuning_task if "glue_task" in card else None
-    if task is not None and task != card["glue_task"]:  # a converted checkpoint carries both (to_pytorch)
+    if task is not None and (glue_name(task) or task) != card["glue_task"]:  # to_pytorch writes both; sst-2 is sst2
         raise InputError(f"{path}: 'glue_task' is {card['glue_task']!r}, but config.json's finetuning_task is "
                          f"{task!r}: which task the model was fine-tuned on is not for us to pick; make them agree")
     if overlap := ({Row._key(c) for c in card.get("text_columns", ())}
@@ -476,7 +480,7 @@ def _csv_records(path: str, lines):
 _HEADER_WORDS = frozenset({"text", "texts", "sentence", "sentence1", "sentence2", "label", "labels", "review",
                            "question", "context", "premise", "hypothesis", "id", "idx", "tokens", "words", "ner_tags",
                            "tags", "text_a", "text_b", "answer", "answers", "score", "sentiment"})
-_CONLL_LINE = re.compile(r"-docstart-.*|\S+(\s+\S+){0,3}\s+[BIES]-[A-Za-z]\S*", re.IGNORECASE)
+_CONLL_LINE = re.compile(r"(?i:-docstart-.*)|\S+(\s+\S+\s+\S+)?\s+[BIESLU]-[A-Z][A-Z0-9_]+")  # john B-PER
 
 
 def text_lines(path: str, what: str = "", blank: list[int] | None = None):
@@ -494,7 +498,7 @@ def text_lines(path: str, what: str = "", blank: list[int] | None = None):
             continue
         if first:
             first = False
-            if line.lstrip().startswith("{") and _is_json_object(line):
+            if line.lstrip().startswith("{") and (_is_json_object(line) or _nested_past_parser(line)):
                 raise DataFileError(f"{path}:{lineno}: a JSON object, where a text per line is read: a JSON Lines file "
                                     "(name it .jsonl)")
             fields = [f.strip() for f in re.split(r"[,\t]", line)]
@@ -551,6 +555,7 @@ class FileTask:
         for lineno, row in read_rows(path):
             if not examples:
                 check_unread_columns(path, lineno, row, self.text_columns, "config.data.text_columns",
+                                     label=self.label_column,
                                      refuse=self.text_columns == (DATA_SETTINGS["text_columns"],))
             texts, label = row_fields(path, lineno, row, self.text_columns, self.label_column, self._label, split)
             examples.append(GlueExample(len(examples), texts[0], texts[1] if len(texts) == 2 else None, label))
@@ -675,7 +680,8 @@ def read_conll(path: str, columns: tuple[str, str] = ("tokens", "ner_tags")
         if parts and parts[0].upper() == "-DOCSTART-" and words:
             raise DataFileError(f"{path}:{lineno}: -DOCSTART- inside a sentence (from line {start}); a document "
                                 "marker stands between sentences: put a blank line before it")
-        if parts and re.match(r"#\s*(sent_id|text|newdoc|newpar|doc_id|global\.columns)\b", line.strip()):
+        if parts and re.match(r"#\s*((sent_id|text|doc_id|global\.columns)\s*[=:]|(newdoc|newpar)\b(?!\s+[BIESLUO]))",
+                              line.strip()):  # CoNLL-U's: # sent_id = 1, # newdoc; not a tweet's #text O
             raise DataFileError(f"{path}:{lineno}: a comment line ({line.strip()[:40]!r}: CoNLL-U's), which a CoNLL "
                                 "file here does not hold: remove the comment lines")
         if len(parts) == 2 and parts[0] == "#" and not re.fullmatch(r"O|[BIESLU]-.+", parts[1]):  # "# note"
@@ -1005,7 +1011,8 @@ class ChoiceTask:
                 raise missing_column(path, lineno, row, missing, "ending column", "config.data.choice_columns")
             if not out:
                 check_unread_columns(path, lineno, row, (*self.text_columns, *self.choice_columns),
-                                     "config.data.text_columns or config.data.choice_columns", refuse=False)
+                                     "config.data.text_columns or config.data.choice_columns", refuse=False,
+                                     label=self.label_column)
             texts, label = row_fields(path, lineno, row, (*self.text_columns, *self.choice_columns), self.label_column,
                                       self._label, split)
             lead, endings = texts[1] if len(self.text_columns) == 2 else None, texts[len(self.text_columns):]
@@ -1043,8 +1050,11 @@ class ChoiceTask:
             return at
         if _INDEX.fullmatch(name) and int(name) < len(self.choice_columns):  # ASCII: '１' and '२' are no index
             return int(name)
+        hint = ("; -1 is how SWAG and datasets mark a row without its label: a test file's rows may leave it empty"
+                if name == "-1" else "; labels count from 0 here (a file counting from 1?)"
+                if _INDEX.fullmatch(name) and int(name) == len(self.choice_columns) else "")
         raise DataFileError(f"{path}:{lineno}: column {self.label_column!r}: {name!r} is not a choice: an index "
-                            f"0..{len(self.choice_columns) - 1} or one of {list(self.choice_columns)}")
+                            f"0..{len(self.choice_columns) - 1} or one of {list(self.choice_columns)}{hint}")
 
     def encode(self, examples, tokenizer, max_length: int) -> dict[str, np.ndarray]:
         """``[N, choices, max_length]`` inputs, each choice ``[CLS] context [SEP] (start ending) [SEP]``; ``labels``
@@ -1109,10 +1119,11 @@ def column_stem(name: str) -> str:
     return re.sub(r"[\W_]+[a-z]$", "", re.sub(r"[\W_]*\d+", "", name), flags=re.IGNORECASE).casefold()
 
 
-def check_unread_columns(path: str, lineno, row, columns, setting: str, refuse: bool) -> None:
+def check_unread_columns(path: str, lineno, row, columns, setting: str, refuse: bool, label: str = "") -> None:
     """Training's check of a split's first row (``unread_numbered``): refused when the columns read are the default
-    (``sentence`` beside ``sentence2``: a pair read as one text), else a warning (chosen, perhaps deliberately)."""
-    if all(c in row for c in columns) and (extra := unread_numbered(row, columns)):  # (a missing one: named first)
+    (``sentence`` beside ``sentence2``: a pair read as one text), else a warning (chosen, perhaps deliberately). The
+    ``label`` column is read too (``sentence_y`` may be the label)."""
+    if all(c in row for c in columns) and (extra := [c for c in unread_numbered(row, columns) if c != label]):
         at = getattr(row, "header_at", None) or lineno
         same = ", ".join(c for c in columns if column_stem(c) == column_stem(extra[0]))
         what = f"{path}:{at}: column {extra[0]!r} is numbered like {same}, which is read, but is not read itself"
@@ -1234,12 +1245,16 @@ def label_key(raw, where: str) -> str:
                 raise DataFileError(f"{where}: the label {raw!r} is a number written with '_'; write it without "
                                     f"({text.replace('_', '')}), as the other rows write numbers")
             return text
-        if float(text) == 0:  # 0e99999999999999999999 is 0; 1e-400 no float holds (Decimal's range ends later)
-            if files.reads_as_zero(text):
-                raise DataFileError(f"{where}: the label {raw!r} is a number below a float's range (it reads as 0); "
-                                    "write it as 0, or as the name it is")
+        if float(text) == 0 and not files.reads_as_zero(text):  # 0e99999999999999999999 is 0
             return "0"
-        value = decimal.Decimal(text) if math.isfinite(float(text)) else None  # 1e400: no float holds it
+        # 1e-400 no float holds: a value of its own, by its decimal (1e400: not a finite number)
+        try:
+            value = decimal.Decimal(text) if math.isfinite(float(text)) else None
+            if value is not None and not -999_999 < value.adjusted() < 999_999:  # past Decimal's context
+                raise decimal.InvalidOperation
+        except decimal.InvalidOperation:  # its traceback named no line
+            raise DataFileError(f"{where}: the label {raw!r} is a number no label's value holds (its exponent is "
+                                "past a million); write it as the name it is") from None
     elif raw is None:
         raise DataFileError(f"{where}: the label is null (a dataset's class label -1: unlabelled); every training "
                             "and validation row needs its label")
@@ -1334,11 +1349,11 @@ def label_keys(raw, where: str, spellings: bool = False) -> tuple:
                or (isinstance(x, str) and _looks_like_list(x.strip()))]:  # ["[\"a\"]", "b"]: a list in a list
         raise DataFileError(f"{where}: {files.json_value(bad[0])} in the row's labels is not "
                             f"a label")
-    if isinstance(raw, str) and re.fullmatch(r"\s*(\(.*\)|\{.*\})\s*", raw, re.S):  # (a|b), {comedy}: another tool's
+    if isinstance(raw, str) and re.fullmatch(r"\s*(\(.*[|,;].*\)|\{.*[|,;].*\}|<.*[|,;].*>)\s*", raw, re.S):  # (a|b)
         raise DataFileError(f"{where}: {raw.strip()[:60]!r} is a list in another tool's syntax (a tuple, a database "
                             f"array); a row's labels are a JSON list or names separated by {LABEL_SEPARATOR!r}")
     bits = {_BITS.get(str(x).strip().casefold()) for x in items}
-    if len(items) > 1 and bits == {0, 1}:  # [1, 0, 0]: both values, in no other form
+    if len(items) > 2 and bits == {0, 1}:  # [1, 0, 0]: both values, in no other form ([0, 1]: label_names_of)
         raise DataFileError(f"{where}: {files.json_value(raw) if not isinstance(raw, str) else repr(raw.strip())} "
                             "reads as a 0/1 vector, one entry per class (each entry would be a label of its own, every "
                             "row holding both); a row's labels are the names of those on: comedy|drama or "
@@ -1434,6 +1449,16 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
+def _nested_past_parser(text: str) -> bool:
+    try:
+        json.loads(text)
+    except RecursionError:
+        return True
+    except ValueError:
+        pass
+    return False
+
+
 def _looks_like_list(text: str) -> bool:
     """A cell holding a JSON list (``["comedy", "drama"]``)."""
     try:
@@ -1455,13 +1480,19 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
     case (``Pos`` and ``pos``) are refused: one class written two ways would train as two; ``config.data.labels``
     naming both keeps them apart."""
     names, spellings, shown, lines = {}, {}, {}, 0
+    pairs, vectors = [], True  # multilabel rows of [0, 1] or [1, 0] alone: a 0/1 vector of two classes each?
     for lineno, row in read_rows(path):
         lines += 1
         if column not in row:
             raise missing_column(path, lineno, row, column, "label column", "config.data.label_column")
         where = f"{path}:{lineno}: column {column!r}"
-        for name, written in (label_keys(row[column], where, spellings=True) if multilabel
-                              else [(label_key(row[column], where), str(row[column]).strip())]):
+        read = (label_keys(row[column], where, spellings=True) if multilabel
+                else [(label_key(row[column], where), str(row[column]).strip())])
+        if multilabel and read:
+            bits = {_BITS.get(w.casefold()) for _, w in read}
+            vectors = vectors and bits <= {0, 1} and len(read) == 2
+            pairs.append((lineno, row[column]))
+        for name, written in read:
             if not multilabel and (LABEL_SEPARATOR in name or _looks_like_list(name)):  # a multilabel row?
                 raise DataFileError(f"{where}: the label {name[:60]!r} reads as several labels (data.kind=multilabel "
                                     f"takes a row's labels as a JSON list or names separated by {LABEL_SEPARATOR!r}); "
@@ -1474,6 +1505,12 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
                 shown.setdefault(name, row[column].strip())
             if _NUMBER.fullmatch(name):  # the number as the file writes it (each of a multilabel row's)
                 spellings.setdefault(name, {}).setdefault(written, lineno)
+    if multilabel and pairs and vectors:  # every row both labels 0 and 1: one entry per class, read as names
+        lineno, cell = pairs[0]
+        raise DataFileError(f"{path}:{lineno}: column {column!r}: every row's labels are 0 and 1 "
+                            f"({files.json_value(cell) if not isinstance(cell, str) else repr(cell.strip())}): a 0/1 "
+                            "vector, one entry per class, read as names (every row would hold both); a row's labels "
+                            "are the names of those on: comedy|drama or [\"comedy\", \"drama\"]")
     check_one_form(names, shown)
     if marker := next((n for n in names if is_missing_marker(shown.get(n, n))), None):
         raise DataFileError(f"{names[marker][0]}: the label {shown.get(marker, marker)!r} is how spreadsheets and "

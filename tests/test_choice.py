@@ -134,6 +134,7 @@ def test_a_tiny_model_learns_to_choose_and_predicts(init, tmp_path, run_cli):
                                         ("\u2462", r"dev.csv:3: column 'label': '\u2462' is not a choice"),
                                         # digits of other scripts (str.isdecimal took them as choices 1 and 2)
                                         ("\uff11", r"dev.csv:3: column 'label': '\uff11' is not a choice"),
+                                        ("-1", r"dev.csv:3: column 'label': '-1' is not a choice: .*; -1 is how SWAG"),
                                         ("\u0968", r"dev.csv:3: column 'label': '\u0968' is not a choice")])
 def test_a_label_that_is_no_choice_is_named(init, tmp_path, label, msg):
     train = _write(tmp_path / "train.csv", _rows(8, 0))

@@ -126,7 +126,8 @@ def test_a_config_section_given_whole_adds_to_the_files_section(monkeypatch):
     assert parse("--config.model.overrides={}").model.overrides.to_dict() == {}
     # a setting given twice: the later replaced the earlier without a word ({} then a dict undid the clear)
     for twice in (("--config.model.overrides={}", "--config.model.overrides={'q_groups': 2}"),
-                  ("--config.stop_at_step=1", "--config.stop_at_step=2")):
+                  ("--config.stop_at_step=1", "--config.stop_at_step=2"),
+                  ("--config.stop_at_step=1", "-config.stop_at_step=2")):  # absl takes one dash too
         with pytest.raises(InputError, match=rf"^{re.escape(twice[0].split('=')[0])} is given twice: give each "
                                              r"setting once"):
             parse(*twice)

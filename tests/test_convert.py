@@ -629,6 +629,13 @@ def test_a_card_given_as_a_value_is_checked_as_task_json_is_read(tmp_path):
     sj.export_torch(model, tmp_path / "hf", card={"kind": "classification", "text_columns": ("review",)})
     assert json.loads((tmp_path / "hf" / "task.json").read_text()) == {"kind": "classification",
                                                                        "text_columns": ["review"]}
+    # transformers' older spelling of a GLUE task is the task (sst-2 is sst2); numpy's numbers are numbers
+    sj.export_torch(model, tmp_path / "hf2", card={"kind": "classification", "glue_task": "sst2",
+                                                   "text_columns": ["sentence"]}, finetuning_task="sst-2")
+    qa = sj.SqueezeBertForQuestionAnswering(sj.SqueezeBertConfig(**TINY), rngs=sj.model.nnx.Rngs(0))
+    sj.export_torch(qa, tmp_path / "hf3", card={"kind": "question_answering", "max_query_length": np.int64(64),
+                                                "null_threshold": np.float32(0.5), "version_2": np.bool_(True)})
+    assert json.loads((tmp_path / "hf3" / "task.json").read_text())["max_query_length"] == 64
     with pytest.raises(sj.errors.InputError, match=r"^card: 'kind' is 'multiple_choice', but the model is a "
                                                    r"classifier model"):
         sj.import_torch(tmp_path / "hf", tmp_path / "m", card={"kind": "multiple_choice",

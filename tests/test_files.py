@@ -602,6 +602,11 @@ def test_nothing_is_written_inside_a_model_or_a_runs_checkpoints(tmp_path):
         with pytest.raises(errors.InputError, match=rf"^--out {target} {msg}"):
             files.check_output_file(target, overwrite=True)
     assert files.check_output_file(run / "preds.jsonl") == str(run / "preds.jsonl")  # beside them: the user's
+    # a link on the way that leads back to itself: makedirs' ELOOP after the work
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(errors.InputError, match=rf"^--out {tmp_path}/loop/sub: {tmp_path}/loop is a link that leads "
+                                                r"back to itself"):
+        files.check_output_dir(tmp_path / "loop" / "sub")
     # a path starting with '~' that no shell expanded (--out=~/x): every writer, through refuse_nested
     for check in (files.check_output_file, files.check_output_dir,
                   lambda p: files.check_run_dir(p, "fine-tuning"), lambda p: pretrained.check_model_dir(p, (), [])):

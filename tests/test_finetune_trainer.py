@@ -841,7 +841,9 @@ def test_a_distillation_cache_dir_is_never_a_model_nor_a_runs_checkpoints(tmp_pa
     c.distill.teacher = str(model)
     for cache, msg in ((model, r"holds a model \(config.json, params.safetensors\): the teacher's logits there"),
                        (other / "checkpoints" / "t", r"is inside the checkpoints directory of the run in"),
-                       (model / "cache", r"is inside the model directory")):
+                       (model / "cache", r"is inside the model directory"),
+                       (other / "tb" / "t", r"is inside tb/ of the training run in"),
+                       (other, r"is the directory of a training run")):
         c.distill.cache_dir = str(cache)
         with pytest.raises(sj.errors.InputError, match=rf"^config.distill.cache_dir {cache} {msg}"):
             finetune_settings.check_workdir(c, str(tmp_path / "run"))

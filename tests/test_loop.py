@@ -176,6 +176,9 @@ def test_settings_refuse_each_training_setting_with_one_line():
             settings.need(settings.integer("phases[0].seq_len", 5), "phases[0].seq_len", "an integer >= 5")
             settings.check_training()
     assert loop.Settings(ml_collections.ConfigDict(good | {"seed": 2 ** 32 - 1})).check_training() is None
+    settings = loop.Settings(ml_collections.ConfigDict(good | {"data": None}))  # a flag's section set to None
+    with pytest.raises(errors.InputError, match=r"^config.data=None: a section of settings"):
+        settings.flags("data.start_over")
     # a flag given as a string ("no" was read as true), or a number; numpy's bool is a bool
     for bad, valid in (("no", r"true or false \(a bool; the string 'no' read as true\)"), (1, "true or false$")):
         with pytest.raises(errors.InputError, match=rf"^config\.fsdp={bad!r}: {valid}"):

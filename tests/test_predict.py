@@ -355,7 +355,7 @@ def test_a_txt_input_drops_its_bom_and_the_script_names_a_bad_byte(model_dir, tm
     assert f"{tmp_path / 'latin.txt'}:2:8: not UTF-8 text (byte 0xe9)" in err and not (tmp_path / "o.jsonl").exists()
 
 
-def test_a_txt_of_another_format_is_named_by_its_first_line(tmp_path):
+def test_a_txt_of_another_format_is_named_by_its_first_line(tmp_path, caplog):
     """tasks.text_lines, the one reader of a .txt of texts (predict's inputs, a distillation's transfer text): a CSV,
     JSON Lines or CoNLL file named .txt had its header, its JSON or its tags read as texts. Refused at the first line,
     naming the format; text with commas in it is text."""
@@ -365,15 +365,22 @@ def test_a_txt_of_another_format_is_named_by_its_first_line(tmp_path):
                       ("Sentence\tLabel\ngood\t1\n", r"'Sentence\\tLabel' reads as a table's header"),
                       ('{"text": "a"}\n', r"a JSON object, where a text per line is read: a JSON Lines file"),
                       ("-DOCSTART- -X- O\n\njohn B-PER\n", r"'-DOCSTART- -X- O' reads as a CoNLL line"),
-                      ("john B-PER\nshot O\n", r"'john B-PER' reads as a CoNLL line \(a word and its tag\)")):
+                      ("john B-PER\nshot O\n", r"'john B-PER' reads as a CoNLL line \(a word and its tag\)"),
+                      ("{" + '"a":{' * 3000 + "}" * 3001 + "\n", r"a JSON object, where a text per line is read")):
         (tmp_path / "in.txt").write_text(body)
         with pytest.raises(DataFileError, match=rf"^{tmp_path / 'in.txt'}:1: {msg}"):
             numbered_inputs(str(tmp_path / "in.txt"))
         with pytest.raises(DataFileError, match=rf"^{tmp_path / 'in.txt'}:1: {msg}"):
             distill.read_transfer_text(str(tmp_path / "in.txt"), "sst2")
-    (tmp_path / "ok.txt").write_text("Text, please\nlabel, text and more\n{not json}\n")
-    assert [x for _, x in numbered_inputs(str(tmp_path / "ok.txt"))] == ["Text, please", "label, text and more",
-                                                                         "{not json}"]
+    for first in ("Text, please", "I love B-movies", "type B-positive", "my E-mail", "{not json}"):
+        (tmp_path / "ok.txt").write_text(f"{first}\nlabel, text and more\n")
+        assert [x for _, x in numbered_inputs(str(tmp_path / "ok.txt"))] == [first, "label, text and more"]
+    # a transfer text's special tokens and markers are counted as a file's rows are (files.warn_texts)
+    (tmp_path / "t.txt").write_text("a [SEP] b\nnan\nfine\n")
+    with caplog.at_level("WARNING"):
+        assert len(distill.read_transfer_text(str(tmp_path / "t.txt"), "sst2")) == 3
+    assert f"{tmp_path / 't.txt'}: 1 of 3 rows have a text holding a special token written out ([SEP] at line 1)" \
+        in caplog.text and f"{tmp_path / 't.txt'}: 1 of 3 rows have a text that is how pandas" in caplog.text
 
 
 def test_a_txt_line_of_invisible_marks_is_blank_and_an_empty_text_of_a_pair_is_named(tmp_path, caplog):

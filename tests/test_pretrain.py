@@ -658,6 +658,8 @@ TWO_PHASES = [dict(name="phase1", num_steps=4, seq_len=32, max_predictions_per_s
     ({"phases": [{"name": "p", "num_steps": 4, "max_predictions_per_seq": 5}]}, "config.phases[0]: no seq_len; a "
                                                                                   "phase has name"),
     ({"phases": [5]}, "config.phases[0]=5: not a phase (a dict)"),
+    ({"phases": [dict(TWO_PHASES[0], num_steps=2 ** 31 - 1), dict(TWO_PHASES[0], name="p2", num_steps=4)]},
+     "config.phases[1].num_steps=4: the phases' steps end at 2,147,483,651, past 2,147,483,647"),
     ({"phases": [dict(TWO_PHASES[0], num_microbatches=2.5)]}, "config.phases[0].num_microbatches=2.5: an integer >= 1"),
     ({"phases": [dict(TWO_PHASES[0], max_predictions_per_seq=True)]},
      "config.phases[0].max_predictions_per_seq=True: an integer in [1, seq_len 32]"),

@@ -5,6 +5,8 @@ the dataset and row."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -163,6 +165,10 @@ def test_errors_name_the_dataset_and_the_row(saved, tmp_path):
     # a TFDS version, as tfds.load names it, is no split ("1.0.0" was read as one) and no community namespace (the
     # spec with a split after it was refused as one)
     assert sources.parse("tfds:glue/sst2:1.0.0") == ("tfds", "glue/sst2:1.0.0", "train")
+    for spec in ("tfds:glue/sst2:train[:10%]", "hf:/data/x:train[:100]"):  # a namespace, a builder or a glob, it said
+        with pytest.raises(sj.errors.DataFileError, match=rf"^{re.escape(spec)}: a slice of a split \(\[...\]\) is not "
+                                                          r"read here"):
+            sources.parse(spec)
     assert sources.parse("tfds:glue/sst2:1.*.*:test") == ("tfds", "glue/sst2:1.*.*", "test")
     assert sources.tfds_version("glue/sst2:1.0.0") == ("glue/sst2", "1.0.0")
     assert sources.tfds_version("kaggle:someone/data") == ("kaggle:someone/data", "")

@@ -431,6 +431,12 @@ def test_an_answers_key_no_squad_layout_has_is_refused(tmp_path):
         (tmp_path / "a.jsonl").write_text(json.dumps(base | {"answers": answers}) + "\n")
         with pytest.raises(sj.errors.DataFileError, match=rf"^{tmp_path / 'a.jsonl'}:1: question 'q1': {msg}"):
             squad.read_squad(str(tmp_path / "a.jsonl"))
+    for row, key in (({"answers": [], "Answers": [{"text": "york", "answer_start": 12}]}, "Answers"),
+                     ({"answers": [], "isImpossible": False}, "isImpossible"), ({"answer": "york"}, "answer")):
+        (tmp_path / "a.jsonl").write_text(json.dumps(base | row) + "\n")
+        with pytest.raises(sj.errors.DataFileError, match=rf"a.jsonl:1: question 'q1': the key '{key}' reads as "
+                                                          r"\"answers\" or \"is_impossible\" misspelt"):
+            squad.read_squad(str(tmp_path / "a.jsonl"))
     (tmp_path / "a.jsonl").write_text(json.dumps(base | {"answers": [{"text": "york", "answer_start": 12,
                                                                       "answer_end": 16}]}) + "\n")
     assert squad.read_squad(str(tmp_path / "a.jsonl"))[0].answers == (("york", 12),)

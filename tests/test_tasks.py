@@ -165,10 +165,12 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
      r"score.csv:2: column 'sentiment': 'nan' is not a finite number"),
     # a number no float holds, written as text: a score or a label "0" the file does not hold (Decimal's own range
     # ended in its InvalidOperation traceback); a label nested past the parser, one line
+    ("tinyscore2.csv", "review,sentiment\nfoo,1\nbar,\u22121e-400\n", {"data.kind": "regression"},  # U+2212
+     r"tinyscore2.csv:3: column 'sentiment': '\u22121e-400' is below a float's range"),
     ("tinyscore.csv", "review,sentiment\nfoo,1\nbar,1e-400\n", {"data.kind": "regression"},
      r"tinyscore.csv:3: column 'sentiment': '1e-400' is below a float's range \(it reads as 0"),
     ("tinylabel.csv", "review,sentiment\nfoo,pos\nbar,1e-99999999999999999999\n", {},
-     r"tinylabel.csv:3: column 'sentiment': the label '1e-99999999999999999999' is a number below a float's range"),
+     r"tinylabel.csv:3: column 'sentiment': the label '1e-99999999999999999999' is a number no label's value holds"),
     ("nested.csv", "review,sentiment\nfoo,pos\nbar," + "[" * 1000 + "]" * 1000 + "\n", {},
      r"nested.csv:3: column 'sentiment': the label '\[\[\[.*' reads as several labels"),
     ("score2.csv", "review,sentiment\nfoo,good\n", {"data.kind": "regression"},
@@ -212,7 +214,9 @@ def test_a_jsonl_sentence_pair_regression(init, tmp_path):
       for i, m in enumerate(("#NV", "#WERT!", "#¡VALOR!", "Err:502", ".", "?", "(null)", "<NULL>", "ＮＵＬＬ",
                              # a pivot table's empty cell, n.a. typed, a column too narrow, dashes, an empty string,
                              # object or tuple written out
-                             "(blank)", "N.A.", "########", "--", "\u2014", "{}", "()"))],
+                             "(blank)", "N.A.", "########", "--", "\u2014", "{}", "()",
+                             # ... with spaces inside, other dashes, other brackets, an ellipsis
+                             "( )", "n. a.", "\u2010\u2010", "\u2013 \u2013", "[blank]", "<empty>", "...", "\u2026"))],
     # pandas' NaN as a label, named as such; a stray quote left by CSV quoting (a TSV's last line: pos")
     ("nanlabel.csv", "review,sentiment\nfoo,pos\nbar,nan\n", {},
      r"nanlabel.csv:3: column 'sentiment': the label 'nan' is not a finite number \(NaN: how pandas writes a missing"),
@@ -337,6 +341,9 @@ def test_a_text_column_numbered_like_the_one_read_is_not_left_unread(tmp_path, c
         with pytest.raises(sj.errors.DataFileError, match=rf"p{i}.csv:1: column '{re.escape(other)}' is numbered like "
                                                           r"sentence"):
             _labels_of(tmp_path, f"p{i}.csv", body.replace("sentence2", other), **{"data.text_columns": "sentence"})
+    # the label column lettered like the text (sentence_y) is read: as the label
+    _labels_of(tmp_path, "y.csv", "sentence,sentence_y\na,pos\nc,neg\n", **{"data.label_column": "sentence_y",
+                                                                         "data.text_columns": "sentence"})
     with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):
         _labels_of(tmp_path, "q.csv", body.replace("sentence,", "text1,", 1).replace("sentence2", "text2"),
                    **{"data.text_columns": "text1"})
@@ -576,13 +583,15 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
                      # a 0/1 vector per class (every row had the labels 0 and 1 on), a full-width or broken bar, a
                      # list inside the list, another tool's list syntax: each was classes of its own
                      ('a,"[1, 0, 0]"', r"\[1, 0, 0\] reads as a 0/1 vector, one entry per class"),
-                     ("a,true|false", r"'true\|false' reads as a 0/1 vector"),
+                     ("a,true|false", r"every row's labels are 0 and 1 \('true\|false'\): a 0/1 vector"),
                      ("a,comedy\uff5cdrama", r"holds a full-width vertical bar; a row's labels are separated by "
                                               r"'\|' \(comedy\|drama\)"),
                      ("a,comedy\u00a6drama", r"holds a broken bar"),
                      ('a,"[""[\\""a\\""]"", ""b""]"', r"in the row's labels is not a label"),
                      ("a,(comedy|drama)", r"'\(comedy\|drama\)' is a list in another tool's syntax"),
-                     ("a,{comedy}", r"'\{comedy\}' is a list in another tool's syntax"),
+                     ("a,{comedy;drama}", r"'\{comedy;drama\}' is a list in another tool's syntax"),
+                     ("a,comedy\u2223drama", r"holds a divides sign"),
+                     ("a,comedy\uff0cdrama", r"holds a full-width comma"),
                      # a number no float holds, read as every JSON reader here reads it (1e-400 was a label "0")
                      ('a,"[""comedy"", 1e-400]"', r"the number 1e-400 is below a float's range"),
                      ("a,[1e999]", r"the number 1e999 is beyond a float's range"),
@@ -602,6 +611,11 @@ def test_multilabel_cells_are_lists_of_values(tmp_path):
                      ('a,"[""x"", "" x"", ""x""]"', r"names the label 'x' 3 times")):
         with pytest.raises(sj.errors.DataFileError, match=rf"n.csv:2: column 'genres': .*{msg}"):
             _labels_of(tmp_path, "n.csv", f"review,genres\n{bad}\n", **multilabel)
+    # class ids as names (GoEmotions), a row of 0 and 1 among them; a label in parentheses (MovieLens)
+    task, rows = _labels_of(tmp_path, "g.csv", 'review,genres\na,0|1\nb,27\nc,"[2, 5]"\n', **multilabel)
+    assert task.labels == ("0", "1", "2", "5", "27")
+    task, rows = _labels_of(tmp_path, "l.csv", "review,genres\na,comedy|drama\nb,(no genres listed)\n", **multilabel)
+    assert task.labels == ("(no genres listed)", "comedy", "drama")
 
 
 @pytest.mark.parametrize("labels, msg", [

@@ -288,6 +288,7 @@ def test_an_entity_its_scheme_cannot_read_is_refused_by_line(tmp_path, body, msg
     ("# sent_id=1\njohn B-PER\n", r"bad.conll:1: a comment line \('# sent_id=1': CoNLL-U's\)"),
     # ... and a note after '#' (read as the word '#' tagged 'comment'); '#' tagged O is a word (a tweet's)
     ("john B-PER\n\n# comment\nshot O\n", r"bad.conll:3: a comment line \('# comment'"),
+    ("john B-PER\n#text O\n# sent_id = 2\n", r"bad.conll:3: a comment line \('# sent_id = 2': CoNLL-U's\)"),
     ("john B-PER\n\n#text = mary left\nmary B-PER\n", r"bad.conll:3: a comment line"),
 ])
 def test_loader_errors_name_the_file_and_line(tmp_path, text, msg):
