@@ -388,7 +388,7 @@ def numbered_inputs(path: str, text_columns: str = "", arity: Arity | None = Non
                 raise DataFileError(f"{path}:{header_at}: the header {columns[0][:60]!r} reads as a text, not as "
                                     "a column's name: a file of texts without a header is a .txt file (a text per "
                                     "line); or give the file a header line")
-        if not chosen and not out:
+        if (not chosen or not text_columns.strip()) and not out:  # the model's columns, or the default: none left
             _check_numbered_columns(path, getattr(row, "header_at", None) or lineno, row, columns, arity)
         texts = []
         for col in columns:

@@ -103,6 +103,10 @@ def model_config(config: ml_collections.ConfigDict, platform: str | None = None)
                       if f in given and f in config.model and given[f] != config.model[f]), None):
         raise InputError(f"config.model.overrides sets {twice} {given[twice]!r}, and config.model.{twice} is "
                          f"{config.model[twice]!r}: set it in one place (config.model.{twice})")
+    layers = config.model.get("layers", "auto")  # scan_layers in overrides beside a chosen model.layers: it won
+    if "scan_layers" in given and layers != "auto" and bool(given["scan_layers"]) != (layers == "scan"):
+        raise InputError(f"config.model.overrides sets scan_layers {given['scan_layers']!r}, and config.model.layers "
+                         f"is {layers!r}: set it in one place (config.model.layers)")
     return cfg
 
 

@@ -1521,6 +1521,10 @@ def label_names_of(path: str, column: str, multilabel: bool = False) -> tuple[st
         log.warning("%s: the %d classes of column %r are numbers (%s): each becomes a class of its own; scores to "
                     "predict as a number are config.data.kind=regression", path, len(names), column,
                     ", ".join(sorted_labels(names)[:5]) + (", ..." if len(names) > 5 else ""))
+    if "-1" in names and len(names) > 1 and all(_INDEX.fullmatch(n) for n in names if n != "-1"):  # 0, 1 and -1
+        log.warning("%s: the label -1 (line %d) beside class ids %s: -1 is how datasets and GLUE's TFDS splits mark "
+                    "a row without its label, trained here as a class of its own; remove those rows, or name every "
+                    "class in config.data.labels", path, names["-1"][1], ", ".join(sorted_labels(set(names) - {"-1"})))
     for name, forms in spellings.items():
         if len(forms) > 1:  # 007 and 7, 1.1 and 1.10: one value, so one class; codes would be two
             (a, at), (b, bt) = sorted(forms.items(), key=lambda kv: kv[1])[:2]

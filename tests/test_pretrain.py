@@ -730,6 +730,10 @@ def test_model_overrides_beside_init_from_are_refused_unless_they_say_how_it_run
                                                 r"is 'minimal': set it in one place \(config.model.remat\)$"):
         pretrain_settings.check_settings(tiny_config(**{"model.overrides": {"remat": "none"},
                                                         "model.remat": "minimal"}), data=False)
+    with pytest.raises(errors.InputError, match=r"^config.model.overrides sets scan_layers True, and "
+                                                r"config.model.layers is 'unrolled': set it in one place"):
+        pretrain_settings.check_settings(tiny_config(**{"model.overrides": {"scan_layers": True},
+                                                        "model.layers": "unrolled"}), data=False)
     # a vocab_size of one's own beside vocab_from_tokenizer (the demo's): the tokenizer's replaced it without a word
     with pytest.raises(errors.InputError, match=r"^config.model.overrides sets vocab_size 10, and config.model."
                                                 r"vocab_from_tokenizer=True takes the tokenizer's"):

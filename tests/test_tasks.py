@@ -977,13 +977,16 @@ def test_a_single_label_that_reads_as_several_is_refused_by_line(tmp_path):
         tasks.label_names_of(str(path), "label", multilabel=True)
 
 
-def test_a_label_minus_1_is_told_as_a_datasets_unlabelled_row(tmp_path):
+def test_a_label_minus_1_is_told_as_a_datasets_unlabelled_row(tmp_path, caplog):
     """-1 is how datasets and GLUE's TFDS splits mark a row without its label: "not one of ['neg', 'pos']" said
     nothing of it."""
     (tmp_path / "dev.csv").write_text("review,sentiment\na,pos\nb,-1\n")
     task = tasks.FileTask("t", "classification", {"train": str(tmp_path / "dev.csv"),
                                                   "validation": str(tmp_path / "dev.csv")}, ("review",), "sentiment",
                           ("neg", "pos"))
+    with caplog.at_level("WARNING", logger="squeezebert_jax.tasks"):  # in a training file: a class, and said
+        _labels_of(tmp_path, "tr.csv", "review,sentiment\na,0\nb,1\nc,-1\n")
+    assert "tr.csv: the label -1 (line 4) beside class ids 0, 1: -1 is how datasets" in caplog.text
     with pytest.raises(sj.errors.DataFileError, match=r"dev.csv:3: column 'sentiment': label '-1' is not one of "
                                                       r"\['neg', 'pos'\]; -1 is how datasets and GLUE's TFDS splits "
                                                       r"mark a row without its label"):
