@@ -377,7 +377,8 @@ def test_a_txt_of_another_format_is_named_by_its_first_line(tmp_path, caplog):
         assert [x for _, x in numbered_inputs(str(tmp_path / "ok.txt"))] == [first, "label, text and more"]
     # the default column "text" beside a lettered one (BERT's text_b): the pair's second text went unread
     (tmp_path / "pair.csv").write_text("text,text_b\na,b\n")
-    with pytest.raises(DataFileError, match=r"pair.csv:1: column 'text_b' is numbered like text, which the model reads"):
+    with pytest.raises(DataFileError, match=r"pair.csv:1: column 'text_b' is numbered like text, which the model "
+                                            r"reads"):
         read_inputs(str(tmp_path / "pair.csv"))
     assert read_inputs(str(tmp_path / "pair.csv"), "text") == ["a"]  # named: as asked
     # a transfer text's special tokens and markers are counted as a file's rows are (files.warn_texts)
