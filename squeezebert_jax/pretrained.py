@@ -616,7 +616,7 @@ def _numpy_scalar(o):
 
 def _check_card(card, model: nnx.Module, finetuning_task: str | None) -> dict | None:
     """A task description given as a value (``card=``) as it will be written (JSON: a tuple is a list), checked as
-    task.json is read (``predict.check_card``) against the model it is written beside: it was written as given (a card
+    task.json is read (``tasks.check_card``) against the model it is written beside: it was written as given (a card
     of another kind of model, or of no kind, made predict refuse the model later). None or {}: no card."""
     if card is None or card == {}:
         return None

@@ -51,7 +51,7 @@ def parse(spec: str) -> tuple[str, str, str]:
     if sep and name and not split:  # "hf:DIR:": which split?
         raise DataFileError(f"{spec}: ends in ':' with no split after it (hf:PATH_OR_NAME[:SPLIT], e.g. {kind}:{name}"
                             ":train)")
-    if "[" in rest:  # train[:10%]: read as a namespace or a builder
+    if re.search(r"\[[^\]/]*[:%][^\]/]*\]$", rest):  # train[:10%]: read as a namespace or a builder
         raise DataFileError(f"{spec}: a slice of a split ([...]) is not read here: give the whole split (a part of it: "
                             "config.max_train_examples)")
     if not sep or "/" in split or (kind == "tfds" and _TFDS_VERSION.fullmatch(split)):
