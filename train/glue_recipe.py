@@ -49,7 +49,10 @@ def main(argv=None):
     if args.teacher_weight != p.get_default("teacher_weight") and not args.teacher_root:
         raise InputError(f"--teacher_weight {args.teacher_weight:g}: the teacher's share of the targets, which only a "
                          "distilled run reads: give --teacher_root too, or leave the flag out")
-    files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite)  # before anything is written there
+    # before anything is written there, and never over what the runs read (log.txt and .lock went into --data_dir)
+    files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite,
+                        inputs={"init_from": args.init_from, "data_dir": args.data_dir,
+                                "distill.teacher": args.teacher_root})
     get_config = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config
     if args.tasks is not None:
         if not args.tasks:  # a bare --tasks planned every task
