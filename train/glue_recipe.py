@@ -49,10 +49,7 @@ def main(argv=None):
     if args.teacher_weight != p.get_default("teacher_weight") and not args.teacher_root:
         raise InputError(f"--teacher_weight {args.teacher_weight:g}: the teacher's share of the targets, which only a "
                          "distilled run reads: give --teacher_root too, or leave the flag out")
-    # before anything is written there, and never over what the runs read (log.txt and .lock went into --data_dir)
-    files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite,
-                        inputs={"init_from": args.init_from, "data_dir": args.data_dir,
-                                "distill.teacher": args.teacher_root})
+    files.check_run_dir(args.workdir, sweep.RUN_KIND, args.overwrite)  # before anything is written there
     get_config = cli.config_module(os.path.join(ROOT, "train", "configs", "glue.py")).get_config
     if args.tasks is not None:
         if not args.tasks:  # a bare --tasks planned every task
