@@ -1158,6 +1158,18 @@ def check_inputs_outside(workdir: str, inputs: dict[str, str], what_flag: str = 
                                  f"out, or choose another {what_flag}")
 
 
+def python_scalar(v):
+    """The Python number a numpy or jax scalar (or 0-d array) holds, a float by its shortest form (float32's 1e-4, not
+    9.99999975e-05); ``v`` itself where it is none (a Python number, a string, a list)."""
+    if hasattr(v, "dtype") and np.ndim(v) == 0:
+        n = np.asarray(v)[()]
+        if n.dtype.kind in "biu":
+            return n.item()
+        if n.dtype.kind == "f":
+            return float(str(n))
+    return v
+
+
 def is_int(v) -> bool:
     """An integer value, never a boolean (JSON's ``true`` is no 1)."""
     return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from squeezebert_jax import checkpointing, parallel, reporting, trainer
 from squeezebert_jax.errors import CheckpointMismatchError, InputError, StoppedEarly
-from squeezebert_jax.files import host_memory_bytes, json_text
+from squeezebert_jax.files import host_memory_bytes, json_text, python_scalar
 from squeezebert_jax.pretrained import atomic_write, save_pretrained
 
 log = logging.getLogger(__name__)
@@ -57,13 +57,7 @@ def python_numbers(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
             if all(a is b for (_, a), (_, b) in zip(new, pairs)):
                 return v
             return dict(new) if isinstance(v, dict) else type(v)(x for _, x in new)
-        if isinstance(v, (np.generic, np.ndarray, jax.Array)) and np.ndim(v) == 0:
-            n = np.asarray(v)[()]
-            if n.dtype.kind in "biu":
-                return n.item()
-            if n.dtype.kind == "f":
-                return float(str(n))
-        return v
+        return python_scalar(v)
 
     for key, v in list(config.items()):
         if (p := plain(v)) is not v:

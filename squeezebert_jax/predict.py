@@ -409,8 +409,8 @@ def _said_missing(path: str, inputs: list) -> list:
 
 
 def _check_numbered_columns(path: str, lineno: int, row, columns: list[str], arity: Arity) -> None:
-    """A column numbered like one the model reads (its name the same but for its digits: ending4 beside ending0,
-    q3a beside q1a, question2 beside question) would go unread: refused."""
+    """A column numbered or lettered like one the model reads (``tasks.unread_numbered``: ending4 beside ending0,
+    q3a beside q1a, question2 beside question, text_b beside text) would go unread: refused."""
     if extra := tasks.unread_numbered(row, columns):
         same = [c for c in columns if tasks.column_stem(c) == tasks.column_stem(extra[0])]
         fix = (f"give --text_columns {','.join(columns + extra)} to read {'them' if len(extra) > 1 else 'it'}, or "

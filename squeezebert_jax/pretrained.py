@@ -31,7 +31,7 @@ from flax import nnx
 from squeezebert_jax import convert, models, tasks
 from squeezebert_jax.convert import flat_params
 from squeezebert_jax.files import (atomic_write, holds_model, json_repr, json_type, json_value, no_such_file,
-                                   overwrite_flag, path_argument, read_json, refuse_nested, run_of)
+                                   overwrite_flag, path_argument, python_scalar, read_json, refuse_nested, run_of)
 from squeezebert_jax.errors import CheckpointMismatchError, InputError
 from squeezebert_jax.model import HEADS, SqueezeBertConfig, set_initial_values
 from squeezebert_jax.tokenizer import (TOKENIZER_FILE_NAMES, check_added_tokens, check_tokenizer_config,
@@ -609,9 +609,9 @@ def model_kind(model) -> str | None:
 
 
 def _numpy_scalar(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(f"{type(o).__name__} {o!r:.40} is not JSON")
+    if (n := python_scalar(o)) is o:
+        raise TypeError(f"{type(o).__name__} {o!r:.40} is not JSON")
+    return n
 
 
 def _check_card(card, model: nnx.Module, finetuning_task: str | None) -> dict | None:

@@ -498,7 +498,7 @@ def text_lines(path: str, what: str = "", blank: list[int] | None = None):
             continue
         if first:
             first = False
-            if line.lstrip().startswith("{") and (_is_json_object(line) or _nested_past_parser(line)):
+            if line.lstrip().startswith("{") and _is_json_object(line):
                 raise DataFileError(f"{path}:{lineno}: a JSON object, where a text per line is read: a JSON Lines file "
                                     "(name it .jsonl)")
             fields = [f.strip() for f in re.split(r"[,\t]", line)]
@@ -1245,11 +1245,11 @@ def label_key(raw, where: str) -> str:
                 raise DataFileError(f"{where}: the label {raw!r} is a number written with '_'; write it without "
                                     f"({text.replace('_', '')}), as the other rows write numbers")
             return text
-        if float(text) == 0 and not files.reads_as_zero(text):  # 0e99999999999999999999 is 0
+        if (number := float(text)) == 0 and not files.reads_as_zero(text):  # 0e99999999999999999999 is 0
             return "0"
         # 1e-400 no float holds: a value of its own, by its decimal (1e400: not a finite number)
         try:
-            value = decimal.Decimal(text) if math.isfinite(float(text)) else None
+            value = decimal.Decimal(text) if math.isfinite(number) else None
             if value is not None and not -999_999 < value.adjusted() < 999_999:  # past Decimal's context
                 raise decimal.InvalidOperation
         except decimal.InvalidOperation:  # its traceback named no line
@@ -1445,18 +1445,10 @@ def macro_f1(predictions, labels, num_labels: int) -> float:
 def _is_json_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
-    except (ValueError, RecursionError):  # nested thousands deep: no object a row holds
-        return False
-
-
-def _nested_past_parser(text: str) -> bool:
-    try:
-        json.loads(text)
-    except RecursionError:
+    except RecursionError:  # "{" nested thousands deep: JSON all the same (its reader names the depth)
         return True
     except ValueError:
-        pass
-    return False
+        return False
 
 
 def _looks_like_list(text: str) -> bool:
